@@ -1,0 +1,39 @@
+"""GPUWorkload API types (``gpusizer.dev/v1alpha1``): spec, status, parsing, errors."""
+
+from gpu_sizer.api.errors import InvalidWorkload, Problem, problems_from
+from gpu_sizer.api.spec import *  # noqa: F403
+from gpu_sizer.api.spec import __all__ as _spec_all
+from gpu_sizer.api.status import *  # noqa: F403
+from gpu_sizer.api.status import __all__ as _status_all
+from gpu_sizer.api.workload import (
+    API_VERSION,
+    CATEGORY,
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAME,
+    SINGULAR,
+    VERSION,
+    parse_spec,
+    parse_workload,
+    spec_hash,
+)
+
+__all__ = [  # noqa: PLE0604
+    *_spec_all,
+    *_status_all,
+    "API_VERSION",
+    "CATEGORY",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "SHORT_NAME",
+    "SINGULAR",
+    "VERSION",
+    "InvalidWorkload",
+    "Problem",
+    "parse_spec",
+    "parse_workload",
+    "problems_from",
+    "spec_hash",
+]

@@ -1,0 +1,659 @@
+"""The GPUWorkload spec (``gpusizer.dev/v1alpha1``): the single source of truth for the API.
+
+Field names are fixed by the API contract in DESIGN.md. Python attributes are snake_case; the wire
+names are camelCase (Kubernetes API conventions), except where they mirror a well-known engine
+option (vLLM's ``maxModelLen``, ``maxNumSeqs``, ``kvCacheDtype``, ``tensorParallelSize``).
+
+Sizes are integers in bytes, fractions are 0..1, durations are seconds, lengths are tokens.
+
+Cross-field rules raise :class:`FieldError` naming the exact field, so that a validation error
+always reads ``spec.inference.tensorParallelSize: ...`` rather than pointing at a parent object.
+The CRD (``crds/``) is generated from these models by ``hack/gen-crd.py``; field descriptions
+here become ``kubectl explain`` text.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "Architecture",
+    "Dtype",
+    "Engine",
+    "FieldError",
+    "Finetuning",
+    "FinetuningMethod",
+    "GPUWorkloadSpec",
+    "Inference",
+    "KvCacheDtype",
+    "Measurement",
+    "MeasurementMode",
+    "Model",
+    "Optimizer",
+    "Parallelism",
+    "ParallelStrategy",
+    "Placement",
+    "Precision",
+    "Quantization",
+    "QuantizationMethod",
+    "RopeScaling",
+    "Training",
+]
+
+
+class FieldError(ValueError):
+    """Cross-field rules failed; ``items`` holds (camelCase path relative to the model, message).
+
+    :func:`gpu_sizer.api.errors.problems_from` appends each path to pydantic's location so that the
+    reported path names the offending field, not the object that holds it, one line per problem.
+    """
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{f}: {m}" for f, m in items))
+        self.items = items
+
+
+class _Problems:
+    """Collects every cross-field problem of one model so that all are reported at once."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, field: str, message: str) -> None:
+        self.items.append((field, message))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise FieldError(self.items)
+
+
+class _Model(BaseModel):
+    """Base for spec objects: camelCase on the wire, unknown fields rejected (typos are errors)."""
+
+    model_config = ConfigDict(
+        alias_generator=AliasGenerator(alias=to_camel),
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_enum_values=False,
+    )
+
+
+class Dtype(StrEnum):
+    """Storage dtype of the weights (PyTorch names, as in a Hugging Face ``torch_dtype``)."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float8_e4m3fn = "float8_e4m3fn"
+    float8_e5m2 = "float8_e5m2"
+
+
+DTYPE_BYTES: dict[Dtype, int] = {
+    Dtype.float32: 4,
+    Dtype.bfloat16: 2,
+    Dtype.float16: 2,
+    Dtype.float8_e4m3fn: 1,
+    Dtype.float8_e5m2: 1,
+}
+
+
+class QuantizationMethod(StrEnum):
+    """Weight quantization formats, as their loaders store them (see ``budget.weights``)."""
+
+    gptq = "gptq"
+    awq = "awq"
+    fp8 = "fp8"
+    bitsandbytes_nf4 = "bitsandbytes-nf4"
+    bitsandbytes_int8 = "bitsandbytes-int8"
+
+
+#: Bit widths each format really supports (AutoGPTQ/GPTQModel: 2, 3, 4, 8; AutoAWQ and vLLM's AWQ
+#: kernels: 4; FP8: 8; bitsandbytes NF4: 4; LLM.int8(): 8).
+QUANTIZATION_BITS: dict[QuantizationMethod, tuple[int, ...]] = {
+    QuantizationMethod.gptq: (2, 3, 4, 8),
+    QuantizationMethod.awq: (4,),
+    QuantizationMethod.fp8: (8,),
+    QuantizationMethod.bitsandbytes_nf4: (4,),
+    QuantizationMethod.bitsandbytes_int8: (8,),
+}
+
+
+class Engine(StrEnum):
+    """Inference engine; decides runtime overheads (CUDA graphs, workspaces)."""
+
+    vllm = "vllm"
+    transformers = "transformers"
+    tgi = "tgi"
+    sglang = "sglang"
+
+
+class KvCacheDtype(StrEnum):
+    """vLLM's ``--kv-cache-dtype``: ``auto`` stores the KV cache in the model dtype."""
+
+    auto = "auto"
+    fp8 = "fp8"
+    fp8_e4m3 = "fp8_e4m3"
+    fp8_e5m2 = "fp8_e5m2"
+
+
+class Precision(StrEnum):
+    """Training precision, in PyTorch Lightning's names."""
+
+    fp32 = "fp32"
+    bf16_mixed = "bf16-mixed"
+    fp16_mixed = "fp16-mixed"
+    bf16_true = "bf16-true"
+
+
+class Optimizer(StrEnum):
+    """Optimizer; decides optimizer-state bytes per trainable parameter."""
+
+    adamw = "adamw"
+    adamw_8bit = "adamw-8bit"
+    sgd = "sgd"
+    sgd_momentum = "sgd-momentum"
+    adafactor = "adafactor"
+    lion = "lion"
+
+
+class FinetuningMethod(StrEnum):
+    """``full`` trains every parameter; ``lora`` and ``qlora`` train adapters on a frozen base."""
+
+    full = "full"
+    lora = "lora"
+    qlora = "qlora"
+
+
+class ParallelStrategy(StrEnum):
+    """Data-parallel sharding strategy (DeepSpeed ZeRO stages, PyTorch FSDP sharding strategies)."""
+
+    none = "none"
+    ddp = "ddp"
+    fsdp_full_shard = "fsdp-full-shard"
+    fsdp_shard_grad_op = "fsdp-shard-grad-op"
+    zero1 = "zero1"
+    zero2 = "zero2"
+    zero3 = "zero3"
+
+
+class MeasurementMode(StrEnum):
+    """``Synthetic`` runs a random-weight model of the same shape; ``Command`` wraps the workload's
+    own command; ``Disabled`` never measures (the recommendation rests on the estimate)."""
+
+    Synthetic = "Synthetic"
+    Command = "Command"
+    Disabled = "Disabled"
+
+
+#: Model families whose parameter layout the sizing engine knows exactly (Hugging Face
+#: ``model_type`` values).
+KNOWN_MODEL_TYPES: tuple[str, ...] = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "gemma",
+    "gemma2",
+    "phi3",
+    "gpt_neox",
+    "falcon",
+    "opt",
+)
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class RopeScaling(_Model):
+    """RoPE scaling from config.json's ``rope_scaling``: extends the usable context."""
+
+    rope_type: str = Field(
+        "linear",
+        description="Scaling type from config.json (linear, dynamic, yarn, llama3, longrope).",
+    )
+    factor: float = Field(1.0, ge=1.0, description="Context extension factor.")
+    original_max_position_embeddings: int | None = Field(
+        None, ge=1, description="Context length the model was pre-trained with, in tokens."
+    )
+
+
+class Architecture(_Model):
+    """The model's shape: Hugging Face config.json keys, camelCased.
+
+    Only the keys that change memory are kept. Defaults follow ``transformers``' config classes.
+    """
+
+    model_type: str = Field(
+        description="Hugging Face model_type: " + ", ".join(KNOWN_MODEL_TYPES) + "."
+    )
+    num_hidden_layers: PositiveInt = Field(description="Transformer blocks (num_hidden_layers).")
+    hidden_size: PositiveInt = Field(description="Model width d_model (hidden_size).")
+    intermediate_size: PositiveInt = Field(
+        description="MLP inner width (intermediate_size; ffn_dim for OPT); per expert for MoE."
+    )
+    num_attention_heads: PositiveInt = Field(description="Query heads per layer.")
+    num_key_value_heads: PositiveInt | None = Field(
+        None,
+        description="KV heads per layer (GQA/MQA); default num_attention_heads (multi-head).",
+    )
+    head_dim: PositiveInt | None = Field(
+        None, description="Per-head width; default hiddenSize / numAttentionHeads."
+    )
+    vocab_size: PositiveInt = Field(description="Vocabulary size (rows of the embedding).")
+    tie_word_embeddings: bool = Field(
+        False, description="lm_head shares the input embedding's weights."
+    )
+    max_position_embeddings: PositiveInt = Field(
+        description="Longest context the model supports without rope scaling, in tokens."
+    )
+    attention_bias: bool = Field(
+        False, description="q/k/v/o projections carry biases (Llama's attention_bias)."
+    )
+    mlp_bias: bool = Field(False, description="MLP projections carry biases (Llama's mlp_bias).")
+    num_local_experts: PositiveInt | None = Field(
+        None, description="MoE: experts per layer (Mixtral's num_local_experts)."
+    )
+    num_experts_per_tok: PositiveInt | None = Field(
+        None, description="MoE: experts routed per token (top-k)."
+    )
+    moe_intermediate_size: PositiveInt | None = Field(
+        None, description="MoE: per-expert MLP width when it differs from intermediateSize."
+    )
+    shared_expert_intermediate_size: PositiveInt | None = Field(
+        None, description="MoE: width of the always-on shared expert (Qwen2-MoE)."
+    )
+    sliding_window: PositiveInt | None = Field(
+        None, description="Sliding-window attention span in tokens; caps the KV cache per sequence."
+    )
+    rope_scaling: RopeScaling | None = Field(
+        None, description="RoPE scaling; allows maxModelLen beyond maxPositionEmbeddings."
+    )
+    word_embed_proj_dim: PositiveInt | None = Field(
+        None, description="OPT: embedding width when it differs from hiddenSize (OPT-350m)."
+    )
+    new_decoder_architecture: bool = Field(
+        False, description="Falcon: the 40B/180B layout with grouped KV heads and two layer norms."
+    )
+
+    @property
+    def kv_heads(self) -> int:
+        """KV heads per layer (multi-head attention when unset)."""
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        """Per-head width in elements."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def max_context(self) -> int:
+        """Longest usable context in tokens, rope scaling included."""
+        if self.rope_scaling is None or self.rope_scaling.factor <= 1.0:
+            return self.max_position_embeddings
+        base = self.rope_scaling.original_max_position_embeddings or self.max_position_embeddings
+        return max(self.max_position_embeddings, int(base * self.rope_scaling.factor))
+
+    @model_validator(mode="after")
+    def _check(self) -> Architecture:
+        problems = _Problems()
+        if self.model_type not in KNOWN_MODEL_TYPES:
+            problems.add(
+                "modelType",
+                f"unknown model type {self.model_type!r}; supported: "
+                + ", ".join(KNOWN_MODEL_TYPES)
+                + " (or drop architecture and give spec.model.parameterCount)",
+            )
+        if self.num_attention_heads % self.kv_heads != 0:
+            problems.add(
+                "numKeyValueHeads",
+                f"numAttentionHeads ({self.num_attention_heads}) must be divisible by "
+                f"numKeyValueHeads ({self.kv_heads})",
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads != 0:
+            problems.add(
+                "headDim",
+                f"hiddenSize ({self.hidden_size}) is not divisible by numAttentionHeads "
+                f"({self.num_attention_heads}); set headDim explicitly",
+            )
+        if (self.num_local_experts is None) != (self.num_experts_per_tok is None):
+            problems.add(
+                "numExpertsPerTok",
+                "MoE needs both numLocalExperts and numExpertsPerTok, or neither",
+            )
+        if (
+            self.num_local_experts is not None
+            and self.num_experts_per_tok is not None
+            and self.num_experts_per_tok > self.num_local_experts
+        ):
+            problems.add(
+                "numExpertsPerTok",
+                f"numExpertsPerTok ({self.num_experts_per_tok}) cannot exceed numLocalExperts "
+                f"({self.num_local_experts})",
+            )
+        problems.raise_if_any()
+        return self
+
+
+class Quantization(_Model):
+    """Weight quantization as stored in the checkpoint."""
+
+    method: QuantizationMethod = Field(
+        description="gptq | awq | fp8 | bitsandbytes-nf4 | bitsandbytes-int8."
+    )
+    bits: int | None = Field(
+        None, ge=2, le=8, description="Bits per weight; default the method's only/usual width."
+    )
+    group_size: int | None = Field(
+        None,
+        ge=-1,
+        description="GPTQ/AWQ group size (weights sharing one scale); -1 is per-channel. "
+        "Default 128.",
+    )
+    desc_act: bool = Field(
+        False, description="GPTQ act-order: stores a g_idx permutation index per input row."
+    )
+    double_quant: bool = Field(
+        True, description="bitsandbytes NF4: quantize the absmax constants too (QLoRA paper)."
+    )
+
+    @property
+    def effective_bits(self) -> int:
+        """Bits per weight, defaulting to the method's usual width."""
+        if self.bits is not None:
+            return self.bits
+        return 4 if self.method is QuantizationMethod.gptq else QUANTIZATION_BITS[self.method][0]
+
+    @model_validator(mode="after")
+    def _check(self) -> Quantization:
+        problems = _Problems()
+        allowed = QUANTIZATION_BITS[self.method]
+        if self.bits is not None and self.bits not in allowed:
+            problems.add(
+                "bits",
+                f"{self.method.value} supports bits "
+                + " or ".join(str(b) for b in allowed)
+                + f", not {self.bits}",
+            )
+        if self.group_size is not None and self.group_size == 0:
+            problems.add("groupSize", "groupSize must be -1 (per-channel) or positive")
+        problems.raise_if_any()
+        return self
+
+
+class Model(_Model):
+    """What is loaded: an architecture (preferred) or a bare parameter count."""
+
+    name: str | None = Field(None, description="Model name, informational (e.g. a Hub id).")
+    revision: str | None = Field(
+        None, description="Model revision (commit), informational; recorded with measurements."
+    )
+    architecture: Architecture | None = Field(
+        None, description="Shape from config.json; gives exact parameter and KV cache figures."
+    )
+    parameter_count: int | None = Field(
+        None, ge=1, description="Total parameters; required when architecture is absent."
+    )
+    dtype: Dtype = Field(Dtype.bfloat16, description="Storage dtype of unquantized weights.")
+    quantization: Quantization | None = Field(None, description="Weight quantization, if any.")
+
+    @property
+    def quantization_method(self) -> QuantizationMethod | None:
+        """The quantization method, or ``None`` for unquantized weights."""
+        return self.quantization.method if self.quantization else None
+
+    @model_validator(mode="after")
+    def _check(self) -> Model:
+        problems = _Problems()
+        if self.architecture is None and self.parameter_count is None:
+            problems.add(
+                "parameterCount",
+                "give spec.model.architecture (config.json keys) or spec.model.parameterCount",
+            )
+        problems.raise_if_any()
+        return self
+
+
+class Inference(_Model):
+    """Serving settings, named after vLLM's engine arguments."""
+
+    engine: Engine = Field(Engine.vllm, description="vllm | transformers | tgi | sglang.")
+    max_model_len: PositiveInt = Field(
+        description="Longest sequence (prompt plus output) in tokens (vLLM --max-model-len)."
+    )
+    max_num_seqs: PositiveInt = Field(
+        description="Sequences resident at once, each up to maxModelLen (vLLM --max-num-seqs)."
+    )
+    max_num_batched_tokens: PositiveInt | None = Field(
+        None,
+        description="Tokens per forward pass (prefill chunk); default the engine's "
+        "(vLLM: max(maxModelLen, 2048) without chunked prefill, 8192 with it).",
+    )
+    kv_cache_dtype: KvCacheDtype = Field(
+        KvCacheDtype.auto, description="auto (model dtype) | fp8 | fp8_e4m3 | fp8_e5m2."
+    )
+    tensor_parallel_size: PositiveInt = Field(
+        1, description="GPUs the model is split across by tensor parallelism."
+    )
+    pipeline_parallel_size: PositiveInt = Field(
+        1, description="Pipeline stages (layers split across GPUs)."
+    )
+    enforce_eager: bool = Field(
+        False, description="Disable CUDA graphs (vLLM --enforce-eager); saves their memory pool."
+    )
+
+
+class Finetuning(_Model):
+    """Which parameters train."""
+
+    method: FinetuningMethod = Field(FinetuningMethod.full, description="full | lora | qlora.")
+    lora_rank: PositiveInt = Field(16, description="LoRA rank r.")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="Projections that get adapters (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+        "up_proj, down_proj, or all-linear).",
+    )
+
+
+class Parallelism(_Model):
+    """How training is spread over GPUs; GPUs are only ever added by what is declared here."""
+
+    strategy: ParallelStrategy = Field(
+        ParallelStrategy.none,
+        description="none | ddp | fsdp-full-shard | fsdp-shard-grad-op | zero1 | zero2 | zero3.",
+    )
+    data_parallel_size: PositiveInt = Field(1, description="Data-parallel replicas (ranks).")
+    tensor_parallel_size: PositiveInt = Field(1, description="Tensor-parallel degree.")
+    pipeline_parallel_size: PositiveInt = Field(1, description="Pipeline-parallel stages.")
+
+
+class Training(_Model):
+    """One training or fine-tuning configuration."""
+
+    micro_batch_size: PositiveInt = Field(description="Sequences per micro-batch per GPU.")
+    sequence_length: PositiveInt = Field(description="Tokens per training sequence.")
+    gradient_accumulation_steps: PositiveInt = Field(
+        1, description="Micro-batches accumulated per optimizer step."
+    )
+    precision: Precision = Field(
+        Precision.bf16_mixed, description="fp32 | bf16-mixed | fp16-mixed | bf16-true."
+    )
+    optimizer: Optimizer = Field(
+        Optimizer.adamw,
+        description="adamw | adamw-8bit | sgd | sgd-momentum | adafactor | lion.",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="Recompute activations in backward (keeps only layer inputs)."
+    )
+    flash_attention: bool = Field(
+        True, description="Fused attention (no seq x seq score matrix kept for backward)."
+    )
+    finetuning: Finetuning = Field(
+        default_factory=lambda: Finetuning(), description="Which parameters train."
+    )
+    parallelism: Parallelism = Field(
+        default_factory=lambda: Parallelism(), description="Sharding over GPUs."
+    )
+
+
+class Measurement(_Model):
+    """How the measurement Job runs."""
+
+    mode: MeasurementMode = Field(
+        MeasurementMode.Synthetic, description="Synthetic | Command | Disabled."
+    )
+    image: str | None = Field(None, description="Probe image; default from the operator.")
+    command: list[str] = Field(
+        default_factory=list,
+        description="Command mode: the workload's own command, run under the probe's sampler.",
+    )
+    timeout_seconds: int = Field(
+        900, ge=30, le=86400, description="Deadline for the measurement Job, in seconds."
+    )
+    concurrency_levels: list[PositiveInt] = Field(
+        default_factory=list,
+        description="Inference: concurrent sequences to measure at; default [1, maxNumSeqs].",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Measurement:
+        problems = _Problems()
+        if self.mode is MeasurementMode.Command and not self.command:
+            problems.add("command", "mode Command needs a non-empty command")
+        problems.raise_if_any()
+        return self
+
+
+class Placement(_Model):
+    """Where the workload may run, and the safety margin it needs."""
+
+    gpu_classes: list[str] = Field(
+        default_factory=list,
+        description="Allowed GPU classes (see `gpu-sizer catalog`); empty allows every class.",
+    )
+    min_headroom_fraction: float = Field(
+        0.10,
+        ge=0.0,
+        lt=1.0,
+        description="Fraction of the GPU's memory that must stay free at the peak.",
+    )
+
+
+class GPUWorkloadSpec(_Model):
+    """A model and how it runs: exactly one of ``inference`` or ``training``."""
+
+    model: Model = Field(description="The model that is loaded.")
+    inference: Inference | None = Field(None, description="Serving configuration.")
+    training: Training | None = Field(None, description="Training configuration.")
+    measurement: Measurement = Field(
+        default_factory=lambda: Measurement(), description="Measurement Job settings."
+    )
+    placement: Placement = Field(
+        default_factory=lambda: Placement(), description="Allowed GPUs and headroom."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> GPUWorkloadSpec:
+        problems = _Problems()
+        if (self.inference is None) == (self.training is None):
+            problems.add("inference", "set exactly one of spec.inference or spec.training")
+        arch = self.model.architecture
+        if self.inference is not None:
+            inf = self.inference
+            if arch is not None:
+                _check_tensor_parallel(problems, arch, inf.tensor_parallel_size, "inference.tensorParallelSize")
+                if inf.max_model_len > arch.max_context:
+                    problems.add(
+                        "inference.maxModelLen",
+                        f"maxModelLen {inf.max_model_len} exceeds the model's context of "
+                        f"{arch.max_context} tokens (maxPositionEmbeddings, rope scaling "
+                        "included); lower it or set model.architecture.ropeScaling",
+                    )
+                if inf.pipeline_parallel_size > arch.num_hidden_layers:
+                    problems.add(
+                        "inference.pipelineParallelSize",
+                        f"pipelineParallelSize {inf.pipeline_parallel_size} exceeds the "
+                        f"{arch.num_hidden_layers} layers",
+                    )
+            if (
+                inf.max_num_batched_tokens is not None
+                and inf.max_num_batched_tokens < inf.max_num_seqs
+            ):
+                problems.add(
+                    "inference.maxNumBatchedTokens",
+                    f"maxNumBatchedTokens ({inf.max_num_batched_tokens}) must be at least "
+                    f"maxNumSeqs ({inf.max_num_seqs}): each decode step batches one token per "
+                    "sequence",
+                )
+        if self.training is not None:
+            tr = self.training
+            par = tr.parallelism
+            if arch is not None:
+                _check_tensor_parallel(
+                    problems,
+                    arch, par.tensor_parallel_size, "training.parallelism.tensorParallelSize"
+                )
+                if tr.sequence_length > arch.max_context:
+                    problems.add(
+                        "training.sequenceLength",
+                        f"sequenceLength {tr.sequence_length} exceeds the model's context of "
+                        f"{arch.max_context} tokens",
+                    )
+            sharded = par.strategy not in (ParallelStrategy.none,)
+            if par.data_parallel_size > 1 and not sharded:
+                problems.add(
+                    "training.parallelism.strategy",
+                    f"dataParallelSize {par.data_parallel_size} needs a strategy "
+                    "(ddp, fsdp-*, zero1/2/3); 'none' runs one replica",
+                )
+            if tr.finetuning.method is FinetuningMethod.qlora:
+                q = self.model.quantization
+                if q is not None and q.method is not QuantizationMethod.bitsandbytes_nf4:
+                    problems.add(
+                        "training.finetuning.method",
+                        "qlora trains adapters on a bitsandbytes-nf4 base; set "
+                        "model.quantization.method to bitsandbytes-nf4 or use lora",
+                    )
+            if tr.finetuning.method is not FinetuningMethod.full and arch is None:
+                problems.add(
+                    "training.finetuning.method",
+                    f"{tr.finetuning.method.value} needs model.architecture to size the adapters",
+                )
+        problems.raise_if_any()
+        return self
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs one replica uses: only the parallelism the spec declares."""
+        if self.inference is not None:
+            return self.inference.tensor_parallel_size * self.inference.pipeline_parallel_size
+        assert self.training is not None
+        par = self.training.parallelism
+        return par.data_parallel_size * par.tensor_parallel_size * par.pipeline_parallel_size
+
+
+def _check_tensor_parallel(
+    problems: _Problems, arch: Architecture, tp: int, field: str
+) -> None:
+    """vLLM's rule: heads split evenly; KV heads split evenly or are replicated evenly."""
+    if arch.num_attention_heads % tp != 0:
+        problems.add(
+            field,
+            f"tensorParallelSize {tp} must divide numAttentionHeads "
+            f"({arch.num_attention_heads})",
+        )
+    kv = arch.kv_heads
+    if kv % tp != 0 and tp % kv != 0:
+        problems.add(
+            field,
+            f"tensorParallelSize {tp} must divide numKeyValueHeads ({kv}) or be a multiple of it",
+        )
+
+
+def spec_to_wire(spec: GPUWorkloadSpec) -> dict[str, Any]:
+    """The spec as camelCase JSON-compatible data, defaults filled, ``None`` fields dropped."""
+    return spec.model_dump(mode="json", by_alias=True, exclude_none=True)

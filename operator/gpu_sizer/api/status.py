@@ -1,0 +1,172 @@
+"""The GPUWorkload status: what the operator writes and GitOps pipelines read.
+
+Every field here is declared in the generated CRD, because a real API server silently prunes
+status fields its schema does not declare. Sizes are bytes, fractions 0..1, times RFC 3339.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "Basis",
+    "Condition",
+    "ConditionStatus",
+    "ConditionType",
+    "EstimateStatus",
+    "GPUWorkloadStatus",
+    "MeasurementStatus",
+    "PerGpuBreakdown",
+    "Phase",
+    "RecommendationStatus",
+]
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=AliasGenerator(alias=to_camel),
+        populate_by_name=True,
+        extra="ignore",
+    )
+
+
+class Phase(StrEnum):
+    """Lifecycle summary; conditions carry the detail."""
+
+    Pending = "Pending"
+    Estimated = "Estimated"
+    Measuring = "Measuring"
+    Ready = "Ready"
+    Rejected = "Rejected"
+    Failed = "Failed"
+
+
+class Basis(StrEnum):
+    """What a recommendation rests on."""
+
+    Estimate = "Estimate"
+    Measurement = "Measurement"
+
+
+class ConditionType(StrEnum):
+    """kstatus conditions (Ready, Reconciling, Stalled) plus the domain ones."""
+
+    Ready = "Ready"
+    Reconciling = "Reconciling"
+    Stalled = "Stalled"
+    Estimated = "Estimated"
+    Measured = "Measured"
+    HeadroomSufficient = "HeadroomSufficient"
+
+
+class ConditionStatus(StrEnum):
+    """metav1.ConditionStatus."""
+
+    true = "True"
+    false = "False"
+    unknown = "Unknown"
+
+
+class Condition(_Status):
+    """metav1.Condition."""
+
+    type: str = Field(description="Condition type (Ready, Reconciling, Stalled, Estimated, ...).")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase machine-readable reason.")
+    message: str = Field("", description="Human-readable detail, with figures and units.")
+    observed_generation: int | None = Field(
+        None, description="metadata.generation this condition was computed from."
+    )
+    last_transition_time: str | None = Field(
+        None, description="When status last changed (RFC 3339)."
+    )
+
+
+class PerGpuBreakdown(_Status):
+    """Bytes on the most loaded GPU, by category."""
+
+    weights_bytes: int = Field(0, description="Model weights (quantized payload if quantized).")
+    quantization_overhead_bytes: int = Field(
+        0, description="Quantization metadata: scales, zero points, act-order indices, absmax."
+    )
+    kv_cache_bytes: int = Field(0, description="Inference KV cache.")
+    activation_bytes: int = Field(0, description="Activations and temporary workspaces.")
+    gradient_bytes: int = Field(0, description="Gradients of trainable parameters.")
+    optimizer_state_bytes: int = Field(0, description="Optimizer state.")
+    master_weight_bytes: int = Field(0, description="fp32 master weights (mixed precision).")
+    runtime_overhead_bytes: int = Field(
+        0, description="CUDA context, library workspaces, CUDA graphs, NCCL, allocator cache."
+    )
+    total_bytes: int = Field(0, description="Sum of the above: the per-GPU requirement.")
+
+
+class EstimateStatus(_Status):
+    """The memory model's planning figure."""
+
+    parameter_count: int = Field(description="Total parameters.")
+    gpu_count: int = Field(description="GPUs one replica uses (declared parallelism only).")
+    kv_cache_bytes_per_token: int = Field(
+        0, description="KV cache bytes per token on one GPU (0 for training)."
+    )
+    per_gpu: PerGpuBreakdown = Field(description="Bytes on the most loaded GPU.")
+    trainable_parameter_count: int | None = Field(
+        None, description="Parameters that receive gradients (training only)."
+    )
+    kv_cache_tokens: int | None = Field(
+        None, description="Tokens the KV cache is sized for (inference only)."
+    )
+
+
+class MeasurementStatus(_Status):
+    """What the probe measured on a real device."""
+
+    spec_hash: str = Field(description="specHash of the spec that was measured.")
+    job_name: str | None = Field(None, description="Measurement Job name.")
+    node_name: str | None = Field(None, description="Node the Job ran on.")
+    gpu_product: str | None = Field(None, description="NVML device name / GFD product label.")
+    gpu_class: str | None = Field(None, description="Catalog class measured on.")
+    gpu_memory_bytes: int | None = Field(None, description="Device memory as NVML reports it.")
+    device: str | None = Field(None, description="cuda or cpu (cpu figures are not GPU figures).")
+    peak_allocated_bytes: int | None = Field(
+        None, description="torch.cuda.max_memory_allocated."
+    )
+    peak_reserved_bytes: int | None = Field(None, description="torch.cuda.max_memory_reserved.")
+    peak_device_used_bytes: int | None = Field(None, description="NVML peak used on the device.")
+    out_of_memory: bool = Field(False, description="The probe hit CUDA out-of-memory.")
+    model_revision: str | None = Field(None, description="spec.model.revision when measured.")
+    reason: str | None = Field(None, description="How the measurement ended, when not success.")
+    message: str | None = Field(None, description="Detail, with figures and units.")
+    started_at: str | None = Field(None, description="RFC 3339.")
+    completed_at: str | None = Field(None, description="RFC 3339.")
+
+
+class RecommendationStatus(_Status):
+    """The GPU class to run on."""
+
+    gpu_class: str = Field(description="Catalog class name.")
+    gpu_count: int = Field(description="GPUs of that class per replica.")
+    gpu_memory_bytes: int = Field(description="Usable memory of one GPU of the class.")
+    required_bytes_per_gpu: int = Field(description="Estimated or measured peak per GPU.")
+    headroom_fraction: float = Field(description="(capacity - required) / capacity.")
+    basis: Basis = Field(description="Estimate or Measurement.")
+    present_in_cluster: bool | None = Field(
+        None, description="Whether nodes of this class were found in the cluster."
+    )
+    cheapest_fitting_class: str | None = Field(
+        None, description="Smallest catalog class that fits, present in the cluster or not."
+    )
+
+
+class GPUWorkloadStatus(_Status):
+    """``.status`` of a GPUWorkload."""
+
+    observed_generation: int | None = Field(None, description="Generation last processed.")
+    phase: Phase = Field(Phase.Pending, description="Lifecycle summary.")
+    spec_hash: str | None = Field(None, description="Hash of the normalized spec.")
+    estimate: EstimateStatus | None = Field(None, description="Memory model estimate.")
+    measurement: MeasurementStatus | None = Field(None, description="Last measurement.")
+    recommendation: RecommendationStatus | None = Field(None, description="GPU class to use.")
+    conditions: list[Condition] = Field(default_factory=list, description="kstatus conditions.")
