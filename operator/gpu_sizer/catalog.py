@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_CATALOG", "GPUClass", "Choice", "choose_class", "headroom_fraction"]
+__all__ = ["DEFAULT_CATALOG", "Choice", "GPUClass", "choose_class", "headroom_fraction"]
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,15 @@ MIB = 1 << 20
 
 DEFAULT_CATALOG: tuple[GPUClass, ...] = (
     GPUClass("nvidia-l4", "NVIDIA L4 24 GB", 23034 * MIB, ("NVIDIA-L4",), "pcie"),
-    GPUClass("nvidia-a100-40gb", "NVIDIA A100 40 GB", 40960 * MIB,
-             ("NVIDIA-A100-SXM4-40GB",), "nvlink"),
-    GPUClass("nvidia-a100-80gb", "NVIDIA A100 80 GB", 81920 * MIB,
-             ("NVIDIA-A100-SXM4-80GB",), "nvlink"),
-    GPUClass("nvidia-h100-80gb", "NVIDIA H100 80 GB", 81559 * MIB,
-             ("NVIDIA-H100-80GB-HBM3",), "nvlink"),
+    GPUClass(
+        "nvidia-a100-40gb", "NVIDIA A100 40 GB", 40960 * MIB, ("NVIDIA-A100-SXM4-40GB",), "nvlink"
+    ),
+    GPUClass(
+        "nvidia-a100-80gb", "NVIDIA A100 80 GB", 81920 * MIB, ("NVIDIA-A100-SXM4-80GB",), "nvlink"
+    ),
+    GPUClass(
+        "nvidia-h100-80gb", "NVIDIA H100 80 GB", 81559 * MIB, ("NVIDIA-H100-80GB-HBM3",), "nvlink"
+    ),
     GPUClass("nvidia-h200", "NVIDIA H200 141 GB", 143771 * MIB, ("NVIDIA-H200",), "nvlink"),
 )
 

@@ -34,7 +34,7 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_offline_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """estimate, import-hf-config, crd, catalog: the commands that need no cluster."""
     p = sub.add_parser("estimate", help="estimate GPUWorkload files without a cluster")
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML files, - for stdin")

@@ -117,8 +117,12 @@ def estimated_status(
     else:
         phase = Phase.Estimated
         put(ConditionType.HeadroomSufficient, T, "EstimateFits", assessment.message)
-        put(ConditionType.Measured, ConditionStatus.unknown, "MeasurementPending",
-            "waiting for the measurement Job")
+        put(
+            ConditionType.Measured,
+            ConditionStatus.unknown,
+            "MeasurementPending",
+            "waiting for the measurement Job",
+        )
         put(ConditionType.Ready, F, "MeasurementPending", "estimated; measurement pending")
         put(ConditionType.Reconciling, T, "MeasurementPending", "measurement pending")
         put(ConditionType.Stalled, F, "MeasurementPending", "")

@@ -38,9 +38,7 @@ class Assessment:
     warnings: list[str] = field(default_factory=list)
 
 
-def assess(
-    spec: GPUWorkloadSpec, catalog: Sequence[GPUClass] = DEFAULT_CATALOG
-) -> Assessment:
+def assess(spec: GPUWorkloadSpec, catalog: Sequence[GPUClass] = DEFAULT_CATALOG) -> Assessment:
     """Estimate ``spec`` and choose the smallest allowed class with the required headroom."""
     est = estimate(spec)
     names = spec.placement.gpu_classes

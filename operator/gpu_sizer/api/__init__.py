@@ -19,7 +19,7 @@ from gpu_sizer.api.workload import (
     spec_hash,
 )
 
-__all__ = [  # noqa: PLE0604
+__all__ = [
     *_spec_all,
     *_status_all,
     "API_VERSION",

@@ -21,6 +21,9 @@ from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "DTYPE_BYTES",
+    "KNOWN_MODEL_TYPES",
+    "QUANTIZATION_BITS",
     "Architecture",
     "Dtype",
     "Engine",
@@ -34,14 +37,15 @@ __all__ = [
     "MeasurementMode",
     "Model",
     "Optimizer",
-    "Parallelism",
     "ParallelStrategy",
+    "Parallelism",
     "Placement",
     "Precision",
     "Quantization",
     "QuantizationMethod",
     "RopeScaling",
     "Training",
+    "spec_to_wire",
 ]
 
 
@@ -565,7 +569,9 @@ class GPUWorkloadSpec(_Model):
         if self.inference is not None:
             inf = self.inference
             if arch is not None:
-                _check_tensor_parallel(problems, arch, inf.tensor_parallel_size, "inference.tensorParallelSize")
+                _check_tensor_parallel(
+                    problems, arch, inf.tensor_parallel_size, "inference.tensorParallelSize"
+                )
                 if inf.max_model_len > arch.max_context:
                     problems.add(
                         "inference.maxModelLen",
@@ -595,7 +601,9 @@ class GPUWorkloadSpec(_Model):
             if arch is not None:
                 _check_tensor_parallel(
                     problems,
-                    arch, par.tensor_parallel_size, "training.parallelism.tensorParallelSize"
+                    arch,
+                    par.tensor_parallel_size,
+                    "training.parallelism.tensorParallelSize",
                 )
                 if tr.sequence_length > arch.max_context:
                     problems.add(
@@ -636,15 +644,12 @@ class GPUWorkloadSpec(_Model):
         return par.data_parallel_size * par.tensor_parallel_size * par.pipeline_parallel_size
 
 
-def _check_tensor_parallel(
-    problems: _Problems, arch: Architecture, tp: int, field: str
-) -> None:
+def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, field: str) -> None:
     """vLLM's rule: heads split evenly; KV heads split evenly or are replicated evenly."""
     if arch.num_attention_heads % tp != 0:
         problems.add(
             field,
-            f"tensorParallelSize {tp} must divide numAttentionHeads "
-            f"({arch.num_attention_heads})",
+            f"tensorParallelSize {tp} must divide numAttentionHeads ({arch.num_attention_heads})",
         )
     kv = arch.kv_heads
     if kv % tp != 0 and tp % kv != 0:

@@ -130,9 +130,7 @@ class MeasurementStatus(_Status):
     gpu_class: str | None = Field(None, description="Catalog class measured on.")
     gpu_memory_bytes: int | None = Field(None, description="Device memory as NVML reports it.")
     device: str | None = Field(None, description="cuda or cpu (cpu figures are not GPU figures).")
-    peak_allocated_bytes: int | None = Field(
-        None, description="torch.cuda.max_memory_allocated."
-    )
+    peak_allocated_bytes: int | None = Field(None, description="torch.cuda.max_memory_allocated.")
     peak_reserved_bytes: int | None = Field(None, description="torch.cuda.max_memory_reserved.")
     peak_device_used_bytes: int | None = Field(None, description="NVML peak used on the device.")
     out_of_memory: bool = Field(False, description="The probe hit CUDA out-of-memory.")

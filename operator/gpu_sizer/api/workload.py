@@ -55,7 +55,9 @@ def parse_workload(doc: Any) -> GPUWorkloadSpec:
         raise InvalidWorkload([Problem("(document)", "must be a YAML/JSON object")])
     problems: list[Problem] = []
     if doc.get("apiVersion") != API_VERSION:
-        problems.append(Problem("apiVersion", f"must be {API_VERSION}, not {doc.get('apiVersion')!r}"))
+        problems.append(
+            Problem("apiVersion", f"must be {API_VERSION}, not {doc.get('apiVersion')!r}")
+        )
     if doc.get("kind") != KIND:
         problems.append(Problem("kind", f"must be {KIND}, not {doc.get('kind')!r}"))
     metadata = doc.get("metadata")

@@ -6,5 +6,5 @@ from __future__ import annotations
 import argparse
 
 
-def add_parsers(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register this package's subcommands (placeholder until implemented)."""
