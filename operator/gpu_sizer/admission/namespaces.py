@@ -67,7 +67,7 @@ class NamespaceLabels:
                 asyncio.to_thread(self._fetcher, namespace), timeout=self._timeout
             )
         except Exception as exc:  # any failure of the read: API error, timeout, config
-            reason = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+            reason = _describe(exc)
             if entry is None:
                 raise NamespaceLookupError(
                     f"could not read the labels of namespace {namespace!r} to apply the "
@@ -80,6 +80,16 @@ class NamespaceLabels:
             )
         self._entries[namespace] = _Entry(dict(labels), now)
         return labels, None
+
+
+def _describe(exc: BaseException) -> str:
+    """One short line: API errors carry a whole response, keep only status and reason."""
+    status, why = getattr(exc, "status", None), getattr(exc, "reason", None)
+    if status is not None:
+        return f"API answered HTTP {status} {why or ''}".rstrip()
+    if isinstance(exc, TimeoutError):
+        return "no answer from the API in time"
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
 def kubernetes_fetcher(timeout: float = 2.0) -> LabelsFetcher:
