@@ -239,7 +239,7 @@ async def test_renewed_files_are_loaded_without_restarting_the_listener(tmp_path
 
     async def served_cert() -> bytes:
         assert server.bound is not None
-        reader, writer = await asyncio.open_connection(
+        _reader, writer = await asyncio.open_connection(
             "127.0.0.1",
             server.bound[1],
             ssl=ssl._create_unverified_context(),
