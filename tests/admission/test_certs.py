@@ -210,12 +210,15 @@ async def test_self_signed_mode_stores_the_secret_patches_ca_bundles_and_serves_
     assert server.bound is not None
     context = ssl.create_default_context(cadata=bundle.ca_crt.decode())
     try:
-        async with aiohttp.ClientSession() as session, session.post(
-            f"https://127.0.0.1:{server.bound[1]}/validate-gpuworkload",
-            data=b"[]",
-            ssl=context,
-            server_hostname="gpu-sizer-webhook.gpu-sizer.svc",
-        ) as resp:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"https://127.0.0.1:{server.bound[1]}/validate-gpuworkload",
+                data=b"[]",
+                ssl=context,
+                server_hostname="gpu-sizer-webhook.gpu-sizer.svc",
+            ) as resp,
+        ):
             assert resp.status == 400
     finally:
         await gen.aclose()

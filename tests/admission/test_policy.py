@@ -84,9 +84,9 @@ def test_invalid_policy_names_every_key_path() -> None:
 
 
 def test_unknown_classes_and_unreadable_files_are_reported(tmp_path: Path) -> None:
-    policy = Policy.model_validate({"namespaceRules": [{"allowedGpuClasses": ["nvidia-l40s"]}]})
+    policy = Policy.model_validate({"namespaceRules": [{"allowedGpuClasses": ["nvidia-x9000"]}]})
     [line] = policy.unknown_classes(DEFAULT_CATALOG)
-    assert line.startswith("namespaceRules[0].allowedGpuClasses: unknown class 'nvidia-l40s'")
+    assert line.startswith("namespaceRules[0].allowedGpuClasses: unknown class 'nvidia-x9000'")
     bad = tmp_path / "policy.yaml"
     bad.write_text("namespaceRules: [\n")
     with pytest.raises(PolicyError, match=r"policy\.yaml: invalid policy"):

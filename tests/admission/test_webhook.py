@@ -95,8 +95,8 @@ async def test_invalid_spec_lists_every_problem_with_its_path(webhook: Webhook) 
     assert resp["status"]["message"] == (
         "spec.model.dtype: must be one of 'float32', 'bfloat16', 'float16', 'float8_e4m3fn' or "
         "'float8_e5m2', not 'bfloat17'\n"
-        "spec.inference.maxModelLen: Input should be greater than or equal to 1\n"
-        "spec.placement.minHeadroomFraction: Input should be less than 1"
+        "spec.inference.maxModelLen: must be >= 1, not 0\n"
+        "spec.placement.minHeadroomFraction: must be < 1.0, not 1.5"
     )
 
 
@@ -107,7 +107,11 @@ async def test_unknown_fields_are_rejected_by_path(webhook: Webhook) -> None:
     resp = await webhook.validate(admission_review(workload(spec)))
     assert resp["allowed"] is False
     assert resp["status"]["message"] == (
-        "spec.inference.maxNumSeq: unknown field\nspec.replicas: unknown field"
+        "spec.inference.maxNumSeq: unknown field; did you mean maxNumSeqs? allowed: engine, "
+        "maxModelLen, maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
+        "pipelineParallelSize, enforceEager\n"
+        "spec.replicas: unknown field; allowed: model, inference, training, measurement, "
+        "placement"
     )
 
 
@@ -129,9 +133,8 @@ async def test_near_threshold_headroom_is_allowed_with_a_warning(webhook: Webhoo
     resp = await webhook.validate(admission_review(workload(spec)))
     assert resp["allowed"] is True
     assert resp["warnings"] == [
-        f"{rec.gpu_class} leaves {rec.headroom_fraction:.0%} headroom, under twice the required "
-        "10%: a small rise in maxNumSeqs, maxModelLen or batch size may not fit; the "
-        "measurement will tell"
+        f"headroom on {rec.gpu_class} is {rec.headroom_fraction:.0%}, under twice the required "
+        "10%: a runtime or batch change may not fit"
     ]
 
 
@@ -142,8 +145,7 @@ async def test_unpinned_revision_and_disabled_measurement_warn(webhook: Webhook)
     resp = await webhook.validate(admission_review(workload(spec)))
     assert resp["allowed"] is True
     assert resp["warnings"] == [
-        "spec.model.revision is not set: measurements cannot be tied to a model commit; pin "
-        "the revision",
+        "spec.model.revision is not set: measurements cannot be tied to the exact weights",
         "spec.measurement.mode is Disabled: the recommendation rests on the estimate alone",
     ]
 
@@ -211,19 +213,46 @@ async def test_headroom_outside_policy_bounds_is_rejected(webhook: Webhook) -> N
 
 
 async def test_policy_restricts_the_classes_sizing_may_choose(webhook: Webhook) -> None:
-    # Fits an 80 GB class but not the research namespace's L4 / A100 40 GB.
-    spec = None
-    for seqs in range(1, 513):
-        candidate = inference(maxModelLen=8192, maxNumSeqs=seqs)
-        rec = assess(parse_spec(candidate)).recommendation
-        if rec is not None and rec.gpu_class not in ("nvidia-l4", "nvidia-a100-40gb"):
-            spec = candidate
-            break
-    assert spec is not None
+    # Fits some catalog class, but not the research namespace's L4 / A100 40 GB.
+    allowed = [c for c in DEFAULT_CATALOG if c.name in ("nvidia-l4", "nvidia-a100-40gb")]
+    spec = next(
+        candidate
+        for seqs in range(1, 513)
+        if (candidate := inference(maxModelLen=8192, maxNumSeqs=seqs))
+        and assess(parse_spec(candidate)).verdict is Verdict.Fits
+        and assess(parse_spec(candidate), allowed).verdict is Verdict.NoSafeHeadroom
+    )
     resp = await webhook.validate(admission_review(workload(spec, namespace="research")))
     assert resp["allowed"] is False
-    allowed = [c for c in DEFAULT_CATALOG if c.name in ("nvidia-l4", "nvidia-a100-40gb")]
-    assert resp["status"]["message"] == assess(parse_spec(spec), allowed).message
+    restricted = {**spec, "placement": {"gpuClasses": ["nvidia-l4", "nvidia-a100-40gb"]}}
+    assert resp["status"]["message"] == assess(parse_spec(restricted)).message
+    assert "the largest allowed class, nvidia-a100-40gb" in resp["status"]["message"]
+
+
+async def test_reject_messages_in_full(webhook: Webhook) -> None:
+    """Exactly what kubectl prints after 'admission webhook ... denied the request: '."""
+    l4 = inference(maxModelLen=8192, maxNumSeqs=64)
+    l4["placement"] = {"gpuClasses": ["nvidia-l4"]}
+    resp = await webhook.validate(admission_review(workload(l4)))
+    assert resp["status"]["message"] == (
+        "needs 80.7 GiB per GPU x1 (KV cache 64.0 GiB, weights 15.0 GiB, runtime overhead "
+        "0.9 GiB); the largest allowed class, nvidia-l4 (22.5 GiB usable), is 58.2 GiB short; "
+        "10% headroom required (spec.placement.minHeadroomFraction).\n"
+        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); maxModelLen 451 "
+        "(20.2 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 (11.2 GiB per GPU, nvidia-l4 x8)."
+    )
+    training = {
+        "model": {"revision": "x", "parameterCount": 70_000_000_000},
+        "training": {"microBatchSize": 1, "sequenceLength": 4096},
+    }
+    resp = await webhook.validate(admission_review(workload(training)))
+    assert resp["status"]["message"] == (
+        "needs 1200.1 GiB per GPU x1 (optimizer state 521.5 GiB, gradients 260.8 GiB, master "
+        "weights 260.8 GiB); the largest class in the catalog, amd-mi300x (191.7 GiB usable), "
+        "is 1008.4 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
+        "Fits with any of: parallelism zero3 with dataParallelSize 8 (133.9 GiB per GPU, "
+        "amd-mi300x x8)."
+    )
 
 
 async def test_unreadable_namespace_fails_safe_and_says_so(webhook: Webhook) -> None:

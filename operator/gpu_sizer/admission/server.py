@@ -46,7 +46,7 @@ from gpu_sizer.admission.handlers import AdmissionConfig, configure_admission
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
 from gpu_sizer.admission.policy import Policy, PolicyError, load_policy
 from gpu_sizer.api import problems_from
-from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 
 __all__ = ["HANDLER_IDS", "MAX_BODY_BYTES", "AdmissionServer", "ReviewEnvelope", "configure"]
 
@@ -254,22 +254,26 @@ def configure(
 
     ``options`` is the parsed argparse namespace (attributes ``no_webhook``, ``webhook_port``,
     ``webhook_listen``, ``webhook_cert_dir``, ``webhook_tls_secret``, ``webhook_config_name``,
-    ``webhook_service``, ``policy``). ``catalog`` is the GPU catalog the operator loaded from
-    ``--catalog`` (default: the built-in catalog). Self-signed mode reads the operator's
-    namespace from ``POD_NAMESPACE`` and provisions the certificate before returning (blocking
-    API calls: call it from the startup handler, once). kopf's managed webhook configuration is
-    switched off: the chart owns those objects.
+    ``webhook_service``, ``policy``, ``catalog``). ``catalog`` overrides the GPU catalog (else
+    ``--catalog`` is loaded, else the built-in catalog is used). Self-signed mode reads the
+    operator's namespace from ``POD_NAMESPACE`` and provisions the certificate before returning
+    (blocking API calls: call it from the startup handler, once). kopf's managed webhook
+    configuration is switched off: the chart owns those objects.
 
     Returns the server, or ``None`` with ``--no-webhook``.
 
     :raises PolicyError: the policy file is invalid or names classes the catalog lacks.
+    :raises gpu_sizer.catalog.InvalidCatalog: the ``--catalog`` file is invalid.
     :raises ValueError: self-signed mode without its flags or ``POD_NAMESPACE``.
     """
     settings.admission.managed = None
     if _opt(options, "no_webhook", False):
         settings.admission.server = None
         return None
-    catalog = tuple(catalog) if catalog is not None else DEFAULT_CATALOG
+    catalog_file = _opt(options, "catalog")
+    if catalog is None:
+        catalog = load_catalog_file(catalog_file) if catalog_file else DEFAULT_CATALOG
+    catalog = tuple(catalog)
     policy_file = _opt(options, "policy")
     policy = load_policy(policy_file) if policy_file else Policy()
     unknown = policy.unknown_classes(catalog)

@@ -18,9 +18,9 @@ from enum import StrEnum
 from typing import Any
 
 from gpu_sizer.admission.policy import EffectivePolicy
-from gpu_sizer.api import GPUWorkloadSpec, InvalidWorkload, MeasurementMode, parse_spec
-from gpu_sizer.api.engine_defaults import default_max_num_batched_tokens
+from gpu_sizer.api import Engine, GPUWorkloadSpec, InvalidWorkload, parse_spec
 from gpu_sizer.api.spec import spec_to_wire
+from gpu_sizer.budget.activations import prefill_tokens
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.sizing import Verdict, assess
 
@@ -106,10 +106,11 @@ def review(
 ) -> Answer:
     """Decide on a GPUWorkload's ``.spec`` (the raw mapping) in ``namespace``.
 
-    Order: spec errors (every one), then the namespace policy (headroom floor and maximum, allowed
-    classes), then :func:`gpu_sizer.sizing.assess` on the catalog narrowed to the classes the
-    namespace allows. Allowed answers carry warnings when the chosen class leaves less than twice
-    the required headroom, when the model revision is unpinned, and when measurement is disabled.
+    Order: spec errors (every one), then the namespace policy (headroom floor and maximum,
+    allowed classes), then :func:`gpu_sizer.sizing.assess`, where a spec that allows every class
+    is limited to the classes its namespace allows. Allowed answers carry the assessment's
+    warnings (headroom under twice the minimum, revision unpinned, measurement disabled), as
+    ``gpu-sizer estimate`` prints them.
     """
     try:
         spec = parse_spec(spec_doc)
@@ -120,33 +121,20 @@ def review(
     if problems:
         return Answer(Outcome.PolicyViolation, "\n".join(problems))
 
-    classes = [
-        c for c in catalog if policy.allowed_classes is None or c.name in policy.allowed_classes
-    ]
-    assessment = assess(spec, classes)
+    if policy.allowed_classes is not None and not spec.placement.gpu_classes:
+        # The namespace's classes stand in for an empty list ("every class"), so the message
+        # speaks of "the largest allowed class" and the fixes stay within what may be used.
+        allowed = [c.name for c in catalog if c.name in policy.allowed_classes]
+        spec = spec.model_copy(
+            update={"placement": spec.placement.model_copy(update={"gpu_classes": allowed})}
+        )
+    assessment = assess(spec, catalog)
     if assessment.verdict is Verdict.UnknownGpuClass:
         return Answer(Outcome.UnknownGpuClass, assessment.message)
     if assessment.verdict is Verdict.NoSafeHeadroom:
         return Answer(Outcome.NoSafeHeadroom, assessment.message)
 
-    warnings = list(assessment.warnings)
-    rec = assessment.recommendation
-    need = spec.placement.min_headroom_fraction
-    if rec is not None and need > 0 and rec.headroom_fraction < 2 * need:
-        warnings.append(
-            f"{rec.gpu_class} leaves {rec.headroom_fraction:.0%} headroom, under twice the "
-            f"required {need:.0%}: a small rise in maxNumSeqs, maxModelLen or batch size may "
-            "not fit; the measurement will tell"
-        )
-    if spec.model.revision is None:
-        warnings.append(
-            "spec.model.revision is not set: measurements cannot be tied to a model commit; "
-            "pin the revision"
-        )
-    if spec.measurement.mode is MeasurementMode.Disabled:
-        warnings.append(
-            "spec.measurement.mode is Disabled: the recommendation rests on the estimate alone"
-        )
+    warnings = assessment.warnings
     outcome = Outcome.AllowedWithWarnings if warnings else Outcome.Allowed
     return Answer(outcome, "", tuple(warnings))
 
@@ -155,8 +143,9 @@ def defaulted_spec(spec_doc: Any, *, policy: EffectivePolicy) -> dict[str, Any] 
     """The spec with every default written out, for the mutating webhook; ``None`` if invalid.
 
     Fills what pydantic defaults (measurement mode and timeout, engine, parallel sizes, ...), the
-    namespace's default ``minHeadroomFraction`` when the spec gives none, and the engine's
-    ``maxNumBatchedTokens`` (:func:`gpu_sizer.api.engine_defaults.default_max_num_batched_tokens`).
+    namespace's default ``minHeadroomFraction`` when the spec gives none, and, for engines that
+    have the option (vLLM, SGLang, TGI), the ``maxNumBatchedTokens`` the budget assumes for them
+    (:func:`gpu_sizer.budget.activations.prefill_tokens`), so the explicit object sizes the same.
     An invalid spec is left alone: the validating webhook rejects it with the field paths.
     """
     try:
@@ -167,8 +156,6 @@ def defaulted_spec(spec_doc: Any, *, policy: EffectivePolicy) -> dict[str, Any] 
     given: Mapping[str, Any] = spec_doc.get("placement") or {}
     if "minHeadroomFraction" not in given:
         wire["placement"]["minHeadroomFraction"] = policy.default_min_headroom_fraction
-    if spec.inference is not None:
-        tokens = default_max_num_batched_tokens(spec.inference)
-        if tokens is not None:
-            wire["inference"]["maxNumBatchedTokens"] = tokens
+    if spec.inference is not None and spec.inference.engine is not Engine.transformers:
+        wire["inference"]["maxNumBatchedTokens"] = prefill_tokens(spec.inference)
     return wire
