@@ -69,3 +69,31 @@ def test_defaults_follow_the_namespace_policy() -> None:
     assert explicit is not None and explicit["placement"]["minHeadroomFraction"] == 0.2
     assert defaulted_spec({"model": {}}, policy=policy) is None
     assert defaulted_spec("not a mapping", policy=policy) is None
+
+
+def test_policy_violations_are_all_reported_in_one_answer() -> None:
+    policy = Policy.model_validate(
+        {
+            "minHeadroomFractionFloor": 0.05,
+            "namespaceRules": [
+                {
+                    "namespaceSelector": {"matchLabels": {"team": "research"}},
+                    "allowedGpuClasses": ["nvidia-l4", "nvidia-a100-40gb"],
+                }
+            ],
+        }
+    ).for_namespace({"team": "research"})
+    doc = spec(
+        4,
+        gpuClasses=["nvidia-l4", "nvidia-h100-80gb", "nvidia-h200"],
+        minHeadroomFraction=0.02,
+    )
+    answer = review(doc, namespace="research", policy=policy, catalog=DEFAULT_CATALOG)
+    assert answer.outcome is Outcome.PolicyViolation
+    assert answer.code == 403
+    assert answer.message == (
+        "spec.placement.minHeadroomFraction: 0.02 is below the floor of 0.05 that the policy "
+        "sets for namespace 'research'; raise it to at least 0.05\n"
+        "spec.placement.gpuClasses: namespace 'research' allows only nvidia-a100-40gb, "
+        "nvidia-l4; remove nvidia-h100-80gb, nvidia-h200"
+    )

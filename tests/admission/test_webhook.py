@@ -188,8 +188,8 @@ async def test_class_outside_namespace_policy_is_rejected(webhook: Webhook) -> N
     assert resp["allowed"] is False
     assert resp["status"]["code"] == 403
     assert resp["status"]["message"] == (
-        "spec.placement.gpuClasses: nvidia-h200 is not allowed in namespace 'research' "
-        "(allowed: nvidia-a100-40gb, nvidia-l4)"
+        "spec.placement.gpuClasses: namespace 'research' allows only nvidia-a100-40gb, "
+        "nvidia-l4; remove nvidia-h200"
     )
     # The same spec is fine where no rule restricts classes.
     resp = await webhook.validate(admission_review(workload(spec, namespace="team-a")))

@@ -87,13 +87,18 @@ def _policy_problems(
             "idle"
         )
     if policy.allowed_classes is not None:
-        allowed = ", ".join(sorted(policy.allowed_classes))
-        for name in spec.placement.gpu_classes:
-            if name in catalog_names and name not in policy.allowed_classes:
-                problems.append(
-                    f"spec.placement.gpuClasses: {name} is not allowed in namespace "
-                    f"{namespace!r} (allowed: {allowed})"
-                )
+        denied = [
+            name
+            for name in spec.placement.gpu_classes
+            if name in catalog_names and name not in policy.allowed_classes
+        ]
+        if denied:
+            problems.append(
+                f"spec.placement.gpuClasses: namespace {namespace!r} allows only "
+                + ", ".join(sorted(policy.allowed_classes))
+                + "; remove "
+                + ", ".join(denied)
+            )
     return problems
 
 
