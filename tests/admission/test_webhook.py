@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from typing import Any
 
 import jsonpatch
@@ -346,3 +347,21 @@ async def test_malformed_reviews_get_a_clear_400_and_the_server_keeps_serving(
 
     ok = await webhook.validate(admission_review(workload(inference())))
     assert ok["allowed"] is True
+
+
+async def test_denials_are_logged_at_info_not_error(
+    webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="kopf.objects")
+    spec = comfortable_spec()
+    spec["inference"]["bogus"] = 1
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is False
+    denials = [r for r in caplog.records if r.getMessage().startswith("Admission denied: ")]
+    assert [r.levelname for r in denials] == ["INFO"]
+    assert denials[0].getMessage() == (
+        "Admission denied: spec.inference.bogus: unknown field; allowed: engine, maxModelLen, "
+        "maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
+        "pipelineParallelSize, enforceEager"
+    )
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

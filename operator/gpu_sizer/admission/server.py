@@ -42,7 +42,7 @@ import aiohttp.web
 import kopf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpu_sizer.admission.handlers import AdmissionConfig, configure_admission
+from gpu_sizer.admission.handlers import AdmissionConfig, DenialLogFilter, configure_admission
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
 from gpu_sizer.admission.policy import PolicyError, load_policy, parse_policy
 from gpu_sizer.api import problems_from
@@ -284,6 +284,9 @@ def configure(
     unknown = policy.unknown_classes(catalog)
     if unknown:
         raise PolicyError(str(policy_file), unknown)
+    denials = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, DenialLogFilter) for f in denials.filters):
+        denials.addFilter(DenialLogFilter())
     configure_admission(
         AdmissionConfig(
             policy=policy, catalog=catalog, namespaces=NamespaceLabels(kubernetes_fetcher())
