@@ -97,3 +97,14 @@ def test_policy_violations_are_all_reported_in_one_answer() -> None:
         "spec.placement.gpuClasses: namespace 'research' allows only nvidia-a100-40gb, "
         "nvidia-l4; remove nvidia-h100-80gb, nvidia-h200"
     )
+
+
+def test_unset_headroom_takes_the_namespace_default() -> None:
+    strict = Policy.model_validate({"defaultMinHeadroomFraction": 0.45}).for_namespace({})
+    doc = spec(1, 1024)
+    doc.pop("placement")
+    explicit = {**doc, "placement": {"minHeadroomFraction": 0.45}}
+    answer = review(doc, namespace="ns", policy=strict, catalog=DEFAULT_CATALOG)
+    same = review(explicit, namespace="ns", policy=strict, catalog=DEFAULT_CATALOG)
+    assert answer == same
+    assert assess(parse_spec(explicit)).recommendation != assess(parse_spec(doc)).recommendation

@@ -214,20 +214,29 @@ async def test_headroom_outside_policy_bounds_is_rejected(webhook: Webhook) -> N
 
 
 async def test_policy_restricts_the_classes_sizing_may_choose(webhook: Webhook) -> None:
-    # Fits some catalog class, but not the research namespace's L4 / A100 40 GB.
-    allowed = [c for c in DEFAULT_CATALOG if c.name in ("nvidia-l4", "nvidia-a100-40gb")]
+    # Fits some catalog class, but not the research namespace's L4 / A100 40 GB with that
+    # namespace's default headroom of 15 % (the spec sets none).
+    def restricted(spec: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **spec,
+            "placement": {
+                "gpuClasses": ["nvidia-l4", "nvidia-a100-40gb"],
+                "minHeadroomFraction": 0.15,
+            },
+        }
+
     spec = next(
         candidate
         for seqs in range(1, 513)
         if (candidate := inference(maxModelLen=8192, maxNumSeqs=seqs))
         and assess(parse_spec(candidate)).verdict is Verdict.Fits
-        and assess(parse_spec(candidate), allowed).verdict is Verdict.NoSafeHeadroom
+        and assess(parse_spec(restricted(candidate))).verdict is Verdict.NoSafeHeadroom
     )
     resp = await webhook.validate(admission_review(workload(spec, namespace="research")))
     assert resp["allowed"] is False
-    restricted = {**spec, "placement": {"gpuClasses": ["nvidia-l4", "nvidia-a100-40gb"]}}
-    assert resp["status"]["message"] == assess(parse_spec(restricted)).message
+    assert resp["status"]["message"] == assess(parse_spec(restricted(spec))).message
     assert "the largest allowed class, nvidia-a100-40gb" in resp["status"]["message"]
+    assert "15% headroom required" in resp["status"]["message"]
 
 
 async def test_reject_messages_in_full(webhook: Webhook) -> None:
