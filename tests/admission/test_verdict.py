@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_sizer.admission.policy import Policy
 from gpu_sizer.admission.verdict import Outcome, defaulted_spec, review
@@ -108,3 +110,37 @@ def test_unset_headroom_takes_the_namespace_default() -> None:
     same = review(explicit, namespace="ns", policy=strict, catalog=DEFAULT_CATALOG)
     assert answer == same
     assert assess(parse_spec(explicit)).recommendation != assess(parse_spec(doc)).recommendation
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+near_specs = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.fixed_dictionaries(
+            {}, optional={"architecture": st.just(LLAMA3_8B), "parameterCount": json_values}
+        ),
+        "inference": st.dictionaries(
+            st.sampled_from(["maxModelLen", "maxNumSeqs", "engine", "kvCacheDtype", "x"]),
+            json_values,
+        ),
+        "placement": st.dictionaries(
+            st.sampled_from(["gpuClasses", "minHeadroomFraction"]), json_values
+        ),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=json_values | near_specs)
+def test_any_document_gets_an_answer_never_an_exception(doc: Any) -> None:
+    answer = review(doc, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG)
+    assert answer.allowed or answer.message
+    explicit = defaulted_spec(doc, policy=OPEN)
+    if explicit is not None:
+        assert review(explicit, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG) == answer
