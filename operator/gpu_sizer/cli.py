@@ -253,6 +253,8 @@ def _estimate(args: argparse.Namespace) -> int:
         obj["status"] = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         objects.append(obj)
     if args.output == "table":
+        if not docs and not invalid:
+            print("No GPUWorkload documents found.", file=err)
         _print_table(rows, out)
         for doc, assessment in rows:
             who = _row_name(doc)
@@ -287,7 +289,6 @@ def _row_name(doc: _Doc) -> str:
 def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
     """kubectl-style: upper-case headers, columns padded with three spaces, GiB per GPU."""
     if not rows:
-        print("No workloads found.", file=sys.stderr)
         return
     columns = [
         (attr, title)
