@@ -19,8 +19,9 @@ float32 and turned into float32 probabilities by the sampler (vLLM ``v1/sample/s
 
 Default ``maxNumBatchedTokens`` when the spec leaves it unset:
 
-- vLLM: 8192 (``EngineArgs._set_default_args``: the OpenAI server's default chunked-prefill
-  budget on GPUs with 70 GiB or more; 2048 on smaller ones, so 8192 is the safe side).
+- vLLM: 8192 (``EngineArgs.get_batch_defaults``: the OpenAI server's chunked-prefill budget on
+  GPUs of 70 GiB or more other than A100; 2048 on the others, so 8192 is the safe side; vLLM V1
+  always chunks prefills).
 - SGLang: 8192 (``ServerArgs.chunked_prefill_size``).
 - TGI: ``maxModelLen + 50`` (launcher ``--max-batch-prefill-tokens`` defaults to
   ``max_input_tokens + 50``).

@@ -14,9 +14,10 @@ them in one place:
   with the cuBLASLt workspace, 64 MiB is planned.
 - ``CUDA_GRAPH_BASE_BYTES`` (empirical) plus the decode activations of the largest captured
   batch: CUDA graphs of all batch sizes share one memory pool (``torch.cuda.graph_pool_handle``),
-  so the pool holds about the intermediates of the largest graph. vLLM captures batch sizes up to
-  512 by default (``CompilationConfig.max_cudagraph_capture_size``) unless ``enforce_eager``
-  (vLLM docs, "Conserving memory"); TGI up to 32 (launcher ``--cuda-graphs`` default
+  so the pool holds about the intermediates of the largest graph. vLLM captures decode batches
+  up to ``min(2 x max_num_seqs, 512)`` tokens by default (``VllmConfig._set_cudagraph_sizes``,
+  ``max_cudagraph_capture_size``) unless ``enforce_eager`` (vLLM docs, "Conserving memory");
+  TGI up to 32 (launcher ``--cuda-graphs`` default
   1,2,4,8,16,32); SGLang up to 160 (``ServerArgs.cuda_graph_max_bs`` on large GPUs). The base
   covers per-graph kernel state and the persistent input buffers.
 - ``NCCL_COMMUNICATOR_BYTES`` (documented default, empirical channel count): NCCL's
@@ -72,9 +73,11 @@ def base_overhead_bytes(parallel_groups: int) -> int:
 
 
 def cuda_graph_batch(engine: Engine, max_num_seqs: int, enforce_eager: bool) -> int:
-    """Sequences in the largest captured CUDA graph (0 when the engine runs eagerly)."""
+    """Tokens in the largest captured decode CUDA graph (0 when the engine runs eagerly)."""
     if enforce_eager:
         return 0
+    if engine is Engine.vllm:
+        return min(2 * max_num_seqs, CUDA_GRAPH_MAX_BATCH[engine])
     return min(max_num_seqs, CUDA_GRAPH_MAX_BATCH[engine])
 
 

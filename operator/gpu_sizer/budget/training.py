@@ -335,7 +335,8 @@ class TrainingBudget:
 
 
 def _largest_unit(lay: Layout, stage_outer: int) -> int:
-    return max(lay.layer_params, stage_outer)
+    """Largest module ZeRO-3 gathers at once: a layer, the embedding or lm_head (parameters)."""
+    return max(lay.layer_params, min(stage_outer, max(lay.embedding, lay.head)))
 
 
 def training_budget(spec: GPUWorkloadSpec, lay: Layout, layers: int, outer: int) -> TrainingBudget:
