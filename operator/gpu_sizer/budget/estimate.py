@@ -52,7 +52,11 @@ from gpu_sizer.budget.training import (
     training_budget,
     weight_bytes_per_param,
 )
-from gpu_sizer.budget.weights import flat_weight_bytes, weight_bytes
+from gpu_sizer.budget.weights import (
+    dequantization_workspace_bytes,
+    flat_weight_bytes,
+    weight_bytes,
+)
 
 __all__ = ["estimate", "stage_outer_params"]
 
@@ -109,7 +113,7 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
         acts = inference_activation_bytes(
             arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
-        )
+        ) + dequantization_workspace_bytes(lay, spec.model.quantization, training=False)
         batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
         graphs = 0
         if batch:

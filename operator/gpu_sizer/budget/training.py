@@ -79,7 +79,7 @@ from gpu_sizer.api import (
     Training,
 )
 from gpu_sizer.budget.params import GATED_FAMILIES, Layout
-from gpu_sizer.budget.weights import weight_bytes
+from gpu_sizer.budget.weights import dequantization_workspace_bytes, weight_bytes
 
 __all__ = [
     "DEEPSPEED_REDUCE_BUCKET_ELEMENTS",
@@ -376,13 +376,7 @@ def training_budget(spec: GPUWorkloadSpec, lay: Layout, layers: int, outer: int)
         base, overhead = weight_bytes(lay, model, layers, outer)
         weights = base + trainable * w_per
         bytes_per_weight = (base + overhead) / max(1, stage_params)
-        if model.quantization is not None:
-            # bitsandbytes/GPTQ kernels dequantize one linear at a time into 16-bit.
-            biggest = max(
-                (lin.in_features * lin.out_features for lin in lay.linears if lin.quantizable),
-                default=0,
-            )
-            extra_activation = 2 * biggest
+        extra_activation = dequantization_workspace_bytes(lay, model.quantization, training=True)
     opt = optimizer_state_bytes(tr.optimizer, precision, trainable, factored, small)
     states = model_states(weights, trainable, g_per, opt, _master_bytes(precision), strategy, n)
     weights_out = states.weights
