@@ -19,9 +19,10 @@ copy, momentum, variance), 16 bytes in all. Here the fp32 master copy is reporte
   where ``torch.optim`` creates states like the parameters): AdamW 2s (Loshchilov & Hutter
   2019); SGD 0; SGD with momentum s; Lion s (Chen et al. 2023, one momentum); 8-bit AdamW 2 bytes
   plus one fp32 absmax per 256-element block per state (Dettmers et al. 2022, "8-bit Optimizers
-  via Block-wise Quantization", section 2; bitsandbytes keeps 32-bit states for tensors under
-  4096 elements, ``min_8bit_size``); Adafactor factored second moments, ``rows + cols`` per matrix
-  and the full size per vector, no first moment (Shazeer & Stern 2018, section 3; Hugging Face
+  via Block-wise Quantization", section 2, as bitsandbytes ``Optimizer2State.init_state``
+  allocates it; tensors under 4096 elements keep 32-bit states, ``min_8bit_size``); Adafactor
+  factored second moments, ``rows + cols`` per matrix and the full size per vector, no first
+  moment (Shazeer & Stern 2018, section 3; Hugging Face
   ``Adafactor`` default ``beta1=None``).
 
 Sharding over ``dataParallelSize`` N (ZeRO paper section 5.1, Figure 1; PyTorch FSDP docs,
