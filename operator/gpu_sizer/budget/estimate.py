@@ -46,6 +46,7 @@ from gpu_sizer.budget.runtime import (
 from gpu_sizer.budget.training import (
     communication_buffer_bytes,
     gradient_bytes_per_param,
+    master_bytes_per_param,
     model_states,
     optimizer_state_bytes,
     trainable_parameter_count,
@@ -229,13 +230,12 @@ def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
     if tp * pp > 1:
         notes.append(f"parameters split evenly over {tp * pp} model-parallel GPUs {_NO_ARCH}")
     opt = optimizer_state_bytes(tr.optimizer, precision, shard, shard, 0)
-    master_per = 4 if precision.value.endswith("-mixed") else 0
     states = model_states(
         shard * weight_bytes_per_param(precision),
         shard,
         gradient_bytes_per_param(precision, par.strategy),
         opt,
-        master_per,
+        master_bytes_per_param(precision),
         par.strategy,
         par.data_parallel_size,
     )

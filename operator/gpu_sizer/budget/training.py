@@ -91,6 +91,7 @@ __all__ = [
     "communication_buffer_bytes",
     "gradient_bytes_per_param",
     "logits_bytes",
+    "master_bytes_per_param",
     "model_states",
     "optimizer_state_bytes",
     "trainable_parameter_count",
@@ -157,7 +158,8 @@ def _state_bytes(precision: Precision) -> int:
     return 2 if precision is Precision.bf16_true else 4
 
 
-def _master_bytes(precision: Precision) -> int:
+def master_bytes_per_param(precision: Precision) -> int:
+    """fp32 master-copy bytes per trainable parameter: 4 under mixed precision, else 0."""
     return 4 if precision in (Precision.bf16_mixed, Precision.fp16_mixed) else 0
 
 
@@ -379,7 +381,9 @@ def training_budget(spec: GPUWorkloadSpec, lay: Layout, layers: int, outer: int)
         bytes_per_weight = (base + overhead) / max(1, stage_params)
         extra_activation = dequantization_workspace_bytes(lay, model.quantization, training=True)
     opt = optimizer_state_bytes(tr.optimizer, precision, trainable, factored, small)
-    states = model_states(weights, trainable, g_per, opt, _master_bytes(precision), strategy, n)
+    states = model_states(
+        weights, trainable, g_per, opt, master_bytes_per_param(precision), strategy, n
+    )
     weights_out = states.weights
     grads_out = states.gradients
     if strategy is ParallelStrategy.zero3:
