@@ -131,7 +131,10 @@ def model_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     arch["maxPositionEmbeddings"] = int(
         _first(config, "max_position_embeddings", "n_positions") or 2048
     )
-    bias_keys = (("attention_bias", "attentionBias"), ("mlp_bias", "mlpBias"))
+    bias_keys: tuple[tuple[str, str], ...] = (
+        ("attention_bias", "attentionBias"),
+        ("mlp_bias", "mlpBias"),
+    )
     if model_type == "falcon":
         bias_keys += (("bias", "attentionBias"),)  # FalconConfig.bias: every linear layer
     for key, wire in bias_keys:
