@@ -490,3 +490,28 @@ def test_notes_tell_how_to_apply_and_wait(render_raw: Any) -> None:
     assert "kubectl apply" in notes
     assert "kubectl wait" in notes and "--for=condition=Ready gpuworkload/" in notes
     assert "deployment/gs-gpu-sizer" in notes
+
+
+# --- The operator's own parsers accept what the chart renders ---------------------------------
+
+
+@pytest.mark.parametrize("values_file", [None, *VALUE_FILES], ids=["defaults", *VALUE_IDS])
+def test_operator_reads_the_rendered_catalog(render: Render, values_file: Path | None) -> None:
+    catalog_module = pytest.importorskip("gpu_sizer.catalog")
+    load_catalog = getattr(catalog_module, "load_catalog", None)
+    if load_catalog is None:
+        pytest.skip("gpu_sizer.catalog.load_catalog not on this branch yet (offline helper)")
+    catalog, _ = config(render(load_values(values_file) if values_file else None))
+    classes = {c.name for c in load_catalog(catalog)}
+    for entry in catalog["classes"]:
+        assert entry["name"] in classes
+
+
+@pytest.mark.parametrize("values_file", [None, *VALUE_FILES], ids=["defaults", *VALUE_IDS])
+def test_admission_reads_the_rendered_policy(render: Render, values_file: Path | None) -> None:
+    policy_module = pytest.importorskip(
+        "gpu_sizer.admission.policy", reason="admission helper's policy parser not merged yet"
+    )
+    _, policy = config(render(load_values(values_file) if values_file else None))
+    parsed = policy_module.parse_policy(policy, "policy.yaml")
+    assert parsed.default_min_headroom_fraction == policy["defaultMinHeadroomFraction"]
