@@ -96,12 +96,27 @@ def test_schema_rejects_mistakes(chart: Any, bad: dict[str, Any]) -> None:
 
 
 def test_every_default_value_is_documented() -> None:
-    """values.yaml is documented line by line: each top-level key has a comment above it."""
-    lines = (CHART / "values.yaml").read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line and not line.startswith((" ", "#")):
-            above = lines[i - 1] if i else ""
-            assert above.startswith("#"), f"values.yaml: {line!r} has no comment above it"
+    """values.yaml is documented line by line: every key has a comment right above it, or sits
+    inside a block whose own comment starts with "# --" (documented as a whole, e.g. resources)."""
+    undocumented = []
+    stack: list[tuple[int, bool]] = []  # (indent, documents its whole block) of enclosing keys
+    previous = first_comment = ""
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#") and not previous.startswith("#"):
+            first_comment = stripped
+        if stripped and not stripped.startswith(("#", "- ")) and ":" in stripped:
+            indent = len(line) - len(line.lstrip())
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            commented = previous.startswith("#")
+            covered = any(whole for _, whole in stack)
+            if not (commented or covered):
+                undocumented.append(stripped.split(":")[0])
+            stack.append((indent, commented and first_comment.startswith("# --")))
+        if stripped:
+            previous = stripped
+    assert undocumented == [], f"values.yaml keys without a comment: {undocumented}"
 
 
 # --- Lint and validation ----------------------------------------------------------------------
