@@ -530,3 +530,17 @@ def test_admission_reads_the_rendered_policy(render: Render, values_file: Path |
     _, policy = config(render(load_values(values_file) if values_file else None))
     parsed = policy_module.parse_policy(policy, "policy.yaml")
     assert parsed.default_min_headroom_fraction == policy["defaultMinHeadroomFraction"]
+
+
+def test_packaged_chart_keeps_every_file(tmp_path: Path) -> None:
+    """`helm package` honours .helmignore: the archive must still carry the dashboard, the CRDs
+    and the schema, and render the same objects as the directory."""
+    archive = helm.package(CHART, destination=tmp_path)
+    with helm.Chart.load(archive) as packaged:
+        assert {c["filename"].rsplit("/", 1)[-1] for c in packaged.crds} == {
+            p.name for p in (CHART / "crds").glob("*.yaml")
+        }
+        assert packaged.schema == SCHEMA
+        rendered = packaged.render(ALL_FEATURES, name="gs", namespace=NAMESPACE)
+    dashboard = yaml.safe_load(rendered["gpu-sizer/templates/dashboard.yaml"])
+    assert json.loads(dashboard["data"]["gpu-sizer.json"])["panels"]
