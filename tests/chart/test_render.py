@@ -4,6 +4,7 @@ says (flags, object names, webhook rules, security settings)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -132,17 +133,28 @@ def test_helm_lint_has_no_errors(values_file: Path | None) -> None:
     assert report["errors"] == [] and problems == [], report
 
 
+# Chart.yaml's kubeVersion floor, and the newest schemas kubernetes-validate ships.
+_floor = re.search(
+    r"(\d+)\.(\d+)", yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+)
+assert _floor, "Chart.yaml has no kubeVersion floor"
+KUBE_VERSIONS = [f"{_floor[1]}.{_floor[2]}.0", KUBE_VERSION]
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 @pytest.mark.parametrize("values_file", [None, *VALUE_FILES], ids=["defaults", *VALUE_IDS])
 def test_manifests_validate_against_kubernetes_schemas(
-    render: Render, values_file: Path | None
+    render: Render, values_file: Path | None, kube_version: str
 ) -> None:
+    """Strict schemas (unknown fields fail) of the oldest Kubernetes the chart claims to support
+    and of a recent one."""
     docs = render(load_values(values_file) if values_file else None)
     validated = 0
     for doc in docs:
         if doc["kind"] in CRD_KINDS:
             continue
         try:
-            kubernetes_validate.validate(strip(doc), KUBE_VERSION, strict=True)
+            kubernetes_validate.validate(strip(doc), kube_version, strict=True)
         except kubernetes_validate.ValidationError as e:
             where = f"{doc['__template__']}: {doc['kind']} {doc['metadata']['name']}"
             pytest.fail(f"{where}: {e.message} at {list(e.path)}")
