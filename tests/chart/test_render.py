@@ -556,3 +556,23 @@ def test_packaged_chart_keeps_every_file(tmp_path: Path) -> None:
         rendered = packaged.render(ALL_FEATURES, name="gs", namespace=NAMESPACE)
     dashboard = yaml.safe_load(rendered["gpu-sizer/templates/dashboard.yaml"])
     assert json.loads(dashboard["data"]["gpu-sizer.json"])["panels"]
+
+
+@pytest.mark.parametrize("values", [{"replicaCount": 2}, ALL_FEATURES], ids=["self-signed", "all"])
+def test_long_release_names_give_valid_object_names(render: Render, values: dict[str, Any]) -> None:
+    """Helm allows 53-character release names; every name and label value must stay a valid
+    DNS label / label value (63 characters) after the chart's suffixes."""
+    release = "a-very-long-release-name-for-the-gpu-sizer-operator-x"
+    assert len(release) == 53
+    docs = render(values, name=release)
+    dns_label = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        assert len(name) <= 63 and dns_label.match(name), name
+        for value in doc["metadata"].get("labels", {}).values():
+            assert len(value) <= 63, value
+    args = operator_container(docs)["args"]
+    names = {d["metadata"]["name"] for d in docs}
+    for arg in args:
+        if arg.startswith(("--webhook-service=", "--webhook-config-name=", "--peering=")):
+            assert arg.split("=", 1)[1] in names, arg
