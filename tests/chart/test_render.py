@@ -3,6 +3,7 @@ says (flags, object names, webhook rules, security settings)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -576,3 +577,21 @@ def test_long_release_names_give_valid_object_names(render: Render, values: dict
     for arg in args:
         if arg.startswith(("--webhook-service=", "--webhook-config-name=", "--peering=")):
             assert arg.split("=", 1)[1] in names, arg
+
+
+@pytest.mark.parametrize("values_file", [None, *VALUE_FILES], ids=["defaults", *VALUE_IDS])
+def test_operator_cli_accepts_the_rendered_args(render: Render, values_file: Path | None) -> None:
+    """The real `gpu-sizer operator` parser takes every flag the chart passes, with its value."""
+    options = pytest.importorskip("gpu_sizer.controller.options")
+    add_arguments = getattr(options, "add_operator_arguments", None)
+    if add_arguments is None:
+        pytest.skip("gpu_sizer.controller.options.add_operator_arguments not merged yet")
+    parser = argparse.ArgumentParser(prog="gpu-sizer operator", exit_on_error=False)
+    add_arguments(parser)
+    docs = render(load_values(values_file) if values_file else None)
+    rendered = args(docs)
+    assert rendered[0] == "operator"
+    parsed = parser.parse_args(rendered[1:])
+    assert parsed.metrics_port == 8080 and parsed.health_port == 8081
+    assert parsed.catalog == "/etc/gpu-sizer/catalog.yaml"
+    assert parsed.probe_image == flag(docs, "probe-image")
