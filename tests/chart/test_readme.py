@@ -80,6 +80,8 @@ def test_helm_commands_are_right_for_the_chart(render: Render, doc: str) -> None
                 merge(values, parse(assignment))
         with helm.Chart.load(CHART) as chart:
             chart.validate_schema(values)
+        # No image is published: a command that keeps the default repository cannot pull it.
+        assert "repository" in values.get("image", {}), f"{doc}: {shlex.join(words)}"
         kinds = {d["kind"] for d in render(values, name=release, namespace=namespace)}
         assert "Deployment" in kinds
 
