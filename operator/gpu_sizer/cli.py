@@ -70,7 +70,8 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
         "--output",
         choices=["table", "json", "yaml"],
         default="table",
-        help="table (GiB per GPU), or the objects with the status the operator would write",
+        help="table (components in GiB on the most loaded GPU), or the objects with the status "
+        "the operator would write before measuring",
     )
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_estimate)
@@ -186,12 +187,13 @@ _COLUMNS = (
     ("weights_bytes", "WEIGHTS"),
     ("quantization_overhead_bytes", "QUANT"),
     ("kv_cache_bytes", "KV-CACHE"),
-    ("activation_bytes", "ACTIVATIONS"),
-    ("gradient_bytes", "GRADIENTS"),
-    ("optimizer_state_bytes", "OPTIMIZER"),
+    ("activation_bytes", "ACTIV"),
+    ("gradient_bytes", "GRADS"),
+    ("optimizer_state_bytes", "OPTIM"),
     ("master_weight_bytes", "MASTER"),
     ("runtime_overhead_bytes", "RUNTIME"),
 )
+"""Component columns of the table (GiB per GPU on the most loaded GPU); all-zero ones are hidden."""
 
 
 def _now() -> str:

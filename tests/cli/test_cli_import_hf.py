@@ -220,6 +220,26 @@ def test_falcon_new_decoder(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert arch["newDecoderArchitecture"] is True and arch["numKeyValueHeads"] == 8
 
 
+def test_opt_350m_post_layer_norm(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # facebook/opt-350m: 1024 wide, embeddings projected from 512, post-layer-norm blocks
+    config = {
+        **OPT_13B,
+        "hidden_size": 1024,
+        "ffn_dim": 4096,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 24,
+        "word_embed_proj_dim": 512,
+        "do_layer_norm_before": False,
+    }
+    arch = arch_of(imported(capsys, tmp_path, config))
+    assert arch["wordEmbedProjDim"] == 512 and arch["doLayerNormBefore"] is False
+
+
+def test_falcon_sequential_attention(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    arch = arch_of(imported(capsys, tmp_path, {**FALCON_7B, "parallel_attn": False}))
+    assert arch["parallelAttn"] is False
+
+
 def test_opt_ffn_dim(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     doc = imported(capsys, tmp_path, OPT_13B)
     arch = arch_of(doc)
