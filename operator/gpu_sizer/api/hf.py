@@ -4,16 +4,18 @@ Key names differ by family (``transformers`` config classes, by ``model_type``):
 
 - Llama, Mistral, Mixtral, Qwen2(-MoE), Gemma, Phi-3 use ``num_hidden_layers``, ``hidden_size``,
   ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``;
-- OPT (``OPTConfig``) calls the MLP width ``ffn_dim`` and may have ``word_embed_proj_dim``;
+- OPT (``OPTConfig``) calls the MLP width ``ffn_dim`` and may have ``word_embed_proj_dim`` and
+  ``do_layer_norm_before: false`` (OPT-350m);
 - Falcon (``FalconConfig``; the original RefinedWeb configs) uses ``n_layer``, ``n_head``,
   ``n_head_kv``/``num_kv_heads``, ``multi_query`` (one KV head) and has no ``intermediate_size``
-  (the MLP is 4 x hidden) nor ``max_position_embeddings`` (2048);
+  (the MLP is 4 x hidden) nor ``max_position_embeddings`` (2048); ``parallel_attn`` false adds a
+  layer norm;
 - GPT-NeoX (``GPTNeoXConfig``) uses the Llama names, without KV heads (multi-head attention);
 - Qwen2-MoE names its experts ``num_experts``; Qwen2 only uses its ``sliding_window`` when
   ``use_sliding_window`` is true.
 
-``tie_word_embeddings`` defaults to ``PretrainedConfig``'s ``True`` unless the family's config
-class sets another default (Llama, Mistral, Mixtral, Qwen2, Phi-3, GPT-NeoX: ``False``).
+``tie_word_embeddings``, ``attention_bias`` (Falcon: ``bias``) and ``mlp_bias`` are written only
+when config.json has them; unset, the memory model applies the family's config-class default.
 """
 
 from __future__ import annotations
@@ -22,10 +24,6 @@ from typing import Any, Final
 
 __all__ = ["UnsupportedConfig", "model_from_hf_config"]
 
-#: Families whose config class defaults ``tie_word_embeddings`` to False.
-_UNTIED_BY_DEFAULT: Final = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "phi3", "gpt_neox"}
-)
 _DTYPES: Final = {
     "float32": "float32",
     "float": "float32",
@@ -120,18 +118,28 @@ def model_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
             kv = 1
     if kv is not None:
         arch["numKeyValueHeads"] = int(kv)
+    if model_type == "falcon" and config.get("parallel_attn") is False:
+        arch["parallelAttn"] = False
+    if model_type == "opt" and config.get("do_layer_norm_before") is False:
+        arch["doLayerNormBefore"] = False
     if config.get("head_dim") is not None:
         arch["headDim"] = int(config["head_dim"])
-    tied = config.get("tie_word_embeddings")
-    arch["tieWordEmbeddings"] = (
-        bool(tied) if tied is not None else model_type not in _UNTIED_BY_DEFAULT
-    )
+    # Written only when config.json says so: unset means the family's config-class default,
+    # which the memory model applies (gpu_sizer.budget.params).
+    if config.get("tie_word_embeddings") is not None:
+        arch["tieWordEmbeddings"] = bool(config["tie_word_embeddings"])
     arch["maxPositionEmbeddings"] = int(
         _first(config, "max_position_embeddings", "n_positions") or 2048
     )
-    for key, wire in (("attention_bias", "attentionBias"), ("mlp_bias", "mlpBias")):
-        if config.get(key):
-            arch[wire] = True
+    bias_keys: tuple[tuple[str, str], ...] = (
+        ("attention_bias", "attentionBias"),
+        ("mlp_bias", "mlpBias"),
+    )
+    if model_type == "falcon":
+        bias_keys += (("bias", "attentionBias"),)  # FalconConfig.bias: every linear layer
+    for key, wire in bias_keys:
+        if config.get(key) is not None:
+            arch[wire] = bool(config[key])
     experts = _first(config, "num_local_experts", "num_experts")
     if experts is not None:
         arch["numLocalExperts"] = int(experts)

@@ -249,14 +249,18 @@ class Architecture(_Model):
         None, description="Per-head width; default hiddenSize / numAttentionHeads."
     )
     vocab_size: PositiveInt = Field(description="Vocabulary size (rows of the embedding).")
-    tie_word_embeddings: bool = Field(
-        False, description="lm_head shares the input embedding's weights."
+    tie_word_embeddings: bool | None = Field(
+        None,
+        description="lm_head shares the input embedding's weights; unset takes the family's "
+        "config-class default (tied for gemma, gemma2, falcon, opt).",
     )
     max_position_embeddings: PositiveInt = Field(
         description="Longest context the model supports without rope scaling, in tokens."
     )
-    attention_bias: bool = Field(
-        False, description="q/k/v/o projections carry biases (Llama's attention_bias)."
+    attention_bias: bool | None = Field(
+        None,
+        description="q/k/v/o projections carry biases (Llama's attention_bias); unset takes the "
+        "family default (biased for gpt_neox and opt; Qwen2's qkv biases are always counted).",
     )
     mlp_bias: bool = Field(False, description="MLP projections carry biases (Llama's mlp_bias).")
     num_local_experts: PositiveInt | None = Field(
@@ -449,7 +453,8 @@ class Inference(_Model):
     max_num_batched_tokens: PositiveInt | None = Field(
         None,
         description="Tokens per forward pass (prefill chunk); default the engine's "
-        "(vLLM: max(maxModelLen, 2048) without chunked prefill, 8192 with it).",
+        "(vLLM and SGLang 8192, TGI maxModelLen + 50; transformers prefills every sequence "
+        "at once).",
     )
     kv_cache_dtype: KvCacheDtype = Field(
         KvCacheDtype.auto, description="auto (model dtype) | fp8 | fp8_e4m3 | fp8_e5m2."

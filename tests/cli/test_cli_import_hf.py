@@ -1,0 +1,329 @@
+"""`gpu-sizer import-hf-config`: Hugging Face config.json files of several families become valid
+GPUWorkload skeletons. The configs below are the official ones on the Hub (model ids named),
+trimmed to the keys that matter plus a few that must be ignored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpu_sizer.api import Architecture, parse_workload
+from gpu_sizer.budget.params import layout
+from gpu_sizer.cli import main
+
+# meta-llama/Meta-Llama-3-8B
+LLAMA_3_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+# tiiuae/falcon-7b (transformers-native config)
+FALCON_7B = {
+    "alibi": False,
+    "bias": False,
+    "hidden_size": 4544,
+    "model_type": "falcon",
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "parallel_attn": True,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 65024,
+}
+# tiiuae/falcon-7b, original RefinedWebModel config
+FALCON_7B_RW = {
+    "hidden_size": 4544,
+    "model_type": "RefinedWebModel",
+    "multi_query": True,
+    "n_head": 71,
+    "n_layer": 32,
+    "parallel_attn": True,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 65024,
+}
+# tiiuae/falcon-40b
+FALCON_40B = {
+    "hidden_size": 8192,
+    "model_type": "falcon",
+    "new_decoder_architecture": True,
+    "num_attention_heads": 128,
+    "num_kv_heads": 8,
+    "num_hidden_layers": 60,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 65024,
+}
+# facebook/opt-13b
+OPT_13B = {
+    "_name_or_path": "facebook/opt-13b",
+    "activation_function": "relu",
+    "ffn_dim": 20480,
+    "hidden_size": 5120,
+    "max_position_embeddings": 2048,
+    "model_type": "opt",
+    "num_attention_heads": 40,
+    "num_hidden_layers": 40,
+    "torch_dtype": "float16",
+    "vocab_size": 50272,
+    "word_embed_proj_dim": 5120,
+}
+# EleutherAI/gpt-neox-20b
+GPT_NEOX_20B = {
+    "hidden_size": 6144,
+    "intermediate_size": 24576,
+    "max_position_embeddings": 2048,
+    "model_type": "gpt_neox",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 44,
+    "rotary_pct": 0.25,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "vocab_size": 50432,
+}
+# TheBloke/Mixtral-8x7B-Instruct-v0.1-AWQ
+MIXTRAL_AWQ = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "vocab_size": 32000,
+    "quantization_config": {
+        "bits": 4,
+        "group_size": 128,
+        "quant_method": "awq",
+        "version": "gemm",
+        "zero_point": True,
+    },
+}
+# Qwen/Qwen2-7B-Instruct
+QWEN2_7B = {
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "sliding_window": 131072,
+    "use_sliding_window": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 152064,
+}
+# meta-llama/Llama-3.1-8B (rope_scaling llama3)
+LLAMA_31_8B = {
+    **LLAMA_3_8B,
+    "max_position_embeddings": 131072,
+    "rope_scaling": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+}
+# TheBloke/Llama-2-13B-GPTQ
+GPTQ = {
+    "bits": 4,
+    "group_size": 128,
+    "damp_percent": 0.01,
+    "desc_act": True,
+    "sym": True,
+    "true_sequential": True,
+    "quant_method": "gptq",
+}
+BNB_NF4 = {
+    "quant_method": "bitsandbytes",
+    "load_in_4bit": True,
+    "bnb_4bit_quant_type": "nf4",
+    "bnb_4bit_use_double_quant": True,
+    "bnb_4bit_compute_dtype": "bfloat16",
+}
+FP8 = {"quant_method": "fp8", "activation_scheme": "static"}
+
+
+def imported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, config: dict[str, Any], *extra: str
+) -> dict[str, Any]:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code = main(["import-hf-config", str(path), "--name", "w", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.startswith("# Generated by gpu-sizer import-hf-config")
+    doc: dict[str, Any] = yaml.safe_load(out)
+    parse_workload(doc)  # the skeleton is a valid GPUWorkload as printed
+    return doc
+
+
+def arch_of(doc: dict[str, Any]) -> dict[str, Any]:
+    return doc["spec"]["model"]["architecture"]  # type: ignore[no-any-return]
+
+
+def test_llama(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = imported(capsys, tmp_path, LLAMA_3_8B, "--model-id", "meta-llama/Meta-Llama-3-8B",
+                   "--max-num-seqs", "32")  # fmt: skip
+    assert arch_of(doc) == {
+        "modelType": "llama", "numHiddenLayers": 32, "hiddenSize": 4096, "numAttentionHeads": 32,
+        "vocabSize": 128256, "intermediateSize": 14336, "numKeyValueHeads": 8,
+        "tieWordEmbeddings": False, "maxPositionEmbeddings": 8192, "attentionBias": False,
+    }  # fmt: skip
+    assert doc["spec"]["model"]["name"] == "meta-llama/Meta-Llama-3-8B"
+    assert doc["spec"]["model"]["dtype"] == "bfloat16"
+    assert doc["spec"]["inference"] == {
+        "engine": "vllm",
+        "maxModelLen": 8192,
+        "maxNumSeqs": 32,
+        "kvCacheDtype": "auto",
+        "tensorParallelSize": 1,
+    }
+
+
+@pytest.mark.parametrize("config", [FALCON_7B, FALCON_7B_RW], ids=["falcon", "RefinedWebModel"])
+def test_falcon_multi_query(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, config: dict[str, Any]
+) -> None:
+    arch = arch_of(imported(capsys, tmp_path, config))
+    assert arch["modelType"] == "falcon"
+    assert (arch["numAttentionHeads"], arch["numKeyValueHeads"]) == (71, 1)
+    assert arch["intermediateSize"] == 4 * 4544  # Falcon's MLP is 4 x hidden
+    assert arch["maxPositionEmbeddings"] == 2048
+    # config.json has no tie_word_embeddings: left unset, the family default (tied) applies.
+    assert "tieWordEmbeddings" not in arch
+    assert layout(Architecture.model_validate(arch)).tied
+
+
+def test_falcon_new_decoder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    arch = arch_of(imported(capsys, tmp_path, FALCON_40B, "--max-num-seqs", "1"))
+    assert arch["newDecoderArchitecture"] is True and arch["numKeyValueHeads"] == 8
+
+
+def test_opt_350m_post_layer_norm(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # facebook/opt-350m: 1024 wide, embeddings projected from 512, post-layer-norm blocks
+    config = {
+        **OPT_13B,
+        "hidden_size": 1024,
+        "ffn_dim": 4096,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 24,
+        "word_embed_proj_dim": 512,
+        "do_layer_norm_before": False,
+    }
+    arch = arch_of(imported(capsys, tmp_path, config))
+    assert arch["wordEmbedProjDim"] == 512 and arch["doLayerNormBefore"] is False
+
+
+def test_falcon_sequential_attention(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    arch = arch_of(imported(capsys, tmp_path, {**FALCON_7B, "parallel_attn": False}))
+    assert arch["parallelAttn"] is False
+
+
+def test_opt_ffn_dim(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = imported(capsys, tmp_path, OPT_13B)
+    arch = arch_of(doc)
+    assert arch["intermediateSize"] == 20480 and "wordEmbedProjDim" not in arch
+    # OPTConfig inherits PretrainedConfig's tied default; unset, the memory model applies it.
+    assert "tieWordEmbeddings" not in arch
+    assert layout(Architecture.model_validate(arch)).tied
+    assert doc["spec"]["model"]["name"] == "facebook/opt-13b"
+    assert doc["spec"]["model"]["dtype"] == "float16"
+    assert doc["spec"]["inference"]["maxModelLen"] == 2048
+
+
+def test_gpt_neox(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    arch = arch_of(imported(capsys, tmp_path, GPT_NEOX_20B))
+    assert "numKeyValueHeads" not in arch and arch["intermediateSize"] == 24576
+    assert arch["tieWordEmbeddings"] is False
+
+
+def test_mixtral_awq(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = imported(capsys, tmp_path, MIXTRAL_AWQ)
+    arch = arch_of(doc)
+    assert (arch["numLocalExperts"], arch["numExpertsPerTok"]) == (8, 2)
+    assert doc["spec"]["model"]["quantization"] == {"method": "awq", "bits": 4, "groupSize": 128}
+
+
+def test_qwen2_sliding_window_off(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert "slidingWindow" not in arch_of(imported(capsys, tmp_path, QWEN2_7B))
+
+
+def test_rope_scaling(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = imported(capsys, tmp_path, LLAMA_31_8B, "--max-model-len", "65536")
+    assert arch_of(doc)["ropeScaling"] == {
+        "ropeType": "llama3", "factor": 8.0, "originalMaxPositionEmbeddings": 8192
+    }  # fmt: skip
+    assert doc["spec"]["inference"]["maxModelLen"] == 65536
+
+
+@pytest.mark.parametrize(
+    ("qc", "expected"),
+    [
+        (GPTQ, {"method": "gptq", "bits": 4, "groupSize": 128, "descAct": True}),
+        (BNB_NF4, {"method": "bitsandbytes-nf4", "bits": 4, "doubleQuant": True}),
+        ({"quant_method": "bitsandbytes", "load_in_8bit": True},
+         {"method": "bitsandbytes-int8", "bits": 8}),
+        (FP8, {"method": "fp8", "bits": 8}),
+    ],
+)  # fmt: skip
+def test_quantization_configs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, qc: dict[str, Any], expected: Any
+) -> None:
+    doc = imported(capsys, tmp_path, {**LLAMA_3_8B, "quantization_config": qc})
+    assert doc["spec"]["model"]["quantization"] == expected
+
+
+def test_training_skeleton(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = imported(capsys, tmp_path, {**LLAMA_3_8B, "quantization_config": BNB_NF4},
+                   "--training", "--finetuning", "qlora", "--sequence-length", "2048",
+                   "--activation-checkpointing", "--namespace", "ml")  # fmt: skip
+    training = doc["spec"]["training"]
+    assert "inference" not in doc["spec"] and doc["metadata"] == {"name": "w", "namespace": "ml"}
+    assert training["finetuning"] == {"method": "qlora"}
+    assert training["sequenceLength"] == 2048 and training["activationCheckpointing"] is True
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "invalid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        (json.dumps({"model_type": "llama"}), "config.json has none of hidden_size"),
+        (json.dumps({**LLAMA_3_8B, "quantization_config": {"quant_method": "hqq"}}), "'hqq'"),
+        (json.dumps({**LLAMA_3_8B, "model_type": "mamba"}),
+         "spec.model.architecture.modelType: unknown model type 'mamba'"),
+    ],
+)  # fmt: skip
+def test_unusable_configs_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    assert main(["import-hf-config", str(path), "--name", "w"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err and "Traceback" not in err
+    assert err.startswith(str(path))
