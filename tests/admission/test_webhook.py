@@ -248,8 +248,9 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
         "needs 80.7 GiB per GPU x1 (KV cache 64.0 GiB, weights 15.0 GiB, runtime overhead "
         "0.9 GiB); the largest allowed class, nvidia-l4 (22.5 GiB usable), is 58.2 GiB short; "
         "10% headroom required (spec.placement.minHeadroomFraction).\n"
-        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); maxModelLen 451 "
-        "(20.2 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 (11.2 GiB per GPU, nvidia-l4 x8)."
+        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); maxModelLen 450 "
+        "(20.2 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 (11.2 GiB per GPU, nvidia-l4 x8). "
+        "Not enough alone: kvCacheDtype fp8 (48.7 GiB per GPU, still too big for nvidia-l4)."
     )
     training = {
         "model": {"revision": "x", "parameterCount": 70_000_000_000},
@@ -261,7 +262,8 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
         "weights 260.8 GiB); the largest class in the catalog, amd-mi300x (191.7 GiB usable), "
         "is 1008.4 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
         "Fits with any of: parallelism zero3 with dataParallelSize 8 (133.9 GiB per GPU, "
-        "amd-mi300x x8)."
+        "amd-mi300x x8). Not enough alone: activationCheckpointing true (1200.1 GiB per GPU, "
+        "still too big for amd-mi300x)."
     )
 
 
