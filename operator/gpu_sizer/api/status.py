@@ -118,6 +118,11 @@ class EstimateStatus(_Status):
     kv_cache_tokens: int | None = Field(
         None, description="Tokens the KV cache is sized for (inference only)."
     )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="Caveats of this estimate (e.g. components that could not be computed "
+        "without spec.model.architecture).",
+    )
 
 
 class MeasurementStatus(_Status):
