@@ -577,8 +577,18 @@ class GPUWorkloadSpec(_Model):
     @model_validator(mode="after")
     def _check(self) -> GPUWorkloadSpec:
         problems = _Problems()
-        if (self.inference is None) == (self.training is None):
-            problems.add("inference", "set exactly one of spec.inference or spec.training")
+        if self.inference is not None and self.training is not None:
+            problems.add(
+                "training",
+                "spec.inference and spec.training are both set; set exactly one "
+                "(one GPUWorkload sizes one workload)",
+            )
+        elif self.inference is None and self.training is None:
+            problems.add(
+                "inference",
+                "set exactly one of spec.inference (serving) or spec.training (training or "
+                "fine-tuning)",
+            )
         arch = self.model.architecture
         if self.inference is not None:
             inf = self.inference
