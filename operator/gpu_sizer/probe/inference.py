@@ -133,6 +133,12 @@ def run_inference(
     batched = inf.max_num_batched_tokens or SYNTHETIC_DEFAULT_BATCHED_TOKENS
     if inf.max_num_batched_tokens is None:
         notes.append(f"maxNumBatchedTokens unset: chunked prefill of {batched} tokens (vLLM V1)")
+    if arch.sliding_window is not None and arch.sliding_window < inf.max_model_len:
+        notes.append(
+            f"slidingWindow {arch.sliding_window} < maxModelLen {inf.max_model_len}: the synthetic "
+            "cache holds every position for every layer; engines that cap sliding-window layers "
+            "(vLLM's hybrid KV cache manager) hold less"
+        )
     torch.manual_seed(0)
 
     with torch.inference_mode():

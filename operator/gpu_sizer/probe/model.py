@@ -59,35 +59,54 @@ class Layout:
     final_norm: bool = True
     learned_positions_offset: int | None = None
     activation: str = "silu"
+    tied: bool = False
+
+
+#: transformers' config classes whose ``tie_word_embeddings`` / bias flags default to true.
+_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "falcon", "opt"})
+_BIASED_BY_DEFAULT = frozenset({"gpt_neox", "opt"})
+
+
+def _flag(arch: Architecture, name: str, family_default: bool) -> bool:
+    """A flag the spec may leave unset: then the family's config-class default applies."""
+    if name in arch.model_fields_set:
+        return bool(getattr(arch, name))
+    return family_default
 
 
 def layout_for(arch: Architecture) -> Layout:
     """The family layout of ``arch.model_type`` (transformers' defaults for that family)."""
     mt = arch.model_type
+    tied = _flag(arch, "tie_word_embeddings", mt in _TIED_BY_DEFAULT)
+    attn_bias = _flag(arch, "attention_bias", mt in _BIASED_BY_DEFAULT)
     if mt in ("qwen2", "qwen2_moe"):
-        # Qwen2Attention: q/k/v carry biases, o_proj does not (modeling_qwen2.py).
-        return Layout(qkv_bias=True)
+        # Qwen2Attention: q/k/v always carry biases (modeling_qwen2.py).
+        return Layout(qkv_bias=True, o_bias=attn_bias, mlp_bias=arch.mlp_bias, tied=tied)
     if mt == "gemma2":
         # Gemma2DecoderLayer: input, post-attention, pre- and post-feedforward RMSNorms.
-        return Layout(norms_per_layer=4, activation="gelu")
+        return Layout(norms_per_layer=4, activation="gelu", tied=tied)
     if mt == "gemma":
-        return Layout(activation="gelu")
+        return Layout(activation="gelu", tied=tied)
     if mt == "gpt_neox":
-        # GPTNeoXLayer: LayerNorms with bias, biased query_key_value/dense/MLP, parallel residual.
+        # GPTNeoXLayer: LayerNorms with bias, query_key_value/dense biased per attention_bias
+        # (default true), biased MLP, parallel residual.
         return Layout(
             rms_norm=False,
             norm_bias=True,
-            qkv_bias=True,
-            o_bias=True,
+            qkv_bias=attn_bias,
+            o_bias=attn_bias,
             mlp_bias=True,
             gated_mlp=False,
             parallel_residual=True,
             activation="gelu",
+            tied=tied,
         )
     if mt == "falcon":
-        # FalconDecoderLayer with parallel attention: one LayerNorm (7B) or ln_attn + ln_mlp
-        # (new_decoder_architecture, 40B/180B); biases follow config.bias (attentionBias here).
-        bias = arch.attention_bias
+        # FalconDecoderLayer: one LayerNorm with parallel_attn (7B), ln_attn + ln_mlp with the
+        # new decoder architecture (40B/180B), input + post-attention norms without parallel_attn;
+        # config.json's `bias` (attentionBias/mlpBias here) on every linear.
+        bias = attn_bias or arch.mlp_bias
+        two = arch.new_decoder_architecture or not arch.parallel_attn
         return Layout(
             rms_norm=False,
             norm_bias=True,
@@ -95,25 +114,28 @@ def layout_for(arch: Architecture) -> Layout:
             o_bias=bias,
             mlp_bias=bias,
             gated_mlp=False,
-            parallel_residual=True,
-            norms_per_layer=2 if arch.new_decoder_architecture else 1,
+            parallel_residual=arch.new_decoder_architecture or arch.parallel_attn,
+            norms_per_layer=2 if two else 1,
             activation="gelu",
+            tied=tied,
         )
     if mt == "opt":
-        # OPTDecoderLayer: biased projections (enable_bias), LayerNorms with bias, fc1/fc2 ReLU,
-        # learned positions with an offset of 2 (OPTLearnedPositionalEmbedding).
+        # OPTDecoderLayer: every linear biased per enable_bias, LayerNorms with bias, fc1/fc2
+        # ReLU, learned positions offset by 2, final LayerNorm only with do_layer_norm_before.
         return Layout(
             rms_norm=False,
             norm_bias=True,
-            qkv_bias=True,
-            o_bias=True,
-            mlp_bias=True,
+            qkv_bias=attn_bias,
+            o_bias=attn_bias,
+            mlp_bias=attn_bias,
             gated_mlp=False,
+            final_norm=arch.do_layer_norm_before,
             learned_positions_offset=2,
             activation="relu",
+            tied=tied,
         )
     # llama, mistral, mixtral, phi3: RMSNorm, SwiGLU; Llama's attention_bias / mlp_bias flags.
-    return Layout(qkv_bias=arch.attention_bias, o_bias=arch.attention_bias, mlp_bias=arch.mlp_bias)
+    return Layout(qkv_bias=attn_bias, o_bias=attn_bias, mlp_bias=arch.mlp_bias, tied=tied)
 
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -227,11 +249,18 @@ class SparseMoe(nn.Module):
             nn.init.uniform_(
                 weight, -1 / math.sqrt(weight.shape[-1]), 1 / math.sqrt(weight.shape[-1])
             )
+        self.b_gate: nn.Parameter | None = None
+        self.b_up: nn.Parameter | None = None
+        self.b_down: nn.Parameter | None = None
+        if layout.mlp_bias:
+            self.b_gate = nn.Parameter(torch.zeros(experts, inner, **factory))
+            self.b_up = nn.Parameter(torch.zeros(experts, inner, **factory))
+            self.b_down = nn.Parameter(torch.zeros(experts, h, **factory))
         self.shared_expert: Mlp | None = None
         self.shared_expert_gate: nn.Linear | None = None
         if arch.shared_expert_intermediate_size:
             self.shared_expert = Mlp(
-                h, arch.shared_expert_intermediate_size, layout, factory, bias=False
+                h, arch.shared_expert_intermediate_size, layout, factory, bias=layout.mlp_bias
             )
             self.shared_expert_gate = nn.Linear(h, 1, bias=False, **factory)
 
@@ -247,8 +276,13 @@ class SparseMoe(nn.Module):
             if rows.numel() == 0:
                 continue
             tokens = flat[rows]
-            inner = self.act(tokens @ self.w_gate[e].T) * (tokens @ self.w_up[e].T)
-            out.index_add_(0, rows, (inner @ self.w_down[e].T) * top_w[rows, slot, None])
+            gate, up = tokens @ self.w_gate[e].T, tokens @ self.w_up[e].T
+            if self.b_gate is not None and self.b_up is not None:
+                gate, up = gate + self.b_gate[e], up + self.b_up[e]
+            down = (self.act(gate) * up) @ self.w_down[e].T
+            if self.b_down is not None:
+                down = down + self.b_down[e]
+            out.index_add_(0, rows, down * top_w[rows, slot, None])
         if self.shared_expert is not None and self.shared_expert_gate is not None:
             out = out + torch.sigmoid(self.shared_expert_gate(flat)) * self.shared_expert(flat)
         return out.view(shape)
@@ -318,7 +352,7 @@ class SyntheticDecoder(nn.Module):
         )
         self.norm = _norm(layout, h, factory) if layout.final_norm else None
         self.lm_head = nn.Linear(embed_dim, arch.vocab_size, bias=False, **factory)
-        if arch.tie_word_embeddings:
+        if layout.tied:
             self.lm_head.weight = self.embed_tokens.weight
 
     def forward(
