@@ -206,3 +206,39 @@ def test_result_round_trips_through_the_termination_message() -> None:
 
     result, _ = _measure(inference_spec())
     assert parse_result(compact_message(result)) == result
+
+
+def test_sigterm_during_a_run_still_writes_a_timeout_result(tmp_path: Any) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    # Long enough on two shared cores to be running when the signal arrives.
+    spec = inference_spec(maxModelLen=512, maxNumSeqs=64, maxNumBatchedTokens=512)
+    spec["measurement"]["concurrencyLevels"] = [1, 2, 4, 8, 16, 32, 64]
+    log = tmp_path / "log"
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-m", "gpu_sizer.probe", "--termination-log", str(log)],
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "operator"),
+            "GPU_SIZER_SPEC": json.dumps(spec),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the probe logs each phase as it starts
+        if "phase prefill@1 started" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["status"] == "Timeout" and "SIGTERM" in result["message"]
+    assert json.loads(log.read_text())["status"] == "Timeout"

@@ -9,10 +9,13 @@ so Command mode runs where only nvidia-ml-py is installed.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import resource
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -30,6 +33,7 @@ from gpu_sizer.api import (
     spec_hash,
 )
 from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
+from gpu_sizer.probe.errors import DeadlineExceeded
 from gpu_sizer.probe.nvml import DEFAULT_HZ, NvmlSampler
 from gpu_sizer.probe.support import synthetic_unsupported_reason
 
@@ -124,7 +128,17 @@ def measure(spec: GPUWorkloadSpec, options: Options) -> tuple[ProbeResult, int]:
     if spec.measurement.mode is MeasurementMode.Command:
         result, code = _measure_command(spec, options, deadline, base)
     else:
-        result, code = _measure_synthetic(spec, options, deadline, base)
+        previous = _raise_on_sigterm()
+        try:
+            result, code = _measure_synthetic(spec, options, deadline, base)
+        except DeadlineExceeded as exc:  # SIGTERM before the workload started
+            result = ProbeResult(
+                status="Timeout", mode="Synthetic", device="cpu", message=str(exc), **base
+            )
+            code = 0
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
     result.completed_at = _now()
     return result, code
 
@@ -192,7 +206,7 @@ def _measure_synthetic(
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-    from gpu_sizer.probe.memory import DeadlineExceeded, OutOfMemory, Recorder
+    from gpu_sizer.probe.memory import OutOfMemory, Recorder
 
     base["torch_version"] = torch.__version__
     use_cuda = options.device == "cuda" or (options.device == "auto" and torch.cuda.is_available())
@@ -279,6 +293,19 @@ def _measure_synthetic(
     return result, 0
 
 
+def _raise_on_sigterm() -> Any:
+    """Turn SIGTERM (the Job's ``activeDeadlineSeconds``, a pod deletion) into
+    :class:`~gpu_sizer.probe.memory.DeadlineExceeded` in the main thread, so that a ``Timeout``
+    result with the phases measured so far is still written. Returns the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum: int, frame: object) -> None:
+        raise DeadlineExceeded("terminated by SIGTERM (Job deadline or pod deletion)")
+
+    return signal.signal(signal.SIGTERM, on_term)
+
+
 def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
     """Weights plus KV cache the synthetic run would allocate (from the meta-device model)."""
     import torch
@@ -358,6 +385,9 @@ def write_outputs(result: ProbeResult, termination_log: str) -> None:
 
 def main_from_args(spec_source: str | None, options: Options) -> int:
     """Read the spec, measure, write the outputs; the process exit status."""
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s gpu-sizer probe: %(message)s"
+    )
     try:
         spec = read_spec(spec_source)
     except InvalidWorkload as exc:
