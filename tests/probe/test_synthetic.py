@@ -218,7 +218,8 @@ def test_sigterm_during_a_run_still_writes_a_timeout_result(tmp_path: Any) -> No
     from .conftest import ROOT
 
     # Long enough on two shared cores to be running when the signal arrives.
-    spec = inference_spec(maxModelLen=512, maxNumSeqs=64, maxNumBatchedTokens=512)
+    arch = {**TINY_LLAMA, "maxPositionEmbeddings": 2048}
+    spec = inference_spec(arch, maxModelLen=2048, maxNumSeqs=64, maxNumBatchedTokens=2048)
     spec["measurement"]["concurrencyLevels"] = [1, 2, 4, 8, 16, 32, 64]
     log = tmp_path / "log"
     proc = subprocess.Popen(
@@ -240,5 +241,7 @@ def test_sigterm_during_a_run_still_writes_a_timeout_result(tmp_path: Any) -> No
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     result = json.loads(out)
-    assert result["status"] == "Timeout" and "SIGTERM" in result["message"]
+    assert result["status"] == "Timeout" and "SIGTERM" in result["message"], result
+    # The phase SIGTERM interrupted is kept, with its peaks so far.
+    assert "prefill@1 (interrupted)" in [p["name"] for p in result["phases"]]
     assert json.loads(log.read_text())["status"] == "Timeout"

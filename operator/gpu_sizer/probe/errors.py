@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["DeadlineExceeded"]
+import threading
+
+__all__ = ["TERMINATED", "DeadlineExceeded"]
+
+#: Set by the probe's SIGTERM handler; the workload checks it between forward passes. (Raising
+#: from the handler itself could land inside logging's emit, which swallows exceptions.)
+TERMINATED = threading.Event()
 
 
 class DeadlineExceeded(Exception):

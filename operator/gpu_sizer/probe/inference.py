@@ -163,7 +163,9 @@ def run_inference(
         prompt = inf.max_model_len - steps
         for c in levels:
             with recorder.phase(f"prefill@{c}"):
-                _prefill(model, cache, inf.max_num_seqs, c, prompt, batched, arch.vocab_size)
+                _prefill(
+                    recorder, model, cache, inf.max_num_seqs, c, prompt, batched, arch.vocab_size
+                )
             with recorder.phase(f"decode@{c}"):
                 views = _views(cache, inf.max_num_seqs, 0, c)
                 tokens = torch.randint(0, arch.vocab_size, (c, 1), device=device)
@@ -186,6 +188,7 @@ def run_inference(
 
 
 def _prefill(
+    recorder: Recorder,
     model: SyntheticDecoder,
     cache: list[Tensor],
     num_seqs: int,
@@ -199,6 +202,7 @@ def _prefill(
     if prompt <= batched:
         group = max(1, min(count, batched // prompt))
         for first in range(0, count, group):
+            recorder.check_deadline()
             n = min(group, count - first)
             tokens = torch.randint(0, vocab, (n, prompt), device=device)
             _sample(model(tokens, _views(cache, num_seqs, first, n), 0, last_only=True))
@@ -206,6 +210,7 @@ def _prefill(
     for seq in range(count):
         views = _views(cache, num_seqs, seq, 1)
         for start in range(0, prompt, batched):
+            recorder.check_deadline()
             t = min(batched, prompt - start)
             tokens = torch.randint(0, vocab, (1, t), device=device)
             _sample(model(tokens, views, start, last_only=True))

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import torch
 
 from gpu_sizer.measurement.result import PhaseResult
-from gpu_sizer.probe.errors import DeadlineExceeded
+from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded
 from gpu_sizer.probe.nvml import NvmlSampler
 
 __all__ = [
@@ -130,7 +130,11 @@ class Recorder:
         return self.device.type == "cuda"
 
     def check_deadline(self) -> None:
-        """:raises DeadlineExceeded: when the deadline has passed."""
+        """:raises DeadlineExceeded: when the deadline has passed or SIGTERM arrived."""
+        if TERMINATED.is_set():
+            raise DeadlineExceeded(
+                f"terminated by SIGTERM (Job deadline or pod deletion) during {self.current}"
+            )
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise DeadlineExceeded(f"deadline reached during {self.current}")
 
@@ -151,6 +155,9 @@ class Recorder:
             yield
             if self.cuda:
                 torch.cuda.synchronize(self.device)
+        except DeadlineExceeded:
+            self._record(f"{name} (interrupted)", started)
+            raise
         except (RuntimeError, MemoryError) as exc:
             oom = as_out_of_memory(exc, name)
             if oom is None:

@@ -33,7 +33,7 @@ from gpu_sizer.api import (
     spec_hash,
 )
 from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
-from gpu_sizer.probe.errors import DeadlineExceeded
+from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded
 from gpu_sizer.probe.nvml import DEFAULT_HZ, NvmlSampler
 from gpu_sizer.probe.support import synthetic_unsupported_reason
 
@@ -131,11 +131,6 @@ def measure(spec: GPUWorkloadSpec, options: Options) -> tuple[ProbeResult, int]:
         previous = _raise_on_sigterm()
         try:
             result, code = _measure_synthetic(spec, options, deadline, base)
-        except DeadlineExceeded as exc:  # SIGTERM before the workload started
-            result = ProbeResult(
-                status="Timeout", mode="Synthetic", device="cpu", message=str(exc), **base
-            )
-            code = 0
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
@@ -294,14 +289,16 @@ def _measure_synthetic(
 
 
 def _raise_on_sigterm() -> Any:
-    """Turn SIGTERM (the Job's ``activeDeadlineSeconds``, a pod deletion) into
-    :class:`~gpu_sizer.probe.memory.DeadlineExceeded` in the main thread, so that a ``Timeout``
-    result with the phases measured so far is still written. Returns the previous handler."""
+    """Note SIGTERM (the Job's ``activeDeadlineSeconds``, a pod deletion) in
+    :data:`~gpu_sizer.probe.errors.TERMINATED`; the workload stops at its next check and a
+    ``Timeout`` result with the phases measured so far is still written. Returns the previous
+    handler (``None`` off the main thread, where handlers cannot be set)."""
     if threading.current_thread() is not threading.main_thread():
         return None
+    TERMINATED.clear()
 
     def on_term(signum: int, frame: object) -> None:
-        raise DeadlineExceeded("terminated by SIGTERM (Job deadline or pod deletion)")
+        TERMINATED.set()
 
     return signal.signal(signal.SIGTERM, on_term)
 
