@@ -17,8 +17,9 @@ import yaml
 
 from gpu_sizer.api import Architecture, GPUWorkloadSpec, parse_spec, parse_workload
 from gpu_sizer.budget import estimate
+from gpu_sizer.budget.params import layout as budget_layout
 from gpu_sizer.probe.inference import BLOCK_SIZE, allocate_kv_cache, kv_cache_dtype
-from gpu_sizer.probe.model import build_model, parameter_count
+from gpu_sizer.probe.model import build_model, parameter_count, rank_architecture
 
 from .conftest import ROOT, TINY_LLAMA
 from .reference_models import REFERENCE
@@ -127,3 +128,25 @@ def test_kv_cache_bytes_equal_bytes_per_token_times_slots(spec: GPUWorkloadSpec,
     nbytes = sum(t.numel() * t.element_size() for t in cache)
     slots = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
     assert nbytes == estimate(spec).kv_cache_bytes_per_token * slots
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize(
+    "name", ["llama-3-8b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "gpt-neox-20b", "opt-1.3b"]
+)
+def test_tensor_parallel_rank_matches_budget_per_rank(name: str, tp: int) -> None:
+    arch_doc, _ = REFERENCE[name]
+    arch = Architecture.model_validate(arch_doc)
+    spec = parse_spec(
+        {
+            "model": {"architecture": arch_doc},
+            "inference": {"maxModelLen": 1024, "maxNumSeqs": 2, "tensorParallelSize": tp},
+        }
+    )
+    rank = rank_architecture(arch, tp)
+    assert _meta_count(rank) == budget_layout(arch, tp).total
+    cache = allocate_kv_cache(
+        rank.num_hidden_layers, 2, 1024, rank.kv_heads, rank.head_size, torch.bfloat16, META
+    )
+    nbytes = sum(t.numel() * t.element_size() for t in cache)
+    assert nbytes == estimate(spec).kv_cache_bytes_per_token * 2 * 1024

@@ -146,7 +146,7 @@ def test_moe_training_with_checkpointing() -> None:
     [
         ({"model": {"quantization": {"method": "awq"}}}, "awq 4-bit"),
         ({"model": {"dtype": "float8_e4m3fn"}}, "float8_e4m3fn"),
-        ({"inference": {"tensorParallelSize": 2}}, "tensorParallelSize 2"),
+        ({"inference": {"pipelineParallelSize": 2}}, "pipelineParallelSize 2"),
         (
             {"model": {"architecture": None, "parameterCount": 1000}},
             "needs spec.model.architecture",
@@ -248,3 +248,13 @@ def test_sigterm_during_a_run_still_writes_a_timeout_result(tmp_path: Any) -> No
     assert names[2] in ("prefill@1", "prefill@1 (interrupted)")
     assert not any(n.startswith("decode@64") for n in names)
     assert json.loads(log.read_text())["status"] == "Timeout"
+
+
+def test_tensor_parallel_measures_one_rank() -> None:
+    whole, _ = _measure(inference_spec())
+    rank, _ = _measure(inference_spec(tensorParallelSize=2))
+    assert rank.status == "Succeeded", rank.message
+    # KV heads (2) split over 2 ranks: half the cache per GPU.
+    assert rank.kv_cache_bytes == (whole.kv_cache_bytes or 0) // 2
+    assert (rank.parameter_count or 0) < (whole.parameter_count or 0)
+    assert any("rank 0's shard" in n for n in rank.notes)

@@ -28,7 +28,13 @@ from torch import Tensor
 
 from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
 from gpu_sizer.probe.memory import Recorder
-from gpu_sizer.probe.model import KvCache, SyntheticDecoder, build_model, parameter_count
+from gpu_sizer.probe.model import (
+    KvCache,
+    SyntheticDecoder,
+    build_model,
+    parameter_count,
+    rank_architecture,
+)
 from gpu_sizer.probe.support import SYNTHETIC_DEFAULT_BATCHED_TOKENS
 
 __all__ = [
@@ -128,8 +134,14 @@ def run_inference(
     """
     assert spec.inference is not None and spec.model.architecture is not None
     inf = spec.inference
-    arch = spec.model.architecture
+    tp = inf.tensor_parallel_size
+    arch = rank_architecture(spec.model.architecture, tp)
     levels, notes = concurrency_levels(spec)
+    if tp > 1:
+        notes.append(
+            f"tensorParallelSize {tp}: rank 0's shard built and run on one GPU (ranks are "
+            "symmetric); NCCL buffers and the all-reduce between ranks are not included"
+        )
     batched = inf.max_num_batched_tokens or SYNTHETIC_DEFAULT_BATCHED_TOKENS
     if inf.max_num_batched_tokens is None:
         notes.append(f"maxNumBatchedTokens unset: chunked prefill of {batched} tokens (vLLM V1)")

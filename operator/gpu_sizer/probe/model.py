@@ -39,6 +39,7 @@ __all__ = [
     "build_model",
     "layout_for",
     "parameter_count",
+    "rank_architecture",
 ]
 
 KvCache = tuple[Tensor, Tensor]
@@ -386,6 +387,35 @@ class SyntheticDecoder(nn.Module):
             x = self.project_out(x)
         logits: Tensor = self.lm_head(x)
         return logits
+
+
+def rank_architecture(arch: Architecture, tp: int) -> Architecture:
+    """The shape one tensor-parallel rank holds, as a (smaller) architecture of its own.
+
+    vLLM's Megatron-style sharding (Shoeybi et al. 2019, section 3; vLLM
+    ``ColumnParallelLinear``/``RowParallelLinear``/``QKVParallelLinear``/
+    ``VocabParallelEmbedding``/``FusedMoE``): query heads, the MLP and expert widths and the
+    vocabulary split ``tp`` ways; KV heads split, or are replicated when there are fewer than
+    ``tp``; norms, routers, learned positions and row-parallel biases stay whole. The head width
+    is kept, so the rank's attention is the same per head.
+    """
+    if tp == 1:
+        return arch
+
+    def split(width: int | None) -> int | None:
+        return None if width is None else -(-width // tp)
+
+    return arch.model_copy(
+        update={
+            "num_attention_heads": arch.num_attention_heads // tp,
+            "num_key_value_heads": max(1, arch.kv_heads // tp),
+            "head_dim": arch.head_size,
+            "intermediate_size": split(arch.intermediate_size),
+            "vocab_size": split(arch.vocab_size),
+            "moe_intermediate_size": split(arch.moe_intermediate_size),
+            "shared_expert_intermediate_size": split(arch.shared_expert_intermediate_size),
+        }
+    )
 
 
 def build_model(arch: Architecture, dtype: torch.dtype, device: torch.device) -> SyntheticDecoder:

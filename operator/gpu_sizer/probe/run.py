@@ -307,10 +307,11 @@ def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
     """Weights plus KV cache the synthetic run would allocate (from the meta-device model)."""
     import torch
 
-    from gpu_sizer.probe.model import build_model, parameter_count
+    from gpu_sizer.probe.model import build_model, parameter_count, rank_architecture
 
     assert spec.model.architecture is not None
-    arch = spec.model.architecture
+    tp = spec.inference.tensor_parallel_size if spec.inference is not None else 1
+    arch = rank_architecture(spec.model.architecture, tp)
     params = parameter_count(build_model(arch, torch.float32, torch.device("meta")))
     per_param = DTYPE_BYTES[spec.model.dtype]
     if spec.training is not None:

@@ -53,11 +53,11 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
         )
     if spec.inference is not None:
         inf = spec.inference
-        if inf.tensor_parallel_size > 1 or inf.pipeline_parallel_size > 1:
+        if inf.pipeline_parallel_size > 1:
             return (
-                f"synthetic mode runs one unsharded GPU; tensorParallelSize "
-                f"{inf.tensor_parallel_size} x pipelineParallelSize {inf.pipeline_parallel_size} "
-                f"needs the engine's sharded workers and NCCL buffers; {_USE_COMMAND}"
+                f"synthetic mode builds one tensor-parallel rank, not pipeline stages; "
+                f"pipelineParallelSize {inf.pipeline_parallel_size} needs the engine's stage "
+                f"workers; {_USE_COMMAND}"
             )
     if spec.training is not None:
         tr = spec.training
