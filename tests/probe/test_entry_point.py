@@ -8,13 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpu_sizer.api import parse_spec, spec_hash
+from gpu_sizer.api import parse_spec, spec_hash, spec_to_wire
 
 from .conftest import ROOT, inference_spec, run_probe
 
 
 def test_spec_from_environment_and_gpu_class_recorded(tmp_path: Path) -> None:
     spec = inference_spec()
+    # Exactly what the measurement Job puts in GPU_SIZER_SPEC: spec_to_wire, compact, sorted.
+    wire = json.dumps(spec_to_wire(parse_spec(spec)), separators=(",", ":"), sort_keys=True)
     log = tmp_path / "log"
     proc = subprocess.run(
         [
@@ -34,7 +36,7 @@ def test_spec_from_environment_and_gpu_class_recorded(tmp_path: Path) -> None:
         env={
             **os.environ,
             "PYTHONPATH": str(ROOT / "operator"),
-            "GPU_SIZER_SPEC": json.dumps(spec),
+            "GPU_SIZER_SPEC": wire,
         },
     )
     assert proc.returncode == 0, proc.stderr
