@@ -97,8 +97,12 @@ def allocate_kv_cache(
     dtype: torch.dtype,
     device: torch.device,
 ) -> list[Tensor]:
-    """One ``[2, num_blocks, BLOCK_SIZE, kv_heads, head_dim]`` tensor per layer (uninitialised,
-    as vLLM allocates it with ``torch.zeros``-free ``empty``)."""
+    """One ``[2, num_blocks, BLOCK_SIZE, kv_heads, head_dim]`` tensor per layer.
+
+    vLLM zero-fills its cache (``torch.zeros``); this one is left uninitialised
+    (``torch.empty``): the same bytes from the caching allocator, and ``cudaMalloc`` commits
+    device memory whether or not it is written.
+    """
     blocks = num_seqs * math.ceil(max_len / BLOCK_SIZE)
     return [
         torch.empty(2, blocks, BLOCK_SIZE, kv_heads, head_dim, dtype=dtype, device=device)
