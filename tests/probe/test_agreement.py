@@ -99,9 +99,7 @@ def _inference_examples() -> list[Any]:
     return [
         p
         for p in _example_specs()
-        if p.values[0].inference is not None
-        and p.values[0].inference.tensor_parallel_size == 1
-        and p.values[0].inference.pipeline_parallel_size == 1
+        if p.values[0].inference is not None and p.values[0].inference.pipeline_parallel_size == 1
     ]
 
 
@@ -111,8 +109,9 @@ def test_kv_cache_bytes_equal_bytes_per_token_times_slots(spec: GPUWorkloadSpec,
     spec = spec.model_copy(
         update={"inference": spec.inference.model_copy(update={"kv_cache_dtype": kv})}  # type: ignore[union-attr]
     )
-    inf, arch = spec.inference, spec.model.architecture
-    assert inf is not None and arch is not None
+    inf, whole = spec.inference, spec.model.architecture
+    assert inf is not None and whole is not None
+    arch = rank_architecture(whole, inf.tensor_parallel_size)  # one GPU's share
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
         spec.model.dtype.value, torch.bfloat16
     )
