@@ -104,3 +104,14 @@ def test_importing_the_probe_package_does_not_import_torch() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
     )
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_device_cuda_without_a_gpu_fails_with_the_reason(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():  # pragma: no cover - GPU machine
+        return
+    code, result, _, proc = run_probe(inference_spec(), "--device", "cuda", tmp_path=tmp_path)
+    assert code == 1
+    assert result["status"] == "Failed" and "sees no CUDA device" in result["message"]
+    assert "Traceback" not in proc.stderr

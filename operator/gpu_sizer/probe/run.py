@@ -204,6 +204,22 @@ def _measure_synthetic(
     from gpu_sizer.probe.memory import OutOfMemory, Recorder
 
     base["torch_version"] = torch.__version__
+    if options.device == "cuda" and not torch.cuda.is_available():
+        built = torch.version.cuda or "no CUDA"
+        probe_nvml = NvmlSampler(options.sampler_hz).start()
+        probe_nvml.stop()
+        return (
+            ProbeResult(
+                status="Failed",
+                mode="Synthetic",
+                device="cpu",
+                message=f"--device cuda: torch {torch.__version__} (built with {built}) sees no "
+                "CUDA device; check the GPU request and the NVIDIA container runtime",
+                nvml=probe_nvml.info(),
+                **base,
+            ),
+            1,
+        )
     use_cuda = options.device == "cuda" or (options.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
     kind = "cuda" if use_cuda else "cpu"
