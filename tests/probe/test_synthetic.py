@@ -146,7 +146,7 @@ def test_moe_training_with_checkpointing() -> None:
     [
         ({"model": {"quantization": {"method": "awq"}}}, "awq 4-bit"),
         ({"model": {"dtype": "float8_e4m3fn"}}, "float8_e4m3fn"),
-        ({"inference": {"pipelineParallelSize": 2}}, "pipelineParallelSize 2"),
+        ({"model": {"quantization": {"method": "gptq", "bits": 8}}}, "gptq 8-bit"),
         (
             {"model": {"architecture": None, "parameterCount": 1000}},
             "needs spec.model.architecture",
@@ -258,3 +258,13 @@ def test_tensor_parallel_measures_one_rank() -> None:
     assert rank.kv_cache_bytes == (whole.kv_cache_bytes or 0) // 2
     assert (rank.parameter_count or 0) < (whole.parameter_count or 0)
     assert any("rank 0's shard" in n for n in rank.notes)
+
+
+@pytest.mark.parametrize("arch", [TINY_LLAMA, TINY_GEMMA2, TINY_OPT], ids=lambda a: a["modelType"])
+def test_pipeline_parallel_measures_the_heaviest_stage(arch: dict[str, Any]) -> None:
+    whole, _ = _measure(inference_spec(arch))
+    stage, _ = _measure(inference_spec(arch, pipelineParallelSize=2, tensorParallelSize=2))
+    assert stage.status == "Succeeded", stage.message
+    # One of 2 layers per stage, KV heads split over 2 ranks: a quarter of the cache.
+    assert stage.kv_cache_bytes == (whole.kv_cache_bytes or 0) // 4
+    assert any("most loaded stage" in n for n in stage.notes)

@@ -51,14 +51,6 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
             f"synthetic mode has no {model.dtype.value} matmul path (scaled-mm kernels, per-tensor "
             f"scales); {_USE_COMMAND}"
         )
-    if spec.inference is not None:
-        inf = spec.inference
-        if inf.pipeline_parallel_size > 1:
-            return (
-                f"synthetic mode builds one tensor-parallel rank, not pipeline stages; "
-                f"pipelineParallelSize {inf.pipeline_parallel_size} needs the engine's stage "
-                f"workers; {_USE_COMMAND}"
-            )
     if spec.training is not None:
         tr = spec.training
         par = tr.parallelism
