@@ -27,7 +27,12 @@ from torch import Tensor, nn
 
 from gpu_sizer.api import FinetuningMethod, GPUWorkloadSpec, Optimizer, Precision
 from gpu_sizer.probe.memory import Recorder
-from gpu_sizer.probe.model import SyntheticDecoder, build_model, parameter_count
+from gpu_sizer.probe.model import (
+    SyntheticDecoder,
+    build_model,
+    parameter_count,
+    rank_architecture,
+)
 
 __all__ = ["Lion", "LoraLinear", "TrainingFigures", "add_lora", "make_optimizer", "run_training"]
 
@@ -172,7 +177,8 @@ def run_training(
     """
     assert spec.training is not None and spec.model.architecture is not None
     tr = spec.training
-    arch = spec.model.architecture
+    tp = tr.parallelism.tensor_parallel_size
+    arch = rank_architecture(spec.model.architecture, tp)
     lora = tr.finetuning.method is FinetuningMethod.lora
     notes: list[str] = []
     if tr.precision is Precision.bf16_true:
@@ -185,6 +191,11 @@ def run_training(
         Precision.bf16_mixed: torch.bfloat16,
         Precision.fp16_mixed: torch.float16,
     }.get(tr.precision)
+    if tp > 1:
+        notes.append(
+            f"tensorParallelSize {tp}: rank 0's shard (Megatron-style, no sequence parallelism) "
+            "trained on one GPU; NCCL buffers and the all-reduces are not included"
+        )
     micro = min(tr.gradient_accumulation_steps, 2)
     if tr.gradient_accumulation_steps > 2:
         notes.append(
