@@ -286,3 +286,14 @@ def test_tensor_parallel_training_trains_one_rank() -> None:
 def test_pipeline_parallel_training_is_unsupported() -> None:
     result, _ = _measure(training_spec(parallelism={"pipelineParallelSize": 2}))
     assert result.status == "Unsupported" and "1F1B" in (result.message or "")
+
+
+def test_ddp_training_runs_one_rank_with_real_buckets() -> None:
+    spec = training_spec(parallelism={"strategy": "ddp", "dataParallelSize": 4})
+    result, _ = _measure(spec)
+    assert result.status == "Succeeded", result.message
+    assert result.trainable_parameter_count == result.parameter_count
+    assert any("DistributedDataParallel at world size 1" in n for n in result.notes)
+    # The process group is torn down: a second run in the same process works too.
+    again, _ = _measure(spec)
+    assert again.status == "Succeeded", again.message

@@ -54,11 +54,16 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
     if spec.training is not None:
         tr = spec.training
         par = tr.parallelism
-        if par.strategy is not ParallelStrategy.none or par.data_parallel_size > 1:
+        if par.strategy not in (ParallelStrategy.none, ParallelStrategy.ddp):
             return (
-                f"synthetic mode trains one replica without data parallelism; strategy "
-                f"{par.strategy.value} over {par.data_parallel_size} data-parallel ranks needs "
-                f"torch.distributed (sharded optimizer state, gradient buckets); {_USE_COMMAND}"
+                f"synthetic mode runs one rank; strategy {par.strategy.value} shards parameters, "
+                f"gradients or optimizer state over {par.data_parallel_size} data-parallel ranks, "
+                f"which needs every rank of torch.distributed; {_USE_COMMAND}"
+            )
+        if par.strategy is ParallelStrategy.ddp and par.tensor_parallel_size > 1:
+            return (
+                "synthetic mode does not combine ddp with tensor parallelism (2-D process "
+                f"groups); {_USE_COMMAND}"
             )
         if par.pipeline_parallel_size > 1:
             return (

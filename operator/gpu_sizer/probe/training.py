@@ -25,7 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gpu_sizer.api import FinetuningMethod, GPUWorkloadSpec, Optimizer, Precision
+from gpu_sizer.api import (
+    FinetuningMethod,
+    GPUWorkloadSpec,
+    Optimizer,
+    ParallelStrategy,
+    Precision,
+)
 from gpu_sizer.probe.memory import Recorder
 from gpu_sizer.probe.model import (
     SyntheticDecoder,
@@ -167,6 +173,62 @@ def make_optimizer(kind: Optimizer, params: Sequence[Tensor]) -> torch.optim.Opt
     return optimizer
 
 
+def _wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
+    """``DistributedDataParallel`` at world size 1 on an in-process store: every DDP rank holds
+    the same replica and gradient buckets (PyTorch DDP docs, ``bucket_cap_mb``,
+    ``gradient_as_bucket_view``), so one rank's memory does not depend on the world size."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        store = dist.HashStore()  # type: ignore[attr-defined]  # in-process; not re-exported
+        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+    device_ids = [device.index or 0] if device.type == "cuda" else None
+    wrapped: nn.Module = DistributedDataParallel(model, device_ids=device_ids)
+    return wrapped
+
+
+def _steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    recorder: Recorder,
+    micro_batch: int,
+    sequence: int,
+    micro: int,
+    vocab: int,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+) -> None:
+    """Two optimizer steps of ``micro`` micro-batches each, a phase per forward, backward and
+    optimizer step."""
+    for step in (1, 2):
+        for m in range(1, micro + 1):
+            recorder.check_deadline()
+            tokens = torch.randint(0, vocab, (micro_batch, sequence + 1), device=device)
+            with recorder.phase(f"step{step}.forward{m}"):
+                with torch.autocast(
+                    device.type, dtype=autocast_dtype or torch.float32, enabled=bool(autocast_dtype)
+                ):
+                    logits = model(tokens[:, :-1])
+                loss = F.cross_entropy(
+                    logits.float().view(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+                )
+                loss = loss / micro
+                del logits
+            with recorder.phase(f"step{step}.backward{m}"):
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                del loss
+        with recorder.phase(f"step{step}.optimizer"):
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+
 def run_training(
     spec: GPUWorkloadSpec, device: torch.device, recorder: Recorder
 ) -> TrainingFigures:
@@ -215,6 +277,14 @@ def run_training(
             )
             notes.extend(lora_notes)
         model.train()
+        ddp = tr.parallelism.strategy is ParallelStrategy.ddp
+        if ddp:
+            model = _wrap_ddp(model, device)
+            notes.append(
+                f"ddp over {tr.parallelism.data_parallel_size} ranks: rank 0 measured with "
+                "DistributedDataParallel at world size 1 (its gradient buckets are real; NCCL's "
+                "own buffers are not included)"
+            )
     trainable = [p for p in model.parameters() if p.requires_grad]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     optimizer = make_optimizer(tr.optimizer, trainable)
@@ -222,32 +292,24 @@ def run_training(
     if tr.precision is Precision.fp16_mixed:
         scaler = torch.amp.GradScaler(device.type)
 
-    for step in (1, 2):
-        for m in range(1, micro + 1):
-            recorder.check_deadline()
-            tokens = torch.randint(
-                0, arch.vocab_size, (tr.micro_batch_size, tr.sequence_length + 1), device=device
-            )
-            with recorder.phase(f"step{step}.forward{m}"):
-                with torch.autocast(
-                    device.type, dtype=autocast_dtype or torch.float32, enabled=bool(autocast_dtype)
-                ):
-                    logits = model(tokens[:, :-1])
-                loss = F.cross_entropy(
-                    logits.float().view(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
-                )
-                loss = loss / micro
-                del logits
-            with recorder.phase(f"step{step}.backward{m}"):
-                (scaler.scale(loss) if scaler is not None else loss).backward()
-                del loss
-        with recorder.phase(f"step{step}.optimizer"):
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+    try:
+        _steps(
+            model,
+            optimizer,
+            scaler,
+            recorder,
+            tr.micro_batch_size,
+            tr.sequence_length,
+            micro,
+            arch.vocab_size,
+            device,
+            autocast_dtype,
+        )
+    finally:
+        if ddp:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
     return TrainingFigures(
         parameter_count=total,
         trainable_parameter_count=sum(p.numel() for p in trainable),
