@@ -139,6 +139,18 @@ class MeasurementStatus(_Status):
     message: str | None = Field(None, description="Detail, with figures and units.")
     started_at: str | None = Field(None, description="RFC 3339.")
     completed_at: str | None = Field(None, description="RFC 3339.")
+    memory_request_bytes: int | None = Field(
+        None, description="Host memory (RAM) request and limit of the probe container."
+    )
+    retry: int | None = Field(
+        None, description="Retries of this measurement after an eviction or a host OOM kill."
+    )
+    recreated: bool | None = Field(
+        None, description="The Job was deleted by someone and recreated once."
+    )
+    out_of_memory_classes: list[str] | None = Field(
+        None, description="Classes on which the probe hit CUDA out-of-memory for this spec."
+    )
 
 
 class RecommendationStatus(_Status):
