@@ -50,6 +50,8 @@ def _operator(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # kopf logs every successful timer run at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     try:
         opts = options_from(args)
     except (ValueError, OSError) as exc:

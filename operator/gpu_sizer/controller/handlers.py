@@ -224,8 +224,10 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                         name=action.name,
                     )
                     created = await backend.start(job_manifest(spec, req))
-                    logger.info(
-                        "%s Job %s on class %s",
+                    log.info(
+                        "%s/%s: %s Job %s on class %s",
+                        namespace,
+                        name,
                         "created" if created else "adopted existing",
                         action.name,
                         action.gpu_class.name,
@@ -236,6 +238,17 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                     )
             except BackendError as exc:
                 raise kopf.TemporaryError(str(exc), delay=min(opts.poll_interval, 5.0)) from exc
+        old_phase = (status or {}).get("phase")
+        if old_phase != plan.status.phase:
+            ready = next((c for c in plan.status.conditions if c.type == "Ready"), None)
+            log.info(
+                "%s/%s: %s -> %s: %s",
+                namespace,
+                name,
+                old_phase or "(new)",
+                plan.status.phase,
+                ready.message if ready else "",
+            )
         new = _dump(plan.status)
         diff = merge_patch(_plain(status), new)
         for key, value in diff.items():
@@ -336,8 +349,10 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         outcome = backend.observe(
             namespace, job_name_, job=job_list[-1] if job_list else None, pods=pods, now=now_dt
         )
-        key = (hash_, job_name_, str(outcome.kind))
-        acted: set[tuple[str, str, str]] = memo.setdefault("acted", set())
+        # The same observation is not acted on twice while our status patch travels back
+        # through the watch (the timer may fire again before the new status arrives).
+        key = (hash_, job_name_, str(outcome.kind), str(m.recreated))
+        acted: set[tuple[str, str, str, str]] = memo.setdefault("acted", set())
         if (outcome.finished or outcome.kind is OutcomeKind.Missing) and key in acted:
             return  # already decided; our status patch has not come back through the watch
         if outcome.kind is OutcomeKind.Missing and _just_started(m.started_at, now_dt, opts):
