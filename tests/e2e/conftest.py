@@ -251,7 +251,12 @@ class Kubelet:
         return await self.c.create(PODS, pod)
 
     async def succeed(
-        self, job: dict[str, Any], message: str, node: str = "a100-1", exit_code: int = 0
+        self,
+        job: dict[str, Any],
+        message: str,
+        node: str = "a100-1",
+        exit_code: int = 0,
+        job_status: bool = True,
     ) -> None:
         """The pod ran and terminated with ``message`` in its termination message."""
         term = {
@@ -267,6 +272,10 @@ class Kubelet:
             },
             node,
         )
+        if not job_status:  # the Job is gone; only its pod reports late
+            return
+        if not job_status:  # the Job is gone; only its pod reports late
+            return
         cond = "Complete" if exit_code == 0 else "Failed"
         await self.job_condition(
             job, cond, "Completed" if exit_code == 0 else "BackoffLimitExceeded"

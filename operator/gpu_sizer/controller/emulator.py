@@ -172,7 +172,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             data.pop("spec", None)
         elif "spec" in data:
             key = (request.resource, request.namespace, request.name)
-            current = self.objects.get(key, None)
+            current = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
             if current is not None and not current.deleted:
                 old_spec = current.get("spec")
                 if old_spec != data["spec"]:
