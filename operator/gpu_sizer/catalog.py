@@ -1,15 +1,69 @@
 """GPU classes and the choice of a class with headroom. Pure.
 
-(PLACEHOLDER first cut: the sourced default catalog, YAML overrides and the full choice land with
-issue 2.)
+A *GPU class* is what a user names in ``spec.placement.gpuClasses`` and what the operator
+recommends: one GPU model (or a family of products with the same usable memory), the memory a
+process can really use on it, and the node labels that identify it.
+
+Usable memory is what NVML reports as ``nvmlDeviceGetMemoryInfo().total`` — what ``nvidia-smi``
+prints as the ``Memory-Usage`` total, in MiB rounded down — not the marketing figure: an "80 GB"
+H100 has 81559 MiB (79.6 GiB) usable, because ECC and the driver's reserved region are gone before
+any process starts. Each default class says where its figure comes from (``GPUClass.source``).
+
+Nodes are matched by the GPU Feature Discovery label ``nvidia.com/gpu.product`` (the NVML device
+name with spaces turned into dashes, e.g. ``NVIDIA-H100-80GB-HBM3``); AMD GPUs by the AMD GPU
+node labeller's ``amd.com/gpu.product-name`` (e.g. ``AMD_Instinct_MI300X_OAM``).
+
+The catalog can be overridden by a YAML file (the Helm chart mounts one at
+``/etc/gpu-sizer/catalog.yaml``)::
+
+    replaceDefaults: false        # true: only the classes below exist
+    classes:
+      - name: nvidia-l4           # override fields of a default class by name
+        rank: 3
+      - name: my-h100-mig-3g      # or add a class: memoryBytes and products are required
+        displayName: H100 MIG 3g.40gb
+        memoryBytes: 42949672960
+        products: [NVIDIA-H100-80GB-HBM3-MIG-3g.40gb]
+        interconnect: none
+        vendor: nvidia
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Final
 
-__all__ = ["DEFAULT_CATALOG", "Choice", "GPUClass", "choose_class", "headroom_fraction"]
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from gpu_sizer.api import Problem, problems_from
+
+__all__ = [
+    "AMD_PRODUCT_LABEL",
+    "DEFAULT_CATALOG",
+    "GFD_PRODUCT_LABEL",
+    "Choice",
+    "GPUClass",
+    "InvalidCatalog",
+    "allowed_classes",
+    "catalog_to_data",
+    "choose_class",
+    "class_for_product",
+    "fits",
+    "headroom_fraction",
+    "load_catalog",
+    "load_catalog_file",
+]
+
+MIB: Final = 1 << 20
+GIB: Final = 1 << 30
+
+#: GPU Feature Discovery's product label (NVIDIA device plugin / GPU operator).
+GFD_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+#: The AMD GPU node labeller's product label (ROCm/k8s-device-plugin, ``k8s-node-labeller``).
+AMD_PRODUCT_LABEL: Final = "amd.com/gpu.product-name"
 
 
 @dataclass(frozen=True)
@@ -17,7 +71,11 @@ class GPUClass:
     """One GPU model as the scheduler sees it.
 
     ``memory_bytes`` is the usable device memory as NVML's ``nvmlDeviceGetMemoryInfo().total``
-    reports it; ``products`` are GPU Feature Discovery ``nvidia.com/gpu.product`` label values.
+    reports it (bytes); ``products`` are the node label values that identify it (GFD
+    ``nvidia.com/gpu.product`` for NVIDIA, ``amd.com/gpu.product-name`` for AMD). ``rank`` orders
+    classes for the choice: lower is tried first (the default ranks follow typical on-demand cost
+    per GPU-hour, cheapest first; set your own prices' order in catalog.yaml). ``source`` says where
+    ``memory_bytes`` comes from.
     """
 
     name: str
@@ -26,51 +84,342 @@ class GPUClass:
     products: tuple[str, ...]
     interconnect: str
     vendor: str = "nvidia"
+    rank: int = 100
+    source: str = ""
+
+    @property
+    def product_label(self) -> str:
+        """The node label whose values are :attr:`products`."""
+        return AMD_PRODUCT_LABEL if self.vendor == "amd" else GFD_PRODUCT_LABEL
+
+    @property
+    def memory_gib(self) -> float:
+        """Usable memory in GiB (2^30 bytes)."""
+        return self.memory_bytes / GIB
 
 
-MIB = 1 << 20
+_SMI = "nvidia-smi Memory-Usage total {mib} MiB (NVML total, rounded down to MiB) on {product}, "
 
+#: The default catalog, 24 GB to 192 GB. Figures are NVML totals as printed by nvidia-smi in public
+#: reports (the issue or document is named), or by rocm-smi for AMD (exact bytes).
 DEFAULT_CATALOG: tuple[GPUClass, ...] = (
-    GPUClass("nvidia-l4", "NVIDIA L4 24 GB", 23034 * MIB, ("NVIDIA-L4",), "pcie"),
     GPUClass(
-        "nvidia-a100-40gb", "NVIDIA A100 40 GB", 40960 * MIB, ("NVIDIA-A100-SXM4-40GB",), "nvlink"
+        "nvidia-l4",
+        "NVIDIA L4 24 GB",
+        23034 * MIB,
+        ("NVIDIA-L4",),
+        "PCIe Gen4 x16, no NVLink",
+        rank=1,
+        source=_SMI.format(mib=23034, product="NVIDIA L4")
+        + "seen in many public nvidia-smi outputs (e.g. GCP g2 instances)",
     ),
     GPUClass(
-        "nvidia-a100-80gb", "NVIDIA A100 80 GB", 81920 * MIB, ("NVIDIA-A100-SXM4-80GB",), "nvlink"
+        "nvidia-a10g",
+        "NVIDIA A10G 24 GB",
+        23028 * MIB,
+        ("NVIDIA-A10G", "NVIDIA-A10"),
+        "PCIe Gen4 x16, no NVLink",
+        rank=2,
+        source=_SMI.format(mib=23028, product="NVIDIA A10G (AWS g5) and NVIDIA A10")
+        + "in public nvidia-smi outputs; both report the same total",
     ),
     GPUClass(
-        "nvidia-h100-80gb", "NVIDIA H100 80 GB", 81559 * MIB, ("NVIDIA-H100-80GB-HBM3",), "nvlink"
+        "nvidia-rtx-4090",
+        "NVIDIA GeForce RTX 4090 24 GB",
+        24564 * MIB,
+        ("NVIDIA-GeForce-RTX-4090",),
+        "PCIe Gen4 x16, no NVLink (no peer-to-peer)",
+        rank=3,
+        source=_SMI.format(mib=24564, product="NVIDIA GeForce RTX 4090") + "(no ECC)",
     ),
-    GPUClass("nvidia-h200", "NVIDIA H200 141 GB", 143771 * MIB, ("NVIDIA-H200",), "nvlink"),
+    GPUClass(
+        "nvidia-rtx-a6000",
+        "NVIDIA RTX A6000 48 GB",
+        49140 * MIB,
+        ("NVIDIA-RTX-A6000",),
+        "PCIe Gen4 x16, optional 2-way NVLink bridge",
+        rank=4,
+        source=_SMI.format(mib=49140, product="NVIDIA RTX A6000"),
+    ),
+    GPUClass(
+        "nvidia-l40s",
+        "NVIDIA L40S 48 GB",
+        46068 * MIB,
+        ("NVIDIA-L40S",),
+        "PCIe Gen4 x16, no NVLink",
+        rank=5,
+        source=_SMI.format(mib=46068, product="NVIDIA L40S") + "(ECC on)",
+    ),
+    GPUClass(
+        "nvidia-a100-40gb",
+        "NVIDIA A100 40 GB (SXM4 or PCIe)",
+        40960 * MIB,
+        ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB", "A100-SXM4-40GB", "A100-PCIE-40GB"),
+        "NVLink 3 600 GB/s (SXM4, HGX); PCIe Gen4 (PCIe card, optional NVLink bridge)",
+        rank=6,
+        source=_SMI.format(mib=40960, product="NVIDIA A100-SXM4-40GB and A100-PCIE-40GB")
+        + "with R525+ drivers; older drivers printed 40537 MiB for the PCIe card",
+    ),
+    GPUClass(
+        "nvidia-a100-80gb",
+        "NVIDIA A100 80 GB (SXM4 or PCIe)",
+        81920 * MIB,
+        ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"),
+        "NVLink 3 600 GB/s (SXM4, HGX); PCIe Gen4 (PCIe card, optional NVLink bridge)",
+        rank=7,
+        source=_SMI.format(mib=81920, product="NVIDIA A100-SXM4-80GB and A100 80GB PCIe"),
+    ),
+    GPUClass(
+        "nvidia-h100-80gb",
+        "NVIDIA H100 80 GB (SXM5 HBM3 or PCIe)",
+        81559 * MIB,
+        ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"),
+        "NVLink 4 900 GB/s (SXM5, HGX); PCIe Gen5 (PCIe card, optional NVLink bridge)",
+        rank=8,
+        source=_SMI.format(mib=81559, product="NVIDIA H100 80GB HBM3 and NVIDIA H100 PCIe")
+        + "(e.g. SkyPilot and vLLM issue logs)",
+    ),
+    GPUClass(
+        "nvidia-h100-nvl",
+        "NVIDIA H100 NVL 94 GB",
+        95830 * MIB,
+        ("NVIDIA-H100-NVL",),
+        "PCIe Gen5 with NVLink bridge pairs 600 GB/s",
+        rank=9,
+        source=_SMI.format(mib=95830, product="NVIDIA H100 NVL"),
+    ),
+    GPUClass(
+        "nvidia-h200",
+        "NVIDIA H200 141 GB",
+        143771 * MIB,
+        ("NVIDIA-H200", "NVIDIA-H200-NVL"),
+        "NVLink 4 900 GB/s (SXM, HGX); H200 NVL: PCIe Gen5 with NVLink bridges",
+        rank=10,
+        source=_SMI.format(mib=143771, product="NVIDIA H200 and NVIDIA H200 NVL"),
+    ),
+    GPUClass(
+        "amd-mi300x",
+        "AMD Instinct MI300X 192 GB",
+        205822885888,
+        ("AMD_Instinct_MI300X_OAM", "AMD_Instinct_MI300X", "AMD_Instinct_MI300X_VF"),
+        "Infinity Fabric 896 GB/s (OAM, 8-GPU platform)",
+        vendor="amd",
+        rank=11,
+        source="rocm-smi --showmeminfo vram 'VRAM Total Memory (B): 205822885888' on AMD Instinct "
+        "MI300X (bytes, in several public reports; also hipDeviceProp totalGlobalMem); label "
+        "values from the AMD GPU node labeller (amd.com/gpu.product-name)",
+    ),
+    GPUClass(
+        "nvidia-b200",
+        "NVIDIA B200 180 GB",
+        183359 * MIB,
+        ("NVIDIA-B200",),
+        "NVLink 5 1.8 TB/s (HGX B200)",
+        rank=12,
+        source=_SMI.format(mib=183359, product="NVIDIA B200")
+        + "(TensorRT-LLM issue 10278); marketed as 192 GB HBM3e, 180 GB usable",
+    ),
 )
 
 
+class InvalidCatalog(ValueError):
+    """A catalog YAML failed validation; ``problems`` names each bad field (``classes[2].name``)."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+class _ClassEntry(BaseModel):
+    """One ``classes[]`` entry of catalog.yaml; unset fields keep the default class's value."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    display_name: str | None = None
+    memory_bytes: int | None = Field(None, ge=1 << 30, le=1 << 42)
+    products: list[str] | None = None
+    interconnect: str | None = None
+    vendor: str | None = None
+    rank: int | None = None
+    source: str | None = None
+
+
+class _CatalogFile(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    replace_defaults: bool = False
+    classes: list[_ClassEntry] = Field(default_factory=list)
+
+
+def load_catalog(data: Any, defaults: Sequence[GPUClass] = DEFAULT_CATALOG) -> tuple[GPUClass, ...]:
+    """Merge catalog.yaml content (already parsed) over ``defaults``.
+
+    Entries override default classes by ``name`` field by field; new names add classes and need
+    ``memoryBytes`` and ``products``. ``replaceDefaults: true`` drops every default first.
+
+    :raises InvalidCatalog: one :class:`~gpu_sizer.api.Problem` per bad field.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InvalidCatalog([Problem("(catalog)", "must be a mapping with a 'classes' list")])
+    try:
+        parsed = _CatalogFile.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidCatalog(problems_from(exc)) from None
+    merged: dict[str, GPUClass] = {} if parsed.replace_defaults else {c.name: c for c in defaults}
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(parsed.classes):
+        if entry.name in seen:
+            problems.append(Problem(f"classes[{i}].name", f"duplicate class {entry.name!r}"))
+            continue
+        seen.add(entry.name)
+        updates = entry.model_dump(exclude_unset=True, exclude={"name"})
+        if "products" in updates:
+            updates["products"] = tuple(updates["products"])
+        base = merged.get(entry.name)
+        if base is None:
+            missing = [f for f in ("memoryBytes", "products") if to_snake(f) not in updates]
+            if missing:
+                problems.extend(
+                    Problem(f"classes[{i}].{f}", f"required for the new class {entry.name!r}")
+                    for f in missing
+                )
+                continue
+            merged[entry.name] = GPUClass(
+                name=entry.name,
+                display_name=updates.pop("display_name", entry.name),
+                memory_bytes=updates.pop("memory_bytes"),
+                products=updates.pop("products"),
+                interconnect=updates.pop("interconnect", "unknown"),
+                **updates,
+            )
+        else:
+            merged[entry.name] = replace(base, **updates)
+    if problems:
+        raise InvalidCatalog(problems)
+    if not merged:
+        raise InvalidCatalog([Problem("classes", "the catalog has no GPU classes")])
+    return tuple(sorted(merged.values(), key=lambda c: (c.rank, c.memory_bytes, c.name)))
+
+
+def to_snake(camel: str) -> str:
+    """``memoryBytes`` -> ``memory_bytes``."""
+    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in camel)
+
+
+def load_catalog_file(path: str | Path) -> tuple[GPUClass, ...]:
+    """Read and merge a catalog YAML file over the defaults.
+
+    :raises InvalidCatalog: unreadable file, bad YAML, or invalid content.
+    """
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidCatalog(
+            [Problem("(catalog)", f"cannot read {path}: {exc.strerror}")]
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidCatalog([Problem("(catalog)", f"invalid YAML: {exc}")]) from None
+    return load_catalog(data)
+
+
+def catalog_to_data(catalog: Sequence[GPUClass]) -> dict[str, Any]:
+    """The catalog in catalog.yaml form (``replaceDefaults: true``), camelCase keys."""
+    return {
+        "replaceDefaults": True,
+        "classes": [
+            {
+                "name": c.name,
+                "displayName": c.display_name,
+                "memoryBytes": c.memory_bytes,
+                "products": list(c.products),
+                "interconnect": c.interconnect,
+                "vendor": c.vendor,
+                "rank": c.rank,
+                "source": c.source,
+            }
+            for c in catalog
+        ],
+    }
+
+
 def headroom_fraction(capacity_bytes: int, required_bytes: int) -> float:
-    """``(capacity - required) / capacity``; negative when it does not fit."""
+    """``(capacity - required) / capacity``: the share of the GPU left free; negative when the
+    requirement exceeds the capacity."""
     return (capacity_bytes - required_bytes) / capacity_bytes
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The chosen class and the headroom it leaves."""
+    """The chosen class, the headroom it leaves, and what else was considered.
+
+    ``present_in_cluster`` is ``None`` when no inventory was given; ``cheapest`` is the first
+    fitting class in rank order whether or not nodes of it exist.
+    """
 
     gpu_class: GPUClass
     headroom_fraction: float
+    present_in_cluster: bool | None = None
+    cheapest: GPUClass | None = None
+
+
+def fits(cls: GPUClass, required_bytes_per_gpu: int, min_headroom_fraction: float) -> bool:
+    """Whether ``cls`` leaves at least ``min_headroom_fraction`` of its memory free."""
+    return headroom_fraction(cls.memory_bytes, required_bytes_per_gpu) >= min_headroom_fraction
 
 
 def choose_class(
     required_bytes_per_gpu: int,
     min_headroom_fraction: float,
     classes: Iterable[GPUClass],
+    present: Collection[str] | None = None,
 ) -> Choice | None:
-    """The smallest class leaving at least ``min_headroom_fraction`` free, else ``None``."""
-    for cls in sorted(classes, key=lambda c: c.memory_bytes):
-        room = headroom_fraction(cls.memory_bytes, required_bytes_per_gpu)
-        if room >= min_headroom_fraction:
-            return Choice(cls, room)
-    return None
+    """The first class in rank order that leaves ``min_headroom_fraction`` free, else ``None``.
+
+    With ``present`` (class names that have nodes in the cluster), a present class that fits wins
+    over a cheaper absent one; when no present class fits, the cheapest fitting class is chosen
+    anyway (``present_in_cluster=False``) so that the recommendation says what to add.
+    """
+    ordered = sorted(classes, key=lambda c: (c.rank, c.memory_bytes, c.name))
+    fitting = [c for c in ordered if fits(c, required_bytes_per_gpu, min_headroom_fraction)]
+    if not fitting:
+        return None
+    cheapest = fitting[0]
+    chosen = cheapest
+    in_cluster: bool | None = None
+    if present is not None:
+        on_nodes = [c for c in fitting if c.name in present]
+        in_cluster = bool(on_nodes)
+        if on_nodes:
+            chosen = on_nodes[0]
+    return Choice(
+        chosen,
+        headroom_fraction(chosen.memory_bytes, required_bytes_per_gpu),
+        in_cluster,
+        cheapest,
+    )
 
 
 def allowed_classes(catalog: Sequence[GPUClass], names: Sequence[str]) -> list[GPUClass]:
     """Classes of ``catalog`` named in ``names`` (all of them when ``names`` is empty)."""
     return [c for c in catalog if not names or c.name in names]
+
+
+def class_for_product(catalog: Sequence[GPUClass], product: str) -> GPUClass | None:
+    """The class whose ``products`` include a node's product label value.
+
+    GFD appends ``-SHARED`` under time-slicing or MPS sharing; that suffix is ignored (the memory
+    is the same device's). MIG slices (``...-MIG-3g.40gb``) match only a class that lists them.
+    """
+    for name in (product, product.removesuffix("-SHARED")):
+        for cls in catalog:
+            if name in cls.products:
+                return cls
+    return None

@@ -1,19 +1,35 @@
-"""The ``gpu-sizer`` command: one subcommand per job, each implemented in its own module.
+"""The ``gpu-sizer`` command: one subcommand per job.
 
-Subcommands register themselves through ``add_parser(subparsers)`` functions so that this file
-stays a dispatcher. Exit status: 0 success / everything fits, 1 some workload has no safe
-headroom, 2 invalid input or usage.
+The offline subcommands live here (``estimate``, ``import-hf-config``, ``crd``, ``catalog``); the
+operator and probe packages register theirs through ``add_parsers(subparsers)``, so that this file
+stays a dispatcher for them and ``gpu-sizer estimate`` never imports kopf, kmock or torch.
+
+Exit status: 0 success / every workload fits, 1 some workload has no safe headroom, 2 invalid
+input or usage. Problems print one per line as ``FILE: NAME: spec.path: message`` on stderr;
+no traceback reaches the user.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
 
 from gpu_sizer import __version__
 
 Handler = Callable[[argparse.Namespace], int]
+
+EXIT_OK = 0
+EXIT_NO_HEADROOM = 1
+EXIT_INVALID = 2
+GIB = 1 << 30
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -36,16 +52,380 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """estimate, import-hf-config, crd, catalog: the commands that need no cluster."""
-    p = sub.add_parser("estimate", help="estimate GPUWorkload files without a cluster")
-    p.add_argument("files", nargs="+", metavar="FILE", help="YAML files, - for stdin")
-    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
-    p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML")
-    p.set_defaults(handler=_not_yet)
+    p = sub.add_parser(
+        "estimate",
+        help="estimate GPUWorkload files without a cluster",
+        description="Estimate the GPU memory of GPUWorkload documents and choose a GPU class, "
+        "exactly as the admission webhook and the operator do before measuring. "
+        "Exit 0: all fit; 1: some have no safe headroom; 2: invalid input.",
+    )
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE|DIR",
+        help="YAML files (multi-document), directories (their *.yaml, sorted), - for stdin",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json", "yaml"],
+        default="table",
+        help="table (GiB per GPU), or the objects with the status the operator would write",
+    )
+    p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
+    p.set_defaults(handler=_estimate)
+
+    p = sub.add_parser(
+        "import-hf-config",
+        help="turn a Hugging Face config.json into a GPUWorkload skeleton",
+        description="Print a GPUWorkload YAML whose spec.model comes from a model's config.json.",
+    )
+    p.add_argument("config", metavar="CONFIG_JSON", help="path to config.json, - for stdin")
+    p.add_argument("--name", required=True, help="metadata.name of the GPUWorkload")
+    p.add_argument("--namespace", help="metadata.namespace")
+    p.add_argument("--model-id", help="spec.model.name (e.g. the Hub id)")
+    p.add_argument("--revision", help="spec.model.revision (commit of the weights)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--inference", action="store_true", help="serving workload (default)")
+    mode.add_argument("--training", action="store_true", help="training/fine-tuning workload")
+    p.add_argument("--engine", default="vllm", choices=["vllm", "transformers", "tgi", "sglang"])
+    p.add_argument("--max-model-len", type=int, help="default: min(maxPositionEmbeddings, 8192)")
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--micro-batch-size", type=int, default=1)
+    p.add_argument("--sequence-length", type=int, help="default: min(maxPositionEmbeddings, 4096)")
+    p.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    p.add_argument("--finetuning", default="full", choices=["full", "lora", "qlora"])
+    p.add_argument("--optimizer", default="adamw")
+    p.add_argument("--strategy", default="none", help="none|ddp|fsdp-full-shard|zero1|2|3 ...")
+    p.add_argument("--data-parallel-size", type=int, default=1)
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.set_defaults(handler=_import_hf_config)
+
+    p = sub.add_parser("crd", help="print the GPUWorkload CustomResourceDefinition (YAML)")
+    p.set_defaults(handler=_crd)
+
+    p = sub.add_parser("catalog", help="print the GPU classes")
+    p.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
+    p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
+    p.set_defaults(handler=_catalog)
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    print(f"gpu-sizer {args.command}: not implemented yet", file=sys.stderr)
-    return 2
+# --- reading documents -------------------------------------------------------------------------
+
+
+@dataclass
+class _Doc:
+    source: str
+    index: int
+    data: Any
+
+    @property
+    def name(self) -> str:
+        meta = self.data.get("metadata") if isinstance(self.data, dict) else None
+        if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+            ns = meta.get("namespace")
+            return f"{ns}/{meta['name']}" if isinstance(ns, str) and ns else meta["name"]
+        return f"(document {self.index + 1})"
+
+
+def _expand(paths: Sequence[str]) -> Iterator[str]:
+    for path in paths:
+        p = Path(path)
+        if path != "-" and p.is_dir():
+            yield from sorted(
+                str(f) for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()
+            )
+        else:
+            yield path
+
+
+def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
+    """Every YAML document of ``paths``; the bool says whether some file could not be read."""
+    docs: list[_Doc] = []
+    failed = False
+    for path in _expand(paths):
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            print(f"{path}: cannot read: {reason}", file=err)
+            failed = True
+            continue
+        source = "(stdin)" if path == "-" else path
+        try:
+            loaded = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}: " if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            print(f"{source}: {where}invalid YAML: {problem}", file=err)
+            failed = True
+            continue
+        index = 0
+        for data in loaded:
+            if data is None:
+                continue
+            items = (
+                data["items"]
+                if isinstance(data, dict)
+                and data.get("kind") == "List"
+                and isinstance(data.get("items"), list)
+                else [data]
+            )
+            for item in items:
+                docs.append(_Doc(source, index, item))
+                index += 1
+    return docs, failed
+
+
+# --- estimate ----------------------------------------------------------------------------------
+
+_COLUMNS = (
+    ("weights_bytes", "WEIGHTS"),
+    ("quantization_overhead_bytes", "QUANT"),
+    ("kv_cache_bytes", "KV-CACHE"),
+    ("activation_bytes", "ACTIVATIONS"),
+    ("gradient_bytes", "GRADIENTS"),
+    ("optimizer_state_bytes", "OPTIMIZER"),
+    ("master_weight_bytes", "MASTER"),
+    ("runtime_overhead_bytes", "RUNTIME"),
+)
+
+
+def _now() -> str:
+    return (
+        datetime.datetime.now(datetime.UTC)
+        .replace(microsecond=0)
+        .isoformat()
+        .replace("+00:00", "Z")
+    )
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from gpu_sizer.api import InvalidWorkload, parse_workload, spec_hash
+    from gpu_sizer.catalog import DEFAULT_CATALOG, InvalidCatalog, load_catalog_file
+    from gpu_sizer.reconcile import estimated_status
+    from gpu_sizer.sizing import Assessment, Verdict, assess
+
+    out, err = sys.stdout, sys.stderr
+    catalog = DEFAULT_CATALOG
+    if args.catalog:
+        try:
+            catalog = load_catalog_file(args.catalog)
+        except InvalidCatalog as exc:
+            for problem in exc.problems:
+                print(f"{args.catalog}: {problem}", file=err)
+            return EXIT_INVALID
+    docs, invalid = _read_docs(args.files, err)
+    rows: list[tuple[_Doc, Assessment]] = []
+    objects: list[dict[str, Any]] = []
+    now = _now()
+    for doc in docs:
+        try:
+            spec = parse_workload(doc.data)
+        except InvalidWorkload as exc:
+            for problem in exc.problems:
+                print(f"{doc.source}: {doc.name}: {problem}", file=err)
+            invalid = True
+            continue
+        try:
+            assessment = assess(spec, catalog)
+        except Exception as exc:  # an estimator bug must not become a traceback
+            print(f"{doc.source}: {doc.name}: cannot estimate: {exc!r}", file=err)
+            invalid = True
+            continue
+        if assessment.verdict is Verdict.UnknownGpuClass:
+            print(f"{doc.source}: {doc.name}: {assessment.message}", file=err)
+            invalid = True
+            continue
+        rows.append((doc, assessment))
+        meta = doc.data.get("metadata") or {}
+        status = estimated_status(
+            spec,
+            assessment,
+            spec_hash=spec_hash(spec),
+            generation=meta.get("generation") if isinstance(meta.get("generation"), int) else None,
+            now=now,
+        )
+        obj = dict(doc.data)
+        obj["status"] = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        objects.append(obj)
+    if args.output == "table":
+        _print_table(rows, out)
+        for doc, assessment in rows:
+            who = _row_name(doc)
+            if assessment.verdict is not Verdict.Fits:
+                for line in assessment.message.splitlines():
+                    print(f"{who}: {line}", file=err)
+            for warning in assessment.warnings:
+                print(f"Warning: {who}: {warning}", file=err)
+    else:
+        doc_out: Any = (
+            objects[0]
+            if len(objects) == 1 and len(docs) == 1
+            else {"apiVersion": "v1", "kind": "List", "items": objects}
+        )
+        if args.output == "json":
+            json.dump(doc_out, out, indent=2)
+            out.write("\n")
+        else:
+            yaml.safe_dump(doc_out, out, sort_keys=False, width=100)
+    if invalid:
+        return EXIT_INVALID
+    if any(a.verdict is not Verdict.Fits for _, a in rows):
+        return EXIT_NO_HEADROOM
+    return EXIT_OK
+
+
+def _row_name(doc: _Doc) -> str:
+    meta = doc.data.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
+    """kubectl-style: upper-case headers, columns padded with three spaces, GiB per GPU."""
+    if not rows:
+        print("No workloads found.", file=sys.stderr)
+        return
+    columns = [
+        (attr, title)
+        for attr, title in _COLUMNS
+        if any(getattr(a.estimate.per_gpu, attr) for _, a in rows)
+    ]
+    header = [
+        "NAMESPACE/NAME",
+        "CLASS",
+        *(t for _, t in columns),
+        "TOTAL/GPU",
+        "HEADROOM",
+        "VERDICT",
+    ]
+    table = [header]
+    for doc, a in rows:
+        per = a.estimate.per_gpu
+        rec = a.recommendation
+        table.append(
+            [
+                _row_name(doc),
+                f"{rec.gpu_class} x{rec.gpu_count}" if rec else f"- x{a.estimate.gpu_count}",
+                *(f"{getattr(per, attr) / GIB:.1f}" for attr, _ in columns),
+                f"{per.total_bytes / GIB:.1f} GiB",
+                f"{rec.headroom_fraction:.0%}" if rec else "-",
+                str(a.verdict),
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        out.write("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        out.write("\n")
+
+
+# --- import-hf-config --------------------------------------------------------------------------
+
+
+def _import_hf_config(args: argparse.Namespace) -> int:
+    from gpu_sizer.api import API_VERSION, KIND, InvalidWorkload, parse_workload
+    from gpu_sizer.api.hf import UnsupportedConfig, model_from_hf_config
+
+    source = "(stdin)" if args.config == "-" else args.config
+    try:
+        text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text("utf-8")
+        config = json.loads(text)
+        if not isinstance(config, dict):
+            raise UnsupportedConfig("config.json must be a JSON object")
+        model = model_from_hf_config(config)
+    except OSError as exc:
+        print(f"{source}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        print(f"{source}: invalid JSON: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except (UnsupportedConfig, TypeError, ValueError) as exc:
+        print(f"{source}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.model_id:
+        model["name"] = args.model_id
+    if args.revision:
+        model["revision"] = args.revision
+    context = int(model["architecture"]["maxPositionEmbeddings"])
+    rope = model["architecture"].get("ropeScaling")
+    if rope and rope.get("factor", 1.0) > 1.0:
+        base = rope.get("originalMaxPositionEmbeddings", context)
+        context = max(context, int(base * rope["factor"]))
+    spec: dict[str, Any] = {"model": model}
+    if args.training:
+        spec["training"] = {
+            "microBatchSize": args.micro_batch_size,
+            "sequenceLength": args.sequence_length or min(context, 4096),
+            "gradientAccumulationSteps": args.gradient_accumulation_steps,
+            "optimizer": args.optimizer,
+            "activationCheckpointing": bool(args.activation_checkpointing),
+            "finetuning": {"method": args.finetuning},
+            "parallelism": {"strategy": args.strategy, "dataParallelSize": args.data_parallel_size},
+        }
+    else:
+        spec["inference"] = {
+            "engine": args.engine,
+            "maxModelLen": args.max_model_len or min(context, 8192),
+            "maxNumSeqs": args.max_num_seqs,
+            "kvCacheDtype": args.kv_cache_dtype,
+            "tensorParallelSize": args.tensor_parallel_size,
+        }
+    metadata: dict[str, Any] = {"name": args.name}
+    if args.namespace:
+        metadata["namespace"] = args.namespace
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+    try:
+        parse_workload(doc)
+    except InvalidWorkload as exc:
+        for problem in exc.problems:
+            print(f"{source}: {args.name}: {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    sys.stdout.write(f"# Generated by gpu-sizer import-hf-config from {source}\n")
+    yaml.safe_dump(doc, sys.stdout, sort_keys=False, width=100)
+    return EXIT_OK
+
+
+# --- crd, catalog ------------------------------------------------------------------------------
+
+
+def _crd(args: argparse.Namespace) -> int:
+    from gpu_sizer.api.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return EXIT_OK
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from gpu_sizer.catalog import (
+        DEFAULT_CATALOG,
+        InvalidCatalog,
+        catalog_to_data,
+        load_catalog_file,
+    )
+
+    catalog = DEFAULT_CATALOG
+    if args.catalog:
+        try:
+            catalog = load_catalog_file(args.catalog)
+        except InvalidCatalog as exc:
+            for problem in exc.problems:
+                print(f"{args.catalog}: {problem}", file=sys.stderr)
+            return EXIT_INVALID
+    if args.output == "yaml":
+        yaml.safe_dump(catalog_to_data(catalog), sys.stdout, sort_keys=False, width=100)
+        return EXIT_OK
+    table = [["NAME", "MEMORY", "RANK", "VENDOR", "PRODUCTS (node label values)"]]
+    for c in catalog:
+        table.append(
+            [c.name, f"{c.memory_gib:.1f} GiB", str(c.rank), c.vendor, ", ".join(c.products)]
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for row in table:
+        print("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     handler: Handler = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
 
 
 if __name__ == "__main__":

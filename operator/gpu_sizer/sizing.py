@@ -1,21 +1,62 @@
-"""One verdict for a spec: estimate, class choice, headroom, fixes. Pure.
+"""One verdict for a spec: estimate, class choice, headroom, computed fixes, warnings. Pure.
 
-The webhook, ``gpu-sizer estimate`` and the controller all call :func:`assess`, so the same spec and
-catalog give the same verdict and message everywhere. (PLACEHOLDER first cut: computed fixes land
-with issue 2.)
+The webhook, ``gpu-sizer estimate`` and the controller all call :func:`assess`, so the same spec
+and catalog give the same verdict and message everywhere.
+
+When nothing fits, the fixes are *computed*, never canned: each one is a changed copy of the spec
+re-estimated by :func:`gpu_sizer.budget.estimate` (the largest ``maxNumSeqs`` and ``maxModelLen``
+are found by bisection, which relies on the memory model being monotonic in tokens — a property
+the budget tests check with hypothesis).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, Final
 
-from gpu_sizer.api import Basis, EstimateStatus, GPUWorkloadSpec, RecommendationStatus
+from gpu_sizer.api import (
+    Basis,
+    Dtype,
+    Engine,
+    EstimateStatus,
+    GPUWorkloadSpec,
+    KvCacheDtype,
+    MeasurementMode,
+    ParallelStrategy,
+    RecommendationStatus,
+)
 from gpu_sizer.budget import estimate
-from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, allowed_classes, choose_class
+from gpu_sizer.catalog import (
+    DEFAULT_CATALOG,
+    GPUClass,
+    allowed_classes,
+    choose_class,
+    fits,
+)
 
-GIB = 1 << 30
+__all__ = ["Assessment", "Fix", "Verdict", "assess"]
+
+GIB: Final = 1 << 30
+#: Tensor-parallel sizes tried for the TP fix: GPUs of one node (vLLM, TGI and SGLang shard
+#: attention heads across a node's GPUs; beyond 8 they need pipeline parallelism across nodes).
+MAX_TENSOR_PARALLEL: Final = 8
+#: Data-parallel sizes tried for the ZeRO-3 fix.
+MAX_DATA_PARALLEL: Final = 64
+#: Engines that implement tensor parallelism (transformers' device_map splits layers instead).
+TP_ENGINES: Final = frozenset({Engine.vllm, Engine.tgi, Engine.sglang})
+
+_COMPONENTS: Final = (
+    ("weights_bytes", "weights"),
+    ("quantization_overhead_bytes", "quantization metadata"),
+    ("kv_cache_bytes", "KV cache"),
+    ("activation_bytes", "activations"),
+    ("gradient_bytes", "gradients"),
+    ("optimizer_state_bytes", "optimizer state"),
+    ("master_weight_bytes", "master weights"),
+    ("runtime_overhead_bytes", "runtime overhead"),
+)
 
 
 class Verdict(StrEnum):
@@ -27,52 +68,315 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True)
+class Fix:
+    """A computed change that makes the spec fit (or the best it can do).
+
+    ``field`` is the spec path to change (``spec.inference.maxNumSeqs``), ``value`` the new value,
+    ``required_bytes_per_gpu`` the re-estimated per-GPU total with the change, ``gpu_class`` the
+    class it would then run on (``None`` when it still fits none), ``gpu_count`` GPUs per replica.
+    ``str(fix)`` is the human phrase used in messages.
+    """
+
+    field: str
+    value: Any
+    required_bytes_per_gpu: int
+    gpu_class: str | None
+    gpu_count: int
+    text: str
+
+    @property
+    def fits(self) -> bool:
+        """Whether the change alone makes the spec fit an allowed class."""
+        return self.gpu_class is not None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class Assessment:
-    """Everything decided about one spec before measuring."""
+    """Everything decided about one spec before measuring.
+
+    ``message`` is one or two lines, as ``kubectl`` prints an admission denial or a condition.
+    ``fixes`` is empty unless the verdict is ``NoSafeHeadroom``.
+    """
 
     estimate: EstimateStatus
     verdict: Verdict
     message: str
     recommendation: RecommendationStatus | None = None
-    fixes: list[str] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
-def assess(spec: GPUWorkloadSpec, catalog: Sequence[GPUClass] = DEFAULT_CATALOG) -> Assessment:
-    """Estimate ``spec`` and choose the smallest allowed class with the required headroom."""
+def _gib(n: int | float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _largest_components(est: EstimateStatus, k: int = 3) -> str:
+    per = est.per_gpu
+    parts = [(getattr(per, attr), label) for attr, label in _COMPONENTS]
+    parts = sorted((p for p in parts if p[0] > 0), key=lambda p: -p[0])[:k]
+    return ", ".join(f"{label} {_gib(n)}" for n, label in parts)
+
+
+def assess(
+    spec: GPUWorkloadSpec,
+    catalog: Sequence[GPUClass] = DEFAULT_CATALOG,
+    *,
+    present: Collection[str] | None = None,
+) -> Assessment:
+    """Estimate ``spec`` and choose the first allowed class (rank order) with the headroom.
+
+    ``present`` names the classes that have nodes in the cluster (the operator's inventory);
+    present classes are preferred, and ``recommendation.cheapestFittingClass`` still names the
+    cheapest catalog class that fits. ``gpuCount`` is only the parallelism the spec declares.
+
+    Verdicts: ``Fits``; ``NoSafeHeadroom`` (no allowed class leaves
+    ``spec.placement.minHeadroomFraction`` free; computed fixes attached);
+    ``UnknownGpuClass`` (``spec.placement.gpuClasses`` names a class not in ``catalog``).
+    """
     est = estimate(spec)
     names = spec.placement.gpu_classes
-    unknown = [n for n in names if n not in {c.name for c in catalog}]
+    known = {c.name for c in catalog}
+    unknown = [n for n in names if n not in known]
     if unknown:
         return Assessment(
             est,
             Verdict.UnknownGpuClass,
-            f"spec.placement.gpuClasses: unknown class {', '.join(unknown)}",
+            "spec.placement.gpuClasses: unknown GPU class "
+            + ", ".join(repr(n) for n in unknown)
+            + "; known classes: "
+            + ", ".join(c.name for c in catalog),
         )
+    allowed = allowed_classes(catalog, names)
+    min_room = spec.placement.min_headroom_fraction
     required = est.per_gpu.total_bytes
-    choice = choose_class(
-        required, spec.placement.min_headroom_fraction, allowed_classes(catalog, names)
-    )
+    choice = choose_class(required, min_room, allowed, present)
+    warnings = _warnings(spec)
     if choice is None:
-        return Assessment(
-            est,
-            Verdict.NoSafeHeadroom,
-            f"needs {required / GIB:.1f} GiB per GPU; no allowed class leaves "
-            f"{spec.placement.min_headroom_fraction:.0%} headroom",
+        largest = max(allowed, key=lambda c: c.memory_bytes)
+        fixes = _fixes(spec, est, allowed, largest)
+        scope = "allowed class" if names else "class in the catalog"
+        message = (
+            f"needs {_gib(required)} per GPU x{est.gpu_count} ({_largest_components(est)}); "
+            f"the largest {scope}, {largest.name} ({_gib(largest.memory_bytes)} usable), "
+            f"{_room(largest, required)}; {min_room:.0%} headroom required "
+            "(spec.placement.minHeadroomFraction)."
         )
+        good = [f for f in fixes if f.fits]
+        if good:
+            message += "\nFits with any of: " + "; ".join(str(f) for f in good) + "."
+        elif fixes:
+            message += "\nNot enough alone: " + "; ".join(str(f) for f in fixes) + "."
+        return Assessment(est, Verdict.NoSafeHeadroom, message, None, fixes, warnings)
+    cls = choice.gpu_class
     rec = RecommendationStatus(
-        gpu_class=choice.gpu_class.name,
+        gpu_class=cls.name,
         gpu_count=est.gpu_count,
-        gpu_memory_bytes=choice.gpu_class.memory_bytes,
+        gpu_memory_bytes=cls.memory_bytes,
         required_bytes_per_gpu=required,
         headroom_fraction=round(choice.headroom_fraction, 4),
         basis=Basis.Estimate,
+        present_in_cluster=choice.present_in_cluster,
+        cheapest_fitting_class=choice.cheapest.name if choice.cheapest else cls.name,
     )
-    return Assessment(
-        est,
-        Verdict.Fits,
-        f"{choice.gpu_class.name} x{est.gpu_count}: {required / GIB:.1f} GiB of "
-        f"{choice.gpu_class.memory_bytes / GIB:.1f} GiB per GPU, "
-        f"{choice.headroom_fraction:.0%} headroom",
-        rec,
+    if choice.headroom_fraction < 2 * min_room:
+        warnings.append(
+            f"headroom on {cls.name} is {choice.headroom_fraction:.0%}, under twice the required "
+            f"{min_room:.0%}: a runtime or batch change may not fit"
+        )
+    if choice.present_in_cluster is False:
+        warnings.append(
+            f"no node in the cluster has a fitting class; add {cls.name} nodes "
+            f"(label {cls.product_label} in {', '.join(cls.products)})"
+        )
+    message = (
+        f"{cls.name} x{est.gpu_count}: needs {_gib(required)} of {_gib(cls.memory_bytes)} per "
+        f"GPU ({_largest_components(est)}), {choice.headroom_fraction:.0%} headroom"
     )
+    if choice.cheapest is not None and choice.cheapest.name != cls.name:
+        message += f"; cheapest fitting class {choice.cheapest.name} has no nodes in the cluster"
+    return Assessment(est, Verdict.Fits, message, rec, [], warnings)
+
+
+def _room(cls: GPUClass, required: int) -> str:
+    room = (cls.memory_bytes - required) / cls.memory_bytes
+    if room >= 0:
+        return f"would leave {room:.0%} free"
+    return f"is {_gib(required - cls.memory_bytes)} short"
+
+
+def _warnings(spec: GPUWorkloadSpec) -> list[str]:
+    out: list[str] = []
+    if not spec.model.revision:
+        out.append(
+            "spec.model.revision is not set: measurements cannot be tied to the exact weights"
+        )
+    if spec.measurement.mode is MeasurementMode.Disabled:
+        out.append(
+            "spec.measurement.mode is Disabled: the recommendation rests on the estimate alone"
+        )
+    return out
+
+
+# --- computed fixes ----------------------------------------------------------------------------
+
+
+def _with(spec: GPUWorkloadSpec, part: str, **changes: Any) -> GPUWorkloadSpec:
+    """A copy of ``spec`` with ``spec.<part>`` fields changed (no re-validation: estimate only)."""
+    sub = getattr(spec, part)
+    return spec.model_copy(update={part: sub.model_copy(update=changes)})
+
+
+def _largest_fitting(
+    lo: int, hi: int, make: Callable[[int], GPUWorkloadSpec], ok: Callable[[EstimateStatus], bool]
+) -> int | None:
+    """Largest n in [lo, hi] with ok(estimate(make(n))), assuming monotonicity; else None."""
+    if hi < lo or not ok(estimate(make(lo))):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(estimate(make(mid))):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _fixes(
+    spec: GPUWorkloadSpec, est: EstimateStatus, allowed: Sequence[GPUClass], largest: GPUClass
+) -> list[Fix]:
+    min_room = spec.placement.min_headroom_fraction
+
+    def on_largest(e: EstimateStatus) -> bool:
+        return fits(largest, e.per_gpu.total_bytes, min_room)
+
+    def fix(path: str, value: Any, changed: GPUWorkloadSpec, what: str) -> Fix:
+        e = estimate(changed)
+        choice = choose_class(e.per_gpu.total_bytes, min_room, allowed)
+        where = (
+            f"{choice.gpu_class.name} x{e.gpu_count}"
+            if choice
+            else f"still too big for {largest.name}"
+        )
+        return Fix(
+            path,
+            value,
+            e.per_gpu.total_bytes,
+            choice.gpu_class.name if choice else None,
+            e.gpu_count,
+            f"{what} ({_gib(e.per_gpu.total_bytes)} per GPU, {where})",
+        )
+
+    out: list[Fix] = []
+    inf, tr = spec.inference, spec.training
+    arch = spec.model.architecture
+    if inf is not None:
+        seqs = _largest_fitting(
+            1,
+            inf.max_num_seqs - 1,
+            lambda n: _with(spec, "inference", max_num_seqs=n),
+            on_largest,
+        )
+        if seqs is not None:
+            out.append(
+                fix(
+                    "spec.inference.maxNumSeqs",
+                    seqs,
+                    _with(spec, "inference", max_num_seqs=seqs),
+                    f"maxNumSeqs {seqs}",
+                )
+            )
+        length = _largest_fitting(
+            1,
+            inf.max_model_len - 1,
+            lambda n: _with(spec, "inference", max_model_len=n),
+            on_largest,
+        )
+        if length is not None:
+            if length >= 1024:
+                length -= length % 256  # a readable figure; smaller still fits (monotonic)
+            out.append(
+                fix(
+                    "spec.inference.maxModelLen",
+                    length,
+                    _with(spec, "inference", max_model_len=length),
+                    f"maxModelLen {length}",
+                )
+            )
+        if (
+            inf.kv_cache_dtype is KvCacheDtype.auto
+            and spec.model.dtype not in (Dtype.float8_e4m3fn, Dtype.float8_e5m2)
+            and est.per_gpu.kv_cache_bytes > 0
+        ):
+            out.append(
+                fix(
+                    "spec.inference.kvCacheDtype",
+                    "fp8",
+                    _with(spec, "inference", kv_cache_dtype=KvCacheDtype.fp8),
+                    "kvCacheDtype fp8",
+                )
+            )
+        if arch is not None and inf.engine in TP_ENGINES:
+            for tp in range(inf.tensor_parallel_size + 1, MAX_TENSOR_PARALLEL + 1):
+                if arch.num_attention_heads % tp or (arch.kv_heads % tp and tp % arch.kv_heads):
+                    continue
+                changed = _with(spec, "inference", tensor_parallel_size=tp)
+                if choose_class(estimate(changed).per_gpu.total_bytes, min_room, allowed):
+                    out.append(
+                        fix(
+                            "spec.inference.tensorParallelSize",
+                            tp,
+                            changed,
+                            f"tensorParallelSize {tp}",
+                        )
+                    )
+                    break
+    if tr is not None:
+        if not tr.activation_checkpointing:
+            out.append(
+                fix(
+                    "spec.training.activationCheckpointing",
+                    True,
+                    _with(spec, "training", activation_checkpointing=True),
+                    "activationCheckpointing true",
+                )
+            )
+        par = tr.parallelism
+        full_shard = (ParallelStrategy.zero3, ParallelStrategy.fsdp_full_shard)
+        if par.data_parallel_size > 1 and par.strategy not in full_shard:
+            changed = _with_strategy(spec, ParallelStrategy.zero3, par.data_parallel_size)
+            out.append(
+                fix(
+                    "spec.training.parallelism.strategy",
+                    "zero3",
+                    changed,
+                    f"parallelism.strategy zero3 over the {par.data_parallel_size} "
+                    "data-parallel ranks",
+                )
+            )
+        elif par.data_parallel_size == 1 or par.strategy in full_shard:
+            strategy = par.strategy if par.strategy in full_shard else ParallelStrategy.zero3
+            dp = par.data_parallel_size * 2
+            while dp <= MAX_DATA_PARALLEL:
+                changed = _with_strategy(spec, strategy, dp)
+                if choose_class(estimate(changed).per_gpu.total_bytes, min_room, allowed):
+                    out.append(
+                        fix(
+                            "spec.training.parallelism.dataParallelSize",
+                            dp,
+                            changed,
+                            f"parallelism {strategy.value} with dataParallelSize {dp}",
+                        )
+                    )
+                    break
+                dp *= 2
+    return out
+
+
+def _with_strategy(spec: GPUWorkloadSpec, strategy: ParallelStrategy, dp: int) -> GPUWorkloadSpec:
+    assert spec.training is not None
+    tr = spec.training
+    par = tr.parallelism.model_copy(update={"strategy": strategy, "data_parallel_size": dp})
+    return spec.model_copy(update={"training": tr.model_copy(update={"parallelism": par})})

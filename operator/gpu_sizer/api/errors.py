@@ -6,9 +6,13 @@ The same lines appear in ``gpu-sizer estimate``, the admission webhook's rejecti
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from dataclasses import dataclass
+from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gpu_sizer.api.spec import FieldError
 
@@ -44,24 +48,100 @@ def _join(parts: list[str | int]) -> str:
     return out
 
 
-def problems_from(error: ValidationError, prefix: str = "") -> list[Problem]:
-    """One :class:`Problem` per pydantic error, paths camelCased and prefixed with ``prefix``."""
+def _show(value: Any) -> str:
+    """A user's input, quoted and cut short enough for one line."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_TYPE_NAMES = {
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
+_BOUNDS = {
+    "greater_than_equal": ("ge", ">="),
+    "greater_than": ("gt", ">"),
+    "less_than_equal": ("le", "<="),
+    "less_than": ("lt", "<"),
+}
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside ``X``, ``X | None`` or ``list[X]``, if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, list):
+        for arg in typing.get_args(annotation):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _allowed_fields(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """Wire names of the fields allowed where ``loc`` (a pydantic error location) points."""
+    for part in loc[:-1]:
+        if model is None:
+            return []
+        if isinstance(part, int):
+            continue
+        field = next(
+            (f for n, f in model.model_fields.items() if part in (n, f.alias)),
+            None,
+        )
+        model = _model_of(field.annotation) if field is not None else None
+    if model is None:
+        return []
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _message(err: Any, model: type[BaseModel] | None) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        allowed = _allowed_fields(model, tuple(err["loc"]))
+        if not allowed:
+            return "unknown field"
+        close = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return f"unknown field; {hint}allowed: {', '.join(allowed)}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "enum" and "expected" in ctx:
+        return f"must be one of {ctx['expected']}, not {_show(err.get('input'))}"
+    if kind in _BOUNDS:
+        key, op = _BOUNDS[kind]
+        return f"must be {op} {ctx.get(key)}, not {_show(err.get('input'))}"
+    if kind in _TYPE_NAMES:
+        return f"must be {_TYPE_NAMES[kind]}, not {_show(err.get('input'))}"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+def problems_from(
+    error: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
+) -> list[Problem]:
+    """One :class:`Problem` per pydantic error, paths camelCased and prefixed with ``prefix``.
+
+    Messages say what is allowed (bounds, enum values, types, and for an unknown field the
+    allowed names of that object, which needs ``model``, the validated root model).
+    """
     problems: list[Problem] = []
     for err in error.errors(include_url=False):
         loc: list[str | int] = [prefix] if prefix else []
         loc += [p for p in err["loc"] if p not in ("function-after",)]
-        message = err["msg"]
         original = (err.get("ctx") or {}).get("error")
         if isinstance(original, FieldError):
             problems.extend(Problem(_join([*loc, *f.split(".")]), m) for f, m in original.items)
             continue
-        if err["type"] == "extra_forbidden":
-            message = "unknown field"
-        elif err["type"] == "missing":
-            message = "required field is missing"
-        elif message.startswith("Value error, "):
-            message = message.removeprefix("Value error, ")
-        if err["type"] == "enum" and "expected" in (err.get("ctx") or {}):
-            message = f"must be one of {err['ctx']['expected']}, not {err.get('input')!r}"
-        problems.append(Problem(_join(loc), message))
+        problems.append(Problem(_join(loc), _message(err, model)))
     return problems

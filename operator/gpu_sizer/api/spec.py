@@ -283,6 +283,15 @@ class Architecture(_Model):
     new_decoder_architecture: bool = Field(
         False, description="Falcon: the 40B/180B layout with grouped KV heads and two layer norms."
     )
+    parallel_attn: bool = Field(
+        True,
+        description="Falcon: attention and MLP read one shared layer norm (parallel_attn); false "
+        "adds a post-attention layer norm.",
+    )
+    do_layer_norm_before: bool = Field(
+        True,
+        description="OPT: pre-layer-norm blocks with a final layer norm (false for OPT-350m).",
+    )
 
     @property
     def kv_heads(self) -> int:
@@ -363,6 +372,11 @@ class Quantization(_Model):
     )
     double_quant: bool = Field(
         True, description="bitsandbytes NF4: quantize the absmax constants too (QLoRA paper)."
+    )
+    per_channel_scales: bool = Field(
+        False,
+        description="FP8: one weight scale per output channel (compressed-tensors channel "
+        "strategy, FBGEMM FP8) instead of one per tensor.",
     )
 
     @property
@@ -563,8 +577,18 @@ class GPUWorkloadSpec(_Model):
     @model_validator(mode="after")
     def _check(self) -> GPUWorkloadSpec:
         problems = _Problems()
-        if (self.inference is None) == (self.training is None):
-            problems.add("inference", "set exactly one of spec.inference or spec.training")
+        if self.inference is not None and self.training is not None:
+            problems.add(
+                "training",
+                "spec.inference and spec.training are both set; set exactly one "
+                "(one GPUWorkload sizes one workload)",
+            )
+        elif self.inference is None and self.training is None:
+            problems.add(
+                "inference",
+                "set exactly one of spec.inference (serving) or spec.training (training or "
+                "fine-tuning)",
+            )
         arch = self.model.architecture
         if self.inference is not None:
             inf = self.inference

@@ -2,13 +2,18 @@
 
 Every field here is declared in the generated CRD, because a real API server silently prunes
 status fields its schema does not declare. Sizes are bytes, fractions 0..1, times RFC 3339.
+
+A few read-only fields exist only for ``kubectl get``'s printer columns, which can show a raw
+JSONPath value but cannot divide: ``estimate.perGpu.totalGiB``, ``measurement.peakGiB`` and
+``recommendation.headroomPercent``. They are pydantic computed fields, derived from the byte and
+fraction fields whenever a status is serialized, and ignored when a status is parsed.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, computed_field
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -23,6 +28,8 @@ __all__ = [
     "Phase",
     "RecommendationStatus",
 ]
+
+GIB = 1 << 30
 
 
 class _Status(BaseModel):
@@ -102,6 +109,15 @@ class PerGpuBreakdown(_Status):
     )
     total_bytes: int = Field(0, description="Sum of the above: the per-GPU requirement.")
 
+    @computed_field(  # type: ignore[prop-decorator]
+        alias="totalGiB",
+        description="totalBytes in GiB (2^30 bytes), one decimal; for display only.",
+    )
+    @property
+    def total_gib(self) -> float:
+        """``total_bytes`` in GiB, rounded to 0.1, for the printer column."""
+        return round(self.total_bytes / GIB, 1)
+
 
 class EstimateStatus(_Status):
     """The memory model's planning figure."""
@@ -117,6 +133,11 @@ class EstimateStatus(_Status):
     )
     kv_cache_tokens: int | None = Field(
         None, description="Tokens the KV cache is sized for (inference only)."
+    )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="Caveats of this estimate (e.g. components that could not be computed "
+        "without spec.model.architecture).",
     )
 
 
@@ -152,6 +173,25 @@ class MeasurementStatus(_Status):
         None, description="Classes on which the probe hit CUDA out-of-memory for this spec."
     )
 
+    @computed_field(  # type: ignore[prop-decorator]
+        alias="peakGiB",
+        description="Largest measured peak (device used, reserved or allocated) in GiB (2^30 "
+        "bytes), one decimal; for display only.",
+    )
+    @property
+    def peak_gib(self) -> float | None:
+        """The most conservative measured peak in GiB, or ``None`` before any figure exists."""
+        peaks = [
+            p
+            for p in (
+                self.peak_device_used_bytes,
+                self.peak_reserved_bytes,
+                self.peak_allocated_bytes,
+            )
+            if p is not None
+        ]
+        return round(max(peaks) / GIB, 1) if peaks else None
+
 
 class RecommendationStatus(_Status):
     """The GPU class to run on."""
@@ -166,8 +206,17 @@ class RecommendationStatus(_Status):
         None, description="Whether nodes of this class were found in the cluster."
     )
     cheapest_fitting_class: str | None = Field(
-        None, description="Smallest catalog class that fits, present in the cluster or not."
+        None, description="Cheapest catalog class that fits, present in the cluster or not."
     )
+
+    @computed_field(  # type: ignore[prop-decorator]
+        alias="headroomPercent",
+        description="headroomFraction as a percentage, one decimal; for display only.",
+    )
+    @property
+    def headroom_percent(self) -> float:
+        """``headroom_fraction`` x 100, rounded to 0.1, for the printer column."""
+        return round(self.headroom_fraction * 100, 1)
 
 
 class GPUWorkloadStatus(_Status):

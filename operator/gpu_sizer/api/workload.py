@@ -43,7 +43,7 @@ def parse_spec(spec: Any) -> GPUWorkloadSpec:
     try:
         return GPUWorkloadSpec.model_validate(spec)
     except ValidationError as exc:
-        raise InvalidWorkload(problems_from(exc, prefix="spec")) from None
+        raise InvalidWorkload(problems_from(exc, prefix="spec", model=GPUWorkloadSpec)) from None
 
 
 def parse_workload(doc: Any) -> GPUWorkloadSpec:

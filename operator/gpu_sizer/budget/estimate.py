@@ -1,48 +1,261 @@
-"""Assemble the per-GPU budget of a spec.  (PLACEHOLDER first cut, replaced by the full model.)"""
+"""Assemble the per-GPU memory budget of a spec. Pure.
+
+:func:`estimate` is the memory model's single entry point: the webhook, the CLI and the controller
+all read their figures from it (through ``gpu_sizer.sizing.assess``). It adds up independent
+components on the most loaded GPU of one replica:
+
+- inference: weights (+ quantization metadata), KV cache, activations of the largest forward pass,
+  runtime overhead (CUDA context, cuBLAS, CUDA graph pool, NCCL, allocator reserve);
+- training: weights, gradients, optimizer state, master weights, activations and logits, runtime
+  overhead.
+
+``gpuCount`` counts only the parallelism the spec declares (tensor x pipeline for inference;
+data x tensor x pipeline for training): the model never invents sharding.
+
+Without ``spec.model.architecture`` only ``parameterCount`` is known: weights are exact for
+unquantized dtypes, model states are exact for full training, but the KV cache and activations
+depend on the shape and are reported as 0 with an explanatory entry in ``notes``; quantized
+weights are approximated (metadata as for 4096-wide rows) and tensor/pipeline splits are taken as
+even. All figures are bytes.
+"""
 
 from __future__ import annotations
 
-from gpu_sizer.api import DTYPE_BYTES, EstimateStatus, GPUWorkloadSpec, PerGpuBreakdown
+from gpu_sizer.api import (
+    DTYPE_BYTES,
+    EstimateStatus,
+    FinetuningMethod,
+    GPUWorkloadSpec,
+    Optimizer,
+    ParallelStrategy,
+    PerGpuBreakdown,
+)
+from gpu_sizer.budget.activations import (
+    activation_token_elements,
+    inference_activation_bytes,
+    prefill_tokens,
+)
+from gpu_sizer.budget.kv_cache import kv_cache_bytes, kv_element_bytes, kv_token_bytes
+from gpu_sizer.budget.params import Layout, layout
+from gpu_sizer.budget.runtime import (
+    CUDA_GRAPH_BASE_BYTES,
+    allocator_reserve_bytes,
+    base_overhead_bytes,
+    cuda_graph_batch,
+)
+from gpu_sizer.budget.training import (
+    communication_buffer_bytes,
+    gradient_bytes_per_param,
+    model_states,
+    optimizer_state_bytes,
+    trainable_parameter_count,
+    training_budget,
+    weight_bytes_per_param,
+)
+from gpu_sizer.budget.weights import flat_weight_bytes, weight_bytes
 
-GIB = 1 << 30
+__all__ = ["estimate", "stage_outer_params"]
+
+_NO_ARCH = "without spec.model.architecture"
+
+
+def stage_outer_params(lay: Layout, pp: int, proj: int) -> int:
+    """Parameters outside the decoder layers on the most loaded pipeline stage.
+
+    One stage holds everything; with stages, the first holds the embedding, the last lm_head and
+    the final norm, and a tied lm_head is a copy of the embedding there (vLLM and Megatron-LM
+    keep a separate output matrix on the last stage).
+
+    :param proj: lm_head input width (``wordEmbedProjDim`` for OPT, else ``hiddenSize``).
+    """
+    if pp == 1:
+        return lay.embedding + lay.head
+    last = lay.head + (lay.vocab * proj if lay.tied else 0)
+    return max(lay.embedding, last)
 
 
 def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
-    """Per-GPU memory budget of ``spec`` in bytes, on the most loaded GPU."""
+    """Per-GPU memory budget of ``spec`` in bytes, on the most loaded GPU of one replica.
+
+    Every ``PerGpuBreakdown`` field is filled and ``totalBytes`` is their sum. Never raises for a
+    spec that passed validation.
+    """
     arch = spec.model.architecture
-    if arch is not None:
-        h, layers = arch.hidden_size, arch.num_hidden_layers
-        kvh = arch.kv_heads * arch.head_size
-        per_layer = h * (arch.num_attention_heads * arch.head_size) * 2 + h * kvh * 2
-        per_layer += 3 * h * arch.intermediate_size * (arch.num_local_experts or 1) + 2 * h
-        params = layers * per_layer + arch.vocab_size * h * (1 if arch.tie_word_embeddings else 2)
-        params += h
+    if arch is None:
+        return _estimate_without_architecture(spec)
+    inf = spec.inference
+    if inf is not None:
+        tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
     else:
-        assert spec.model.parameter_count is not None
-        params = spec.model.parameter_count
-    dtype_bytes = DTYPE_BYTES[spec.model.dtype]
-    gpus = spec.gpu_count
-    weights = params * dtype_bytes // gpus
-    kv_per_token = 0
-    kv_tokens = None
-    kv = 0
-    if spec.inference is not None and arch is not None:
-        kv_per_token = (
-            2 * arch.num_hidden_layers * arch.kv_heads * arch.head_size * dtype_bytes // gpus
+        assert spec.training is not None
+        par = spec.training.parallelism
+        tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
+    whole = layout(arch)
+    lay = whole if tp == 1 else layout(arch, tp)
+    layers = -(-arch.num_hidden_layers // pp)
+    outer = stage_outer_params(lay, pp, arch.word_embed_proj_dim or arch.hidden_size)
+    notes: list[str] = []
+    params = whole.total
+    if spec.model.parameter_count is not None and spec.model.parameter_count != params:
+        notes.append(
+            f"spec.model.parameterCount {spec.model.parameter_count} differs from the "
+            f"{params} parameters of spec.model.architecture; the architecture's count is used"
         )
-        kv_tokens = spec.inference.max_num_seqs * spec.inference.max_model_len
-        kv = kv_per_token * kv_tokens
-    overhead = 2 * GIB
-    total = weights + kv + overhead
+    if inf is not None:
+        weights, quant = weight_bytes(lay, spec.model, layers, outer)
+        element = kv_element_bytes(spec.model, inf)
+        per_token = kv_token_bytes(arch, element, tp, pp)
+        kv, kv_tokens = kv_cache_bytes(arch, per_token, inf.max_model_len, inf.max_num_seqs, pp)
+        act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
+        acts = inference_activation_bytes(
+            arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
+        )
+        batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
+        graphs = 0
+        if batch:
+            per_seq = activation_token_elements(arch, tp) * act_bytes
+            graphs = CUDA_GRAPH_BASE_BYTES + batch * per_seq
+        groups = (tp > 1) + (pp > 1)
+        runtime = base_overhead_bytes(groups) + graphs + allocator_reserve_bytes(acts)
+        breakdown = _breakdown(weights, quant, kv, acts, 0, 0, 0, runtime)
+        return EstimateStatus(
+            parameter_count=params,
+            gpu_count=spec.gpu_count,
+            kv_cache_bytes_per_token=per_token,
+            kv_cache_tokens=kv_tokens,
+            per_gpu=breakdown,
+            notes=notes,
+        )
+    tr = spec.training
+    assert tr is not None
+    if spec.model.quantization is not None and tr.finetuning.method is FinetuningMethod.full:
+        notes.append(
+            "full fine-tuning trains dense weights: spec.model.quantization is ignored "
+            "(use lora or qlora to train adapters on a quantized base)"
+        )
+    tb = training_budget(spec, lay, layers, outer)
+    par = tr.parallelism
+    groups = (par.strategy is not ParallelStrategy.none and par.data_parallel_size > 1) + (
+        (tp > 1) + (pp > 1)
+    )
+    runtime = base_overhead_bytes(groups) + allocator_reserve_bytes(tb.activations + tb.gradients)
+    breakdown = _breakdown(
+        tb.weights,
+        tb.quantization_overhead,
+        0,
+        tb.activations,
+        tb.gradients,
+        tb.optimizer,
+        tb.master,
+        runtime,
+    )
     return EstimateStatus(
         parameter_count=params,
-        gpu_count=gpus,
-        kv_cache_bytes_per_token=kv_per_token,
-        kv_cache_tokens=kv_tokens,
-        per_gpu=PerGpuBreakdown(
-            weights_bytes=weights,
-            kv_cache_bytes=kv,
-            runtime_overhead_bytes=overhead,
-            total_bytes=total,
+        gpu_count=spec.gpu_count,
+        kv_cache_bytes_per_token=0,
+        per_gpu=breakdown,
+        trainable_parameter_count=trainable_parameter_count(whole, tr),
+        notes=notes,
+    )
+
+
+def _breakdown(
+    weights: int,
+    quant: int,
+    kv: int,
+    acts: int,
+    grads: int,
+    opt: int,
+    master: int,
+    runtime: int,
+) -> PerGpuBreakdown:
+    return PerGpuBreakdown(
+        weights_bytes=weights,
+        quantization_overhead_bytes=quant,
+        kv_cache_bytes=kv,
+        activation_bytes=acts,
+        gradient_bytes=grads,
+        optimizer_state_bytes=opt,
+        master_weight_bytes=master,
+        runtime_overhead_bytes=runtime,
+        total_bytes=weights + quant + kv + acts + grads + opt + master + runtime,
+    )
+
+
+def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
+    """Bare ``parameterCount``: weights and model states only (see the module docstring)."""
+    params = spec.model.parameter_count
+    assert params is not None
+    notes: list[str] = []
+    if spec.model.quantization is not None:
+        notes.append(
+            f"quantized weights are approximate {_NO_ARCH}: every parameter is taken as "
+            "quantized (embeddings, lm_head and norms stay 16-bit in real checkpoints)"
+        )
+    inf = spec.inference
+    if inf is not None:
+        tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
+        shard = -(-params // (tp * pp))
+        weights, quant = flat_weight_bytes(shard, spec.model)
+        notes.append(
+            f"KV cache not computed {_NO_ARCH}: it depends on layers, KV heads and head size"
+        )
+        notes.append(f"activations not computed {_NO_ARCH}: they depend on hidden and MLP widths")
+        if tp * pp > 1:
+            notes.append(f"weights split evenly over {tp * pp} GPUs {_NO_ARCH}")
+        batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
+        runtime = base_overhead_bytes((tp > 1) + (pp > 1)) + (CUDA_GRAPH_BASE_BYTES if batch else 0)
+        return EstimateStatus(
+            parameter_count=params,
+            gpu_count=spec.gpu_count,
+            kv_cache_bytes_per_token=0,
+            kv_cache_tokens=0,
+            per_gpu=_breakdown(weights, quant, 0, 0, 0, 0, 0, runtime),
+            notes=notes,
+        )
+    tr = spec.training
+    assert tr is not None
+    par = tr.parallelism
+    tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
+    shard = -(-params // (tp * pp))
+    precision = tr.precision
+    notes.append(f"activations and logits not computed {_NO_ARCH}")
+    if tr.optimizer is Optimizer.adafactor:
+        notes.append(f"Adafactor's factored state taken as unfactored {_NO_ARCH}")
+    if tp * pp > 1:
+        notes.append(f"parameters split evenly over {tp * pp} model-parallel GPUs {_NO_ARCH}")
+    opt = optimizer_state_bytes(tr.optimizer, precision, shard, shard, 0)
+    master_per = 4 if precision.value.endswith("-mixed") else 0
+    states = model_states(
+        shard * weight_bytes_per_param(precision),
+        shard,
+        gradient_bytes_per_param(precision, par.strategy),
+        opt,
+        master_per,
+        par.strategy,
+        par.data_parallel_size,
+    )
+    groups = (par.strategy is not ParallelStrategy.none and par.data_parallel_size > 1) + (
+        (tp > 1) + (pp > 1)
+    )
+    grads = states.gradients + communication_buffer_bytes(
+        par.strategy, shard, gradient_bytes_per_param(precision, par.strategy)
+    )
+    runtime = base_overhead_bytes(groups) + allocator_reserve_bytes(grads)
+    return EstimateStatus(
+        parameter_count=params,
+        gpu_count=spec.gpu_count,
+        kv_cache_bytes_per_token=0,
+        per_gpu=_breakdown(
+            states.weights,
+            0,
+            0,
+            0,
+            grads,
+            states.optimizer,
+            states.master,
+            runtime,
         ),
+        trainable_parameter_count=params,
+        notes=notes,
     )

@@ -4,6 +4,18 @@ The probe prints one JSON document to stdout and writes the same, compact and un
 to ``/dev/termination-log``; the operator reads it back from the pod's
 ``status.containerStatuses[].state.terminated.message`` with :func:`parse_result`.
 Sizes are bytes, durations seconds.
+
+Field meanings, by source:
+
+- ``peakAllocatedBytes`` / ``peakReservedBytes``: ``torch.cuda.max_memory_allocated()`` and
+  ``torch.cuda.max_memory_reserved()`` (PyTorch "CUDA semantics / memory management" docs),
+  reset between phases with ``torch.cuda.reset_peak_memory_stats()``; the top-level figure is the
+  maximum over phases. Synthetic mode on a GPU only.
+- ``peakDeviceUsedBytes``: the highest ``nvmlDeviceGetMemoryInfo().used`` sampled on the most
+  loaded visible device (NVML API reference, "Device Queries"); it includes the CUDA context,
+  library workspaces and every other process on the device.
+- ``peakRssBytes``: CPU runs only: the process's (or, in Command mode, the command's) peak
+  resident set size from ``getrusage(2)`` / ``/proc/self/status`` ``VmHWM``. Never a GPU figure.
 """
 
 from __future__ import annotations
@@ -18,9 +30,13 @@ __all__ = [
     "MAX_TERMINATION_MESSAGE_BYTES",
     "RESULT_SCHEMA",
     "InvalidResult",
+    "NvmlDevice",
     "NvmlInfo",
     "PhaseResult",
     "ProbeResult",
+    "ResultStatus",
+    "VllmReport",
+    "compact_message",
     "parse_result",
 ]
 
@@ -28,6 +44,8 @@ __all__ = [
 MAX_TERMINATION_MESSAGE_BYTES: Final = 4096
 #: Version tag of the schema; bump when a field changes meaning.
 RESULT_SCHEMA: Final = "gpusizer.dev/probe-result/v1"
+
+ResultStatus = Literal["Succeeded", "OutOfMemory", "Failed", "Unsupported", "Timeout"]
 
 
 class _Doc(BaseModel):
@@ -37,13 +55,24 @@ class _Doc(BaseModel):
 
 
 class PhaseResult(_Doc):
-    """One measured phase (load, prefill, decode at a concurrency, train step, command)."""
+    """One measured phase (load, kv-cache, prefill@16, decode@16, step2.backward, command)."""
 
-    name: str = Field(description="Phase name, e.g. load, prefill@16, decode@16, step.")
+    name: str = Field(description="Phase name, e.g. load, prefill@16, decode@16, step2.backward.")
     seconds: float = Field(description="Wall time of the phase.")
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     peak_device_used_bytes: int | None = None
+    peak_rss_bytes: int | None = Field(None, description="CPU runs: peak RSS during the phase.")
+
+
+class NvmlDevice(_Doc):
+    """One visible device as NVML reports it."""
+
+    index: int
+    name: str
+    total_bytes: int
+    peak_used_bytes: int
+    baseline_used_bytes: int = Field(description="Used bytes at the first sample (before work).")
 
 
 class NvmlInfo(_Doc):
@@ -55,28 +84,68 @@ class NvmlInfo(_Doc):
     total_bytes: int | None = None
     driver_version: str | None = None
     cuda_version: str | None = None
-    sample_hz: float | None = None
+    sample_hz: float | None = Field(None, description="Achieved sampling rate, samples/s.")
+    samples: int | None = None
+    sampler_cpu_seconds: float | None = Field(
+        None, description="CPU time the sampler thread used (the probe's own overhead)."
+    )
+    devices: list[NvmlDevice] = Field(default_factory=list)
+    process_peak_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Peak usedGpuMemory per PID as NVML reports it (host PIDs inside containers).",
+    )
+
+
+class VllmReport(_Doc):
+    """vLLM's own startup memory report, parsed from its log (Command mode). vLLM prints GiB
+    (2^30) even where its older versions wrote "GB"; values here are bytes."""
+
+    model_loading_bytes: int | None = None
+    kv_cache_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    gpu_blocks: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens: int | None = Field(
+        None, description="The per-request length vLLM computed maxConcurrency for."
+    )
+    activation_peak_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    total_gpu_bytes: int | None = None
 
 
 class ProbeResult(_Doc):
     """The probe's report. ``device`` is ``cuda`` or ``cpu``; CPU runs carry no GPU figures."""
 
     schema_: str = Field(RESULT_SCHEMA, alias="schema")
-    status: Literal["Succeeded", "OutOfMemory", "Failed", "Unsupported", "Timeout"]
+    status: ResultStatus
     mode: Literal["Synthetic", "Command"]
     device: Literal["cuda", "cpu"]
     gpu_count: int = 0
+    gpu_class: str | None = Field(None, description="--gpu-class the operator scheduled for.")
+    spec_hash: str | None = None
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     peak_device_used_bytes: int | None = None
     peak_rss_bytes: int | None = Field(None, description="CPU runs: the process's peak RSS.")
+    weights_bytes: int | None = Field(
+        None, description="Synthetic: bytes of the parameters built (allocated after load)."
+    )
+    kv_cache_bytes: int | None = Field(None, description="Synthetic: KV cache tensor bytes.")
+    kv_cache_tokens: int | None = Field(None, description="Synthetic: token slots in the cache.")
+    parameter_count: int | None = None
+    trainable_parameter_count: int | None = None
     out_of_memory: bool = False
     oom_phase: str | None = None
     oom_requested_bytes: int | None = None
     message: str | None = None
+    notes: list[str] = Field(default_factory=list, description="Caveats of this measurement.")
     exit_code: int | None = Field(None, description="Command mode: the command's exit status.")
     nvml: NvmlInfo | None = None
+    vllm: VllmReport | None = None
     phases: list[PhaseResult] = Field(default_factory=list)
+    phases_omitted: int = Field(0, description="Phases dropped to fit the termination message.")
+    torch_version: str | None = None
     started_at: str | None = None
     completed_at: str | None = None
 
@@ -100,3 +169,89 @@ def parse_result(message: str) -> ProbeResult:
         return ProbeResult.model_validate(data)
     except ValidationError as exc:
         raise InvalidResult(f"invalid probe result: {exc.errors(include_url=False)}") from None
+
+
+def _dump(result: ProbeResult) -> str:
+    return json.dumps(
+        result.model_dump(mode="json", by_alias=True, exclude_none=True),
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def _fits(text: str, limit: int) -> bool:
+    return len(text.encode("utf-8")) < limit
+
+
+def compact_message(result: ProbeResult, limit: int = MAX_TERMINATION_MESSAGE_BYTES) -> str:
+    """The result as compact JSON strictly under ``limit`` bytes (UTF-8).
+
+    Kubernetes keeps at most 4096 bytes of ``terminationMessagePath``. Detail goes first, peaks
+    last: per-process NVML figures, per-device lists, notes, phase timings, then phases one by
+    one from the middle (the first and the most expensive phases are the most telling), then the
+    message is shortened. Top-level peaks, status and OOM fields are never dropped; the count of
+    dropped phases is kept in ``phasesOmitted``.
+
+    :raises ValueError: when even the bare peaks do not fit (``limit`` far too small).
+    """
+    text = _dump(result)
+    if _fits(text, limit):
+        return text
+    slim = result.model_copy(deep=True)
+    if slim.nvml is not None:
+        slim.nvml = slim.nvml.model_copy(update={"process_peak_bytes": {}, "devices": []})
+    text = _dump(slim)
+    if _fits(text, limit):
+        return text
+    slim.notes = []
+    text = _dump(slim)
+    if _fits(text, limit):
+        return text
+    phases = list(slim.phases)
+    omitted = slim.phases_omitted
+    while phases:
+        # Keep the most expensive phase and the first one; drop from the middle outwards.
+        keep = {0, max(range(len(phases)), key=lambda i: _phase_peak(phases[i]))}
+        drop = next((i for i in _middle_out(len(phases)) if i not in keep), len(phases) - 1)
+        del phases[drop]
+        omitted += 1
+        slim.phases = phases
+        slim.phases_omitted = omitted
+        text = _dump(slim)
+        if _fits(text, limit):
+            return text
+    if slim.message:
+        for size in (1024, 256, 64):
+            slim.message = slim.message[:size]
+            text = _dump(slim)
+            if _fits(text, limit):
+                return text
+    slim.vllm = None
+    slim.nvml = (
+        None
+        if slim.nvml is None
+        else NvmlInfo(available=slim.nvml.available, reason=(slim.nvml.reason or "")[:128] or None)
+    )
+    text = _dump(slim)
+    if _fits(text, limit):
+        return text
+    raise ValueError(f"probe result cannot fit in {limit} bytes even without detail")
+
+
+def _phase_peak(phase: PhaseResult) -> int:
+    return max(
+        phase.peak_allocated_bytes or 0,
+        phase.peak_reserved_bytes or 0,
+        phase.peak_device_used_bytes or 0,
+        phase.peak_rss_bytes or 0,
+    )
+
+
+def _middle_out(n: int) -> list[int]:
+    mid = n // 2
+    order = [mid]
+    for step in range(1, n):
+        for i in (mid - step, mid + step):
+            if 0 <= i < n:
+                order.append(i)
+    return order

@@ -1,10 +1,96 @@
-"""Argument parsers for the `gpu-sizer` subcommands of this package. Heavy imports stay inside
-handlers so that the offline commands stay fast."""
+"""``gpu-sizer probe`` and ``python -m gpu_sizer.probe``: one argument parser for both.
+
+The operator's measurement Job and local backend call exactly::
+
+    python -m gpu_sizer.probe [--spec FILE|-] [--termination-log PATH]
+                              [--deadline-seconds N] [--gpu-class NAME]
+
+Heavy imports (torch) stay inside the handler so that ``gpu-sizer estimate`` never pays for them.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from gpu_sizer.probe.nvml import DEFAULT_HZ
+
+__all__ = ["add_arguments", "add_parsers", "handle"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The probe's options (shared by ``gpu-sizer probe`` and ``python -m gpu_sizer.probe``)."""
+    parser.add_argument(
+        "--spec",
+        metavar="FILE",
+        help="GPUWorkload spec as JSON (camelCase), - for stdin; default env GPU_SIZER_SPEC",
+    )
+    parser.add_argument(
+        "--termination-log",
+        metavar="PATH",
+        default="/dev/termination-log",
+        help="where the compact (< 4096 bytes) result goes (default /dev/termination-log; "
+        "skipped with a note when not writable)",
+    )
+    parser.add_argument(
+        "--deadline-seconds",
+        type=float,
+        metavar="N",
+        help="stop the workload after N seconds (default: spec timeoutSeconds less a margin)",
+    )
+    parser.add_argument(
+        "--gpu-class", metavar="NAME", help="catalog class the Job was scheduled on (recorded)"
+    )
+    parser.add_argument(
+        "--sampler-hz",
+        type=float,
+        default=DEFAULT_HZ,
+        metavar="HZ",
+        help=f"NVML sampling rate per device (default {DEFAULT_HZ:g}; 0 disables the sampler)",
+    )
+    parser.add_argument(
+        "--memory-limit-bytes",
+        type=int,
+        metavar="BYTES",
+        help="cap what the workload may allocate beyond the probe's start (CUDA: caching "
+        "allocator fraction; CPU: RLIMIT_AS), to check a smaller device or the OOM path",
+    )
+    parser.add_argument(
+        "--cpu-max-bytes",
+        type=int,
+        metavar="BYTES",
+        help="CPU runs: refuse workloads whose weights and KV cache exceed this (default 2 GiB)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="synthetic mode: where to run (default cuda when available)",
+    )
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the probe; the process exit status (see :func:`gpu_sizer.probe.run.measure`)."""
+    from gpu_sizer.probe.run import DEFAULT_CPU_MAX_BYTES, Options, main_from_args
+
+    options = Options(
+        termination_log=args.termination_log,
+        deadline_seconds=args.deadline_seconds,
+        gpu_class=args.gpu_class,
+        sampler_hz=args.sampler_hz,
+        memory_limit_bytes=args.memory_limit_bytes,
+        cpu_max_bytes=args.cpu_max_bytes or DEFAULT_CPU_MAX_BYTES,
+        device=args.device,
+    )
+    return main_from_args(args.spec, options)
+
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register this package's subcommands (placeholder until implemented)."""
+    """Register ``gpu-sizer probe``."""
+    parser = sub.add_parser(
+        "probe",
+        help="measure a GPUWorkload spec on this machine (what the measurement Job runs)",
+        description="Run the measurement probe: synthetic model or the workload's command; "
+        "prints one JSON result (gpusizer.dev/probe-result/v1) to stdout.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=handle)

@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Estimate versus measurement on a real GPU: the driver behind hack/gpu-check.sh.
+
+Runs the probe (``python -m gpu_sizer.probe``, one subprocess per configuration, as the
+measurement Job does) on a fixed matrix of reference configurations and writes, under ``--out``:
+
+- ``gpu-check.md``: a table of estimate vs measured per component it can isolate, with the
+  relative error ``(estimate - measured) / measured``, and the probe's own overhead;
+- ``results/<name>.json``: each probe result; ``specs/<name>.json``: each spec;
+- ``environment.txt``: date, torch/CUDA versions, the device.
+
+Components isolated from the probe's phases (all on one GPU, torch caching allocator):
+
+- weights: ``load`` phase peak allocated (the model is built in place on the device);
+- KV cache: ``kv-cache`` phase peak allocated minus the weights;
+- inference activations: the highest prefill/decode peak allocated minus weights and KV cache;
+- training step: the steady-state step (``step2.*``) peak allocated against everything but the
+  runtime overhead;
+- total: the NVML device peak less the device's used bytes before the probe started, against
+  the estimate's total.
+
+``--dry-run`` builds the matrix and the estimate column without CUDA (the tests use it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from gpu_sizer.api import EstimateStatus, GPUWorkloadSpec, parse_spec  # noqa: E402
+from gpu_sizer.budget import estimate  # noqa: E402
+
+GIB = float(1 << 30)
+
+# config.json of meta-llama/Meta-Llama-3-8B.
+LLAMA_3_8B = {
+    "modelType": "llama",
+    "numHiddenLayers": 32,
+    "hiddenSize": 4096,
+    "intermediateSize": 14336,
+    "numAttentionHeads": 32,
+    "numKeyValueHeads": 8,
+    "vocabSize": 128256,
+    "maxPositionEmbeddings": 8192,
+}
+# config.json of meta-llama/Llama-3.2-1B.
+LLAMA_3_2_1B = {
+    "modelType": "llama",
+    "numHiddenLayers": 16,
+    "hiddenSize": 2048,
+    "intermediateSize": 8192,
+    "numAttentionHeads": 32,
+    "numKeyValueHeads": 8,
+    "headDim": 64,
+    "vocabSize": 128256,
+    "maxPositionEmbeddings": 131072,
+    "tieWordEmbeddings": True,
+}
+# config.json of meta-llama/Llama-2-7b-hf.
+LLAMA_2_7B = {
+    "modelType": "llama",
+    "numHiddenLayers": 32,
+    "hiddenSize": 4096,
+    "intermediateSize": 11008,
+    "numAttentionHeads": 32,
+    "vocabSize": 32000,
+    "maxPositionEmbeddings": 4096,
+}
+
+
+def _inference(kv: str, levels: list[int]) -> dict[str, Any]:
+    return {
+        "model": {"name": "synthetic Llama-3-8B shape", "architecture": LLAMA_3_8B},
+        "inference": {
+            "engine": "vllm",
+            "maxModelLen": 8192,
+            "maxNumSeqs": 16,
+            "maxNumBatchedTokens": 8192,
+            "kvCacheDtype": kv,
+        },
+        "measurement": {"concurrencyLevels": levels, "timeoutSeconds": 300},
+    }
+
+
+def _training(arch: dict[str, Any], **training: Any) -> dict[str, Any]:
+    return {
+        "model": {"architecture": arch},
+        "training": {"precision": "bf16-mixed", "optimizer": "adamw", **training},
+        "measurement": {"timeoutSeconds": 300},
+    }
+
+
+#: name -> (description, spec). The matrix of issue 4.
+MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama8b-bf16": (
+        "8B-shaped, vLLM-style bf16 inference, 16 x 8192, concurrency 1/8/16",
+        _inference("auto", [1, 8, 16]),
+    ),
+    "llama8b-fp8kv": (
+        "the same with an fp8 KV cache",
+        _inference("fp8", [1, 8, 16]),
+    ),
+    "llama1b-full": (
+        "1B-shaped full training step, AdamW, bf16-mixed, 4 x 2048, 2 micro-batches",
+        _training(LLAMA_3_2_1B, microBatchSize=4, sequenceLength=2048, gradientAccumulationSteps=2),
+    ),
+    "llama1b-full-ckpt": (
+        "the same with activation checkpointing",
+        _training(
+            LLAMA_3_2_1B,
+            microBatchSize=4,
+            sequenceLength=2048,
+            gradientAccumulationSteps=2,
+            activationCheckpointing=True,
+        ),
+    ),
+    "llama7b-lora": (
+        "7B-shaped LoRA r16 on q/k/v/o, bf16 base, 2 x 2048, checkpointing",
+        _training(
+            LLAMA_2_7B,
+            microBatchSize=2,
+            sequenceLength=2048,
+            gradientAccumulationSteps=2,
+            activationCheckpointing=True,
+            finetuning={"method": "lora", "loraRank": 16},
+        ),
+    ),
+}
+#: The overhead check: the 8B model at concurrency 1, with and without the NVML sampler.
+OVERHEAD = _inference("auto", [1])
+
+
+def _gib(value: int | None) -> str:
+    return "—" if value is None else f"{value / GIB:.2f}"
+
+
+def _err(est: int | None, measured: int | None) -> str:
+    if est is None or measured is None or measured <= 0:
+        return "—"
+    return f"{(est - measured) / measured:+.1%}"
+
+
+def _phase(result: dict[str, Any], name: str) -> dict[str, Any]:
+    return next((p for p in result.get("phases", []) if p["name"] == name), {})
+
+
+def _max_alloc(result: dict[str, Any], keep: Callable[[str], bool]) -> int | None:
+    values = [
+        p["peakAllocatedBytes"]
+        for p in result.get("phases", [])
+        if keep(p["name"]) and p.get("peakAllocatedBytes") is not None
+    ]
+    return max(values) if values else None
+
+
+def components(
+    spec: GPUWorkloadSpec, est: EstimateStatus, result: dict[str, Any] | None
+) -> list[tuple[str, int | None, int | None]]:
+    """(component, estimate bytes, measured bytes) rows for one configuration."""
+    g = est.per_gpu
+    r = result or {}
+    weights_measured = _phase(r, "load").get("peakAllocatedBytes")
+    rows: list[tuple[str, int | None, int | None]] = []
+    if spec.inference is not None:
+        rows.append(("weights (after load)", g.weights_bytes, weights_measured))
+        kv_alloc = _phase(r, "kv-cache").get("peakAllocatedBytes")
+        kv = kv_alloc - weights_measured if kv_alloc and weights_measured else None
+        rows.append(("KV cache allocation", g.kv_cache_bytes, kv))
+        work = _max_alloc(r, lambda n: n.startswith(("prefill@", "decode@")))
+        act = work - kv_alloc if work and kv_alloc else None
+        rows.append(("activations (prefill/decode peak)", g.activation_bytes, act))
+        rows.append(
+            (
+                "peak allocated",
+                g.total_bytes - g.runtime_overhead_bytes,
+                r.get("peakAllocatedBytes"),
+            )
+        )
+    else:
+        tr = spec.training
+        assert tr is not None
+        if tr.finetuning.method.value == "full" and g.master_weight_bytes:
+            # Mixed precision keeps float32 parameters (the master weights); autocast's bf16
+            # copies exist only during the forward pass and count in the step peak.
+            label, weights_est = (
+                "fp32 parameters after load (master weights)",
+                g.master_weight_bytes,
+            )
+        else:
+            label, weights_est = "parameters after load (base + adapters)", g.weights_bytes
+        rows.append((label, weights_est, weights_measured))
+        step = _max_alloc(r, lambda n: n.startswith("step2."))
+        rows.append(
+            ("step peak allocated (steady state)", g.total_bytes - g.runtime_overhead_bytes, step)
+        )
+    device = r.get("peakDeviceUsedBytes")
+    baseline = None
+    nvml = r.get("nvml") or {}
+    if nvml.get("devices"):
+        baseline = nvml["devices"][0].get("baselineUsedBytes")
+    rows.append(
+        (
+            "peak reserved (torch)",
+            g.total_bytes - g.runtime_overhead_bytes,
+            r.get("peakReservedBytes"),
+        )
+    )
+    rows.append(
+        (
+            "total: NVML peak less baseline",
+            g.total_bytes,
+            device - baseline if device is not None and baseline is not None else device,
+        )
+    )
+    return rows
+
+
+def run_probe(name: str, spec: dict[str, Any], out: Path, *extra: str) -> dict[str, Any]:
+    """One probe subprocess; its stdout result (or a Failed stand-in)."""
+    (out / "specs").mkdir(parents=True, exist_ok=True)
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    spec_path = out / "specs" / f"{name}.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-m",
+            "gpu_sizer.probe",
+            "--spec",
+            str(spec_path),
+            "--termination-log",
+            str(out / "results" / f"{name}.termination-log"),
+            "--device",
+            "cuda",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=420,
+    )
+    (out / "results" / f"{name}.stderr.txt").write_text(proc.stderr)
+    try:
+        result: dict[str, Any] = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        result = {"status": "Failed", "message": f"no result (exit {proc.returncode})"}
+    result["_wallSeconds"] = round(time.monotonic() - started, 1)
+    (out / "results" / f"{name}.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def overhead_section(out: Path, dry_run: bool) -> list[str]:
+    """The probe's own overhead: the same run with the sampler off and at 100 Hz."""
+    lines = ["", "## The probe's own overhead", ""]
+    if dry_run:
+        return [*lines, "Not measured (dry run)."]
+    off = run_probe("overhead-sampler-off", OVERHEAD, out, "--sampler-hz", "0")
+    on = run_probe("overhead-sampler-100hz", OVERHEAD, out, "--sampler-hz", "100")
+    peak = on.get("peakDeviceUsedBytes") or on.get("peakReservedBytes") or 0
+    d_reserved = (on.get("peakReservedBytes") or 0) - (off.get("peakReservedBytes") or 0)
+    d_alloc = (on.get("peakAllocatedBytes") or 0) - (off.get("peakAllocatedBytes") or 0)
+    nvml = on.get("nvml") or {}
+    phase_s_on = sum(p["seconds"] for p in on.get("phases", []))
+    phase_s_off = sum(p["seconds"] for p in off.get("phases", []))
+    cpu = nvml.get("samplerCpuSeconds")
+    lines += [
+        "Same configuration (8B-shaped, concurrency 1) with the NVML sampler off and at 100 Hz.",
+        "The sampler and the phase bookkeeping allocate nothing on the device; any difference",
+        "in the PyTorch peaks below is the probe's device overhead.",
+        "",
+        "| figure | sampler off | sampler 100 Hz | overhead | fraction of peak |",
+        "|---|---|---|---|---|",
+        f"| peak allocated (GiB) | {_gib(off.get('peakAllocatedBytes'))} | "
+        f"{_gib(on.get('peakAllocatedBytes'))} | {d_alloc} B | "
+        f"{(d_alloc / peak if peak else 0):.4%} |",
+        f"| peak reserved (GiB) | {_gib(off.get('peakReservedBytes'))} | "
+        f"{_gib(on.get('peakReservedBytes'))} | {d_reserved} B | "
+        f"{(d_reserved / peak if peak else 0):.4%} |",
+        f"| measured phases (s) | {phase_s_off:.2f} | {phase_s_on:.2f} | "
+        f"{phase_s_on - phase_s_off:+.2f} s | — |",
+        f"| sampler thread CPU (s) | — | {cpu if cpu is not None else '—'} | "
+        f"{nvml.get('sampleHz', '—')} samples/s achieved | — |",
+    ]
+    return lines
+
+
+def environment() -> str:
+    lines = [
+        f"date: {datetime.now(UTC).isoformat(timespec='seconds')}",
+        f"host: {platform.node()} {platform.platform()}",
+        f"python: {sys.version.split()[0]}",
+    ]
+    try:
+        import torch
+
+        lines.append(f"torch: {torch.__version__} (CUDA {torch.version.cuda})")
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            lines.append(f"device: {props.name}, {props.total_memory} bytes")
+    except ImportError:
+        lines.append("torch: not installed")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("gpu-check-out"))
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="build the matrix and the estimate column only (no CUDA)",
+    )
+    parser.add_argument("--only", action="append", help="run only these configurations")
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "environment.txt").write_text(environment())
+    started = time.monotonic()
+    title = "dry run: estimates only, nothing measured" if args.dry_run else "measured"
+    lines = [f"# gpu-sizer GPU check ({title})", "", "```", environment().strip(), "```", ""]
+    lines += ["Relative error is (estimate - measured) / measured; sizes in GiB (2^30 bytes).", ""]
+    lines += [
+        "| configuration | component | estimate (GiB) | measured (GiB) | error |",
+        "|---|---|---|---|---|",
+    ]
+    statuses = []
+    for name, (description, doc) in MATRIX.items():
+        if args.only and name not in args.only:
+            continue
+        spec = parse_spec(doc)
+        est = estimate(spec)
+        result = None if args.dry_run else run_probe(name, doc, out)
+        if result is not None:
+            statuses.append(
+                f"- `{name}` ({description}): {result.get('status')}"
+                f" in {result.get('_wallSeconds')} s"
+                + (f" — {result['message']}" if result.get("message") else "")
+            )
+        else:
+            statuses.append(f"- `{name}`: {description}")
+        for component, e, m in components(spec, est, result):
+            lines.append(f"| {name} | {component} | {_gib(e)} | {_gib(m)} | {_err(e, m)} |")
+    lines += ["", "## Runs", "", *statuses]
+    if not args.only:
+        lines += overhead_section(out, args.dry_run)
+    lines += ["", f"Total wall time: {time.monotonic() - started:.0f} s."]
+    (out / "gpu-check.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

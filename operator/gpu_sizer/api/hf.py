@@ -1,0 +1,168 @@
+"""Hugging Face ``config.json`` to GPUWorkload ``spec.model``: the keys that change memory.
+
+Key names differ by family (``transformers`` config classes, by ``model_type``):
+
+- Llama, Mistral, Mixtral, Qwen2(-MoE), Gemma, Phi-3 use ``num_hidden_layers``, ``hidden_size``,
+  ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``;
+- OPT (``OPTConfig``) calls the MLP width ``ffn_dim`` and may have ``word_embed_proj_dim``;
+- Falcon (``FalconConfig``; the original RefinedWeb configs) uses ``n_layer``, ``n_head``,
+  ``n_head_kv``/``num_kv_heads``, ``multi_query`` (one KV head) and has no ``intermediate_size``
+  (the MLP is 4 x hidden) nor ``max_position_embeddings`` (2048);
+- GPT-NeoX (``GPTNeoXConfig``) uses the Llama names, without KV heads (multi-head attention);
+- Qwen2-MoE names its experts ``num_experts``; Qwen2 only uses its ``sliding_window`` when
+  ``use_sliding_window`` is true.
+
+``tie_word_embeddings`` defaults to ``PretrainedConfig``'s ``True`` unless the family's config
+class sets another default (Llama, Mistral, Mixtral, Qwen2, Phi-3, GPT-NeoX: ``False``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+__all__ = ["UnsupportedConfig", "model_from_hf_config"]
+
+#: Families whose config class defaults ``tie_word_embeddings`` to False.
+_UNTIED_BY_DEFAULT: Final = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "phi3", "gpt_neox"}
+)
+_DTYPES: Final = {
+    "float32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
+}
+
+
+class UnsupportedConfig(ValueError):
+    """config.json lacks a key the sizing needs, or uses a format gpu-sizer does not know."""
+
+
+def _first(config: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return None
+
+
+def _require(config: dict[str, Any], *keys: str) -> Any:
+    value = _first(config, *keys)
+    if value is None:
+        raise UnsupportedConfig(f"config.json has none of {', '.join(keys)}")
+    return value
+
+
+def _quantization(qc: dict[str, Any]) -> dict[str, Any]:
+    method = str(qc.get("quant_method", "")).lower()
+    if method == "gptq":
+        out: dict[str, Any] = {"method": "gptq", "bits": qc.get("bits", 4)}
+        if qc.get("group_size") is not None:
+            out["groupSize"] = qc["group_size"]
+        if qc.get("desc_act"):
+            out["descAct"] = True
+        return out
+    if method == "awq":
+        out = {"method": "awq", "bits": _first(qc, "bits", "w_bit") or 4}
+        group = _first(qc, "group_size", "q_group_size")
+        if group is not None:
+            out["groupSize"] = group
+        return out
+    if method == "fp8":
+        return {"method": "fp8", "bits": 8}
+    if method == "bitsandbytes":
+        if qc.get("load_in_4bit") or qc.get("_load_in_4bit"):
+            if str(qc.get("bnb_4bit_quant_type", "nf4")) != "nf4":
+                raise UnsupportedConfig("bitsandbytes 4-bit fp4 is not supported; use nf4")
+            return {
+                "method": "bitsandbytes-nf4",
+                "bits": 4,
+                "doubleQuant": bool(qc.get("bnb_4bit_use_double_quant", False)),
+            }
+        if qc.get("load_in_8bit") or qc.get("_load_in_8bit"):
+            return {"method": "bitsandbytes-int8", "bits": 8}
+    raise UnsupportedConfig(
+        f"quantization_config.quant_method {method or '(missing)'!r} is not supported "
+        "(gptq, awq, fp8, bitsandbytes nf4/int8)"
+    )
+
+
+def model_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``spec.model`` (wire names) from a parsed config.json: architecture, dtype, quantization.
+
+    :raises UnsupportedConfig: a required key is missing or a quantization format is unknown.
+    """
+    model_type = str(_require(config, "model_type"))
+    if model_type == "RefinedWeb" or model_type == "RefinedWebModel":
+        model_type = "falcon"
+    hidden = int(_require(config, "hidden_size", "n_embd", "d_model"))
+    heads = int(_require(config, "num_attention_heads", "n_head"))
+    arch: dict[str, Any] = {
+        "modelType": model_type,
+        "numHiddenLayers": int(_require(config, "num_hidden_layers", "n_layer", "num_layers")),
+        "hiddenSize": hidden,
+        "numAttentionHeads": heads,
+        "vocabSize": int(_require(config, "vocab_size")),
+    }
+    if model_type == "opt":
+        arch["intermediateSize"] = int(_require(config, "ffn_dim"))
+    elif model_type == "falcon":
+        arch["intermediateSize"] = int(_first(config, "ffn_hidden_size") or 4 * hidden)
+    elif model_type == "qwen2_moe":
+        arch["intermediateSize"] = int(_require(config, "intermediate_size"))
+    else:
+        arch["intermediateSize"] = int(_require(config, "intermediate_size", "n_inner"))
+    kv = _first(config, "num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if model_type == "falcon":
+        if config.get("new_decoder_architecture"):
+            arch["newDecoderArchitecture"] = True
+        elif config.get("multi_query", True):
+            kv = 1
+    if kv is not None:
+        arch["numKeyValueHeads"] = int(kv)
+    if config.get("head_dim") is not None:
+        arch["headDim"] = int(config["head_dim"])
+    tied = config.get("tie_word_embeddings")
+    arch["tieWordEmbeddings"] = (
+        bool(tied) if tied is not None else model_type not in _UNTIED_BY_DEFAULT
+    )
+    arch["maxPositionEmbeddings"] = int(
+        _first(config, "max_position_embeddings", "n_positions") or 2048
+    )
+    for key, wire in (("attention_bias", "attentionBias"), ("mlp_bias", "mlpBias")):
+        if config.get(key):
+            arch[wire] = True
+    experts = _first(config, "num_local_experts", "num_experts")
+    if experts is not None:
+        arch["numLocalExperts"] = int(experts)
+        arch["numExpertsPerTok"] = int(_require(config, "num_experts_per_tok"))
+    for key, wire in (
+        ("moe_intermediate_size", "moeIntermediateSize"),
+        ("shared_expert_intermediate_size", "sharedExpertIntermediateSize"),
+        ("word_embed_proj_dim", "wordEmbedProjDim"),
+    ):
+        if config.get(key) is not None and (key != "word_embed_proj_dim" or config[key] != hidden):
+            arch[wire] = int(config[key])
+    window = config.get("sliding_window")
+    if window is not None and config.get("use_sliding_window", True):
+        arch["slidingWindow"] = int(window)
+    rope = config.get("rope_scaling")
+    if isinstance(rope, dict):
+        scaling: dict[str, Any] = {
+            "ropeType": str(_first(rope, "rope_type", "type") or "linear"),
+            "factor": float(rope.get("factor", 1.0)),
+        }
+        if rope.get("original_max_position_embeddings") is not None:
+            scaling["originalMaxPositionEmbeddings"] = int(rope["original_max_position_embeddings"])
+        arch["ropeScaling"] = scaling
+    model: dict[str, Any] = {"architecture": arch}
+    name = config.get("_name_or_path")
+    if isinstance(name, str) and name and "/" in name:
+        model["name"] = name
+    dtype = _first(config, "torch_dtype", "dtype")
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        model["dtype"] = _DTYPES[dtype]
+    qc = config.get("quantization_config")
+    if isinstance(qc, dict):
+        model["quantization"] = _quantization(qc)
+    return model

@@ -1,0 +1,92 @@
+"""Inference activations and workspace per engine. Pure.
+
+Serving engines reserve memory for the largest forward pass they will run: vLLM's
+``profile_run`` and SGLang's and TGI's warm-up run a dummy batch of ``maxNumBatchedTokens``
+tokens and keep the peak of intermediate tensors reserved (vLLM docs, "Memory profiling";
+``vllm/v1/worker/gpu_model_runner.py`` ``profile_run``). Inside one decoder layer the live set per
+token (elements, one tensor-parallel rank) is the larger of
+
+- attention: residual + normed hidden (2 x hidden), the q/k/v projection output and the attention
+  output (FlashAttention, Dao et al. 2022, keeps no seq x seq score matrix);
+- MLP: residual + normed hidden, then gate and up outputs and the activated product
+  (3 x intermediate for gated MLPs, 2 x for GeLU MLPs); for MoE, every token is processed by
+  ``numExpertsPerTok`` experts (vLLM ``fused_moe`` intermediate caches of
+  ``[tokens, top_k, 2N]``, ``[tokens * top_k, N]`` and ``[tokens, top_k, hidden]``).
+
+Logits are computed only for the rows that are sampled (one per sequence): the lm_head output in
+the activation dtype, gathered over the full vocabulary across tensor-parallel ranks, upcast to
+float32 and turned into float32 probabilities by the sampler (vLLM ``v1/sample/sampler.py``).
+
+Default ``maxNumBatchedTokens`` when the spec leaves it unset:
+
+- vLLM: 8192 (``EngineArgs._set_default_args``: the OpenAI server's default chunked-prefill
+  budget on GPUs with 70 GiB or more; 2048 on smaller ones, so 8192 is the safe side).
+- SGLang: 8192 (``ServerArgs.chunked_prefill_size``).
+- TGI: ``maxModelLen + 50`` (launcher ``--max-batch-prefill-tokens`` defaults to
+  ``max_input_tokens + 50``).
+- transformers: no chunking; ``generate`` prefills every sequence at once
+  (``maxNumSeqs x maxModelLen`` tokens).
+
+All results are bytes on the most loaded GPU.
+"""
+
+from __future__ import annotations
+
+from gpu_sizer.api import Architecture, Engine, Inference
+from gpu_sizer.budget.params import GATED_FAMILIES
+
+__all__ = [
+    "DEFAULT_MAX_NUM_BATCHED_TOKENS",
+    "activation_token_elements",
+    "inference_activation_bytes",
+    "logits_bytes",
+    "prefill_tokens",
+]
+
+DEFAULT_MAX_NUM_BATCHED_TOKENS: dict[Engine, int] = {Engine.vllm: 8192, Engine.sglang: 8192}
+
+
+def prefill_tokens(inference: Inference) -> int:
+    """Tokens in the largest forward pass the engine plans for."""
+    if inference.max_num_batched_tokens is not None:
+        return inference.max_num_batched_tokens
+    engine = inference.engine
+    if engine is Engine.transformers:
+        return inference.max_num_seqs * inference.max_model_len
+    if engine is Engine.tgi:
+        return inference.max_model_len + 50
+    return max(DEFAULT_MAX_NUM_BATCHED_TOKENS[engine], inference.max_num_seqs)
+
+
+def activation_token_elements(arch: Architecture, tp: int) -> int:
+    """Peak live elements per token inside one decoder layer on one tensor-parallel rank."""
+    h = arch.hidden_size
+    hd = arch.head_size
+    q = max(1, arch.num_attention_heads // tp) * hd
+    kv = max(1, arch.kv_heads // tp) * hd
+    attention = 2 * h + q + 2 * kv + q
+    gated = arch.model_type in GATED_FAMILIES
+    width = 3 if gated else 2
+    experts = arch.num_local_experts
+    if experts is not None and arch.num_experts_per_tok is not None:
+        e_inter = -(-(arch.moe_intermediate_size or arch.intermediate_size) // tp)
+        k = arch.num_experts_per_tok
+        mlp = 2 * h + experts + k * (width * e_inter + h)
+        if arch.shared_expert_intermediate_size is not None:
+            mlp += width * -(-arch.shared_expert_intermediate_size // tp)
+    else:
+        mlp = 2 * h + width * -(-arch.intermediate_size // tp)
+    return max(attention, mlp)
+
+
+def logits_bytes(arch: Architecture, rows: int, act_bytes: int) -> int:
+    """Sampler logits: lm_head output plus float32 logits and probabilities, full vocabulary."""
+    return rows * arch.vocab_size * (act_bytes + 4 + 4)
+
+
+def inference_activation_bytes(
+    arch: Architecture, inference: Inference, act_bytes: int, tokens: int, rows: int
+) -> int:
+    """Peak activation bytes of a forward pass over ``tokens`` tokens sampling ``rows`` rows."""
+    per_token = activation_token_elements(arch, inference.tensor_parallel_size) * act_bytes
+    return tokens * per_token + logits_bytes(arch, rows, act_bytes)

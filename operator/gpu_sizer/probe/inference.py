@@ -1,0 +1,211 @@
+"""Synthetic inference: load, KV cache, chunked prefill and decode at each concurrency. Torch.
+
+Shaped after vLLM's engine (``vllm/v1/worker/gpu_model_runner.py``, ``vllm/v1/core``):
+
+- **KV cache**: allocated once, up front, as vLLM does after its profiling run, but sized for
+  exactly ``maxNumSeqs x maxModelLen`` token slots (what the spec asks the engine to hold) rather
+  than "whatever memory is left". One tensor per layer in the FlashAttention backend layout
+  ``[2, num_blocks, block_size, num_kv_heads, head_size]`` with 16-token blocks (vLLM's default
+  ``--block-size``); each sequence owns ``ceil(maxModelLen / 16)`` consecutive blocks (an
+  identity block table), so attention reads views of the cache and never copies it. Bytes:
+  ``2 x layers x kv_heads x head_size x dtype_bytes x slots`` = ``kvCacheBytesPerToken x slots``
+  (PagedAttention paper, Kwon et al. 2023, section 3), with ``kvCacheDtype`` fp8 stored as
+  ``float8_e4m3fn`` / ``float8_e5m2`` like vLLM's fp8 cache.
+- **Prefill**: ``c`` prompts of ``maxModelLen - decode steps`` tokens, in forward passes of at most
+  ``maxNumBatchedTokens`` tokens (chunked prefill; short prompts are batched together), logits
+  only for each sequence's last position (vLLM's ``compute_logits`` on sampled positions), in
+  float32 as its sampler does.
+- **Decode**: a few steps of one token per sequence for the ``c`` sequences.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
+from gpu_sizer.probe.memory import Recorder
+from gpu_sizer.probe.model import KvCache, SyntheticDecoder, build_model, parameter_count
+from gpu_sizer.probe.support import SYNTHETIC_DEFAULT_BATCHED_TOKENS
+
+__all__ = [
+    "BLOCK_SIZE",
+    "InferenceFigures",
+    "allocate_kv_cache",
+    "concurrency_levels",
+    "kv_cache_dtype",
+    "run_inference",
+]
+
+#: vLLM's default KV cache block size in tokens (``--block-size 16``).
+BLOCK_SIZE = 16
+#: Decode steps measured per concurrency level.
+DECODE_STEPS = 4
+
+
+@dataclass
+class InferenceFigures:
+    """What the inference run built: parameters, weight bytes, KV cache slots and bytes."""
+
+    parameter_count: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    kv_cache_tokens: int
+    levels: list[int]
+    notes: list[str]
+
+
+def kv_cache_dtype(spec_dtype: KvCacheDtype, model_dtype: torch.dtype) -> torch.dtype:
+    """vLLM's ``--kv-cache-dtype``: ``auto`` is the model dtype, ``fp8`` is ``fp8_e4m3``."""
+    if spec_dtype is KvCacheDtype.auto:
+        return model_dtype
+    if spec_dtype is KvCacheDtype.fp8_e5m2:
+        return torch.float8_e5m2
+    return torch.float8_e4m3fn
+
+
+def concurrency_levels(spec: GPUWorkloadSpec) -> tuple[list[int], list[str]]:
+    """Levels to measure (default ``[1, maxNumSeqs]``), capped at ``maxNumSeqs``, with notes."""
+    assert spec.inference is not None
+    top = spec.inference.max_num_seqs
+    asked = spec.measurement.concurrency_levels or [1, top]
+    notes = []
+    above = sorted({c for c in asked if c > top})
+    if above:
+        notes.append(
+            f"concurrency levels {above} exceed maxNumSeqs {top}: the engine never runs more "
+            f"than {top} sequences at once, measured at {top}"
+        )
+    return sorted({min(c, top) for c in asked}), notes
+
+
+def allocate_kv_cache(
+    num_layers: int,
+    num_seqs: int,
+    max_len: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> list[Tensor]:
+    """One ``[2, num_blocks, BLOCK_SIZE, kv_heads, head_dim]`` tensor per layer (uninitialised,
+    as vLLM allocates it with ``torch.zeros``-free ``empty``)."""
+    blocks = num_seqs * math.ceil(max_len / BLOCK_SIZE)
+    return [
+        torch.empty(2, blocks, BLOCK_SIZE, kv_heads, head_dim, dtype=dtype, device=device)
+        for _ in range(num_layers)
+    ]
+
+
+def _views(cache: list[Tensor], num_seqs: int, first: int, count: int) -> list[KvCache]:
+    """Per-layer (K, V) views ``[count, capacity, kv_heads, head_dim]`` of sequences
+    ``first .. first + count`` (no copy: each sequence's blocks are consecutive)."""
+    views = []
+    for layer in cache:
+        _, blocks, block, heads, dim = layer.shape
+        capacity = blocks // num_seqs * block
+        k = layer[0].view(num_seqs, capacity, heads, dim)[first : first + count]
+        v = layer[1].view(num_seqs, capacity, heads, dim)[first : first + count]
+        views.append((k, v))
+    return views
+
+
+def _sample(logits: Tensor) -> Tensor:
+    """Greedy sampling from float32 logits, as vLLM's sampler upcasts them."""
+    return logits[:, -1].float().argmax(dim=-1, keepdim=True)
+
+
+def run_inference(
+    spec: GPUWorkloadSpec, dtype: torch.dtype, device: torch.device, recorder: Recorder
+) -> InferenceFigures:
+    """Run the synthetic inference workload, recording a phase for each step.
+
+    :raises gpu_sizer.probe.memory.OutOfMemory: an allocation failed (phase and size inside).
+    :raises gpu_sizer.probe.memory.DeadlineExceeded: the deadline passed between steps.
+    """
+    assert spec.inference is not None and spec.model.architecture is not None
+    inf = spec.inference
+    arch = spec.model.architecture
+    levels, notes = concurrency_levels(spec)
+    batched = inf.max_num_batched_tokens or SYNTHETIC_DEFAULT_BATCHED_TOKENS
+    if inf.max_num_batched_tokens is None:
+        notes.append(f"maxNumBatchedTokens unset: chunked prefill of {batched} tokens (vLLM V1)")
+    if arch.sliding_window is not None and arch.sliding_window < inf.max_model_len:
+        notes.append(
+            f"slidingWindow {arch.sliding_window} < maxModelLen {inf.max_model_len}: the synthetic "
+            "cache holds every position for every layer; engines that cap sliding-window layers "
+            "(vLLM's hybrid KV cache manager) hold less"
+        )
+    torch.manual_seed(0)
+
+    with torch.inference_mode():
+        with recorder.phase("load"):
+            model = build_model(arch, dtype, device).eval()
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        cache_dtype = kv_cache_dtype(inf.kv_cache_dtype, dtype)
+        with recorder.phase("kv-cache"):
+            cache = allocate_kv_cache(
+                arch.num_hidden_layers,
+                inf.max_num_seqs,
+                inf.max_model_len,
+                arch.kv_heads,
+                arch.head_size,
+                cache_dtype,
+                device,
+            )
+        kv_bytes = sum(t.numel() * t.element_size() for t in cache)
+        kv_tokens = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
+
+        steps = min(DECODE_STEPS, max(1, inf.max_model_len // 4))
+        prompt = inf.max_model_len - steps
+        for c in levels:
+            with recorder.phase(f"prefill@{c}"):
+                _prefill(model, cache, inf.max_num_seqs, c, prompt, batched, arch.vocab_size)
+            with recorder.phase(f"decode@{c}"):
+                views = _views(cache, inf.max_num_seqs, 0, c)
+                tokens = torch.randint(0, arch.vocab_size, (c, 1), device=device)
+                for step in range(steps):
+                    recorder.check_deadline()
+                    tokens = _sample(model(tokens, views, prompt + step, last_only=True))
+        if cache_dtype != dtype:
+            notes.append(
+                "fp8 KV cache: attention dequantizes each sequence's cached slice to the model "
+                "dtype before the kernel (vLLM's fp8 kernels read fp8 directly): a small transient"
+            )
+    return InferenceFigures(
+        parameter_count=parameter_count(model),
+        weights_bytes=weights,
+        kv_cache_bytes=kv_bytes,
+        kv_cache_tokens=kv_tokens,
+        levels=levels,
+        notes=notes,
+    )
+
+
+def _prefill(
+    model: SyntheticDecoder,
+    cache: list[Tensor],
+    num_seqs: int,
+    count: int,
+    prompt: int,
+    batched: int,
+    vocab: int,
+) -> None:
+    """Prefill ``count`` prompts of ``prompt`` tokens in passes of at most ``batched`` tokens."""
+    device = cache[0].device
+    if prompt <= batched:
+        group = max(1, min(count, batched // prompt))
+        for first in range(0, count, group):
+            n = min(group, count - first)
+            tokens = torch.randint(0, vocab, (n, prompt), device=device)
+            _sample(model(tokens, _views(cache, num_seqs, first, n), 0, last_only=True))
+        return
+    for seq in range(count):
+        views = _views(cache, num_seqs, seq, 1)
+        for start in range(0, prompt, batched):
+            t = min(batched, prompt - start)
+            tokens = torch.randint(0, vocab, (1, t), device=device)
+            _sample(model(tokens, views, start, last_only=True))

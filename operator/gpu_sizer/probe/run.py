@@ -1,0 +1,377 @@
+"""Run one measurement and build the result: the probe's imperative shell.
+
+:func:`measure` takes a validated spec and returns the :class:`ProbeResult` with the process exit
+status; :func:`main_from_args` reads the spec, calls it, prints the result to stdout and writes
+the compact form to the termination-message path. torch is imported only on the synthetic path,
+so Command mode runs where only nvidia-ml-py is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gpu_sizer.api import (
+    DTYPE_BYTES,
+    GPUWorkloadSpec,
+    InvalidWorkload,
+    MeasurementMode,
+    Problem,
+    parse_spec,
+    spec_hash,
+)
+from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
+from gpu_sizer.probe.nvml import DEFAULT_HZ, NvmlSampler
+from gpu_sizer.probe.support import synthetic_unsupported_reason
+
+__all__ = [
+    "DEFAULT_CPU_MAX_BYTES",
+    "DEFAULT_TERMINATION_LOG",
+    "Options",
+    "deadline_seconds",
+    "measure",
+    "read_spec",
+    "write_outputs",
+]
+
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+#: CPU runs are for tiny models (CI, laptops): refuse specs whose weights and KV cache exceed this.
+DEFAULT_CPU_MAX_BYTES = 2 << 30
+_GIB = float(1 << 30)
+
+
+@dataclass
+class Options:
+    """Probe settings from the command line."""
+
+    termination_log: str = DEFAULT_TERMINATION_LOG
+    deadline_seconds: float | None = None
+    gpu_class: str | None = None
+    sampler_hz: float = DEFAULT_HZ
+    memory_limit_bytes: int | None = None
+    cpu_max_bytes: int = DEFAULT_CPU_MAX_BYTES
+    device: str = "auto"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def deadline_seconds(spec: GPUWorkloadSpec, given: float | None) -> float:
+    """Seconds the workload may run: ``--deadline-seconds``, else the spec's ``timeoutSeconds``
+    less a margin (10 %, at least 60 s when there is room) to write the result before the Job's
+    ``activeDeadlineSeconds`` kills the pod."""
+    if given is not None:
+        return given
+    timeout = spec.measurement.timeout_seconds
+    return max(timeout * 0.9, timeout - 60.0)
+
+
+def read_spec(source: str | None) -> GPUWorkloadSpec:
+    """The spec from a file, ``-`` (stdin) or env ``GPU_SIZER_SPEC``; JSON (the GPUWorkload
+    ``.spec`` as ``spec_to_wire`` writes it) or a whole GPUWorkload object.
+
+    :raises InvalidWorkload: missing, not JSON, or invalid (each problem names its field).
+    """
+    if source is None:
+        text = os.environ.get("GPU_SIZER_SPEC")
+        if not text:
+            raise _invalid("no spec: pass --spec FILE or set GPU_SIZER_SPEC")
+    elif source == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            with open(source, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise _invalid(f"cannot read spec file {source}: {exc.strerror}") from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _invalid(f"spec is not JSON: {exc.msg} at line {exc.lineno}") from None
+    if isinstance(data, dict) and "spec" in data and "model" not in data:
+        data = data["spec"]
+    return parse_spec(data)
+
+
+def _invalid(message: str) -> InvalidWorkload:
+    return InvalidWorkload([Problem("spec", message)])
+
+
+def measure(spec: GPUWorkloadSpec, options: Options) -> tuple[ProbeResult, int]:
+    """Measure ``spec``; returns the result and the exit status for the process.
+
+    Exit 0 whenever the probe produced a measurement outcome (Succeeded, OutOfMemory,
+    Unsupported, Timeout) in Synthetic mode; Command mode propagates the command's status
+    (124 at the deadline); 1 when the probe itself failed (the result says why).
+    """
+    started = _now()
+    deadline = time.monotonic() + deadline_seconds(spec, options.deadline_seconds)
+    base: dict[str, Any] = {
+        "gpu_class": options.gpu_class,
+        "spec_hash": spec_hash(spec),
+        "started_at": started,
+    }
+    if spec.measurement.mode is MeasurementMode.Command:
+        result, code = _measure_command(spec, options, deadline, base)
+    else:
+        result, code = _measure_synthetic(spec, options, deadline, base)
+    result.completed_at = _now()
+    return result, code
+
+
+def _measure_command(
+    spec: GPUWorkloadSpec, options: Options, deadline: float, base: dict[str, Any]
+) -> tuple[ProbeResult, int]:
+    from gpu_sizer.probe.command_mode import run_command
+
+    sampler = NvmlSampler(options.sampler_hz).start()
+    try:
+        outcome = run_command(list(spec.measurement.command), deadline=deadline, sampler=sampler)
+    finally:
+        sampler.stop()
+    nvml = sampler.info()
+    cuda = nvml.available
+    children_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    status: ResultStatus
+    message: str | None
+    if outcome.error:
+        status, message = "Failed", outcome.error
+    elif outcome.timed_out:
+        status = "Timeout"
+        message = f"stopped at the deadline after {outcome.seconds} s (SIGTERM, then SIGKILL)"
+    elif outcome.out_of_memory:
+        status, message = "OutOfMemory", outcome.oom_line
+    elif outcome.exit_code != 0:
+        status, message = "Failed", f"command exited with status {outcome.exit_code}"
+    else:
+        status, message = "Succeeded", None
+    notes = []
+    if not cuda:
+        notes.append("no GPU visible: peakRssBytes is the command's peak RSS, not a GPU figure")
+    result = ProbeResult(
+        status=status,
+        mode="Command",
+        device="cuda" if cuda else "cpu",
+        gpu_count=len(nvml.devices),
+        peak_device_used_bytes=sampler.peak_used(),
+        peak_rss_bytes=None if cuda else children_rss,
+        out_of_memory=outcome.out_of_memory,
+        oom_phase="command" if outcome.out_of_memory else None,
+        oom_requested_bytes=outcome.oom_requested_bytes,
+        message=message,
+        notes=notes,
+        exit_code=outcome.exit_code,
+        nvml=nvml,
+        vllm=outcome.vllm.result(),
+        phases=[
+            PhaseResult(
+                name="command",
+                seconds=outcome.seconds,
+                peak_device_used_bytes=sampler.peak_used(),
+                peak_rss_bytes=None if cuda else children_rss,
+            )
+        ],
+        **base,
+    )
+    return result, (1 if outcome.error else outcome.exit_code)
+
+
+def _measure_synthetic(
+    spec: GPUWorkloadSpec, options: Options, deadline: float, base: dict[str, Any]
+) -> tuple[ProbeResult, int]:
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    import torch
+
+    from gpu_sizer.probe.memory import DeadlineExceeded, OutOfMemory, Recorder
+
+    base["torch_version"] = torch.__version__
+    use_cuda = options.device == "cuda" or (options.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
+    kind = "cuda" if use_cuda else "cpu"
+    gpu_count = torch.cuda.device_count() if use_cuda else 0
+
+    def unsupported(reason: str, nvml: Any = None) -> tuple[ProbeResult, int]:
+        return (
+            ProbeResult(
+                status="Unsupported",
+                mode="Synthetic",
+                device=kind,
+                gpu_count=gpu_count,
+                message=reason,
+                nvml=nvml,
+                **base,
+            ),
+            0,
+        )
+
+    reason = synthetic_unsupported_reason(spec, cuda=use_cuda)
+    if reason is not None:
+        return unsupported(reason)
+    notes: list[str] = []
+    if not use_cuda:
+        need = _synthetic_bytes(spec)
+        if need > options.cpu_max_bytes:
+            return unsupported(
+                f"no GPU: the CPU fallback runs tiny models only; this workload needs about "
+                f"{need / _GIB:.1f} GiB of weights and KV cache (limit --cpu-max-bytes "
+                f"{options.cpu_max_bytes / _GIB:.1f} GiB); run it on a GPU node"
+            )
+        notes.append("no GPU: peakRssBytes is this process's peak RSS on the CPU, not a GPU figure")
+    if options.memory_limit_bytes is not None:
+        notes.append(_apply_memory_limit(options.memory_limit_bytes, device))
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        spec.model.dtype.value
+    ]
+    sampler = NvmlSampler(options.sampler_hz).start()
+    recorder = Recorder(device, sampler, deadline)
+    figures: Any = None
+    status: ResultStatus = "Succeeded"
+    oom: OutOfMemory | None = None
+    message = None
+    try:
+        if spec.inference is not None:
+            from gpu_sizer.probe.inference import run_inference
+
+            figures = run_inference(spec, dtype, device, recorder)
+        else:
+            from gpu_sizer.probe.training import run_training
+
+            figures = run_training(spec, device, recorder)
+        notes.extend(figures.notes)
+    except OutOfMemory as exc:
+        status, oom, message = "OutOfMemory", exc, exc.message
+    except DeadlineExceeded as exc:
+        status, message = "Timeout", str(exc)
+    finally:
+        sampler.stop()
+    peaks = recorder.peaks()
+    result = ProbeResult(
+        status=status,
+        mode="Synthetic",
+        device=kind,
+        gpu_count=gpu_count,
+        out_of_memory=oom is not None,
+        oom_phase=oom.phase if oom else None,
+        oom_requested_bytes=oom.requested if oom else None,
+        message=message,
+        notes=notes,
+        nvml=sampler.info(),
+        phases=recorder.phases,
+        parameter_count=getattr(figures, "parameter_count", None),
+        trainable_parameter_count=getattr(figures, "trainable_parameter_count", None),
+        weights_bytes=getattr(figures, "weights_bytes", None),
+        kv_cache_bytes=getattr(figures, "kv_cache_bytes", None),
+        kv_cache_tokens=getattr(figures, "kv_cache_tokens", None),
+        **peaks,
+        **base,
+    )
+    return result, 0
+
+
+def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
+    """Weights plus KV cache the synthetic run would allocate (from the meta-device model)."""
+    import torch
+
+    from gpu_sizer.probe.model import build_model, parameter_count
+
+    assert spec.model.architecture is not None
+    arch = spec.model.architecture
+    params = parameter_count(build_model(arch, torch.float32, torch.device("meta")))
+    per_param = DTYPE_BYTES[spec.model.dtype]
+    if spec.training is not None:
+        per_param = 16  # fp32 weights, gradients and two AdamW moments, order of magnitude
+    total = params * per_param
+    if spec.inference is not None:
+        inf = spec.inference
+        kv_bytes = 1 if inf.kv_cache_dtype.value.startswith("fp8") else per_param
+        total += (
+            2
+            * arch.num_hidden_layers
+            * arch.kv_heads
+            * arch.head_size
+            * kv_bytes
+            * inf.max_num_seqs
+            * math.ceil(inf.max_model_len / 16)
+            * 16
+        )
+    return total
+
+
+def _apply_memory_limit(limit: int, device: Any) -> str:
+    """Cap what the workload may allocate beyond what the probe holds now (simulates a smaller
+    device; the tests use it to drive the real out-of-memory path)."""
+    import torch
+
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        fraction = min(1.0, (torch.cuda.memory_reserved(device) + limit) / total)
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        return f"memory limit: caching allocator capped at {fraction:.4f} of the device"
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    cap = vm + limit
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    return f"memory limit: address space capped at {cap} bytes (RLIMIT_AS, {limit} beyond start)"
+
+
+def failed_result(message: str, base: dict[str, Any] | None = None) -> ProbeResult:
+    """A ``Failed`` result for when the probe itself could not run."""
+    return ProbeResult(
+        status="Failed",
+        mode="Synthetic",
+        device="cpu",
+        message=message[:2000],
+        started_at=_now(),
+        completed_at=_now(),
+        **(base or {}),
+    )
+
+
+def write_outputs(result: ProbeResult, termination_log: str) -> None:
+    """Write the compact result to ``termination_log`` (a note when it cannot), then the full
+    document to stdout, one line."""
+    message = compact_message(result)
+    try:
+        with open(termination_log, "w", encoding="utf-8") as f:
+            f.write(message)
+    except OSError as exc:
+        result.notes.append(
+            f"termination log {termination_log} not writable ({exc.strerror}); "
+            "result on stdout only"
+        )
+    sys.stdout.write(
+        json.dumps(result.model_dump(mode="json", by_alias=True, exclude_none=True)) + "\n"
+    )
+    sys.stdout.flush()
+
+
+def main_from_args(spec_source: str | None, options: Options) -> int:
+    """Read the spec, measure, write the outputs; the process exit status."""
+    try:
+        spec = read_spec(spec_source)
+    except InvalidWorkload as exc:
+        write_outputs(failed_result(f"invalid spec: {exc}"), options.termination_log)
+        return 2
+    try:
+        result, code = measure(spec, options)
+    except Exception as exc:  # the probe's own failure: still report it
+        traceback.print_exc(file=sys.stderr)
+        mode = spec.measurement.mode
+        result = failed_result(f"probe failed: {type(exc).__name__}: {exc}")
+        if mode is MeasurementMode.Command:
+            result.mode = "Command"
+        write_outputs(result, options.termination_log)
+        return 1
+    write_outputs(result, options.termination_log)
+    return code

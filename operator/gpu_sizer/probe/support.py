@@ -1,0 +1,89 @@
+"""What the synthetic path can measure faithfully, and why not otherwise. Pure (no torch).
+
+A synthetic run that silently measured something else (an AWQ model as bf16, a ZeRO-3 shard as
+a full replica) would hand the operator a wrong number that looks right. Every such case is
+refused here with a reason that says what would be needed; the probe reports it as
+``status: Unsupported`` and exits 0 so that the operator keeps the estimate as the basis.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from gpu_sizer.api import (
+    Dtype,
+    FinetuningMethod,
+    GPUWorkloadSpec,
+    Optimizer,
+    ParallelStrategy,
+)
+
+__all__ = ["SYNTHETIC_DEFAULT_BATCHED_TOKENS", "synthetic_unsupported_reason"]
+
+#: vLLM's default ``max_num_batched_tokens`` for the OpenAI server with chunked prefill (V1).
+SYNTHETIC_DEFAULT_BATCHED_TOKENS = 8192
+
+_USE_COMMAND = "use measurement.mode: Command with the real engine to measure it"
+
+
+def _importable(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | None:
+    """Why the synthetic path cannot reproduce ``spec`` faithfully, or ``None`` when it can."""
+    model = spec.model
+    if model.architecture is None:
+        return (
+            "synthetic mode needs spec.model.architecture (config.json keys): a bare "
+            f"parameterCount has no shape to build; {_USE_COMMAND}"
+        )
+    if model.quantization is not None:
+        q = model.quantization
+        return (
+            f"synthetic mode builds unquantized weights; {q.method.value} "
+            f"{q.effective_bits}-bit storage (packed weights, scales, zero points) and its "
+            f"kernels' workspaces cannot be reproduced without the quantized checkpoint; "
+            f"{_USE_COMMAND}"
+        )
+    if model.dtype in (Dtype.float8_e4m3fn, Dtype.float8_e5m2):
+        return (
+            f"synthetic mode has no {model.dtype.value} matmul path (scaled-mm kernels, per-tensor "
+            f"scales); {_USE_COMMAND}"
+        )
+    if spec.inference is not None:
+        inf = spec.inference
+        if inf.tensor_parallel_size > 1 or inf.pipeline_parallel_size > 1:
+            return (
+                f"synthetic mode runs one unsharded GPU; tensorParallelSize "
+                f"{inf.tensor_parallel_size} x pipelineParallelSize {inf.pipeline_parallel_size} "
+                f"needs the engine's sharded workers and NCCL buffers; {_USE_COMMAND}"
+            )
+    if spec.training is not None:
+        tr = spec.training
+        par = tr.parallelism
+        if (
+            par.strategy is not ParallelStrategy.none
+            or par.data_parallel_size > 1
+            or par.tensor_parallel_size > 1
+            or par.pipeline_parallel_size > 1
+        ):
+            return (
+                f"synthetic mode trains one unsharded replica; strategy {par.strategy.value} over "
+                f"{spec.gpu_count} GPUs needs torch.distributed ranks (sharded optimizer state, "
+                f"gradient buckets); {_USE_COMMAND}"
+            )
+        if tr.finetuning.method is FinetuningMethod.qlora:
+            return (
+                "qlora trains on a bitsandbytes NF4 base, which synthetic mode does not build; "
+                + _USE_COMMAND
+            )
+        if tr.optimizer is Optimizer.adamw_8bit:
+            if not _importable("bitsandbytes"):
+                return (
+                    "optimizer adamw-8bit needs bitsandbytes, which is not installed in the probe "
+                    "image; install it there or " + _USE_COMMAND
+                )
+            if not cuda:
+                return "bitsandbytes' 8-bit AdamW runs on CUDA devices only"
+    return None

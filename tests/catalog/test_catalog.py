@@ -1,0 +1,194 @@
+"""The default GPU catalog, catalog.yaml overrides, and the class choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_sizer.catalog import (
+    AMD_PRODUCT_LABEL,
+    DEFAULT_CATALOG,
+    GFD_PRODUCT_LABEL,
+    GPUClass,
+    InvalidCatalog,
+    allowed_classes,
+    catalog_to_data,
+    choose_class,
+    class_for_product,
+    headroom_fraction,
+    load_catalog,
+    load_catalog_file,
+)
+
+GIB = 1 << 30
+BY_NAME = {c.name: c for c in DEFAULT_CATALOG}
+
+#: Marketing memory per class (GB as vendors print it) — usable NVML totals sit a little below.
+NOMINAL_GB = {
+    "nvidia-l4": 24, "nvidia-a10g": 24, "nvidia-rtx-4090": 24, "nvidia-a100-40gb": 40,
+    "nvidia-l40s": 48, "nvidia-rtx-a6000": 48, "nvidia-a100-80gb": 80, "nvidia-h100-80gb": 80,
+    "nvidia-h100-nvl": 94, "nvidia-h200": 141, "nvidia-b200": 180, "amd-mi300x": 192,
+}  # fmt: skip
+
+
+def test_default_catalog_covers_24_to_192_gb() -> None:
+    assert set(NOMINAL_GB) <= set(BY_NAME)
+    for name, nominal in NOMINAL_GB.items():
+        usable = BY_NAME[name].memory_bytes / GIB
+        # HBM/GDDR "GB" on datasheets are GiB-sized; NVML totals lose ECC/driver reservations.
+        assert 0.9 * nominal <= usable <= nominal, (name, usable)
+    assert min(c.memory_gib for c in DEFAULT_CATALOG) > 22
+    assert max(c.memory_gib for c in DEFAULT_CATALOG) < 192
+
+
+def test_published_nvml_figures() -> None:
+    # nvidia-smi totals in MiB from public reports (see GPUClass.source).
+    mib = {"nvidia-h100-80gb": 81559, "nvidia-a100-80gb": 81920, "nvidia-l4": 23034,
+           "nvidia-h200": 143771, "nvidia-b200": 183359, "nvidia-h100-nvl": 95830}  # fmt: skip
+    for name, figure in mib.items():
+        assert BY_NAME[name].memory_bytes == figure << 20
+    assert BY_NAME["amd-mi300x"].memory_bytes == 205_822_885_888
+    assert round(BY_NAME["nvidia-h100-80gb"].memory_gib, 1) == 79.6  # DESIGN.md's "about 79.6 GiB"
+
+
+def test_every_class_is_sourced_and_labelled() -> None:
+    products: set[str] = set()
+    for cls in DEFAULT_CATALOG:
+        assert cls.source and cls.interconnect and cls.products, cls.name
+        for product in cls.products:
+            assert " " not in product  # GFD replaces spaces by dashes; AMD by underscores
+            assert product not in products, f"{product} listed twice"
+            products.add(product)
+    assert BY_NAME["nvidia-h100-80gb"].products == ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe")
+    assert "NVIDIA-A100-SXM4-80GB" in BY_NAME["nvidia-a100-80gb"].products
+    assert "NVIDIA-A100-80GB-PCIe" in BY_NAME["nvidia-a100-80gb"].products
+    assert BY_NAME["nvidia-h100-80gb"].product_label == GFD_PRODUCT_LABEL
+    assert BY_NAME["amd-mi300x"].product_label == AMD_PRODUCT_LABEL
+    assert len({c.rank for c in DEFAULT_CATALOG}) == len(DEFAULT_CATALOG)
+
+
+def test_class_for_product() -> None:
+    assert (
+        class_for_product(DEFAULT_CATALOG, "NVIDIA-H100-80GB-HBM3") is BY_NAME["nvidia-h100-80gb"]
+    )
+    assert class_for_product(DEFAULT_CATALOG, "NVIDIA-L4-SHARED") is BY_NAME["nvidia-l4"]
+    assert class_for_product(DEFAULT_CATALOG, "AMD_Instinct_MI300X_OAM") is BY_NAME["amd-mi300x"]
+    assert class_for_product(DEFAULT_CATALOG, "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb") is None
+    assert class_for_product(DEFAULT_CATALOG, "Tesla-T4") is None
+
+
+# --- choice -------------------------------------------------------------------------------------
+
+SMALL = GPUClass("small", "Small", 24 * GIB, ("S",), "pcie", rank=1)
+MID = GPUClass("mid", "Mid", 48 * GIB, ("M",), "pcie", rank=2)
+BIG = GPUClass("big", "Big", 80 * GIB, ("B",), "nvlink", rank=3)
+
+
+def test_headroom_fraction() -> None:
+    assert headroom_fraction(100, 78) == pytest.approx(0.22)
+    assert headroom_fraction(100, 120) == pytest.approx(-0.2)
+
+
+def test_choice_is_the_first_in_rank_order_with_the_headroom() -> None:
+    choice = choose_class(30 * GIB, 0.10, [BIG, MID, SMALL])
+    assert choice is not None and choice.gpu_class is MID
+    assert choice.headroom_fraction == pytest.approx(18 / 48)
+    assert choice.present_in_cluster is None and choice.cheapest is MID
+
+
+def test_headroom_boundary_is_inclusive() -> None:
+    exactly = int(48 * GIB * 0.9)
+    choice = choose_class(exactly, 0.10, [MID])
+    assert choice is not None and choice.gpu_class is MID
+    assert choose_class(exactly + 1024, 0.10, [MID]) is None
+
+
+def test_rank_not_memory_decides() -> None:
+    cheap_big = GPUClass("cheap-big", "Cheap big", 96 * GIB, ("C",), "pcie", rank=0)
+    choice = choose_class(10 * GIB, 0.1, [SMALL, cheap_big])
+    assert choice is not None and choice.gpu_class is cheap_big
+
+
+def test_present_classes_win_and_cheapest_is_still_reported() -> None:
+    choice = choose_class(10 * GIB, 0.1, [SMALL, MID, BIG], present={"big"})
+    assert choice is not None
+    assert (choice.gpu_class, choice.present_in_cluster, choice.cheapest) == (BIG, True, SMALL)
+
+
+def test_no_present_class_fits_falls_back_to_cheapest() -> None:
+    choice = choose_class(40 * GIB, 0.1, [SMALL, MID, BIG], present={"small"})
+    assert choice is not None
+    assert (choice.gpu_class, choice.present_in_cluster) == (MID, False)
+
+
+def test_nothing_fits() -> None:
+    assert choose_class(100 * GIB, 0.0, [SMALL, MID, BIG]) is None
+
+
+def test_allowed_classes() -> None:
+    assert allowed_classes([SMALL, MID], []) == [SMALL, MID]
+    assert allowed_classes([SMALL, MID], ["mid"]) == [MID]
+
+
+# --- catalog.yaml ------------------------------------------------------------------------------
+
+
+def test_override_a_default_by_name() -> None:
+    catalog = load_catalog({"classes": [{"name": "nvidia-l4", "rank": 50}]})
+    l4 = next(c for c in catalog if c.name == "nvidia-l4")
+    assert l4.rank == 50 and l4.memory_bytes == BY_NAME["nvidia-l4"].memory_bytes
+    assert len(catalog) == len(DEFAULT_CATALOG)
+    assert [c.rank for c in catalog] == sorted(c.rank for c in catalog)
+
+
+def test_add_a_class_and_replace_defaults() -> None:
+    entry = {"name": "h100-mig-3g", "displayName": "H100 MIG 3g.40gb", "memoryBytes": 40 * GIB,
+             "products": ["NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"], "interconnect": "none"}  # fmt: skip
+    catalog = load_catalog({"classes": [entry]})
+    assert len(catalog) == len(DEFAULT_CATALOG) + 1
+    only = load_catalog({"replaceDefaults": True, "classes": [entry]})
+    assert [c.name for c in only] == ["h100-mig-3g"]
+    assert only[0].products == ("NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",)
+
+
+@pytest.mark.parametrize(
+    ("data", "path"),
+    [
+        ({"classes": [{"name": "new-class", "memoryBytes": 40 * GIB}]}, "classes[0].products"),
+        ({"classes": [{"name": "new-class", "products": ["X"]}]}, "classes[0].memoryBytes"),
+        ({"classes": [{"name": "nvidia-l4", "memoryBytes": 12}]}, "classes.0.memoryBytes"),
+        ({"classes": [{"name": "Bad Name"}]}, "classes.0.name"),
+        ({"classes": [{"name": "nvidia-l4", "memory": 1}]}, "classes.0.memory"),
+        ({"clases": []}, "clases"),
+        ({"replaceDefaults": True, "classes": []}, "classes"),
+        ([1, 2], "(catalog)"),
+    ],
+)
+def test_invalid_catalog_names_the_field(data: object, path: str) -> None:
+    with pytest.raises(InvalidCatalog) as info:
+        load_catalog(data)
+    assert path.replace(".0.", "[0].") in [
+        p.path.replace(".0.", "[0].") for p in info.value.problems
+    ]
+
+
+def test_duplicate_names_are_rejected() -> None:
+    with pytest.raises(InvalidCatalog, match="duplicate"):
+        load_catalog({"classes": [{"name": "nvidia-l4"}, {"name": "nvidia-l4"}]})
+
+
+def test_round_trip_through_yaml_form() -> None:
+    assert load_catalog(catalog_to_data(DEFAULT_CATALOG)) == DEFAULT_CATALOG
+
+
+def test_catalog_files(tmp_path: Path) -> None:
+    good = tmp_path / "catalog.yaml"
+    good.write_text("classes:\n  - name: nvidia-h200\n    rank: 0\n")
+    assert load_catalog_file(good)[0].name == "nvidia-h200"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("classes: [\n")
+    with pytest.raises(InvalidCatalog, match="invalid YAML"):
+        load_catalog_file(bad)
+    with pytest.raises(InvalidCatalog, match="cannot read"):
+        load_catalog_file(tmp_path / "missing.yaml")

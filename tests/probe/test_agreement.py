@@ -1,0 +1,129 @@
+"""The estimator and the probe agree by construction.
+
+The synthetic model built on the ``meta`` device (nothing allocated) must have exactly the
+parameter count ``gpu_sizer.budget`` computes, for every example workload and for reference
+architectures whose published counts are known; its KV cache tensors must hold exactly
+``kvCacheBytesPerToken`` bytes per token slot.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from gpu_sizer.api import Architecture, GPUWorkloadSpec, parse_spec, parse_workload
+from gpu_sizer.budget import estimate
+from gpu_sizer.probe.inference import BLOCK_SIZE, allocate_kv_cache, kv_cache_dtype
+from gpu_sizer.probe.model import build_model, parameter_count
+
+from .conftest import ROOT, TINY_LLAMA
+from .reference_models import REFERENCE
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+META = torch.device("meta")
+
+
+def _example_specs() -> list[Any]:
+    specs = []
+    for path in EXAMPLES:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "GPUWorkload":
+                specs.append(pytest.param(parse_workload(doc), id=path.stem))
+    return specs
+
+
+def _meta_count(arch: Architecture) -> int:
+    return parameter_count(build_model(arch, torch.bfloat16, META))
+
+
+def test_examples_exist() -> None:
+    assert EXAMPLES, "examples/ has no GPUWorkload files"
+
+
+@pytest.mark.parametrize("spec", _example_specs())
+def test_parameter_count_equals_budget_for_every_example(spec: GPUWorkloadSpec) -> None:
+    assert spec.model.architecture is not None
+    assert _meta_count(spec.model.architecture) == estimate(spec).parameter_count
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_parameter_count_equals_published_and_budget(name: str) -> None:
+    arch_doc, published = REFERENCE[name]
+    arch = Architecture.model_validate(arch_doc)
+    spec = parse_spec(
+        {"model": {"architecture": arch_doc}, "inference": {"maxModelLen": 1024, "maxNumSeqs": 1}}
+    )
+    assert _meta_count(arch) == published
+    assert estimate(spec).parameter_count == published
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"tieWordEmbeddings": True},
+        {"attentionBias": True, "mlpBias": True},
+        {
+            "modelType": "opt",
+            "numKeyValueHeads": 4,
+            "doLayerNormBefore": False,
+            "wordEmbedProjDim": 32,
+        },
+        {"modelType": "falcon", "numKeyValueHeads": 1, "parallelAttn": False},
+        {"modelType": "falcon", "newDecoderArchitecture": True, "attentionBias": True},
+        {"modelType": "gpt_neox", "numKeyValueHeads": 4, "attentionBias": False},
+        {
+            "modelType": "qwen2_moe",
+            "numLocalExperts": 4,
+            "numExpertsPerTok": 2,
+            "moeIntermediateSize": 32,
+            "sharedExpertIntermediateSize": 64,
+            "mlpBias": True,
+        },
+    ],
+)
+def test_parameter_count_equals_budget_for_flag_variants(change: dict[str, Any]) -> None:
+    arch_doc = {**TINY_LLAMA, **change}
+    spec = parse_spec(
+        {"model": {"architecture": arch_doc}, "inference": {"maxModelLen": 64, "maxNumSeqs": 1}}
+    )
+    assert spec.model.architecture is not None
+    assert _meta_count(spec.model.architecture) == estimate(spec).parameter_count
+
+
+def _inference_examples() -> list[Any]:
+    return [
+        p
+        for p in _example_specs()
+        if p.values[0].inference is not None
+        and p.values[0].inference.tensor_parallel_size == 1
+        and p.values[0].inference.pipeline_parallel_size == 1
+    ]
+
+
+@pytest.mark.parametrize("spec", _inference_examples())
+@pytest.mark.parametrize("kv", ["auto", "fp8"])
+def test_kv_cache_bytes_equal_bytes_per_token_times_slots(spec: GPUWorkloadSpec, kv: str) -> None:
+    spec = spec.model_copy(
+        update={"inference": spec.inference.model_copy(update={"kv_cache_dtype": kv})}  # type: ignore[union-attr]
+    )
+    inf, arch = spec.inference, spec.model.architecture
+    assert inf is not None and arch is not None
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+        spec.model.dtype.value, torch.bfloat16
+    )
+    cache = allocate_kv_cache(
+        arch.num_hidden_layers,
+        inf.max_num_seqs,
+        inf.max_model_len,
+        arch.kv_heads,
+        arch.head_size,
+        kv_cache_dtype(inf.kv_cache_dtype, dtype),
+        META,
+    )
+    nbytes = sum(t.numel() * t.element_size() for t in cache)
+    slots = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
+    assert nbytes == estimate(spec).kv_cache_bytes_per_token * slots

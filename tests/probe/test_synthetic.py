@@ -1,0 +1,208 @@
+"""The synthetic inference and training paths end to end on tiny architectures (CPU)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from gpu_sizer.api import parse_spec
+from gpu_sizer.measurement.result import ProbeResult, parse_result
+from gpu_sizer.probe.run import Options, measure
+
+from .conftest import TINY_LLAMA, inference_spec, training_spec
+
+pytestmark = pytest.mark.probe
+
+TINY_MIXTRAL = {**TINY_LLAMA, "modelType": "mixtral", "numLocalExperts": 4, "numExpertsPerTok": 2}
+TINY_QWEN_MOE = {
+    **TINY_LLAMA,
+    "modelType": "qwen2_moe",
+    "numLocalExperts": 4,
+    "numExpertsPerTok": 2,
+    "moeIntermediateSize": 32,
+    "sharedExpertIntermediateSize": 64,
+}
+TINY_GEMMA2 = {**TINY_LLAMA, "modelType": "gemma2", "headDim": 32, "tieWordEmbeddings": True}
+TINY_OPT = {**TINY_LLAMA, "modelType": "opt", "numKeyValueHeads": 4, "wordEmbedProjDim": 32}
+TINY_NEOX = {**TINY_LLAMA, "modelType": "gpt_neox", "numKeyValueHeads": 4}
+TINY_FALCON = {**TINY_LLAMA, "modelType": "falcon", "numKeyValueHeads": 1}
+
+
+def _measure(spec: dict[str, Any], **options: Any) -> tuple[ProbeResult, int]:
+    return measure(parse_spec(spec), Options(device="cpu", **options))
+
+
+@pytest.mark.parametrize(
+    "arch",
+    [TINY_LLAMA, TINY_MIXTRAL, TINY_QWEN_MOE, TINY_GEMMA2, TINY_OPT, TINY_NEOX, TINY_FALCON],
+    ids=lambda a: a["modelType"],
+)
+def test_inference_runs_every_family(arch: dict[str, Any]) -> None:
+    result, code = _measure(inference_spec(arch))
+    assert code == 0 and result.status == "Succeeded", result.message
+    assert result.device == "cpu" and result.mode == "Synthetic"
+    names = [p.name for p in result.phases]
+    assert names == ["load", "kv-cache", "prefill@1", "decode@1", "prefill@4", "decode@4"]
+    assert result.peak_rss_bytes and result.peak_rss_bytes > 0
+    # No GPU figure is ever invented on the CPU.
+    assert result.peak_allocated_bytes is None and result.peak_reserved_bytes is None
+    assert result.peak_device_used_bytes is None
+    assert result.nvml is not None and not result.nvml.available and result.nvml.reason
+
+
+def test_kv_cache_is_sized_for_max_num_seqs_times_max_model_len() -> None:
+    # PagedAttention (Kwon et al. 2023, section 3): 2 (K and V) x layers x kv heads x head size
+    # x bytes per element per token; 16-token blocks.
+    result, _ = _measure(inference_spec(maxModelLen=100, maxNumSeqs=3))
+    slots = 3 * math.ceil(100 / 16) * 16
+    per_token = 2 * 2 * 2 * 16 * 2  # layers 2, kv heads 2, head size 64/4 = 16, bf16
+    assert result.kv_cache_tokens == slots
+    assert result.kv_cache_bytes == per_token * slots
+
+
+def test_fp8_kv_cache_halves_the_cache() -> None:
+    auto, _ = _measure(inference_spec())
+    fp8, _ = _measure(inference_spec(kvCacheDtype="fp8"))
+    assert fp8.status == "Succeeded", fp8.message
+    assert auto.kv_cache_bytes == 2 * (fp8.kv_cache_bytes or 0)
+    assert any("fp8 KV cache" in n for n in fp8.notes)
+
+
+def test_chunked_prefill_handles_prompts_longer_than_the_chunk() -> None:
+    result, _ = _measure(inference_spec(maxModelLen=200, maxNumSeqs=2, maxNumBatchedTokens=64))
+    assert result.status == "Succeeded", result.message
+
+
+def test_concurrency_above_max_num_seqs_is_capped_with_a_note() -> None:
+    spec = inference_spec()
+    spec["measurement"]["concurrencyLevels"] = [2, 99]
+    result, _ = _measure(spec)
+    assert [p.name for p in result.phases if p.name.startswith("decode")] == [
+        "decode@2",
+        "decode@4",
+    ]
+    assert any("exceed maxNumSeqs" in n for n in result.notes)
+
+
+def test_weights_bytes_are_parameters_times_dtype_width() -> None:
+    spec = inference_spec()
+    spec["model"]["dtype"] = "float32"
+    result, _ = _measure(spec)
+    assert result.parameter_count is not None
+    assert result.weights_bytes == 4 * result.parameter_count
+
+
+@pytest.mark.parametrize(
+    ("precision", "optimizer"),
+    [
+        ("bf16-mixed", "adamw"),
+        ("fp16-mixed", "sgd-momentum"),
+        ("fp32", "adafactor"),
+        ("bf16-true", "lion"),
+        ("bf16-mixed", "sgd"),
+    ],
+)
+def test_training_step_runs(precision: str, optimizer: str) -> None:
+    result, code = _measure(training_spec(precision=precision, optimizer=optimizer))
+    assert code == 0 and result.status == "Succeeded", result.message
+    names = [p.name for p in result.phases]
+    assert names[0] == "load"
+    # Two optimizer steps over two accumulation micro-batches each.
+    assert names.count("step2.optimizer") == 1
+    assert {"step1.forward1", "step1.backward2", "step2.forward2"} <= set(names)
+    assert result.trainable_parameter_count == result.parameter_count
+
+
+def test_training_weights_follow_precision() -> None:
+    mixed, _ = _measure(training_spec(precision="bf16-mixed"))
+    true, _ = _measure(training_spec(precision="bf16-true"))
+    assert mixed.parameter_count == true.parameter_count
+    # bf16-mixed keeps float32 parameters (master weights); bf16-true keeps bfloat16.
+    assert mixed.weights_bytes == 4 * (mixed.parameter_count or 0)
+    assert true.weights_bytes == 2 * (true.parameter_count or 0)
+
+
+def test_lora_trains_only_adapters() -> None:
+    spec = training_spec(
+        activationCheckpointing=True,
+        finetuning={"method": "lora", "loraRank": 4, "loraTargetModules": ["q_proj", "v_proj"]},
+    )
+    result, _ = _measure(spec)
+    assert result.status == "Succeeded", result.message
+    # Adapters A [r, in] and B [out, r] on q (64 -> 64) and v (64 -> 32) in 2 layers.
+    assert result.trainable_parameter_count == 2 * (4 * 64 + 64 * 4 + 4 * 64 + 32 * 4)
+    assert any("LoRA" in n for n in result.notes)
+
+
+def test_moe_training_with_checkpointing() -> None:
+    result, _ = _measure(training_spec(TINY_MIXTRAL, activationCheckpointing=True))
+    assert result.status == "Succeeded", result.message
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"model": {"quantization": {"method": "awq"}}}, "awq 4-bit"),
+        ({"model": {"dtype": "float8_e4m3fn"}}, "float8_e4m3fn"),
+        ({"inference": {"tensorParallelSize": 2}}, "tensorParallelSize 2"),
+        (
+            {"model": {"architecture": None, "parameterCount": 1000}},
+            "needs spec.model.architecture",
+        ),
+    ],
+)
+def test_unfaithful_specs_are_unsupported_not_measured(change: dict[str, Any], reason: str) -> None:
+    spec = inference_spec()
+    for key, values in change.items():
+        spec[key] = {k: v for k, v in {**spec[key], **values}.items() if v is not None}
+    result, code = _measure(spec)
+    assert code == 0
+    assert result.status == "Unsupported"
+    assert reason in (result.message or "")
+    assert result.peak_rss_bytes is None and not result.phases
+
+
+def test_sharded_training_is_unsupported() -> None:
+    spec = training_spec(parallelism={"strategy": "zero3", "dataParallelSize": 4})
+    result, _ = _measure(spec)
+    assert result.status == "Unsupported" and "zero3" in (result.message or "")
+
+
+def test_adamw_8bit_without_bitsandbytes_is_unsupported() -> None:
+    pytest.importorskip("torch")
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes installed here")
+    result, _ = _measure(training_spec(optimizer="adamw-8bit"))
+    assert result.status == "Unsupported" and "bitsandbytes" in (result.message or "")
+
+
+def test_large_model_on_cpu_is_refused_not_attempted() -> None:
+    big = {
+        **TINY_LLAMA,
+        "hiddenSize": 4096,
+        "intermediateSize": 14336,
+        "numHiddenLayers": 32,
+        "numAttentionHeads": 32,
+        "numKeyValueHeads": 8,
+        "vocabSize": 128256,
+    }
+    result, _ = _measure(inference_spec(big))
+    assert result.status == "Unsupported"
+    assert "CPU fallback runs tiny models" in (result.message or "")
+
+
+def test_deadline_stops_between_steps() -> None:
+    result, code = _measure(inference_spec(), deadline_seconds=0.0)
+    assert code == 0
+    assert result.status == "Timeout" and "deadline" in (result.message or "")
+
+
+def test_result_round_trips_through_the_termination_message() -> None:
+    from gpu_sizer.measurement.result import compact_message
+
+    result, _ = _measure(inference_spec())
+    assert parse_result(compact_message(result)) == result
