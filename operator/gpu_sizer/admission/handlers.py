@@ -1,0 +1,129 @@
+"""kopf admission handlers for GPUWorkloads: thin adapters around :mod:`.verdict`.
+
+kopf serves each handler at ``/<handler id>`` on the webhook server that
+:func:`gpu_sizer.admission.server.configure` sets up; the chart's webhook configurations point at
+``/validate-gpuworkload`` and ``/mutate-gpuworkload`` for ``gpuworkloads`` CREATE and UPDATE.
+Importing this module registers the handlers in kopf's default registry.
+
+Status-only updates (the ``status`` subresource) pass untouched: they cannot change the sizing,
+and the operator itself writes them. Neither handler ever touches ``status``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from gpu_sizer.admission.namespaces import (
+    NamespaceLabels,
+    NamespaceLookupError,
+    kubernetes_fetcher,
+)
+from gpu_sizer.admission.policy import EffectivePolicy, Policy
+from gpu_sizer.admission.verdict import Answer, Outcome, defaulted_spec, review
+from gpu_sizer.api import GROUP, PLURAL, VERSION
+from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.metrics import ADMISSION_VERDICTS
+
+__all__ = ["AdmissionConfig", "configure_admission", "mutate_gpuworkload", "validate_gpuworkload"]
+
+
+@dataclass
+class AdmissionConfig:
+    """What the handlers decide with; replaced as a whole by :func:`configure_admission`."""
+
+    policy: Policy = field(default_factory=Policy)
+    catalog: Sequence[GPUClass] = DEFAULT_CATALOG
+    namespaces: NamespaceLabels = field(
+        default_factory=lambda: NamespaceLabels(kubernetes_fetcher())
+    )
+
+
+_config = AdmissionConfig()
+
+
+def configure_admission(config: AdmissionConfig) -> None:
+    """Set the policy, catalog and namespace-label source the handlers use."""
+    global _config
+    _config = config
+
+
+async def _policy_for(namespace: str | None) -> tuple[EffectivePolicy, str | None]:
+    """The namespace's effective policy and a warning when it rests on stale labels.
+
+    :raises NamespaceLookupError: the policy depends on labels that could not be read.
+    """
+    config = _config
+    if not config.policy.uses_labels or not namespace:
+        return config.policy.for_namespace({}), None
+    labels, warning = await config.namespaces.get(namespace)
+    return config.policy.for_namespace(labels), warning
+
+
+@kopf.on.validate(
+    GROUP, VERSION, PLURAL, id="validate-gpuworkload", operations=["CREATE", "UPDATE"]
+)
+async def validate_gpuworkload(
+    *,
+    body: kopf.Body,
+    subresource: str | None,
+    warnings: list[str],
+    operation: str | None = None,
+    **_: Any,
+) -> None:
+    """Deny specs that are invalid, break the namespace policy or have no safe headroom.
+
+    :raises kopf.AdmissionError: the denial, with the message ``kubectl`` prints.
+    """
+    op = operation or "UNKNOWN"
+    if subresource:
+        ADMISSION_VERDICTS.labels(op, Outcome.Allowed.value).inc()
+        return
+    namespace = body.get("metadata", {}).get("namespace")
+    try:
+        policy, stale = await _policy_for(namespace)
+    except NamespaceLookupError as exc:
+        answer = Answer(Outcome.PolicyUnavailable, f"{exc}; retry shortly")
+    else:
+        answer = review(
+            body.get("spec"),
+            namespace=namespace or "",
+            policy=policy,
+            catalog=_config.catalog,
+        )
+        if stale and answer.allowed:
+            answer = Answer(Outcome.AllowedWithWarnings, "", (*answer.warnings, stale))
+    ADMISSION_VERDICTS.labels(op, answer.outcome.value).inc()
+    warnings.extend(answer.warnings)
+    if not answer.allowed:
+        raise kopf.AdmissionError(answer.message, code=answer.code)
+
+
+@kopf.on.mutate(GROUP, VERSION, PLURAL, id="mutate-gpuworkload", operations=["CREATE", "UPDATE"])
+async def mutate_gpuworkload(
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    subresource: str | None,
+    warnings: list[str],
+    **_: Any,
+) -> None:
+    """Write every default into ``spec`` (a JSONPatch of additions) so the stored object is
+    explicit. Invalid specs are left alone for the validating webhook to reject."""
+    if subresource:
+        return
+    namespace = body.get("metadata", {}).get("namespace")
+    try:
+        policy, stale = await _policy_for(namespace)
+    except NamespaceLookupError:
+        # The default headroom depends on the namespace's policy: fill nothing; the validating
+        # webhook refuses the request with the lookup error (fail safe, and says so).
+        return
+    if stale:
+        warnings.append(stale)
+    wire = defaulted_spec(body.get("spec"), policy=policy)
+    if wire is not None:
+        patch["spec"] = wire

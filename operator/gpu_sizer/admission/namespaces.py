@@ -1,0 +1,106 @@
+"""Namespace labels for the admission policy, read from the API with a short TTL cache.
+
+Admission requests carry the object but not its Namespace's labels, so the webhook reads the
+Namespace (``get namespaces`` is in the operator's RBAC). A webhook must answer within the API
+server's ``timeoutSeconds``, so reads are bounded (``timeout`` seconds) and cached for ``ttl``
+seconds; when a read fails, the last labels seen are used even if stale, and only when none were
+ever seen does :meth:`NamespaceLabels.get` raise :class:`NamespaceLookupError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "Labels",
+    "LabelsFetcher",
+    "NamespaceLabels",
+    "NamespaceLookupError",
+    "kubernetes_fetcher",
+]
+
+Labels = Mapping[str, str]
+#: Blocking function returning the labels of the named Namespace (run in a worker thread).
+LabelsFetcher = Callable[[str], Labels]
+
+
+class NamespaceLookupError(RuntimeError):
+    """The namespace's labels could not be read and none are cached."""
+
+
+@dataclass
+class _Entry:
+    labels: Labels
+    fetched_at: float
+
+
+class NamespaceLabels:
+    """TTL cache of namespace labels in front of a blocking fetcher.
+
+    :param fetcher: returns a Namespace's labels; raises on any failure.
+    :param ttl: seconds a successful read is reused (default 30 s: label changes apply within
+        half a minute, and a burst of applies costs one API read).
+    :param timeout: seconds one read may take before the cached or failing answer is used.
+    """
+
+    def __init__(self, fetcher: LabelsFetcher, *, ttl: float = 30.0, timeout: float = 2.0) -> None:
+        self._fetcher = fetcher
+        self._ttl = ttl
+        self._timeout = timeout
+        self._entries: dict[str, _Entry] = {}
+        self._clock: Callable[[], float] = time.monotonic
+
+    async def get(self, namespace: str) -> tuple[Labels, str | None]:
+        """Labels of ``namespace`` and, when they are stale, a warning saying why.
+
+        :raises NamespaceLookupError: the read failed and nothing was cached.
+        """
+        now = self._clock()
+        entry = self._entries.get(namespace)
+        if entry is not None and now - entry.fetched_at < self._ttl:
+            return entry.labels, None
+        try:
+            labels = await asyncio.wait_for(
+                asyncio.to_thread(self._fetcher, namespace), timeout=self._timeout
+            )
+        except Exception as exc:  # any failure of the read: API error, timeout, config
+            reason = _describe(exc)
+            if entry is None:
+                raise NamespaceLookupError(
+                    f"could not read the labels of namespace {namespace!r} to apply the "
+                    f"namespace policy ({reason})"
+                ) from exc
+            age = now - entry.fetched_at
+            return entry.labels, (
+                f"namespace policy applied with labels of namespace {namespace!r} read "
+                f"{age:.0f} s ago; the fresh read failed ({reason})"
+            )
+        self._entries[namespace] = _Entry(dict(labels), now)
+        return labels, None
+
+
+def _describe(exc: BaseException) -> str:
+    """One short line: API errors carry a whole response, keep only status and reason."""
+    status, why = getattr(exc, "status", None), getattr(exc, "reason", None)
+    if status is not None:
+        return f"API answered HTTP {status} {why or ''}".rstrip()
+    if isinstance(exc, TimeoutError):
+        return "no answer from the API in time"
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+
+
+def kubernetes_fetcher(timeout: float = 2.0) -> LabelsFetcher:
+    """A fetcher reading the Namespace with the official client (:func:`.kube.api_client`)."""
+
+    def fetch(namespace: str) -> Labels:
+        from kubernetes.client import CoreV1Api
+
+        from gpu_sizer.admission.kube import api_client
+
+        ns = CoreV1Api(api_client()).read_namespace(namespace, _request_timeout=timeout)
+        return dict((ns.metadata and ns.metadata.labels) or {})
+
+    return fetch

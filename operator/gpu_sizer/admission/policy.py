@@ -1,0 +1,220 @@
+"""Namespace policy for admission: headroom bounds and allowed GPU classes per namespace label.
+
+The platform team sets it in the chart values; the chart renders it into ``policy.yaml`` in the
+``<fullname>-config`` ConfigMap, mounted at ``/etc/gpu-sizer/policy.yaml`` and passed to the
+operator as ``--policy``. Shape (every key optional; fractions are 0..1 of a GPU's memory)::
+
+    defaultMinHeadroomFraction: 0.10   # filled into spec.placement.minHeadroomFraction when unset
+    minHeadroomFractionFloor: 0.05     # a spec asking for less is rejected
+    maxMinHeadroomFraction: 0.5        # a spec asking for more is rejected (it would waste GPUs)
+    namespaceRules:
+      - namespaceSelector: {matchLabels: {team: research}}
+        allowedGpuClasses: [nvidia-l4, nvidia-a100-40gb]
+        defaultMinHeadroomFraction: 0.15
+        minHeadroomFractionFloor: 0.10
+
+Every rule whose ``namespaceSelector`` matches the namespace's labels applies (an empty selector
+matches every namespace). When several match: the allowed classes are the intersection of the
+lists they give, the floor is the highest floor, the default is the last matching rule's default.
+Pure: no Kubernetes access here (the handlers read the namespace labels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from gpu_sizer.api import FieldError, problems_from
+from gpu_sizer.catalog import GPUClass
+
+__all__ = [
+    "EffectivePolicy",
+    "NamespaceRule",
+    "NamespaceSelector",
+    "Policy",
+    "PolicyError",
+    "load_policy",
+    "parse_policy",
+]
+
+Fraction = float
+
+
+class PolicyError(ValueError):
+    """The policy file is invalid; ``problems`` holds one ``path: message`` line per problem."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: invalid policy:\n" + "\n".join(problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class NamespaceSelector(_Model):
+    """A Kubernetes label selector on the Namespace object (``matchLabels`` only)."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Every ``matchLabels`` pair is present; an empty selector matches every namespace."""
+        return all(labels.get(k) == v for k, v in self.match_labels.items())
+
+
+class NamespaceRule(_Model):
+    """Settings for the namespaces whose labels match ``namespaceSelector``."""
+
+    namespace_selector: NamespaceSelector = Field(default_factory=NamespaceSelector)
+    allowed_gpu_classes: list[str] | None = Field(
+        None, description="Classes workloads in these namespaces may use; unset allows all."
+    )
+    default_min_headroom_fraction: Fraction | None = Field(None, ge=0.0, lt=1.0)
+    min_headroom_fraction_floor: Fraction | None = Field(None, ge=0.0, lt=1.0)
+
+
+class Policy(_Model):
+    """The whole policy file. Defaults reproduce the API's own default of 10 % headroom."""
+
+    default_min_headroom_fraction: Fraction = Field(0.10, ge=0.0, lt=1.0)
+    min_headroom_fraction_floor: Fraction = Field(0.0, ge=0.0, lt=1.0)
+    max_min_headroom_fraction: Fraction = Field(0.5, gt=0.0, lt=1.0)
+    namespace_rules: list[NamespaceRule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> Policy:
+        lo, hi = self.min_headroom_fraction_floor, self.max_min_headroom_fraction
+        bad: list[tuple[str, str]] = []
+        if lo > hi:
+            bad.append(
+                (
+                    "minHeadroomFractionFloor",
+                    f"{lo} exceeds maxMinHeadroomFraction ({hi})",
+                )
+            )
+        if not lo <= self.default_min_headroom_fraction <= hi:
+            bad.append(
+                (
+                    "defaultMinHeadroomFraction",
+                    f"{self.default_min_headroom_fraction} must lie between "
+                    f"minHeadroomFractionFloor ({lo}) and maxMinHeadroomFraction ({hi})",
+                )
+            )
+        for i, rule in enumerate(self.namespace_rules):
+            floor = max(lo, rule.min_headroom_fraction_floor or 0.0)
+            default = rule.default_min_headroom_fraction
+            if default is not None and not floor <= default <= hi:
+                bad.append(
+                    (
+                        f"namespaceRules.{i}.defaultMinHeadroomFraction",
+                        f"{default} must lie between the floor ({floor}) and "
+                        f"maxMinHeadroomFraction ({hi})",
+                    )
+                )
+            if floor > hi:
+                bad.append(
+                    (
+                        f"namespaceRules.{i}.minHeadroomFractionFloor",
+                        f"{floor} exceeds maxMinHeadroomFraction ({hi})",
+                    )
+                )
+            if rule.allowed_gpu_classes == []:
+                bad.append(
+                    (
+                        f"namespaceRules.{i}.allowedGpuClasses",
+                        "an empty list would reject every workload; omit the key to allow "
+                        "every class",
+                    )
+                )
+        if bad:
+            raise FieldError(bad)
+        return self
+
+    @property
+    def uses_labels(self) -> bool:
+        """Whether any rule looks at namespace labels (else no Namespace read is needed)."""
+        return any(r.namespace_selector.match_labels for r in self.namespace_rules)
+
+    def unknown_classes(self, catalog: Iterable[GPUClass]) -> list[str]:
+        """``namespaceRules[i].allowedGpuClasses: unknown class X`` lines, for startup checks."""
+        known = {c.name for c in catalog}
+        return [
+            f"namespaceRules[{i}].allowedGpuClasses: unknown class {name!r}; known: "
+            + ", ".join(sorted(known))
+            for i, rule in enumerate(self.namespace_rules)
+            for name in rule.allowed_gpu_classes or []
+            if name not in known
+        ]
+
+    def for_namespace(self, labels: Mapping[str, str]) -> EffectivePolicy:
+        """Combine every rule matching ``labels`` (see the module docstring for how)."""
+        allowed: frozenset[str] | None = None
+        floor = self.min_headroom_fraction_floor
+        default = self.default_min_headroom_fraction
+        matched: list[int] = []
+        for i, rule in enumerate(self.namespace_rules):
+            if not rule.namespace_selector.matches(labels):
+                continue
+            matched.append(i)
+            if rule.allowed_gpu_classes is not None:
+                names = frozenset(rule.allowed_gpu_classes)
+                allowed = names if allowed is None else allowed & names
+            if rule.min_headroom_fraction_floor is not None:
+                floor = max(floor, rule.min_headroom_fraction_floor)
+            if rule.default_min_headroom_fraction is not None:
+                default = rule.default_min_headroom_fraction
+        return EffectivePolicy(
+            allowed_classes=allowed,
+            default_min_headroom_fraction=max(default, floor),
+            min_headroom_fraction_floor=floor,
+            max_min_headroom_fraction=self.max_min_headroom_fraction,
+            matched_rules=tuple(matched),
+        )
+
+
+@dataclass(frozen=True)
+class EffectivePolicy:
+    """What applies to one namespace. ``allowed_classes`` ``None`` means every catalog class."""
+
+    allowed_classes: frozenset[str] | None
+    default_min_headroom_fraction: float
+    min_headroom_fraction_floor: float
+    max_min_headroom_fraction: float
+    matched_rules: tuple[int, ...] = ()
+
+
+def parse_policy(data: Any, source: str = "policy") -> Policy:
+    """Validate policy data (the YAML document as plain data; ``None`` is the default policy).
+
+    :raises PolicyError: one line per problem, each naming its key path.
+    """
+    if data is None:
+        return Policy()
+    if not isinstance(data, dict):
+        raise PolicyError(source, ["(document): must be a mapping"])
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(source, [str(p) for p in problems_from(exc)]) from None
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate a policy YAML file.
+
+    :raises PolicyError: the file is unreadable, not YAML, or invalid (with every key path).
+    """
+    try:
+        text = Path(path).read_text()
+        data = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as exc:
+        raise PolicyError(str(path), [str(exc)]) from None
+    return parse_policy(data, str(path))

@@ -1,0 +1,336 @@
+"""The HTTPS server that receives AdmissionReviews for kopf, and its configuration from flags.
+
+:class:`AdmissionServer` implements kopf's public webhook-server protocol
+(``kopf.WebhookServerProtocol``: called with kopf's request function, it yields the client
+config) and is set as ``settings.admission.server``; kopf still routes each review to the handler
+named by the URL path and builds the AdmissionReview response. It is our own rather than
+``kopf.WebhookServer`` (kopf 1.45) for three reasons that matter in production:
+
+* request bodies: ``kopf.WebhookServer`` keeps aiohttp's default 1 MiB body limit, but an
+  UPDATE review carries the object twice and the API server accepts objects up to about
+  1.5 MiB (etcd's request limit), so a legal object could fail admission with HTTP 413;
+  this server accepts :data:`MAX_BODY_BYTES`;
+* malformed reviews: a structurally wrong AdmissionReview makes kopf raise inside its request
+  function and aiohttp answer a bare HTTP 500; this server answers HTTP 400 naming each bad
+  field, and so does an unknown webhook path (kopf would run no handler and *allow*);
+* certificate renewal: kopf restarts its listener when the files change; this server loads the
+  renewed chain into the live ``ssl.SSLContext`` (new handshakes use it, open connections
+  finish), so a rotation drops no request.
+
+Certificates come from ``--webhook-cert-dir`` (cert-manager mounts ``tls.crt``, ``tls.key`` and
+``ca.crt`` there and renews them) or, without it, from :mod:`gpu_sizer.admission.certs`
+(self-signed, in the ``--webhook-tls-secret`` Secret, caBundle patched into
+``--webhook-config-name``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import hashlib
+import logging
+import os
+import ssl
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp.web
+import kopf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpu_sizer.admission.handlers import AdmissionConfig, configure_admission
+from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
+from gpu_sizer.admission.policy import Policy, PolicyError, load_policy
+from gpu_sizer.api import problems_from
+from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
+
+__all__ = ["HANDLER_IDS", "MAX_BODY_BYTES", "AdmissionServer", "ReviewEnvelope", "configure"]
+
+logger = logging.getLogger(__name__)
+
+#: The kopf handler ids, which are also the URL paths the chart's webhook configurations use.
+HANDLER_IDS: frozenset[str] = frozenset({"validate-gpuworkload", "mutate-gpuworkload"})
+#: Largest accepted request body, in bytes: two 1.5 MiB objects (UPDATE) plus the envelope,
+#: with margin; the API server's own request limit is 3 MiB.
+MAX_BODY_BYTES = 8 << 20
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class _Resource(_Loose):
+    group: str
+    version: str
+    resource: str
+
+
+class _UserInfo(_Loose):
+    username: str = ""
+
+
+class _RequestPayload(_Loose):
+    uid: str = Field(min_length=1)
+    resource: _Resource
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    user_info: _UserInfo = Field(alias="userInfo")
+    object: dict[str, Any] | None = None
+    old_object: dict[str, Any] | None = Field(None, alias="oldObject")
+
+
+class ReviewEnvelope(_Loose):
+    """The parts of an ``admission.k8s.io/v1`` AdmissionReview request that kopf relies on."""
+
+    api_version: Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] = Field(
+        alias="apiVersion"
+    )
+    kind: Literal["AdmissionReview"]
+    request: _RequestPayload
+
+
+def envelope_problems(data: Any) -> list[str]:
+    """``field: message`` lines for everything wrong with an AdmissionReview; empty if sound."""
+    if not isinstance(data, dict):
+        return ["(body): must be a JSON object (an AdmissionReview)"]
+    try:
+        review = ReviewEnvelope.model_validate(data)
+    except ValidationError as exc:
+        return [str(p) for p in problems_from(exc)]
+    if review.request.object is None and review.request.old_object is None:
+        return ["request.object: required field is missing (and so is request.oldObject)"]
+    return []
+
+
+def _digest(paths: Sequence[Path]) -> str:
+    hasher = hashlib.sha256()
+    for path in paths:
+        hasher.update(path.read_bytes())
+    return hasher.hexdigest()
+
+
+def _text(status: int, text: str) -> aiohttp.web.Response:
+    return aiohttp.web.Response(status=status, text=text + "\n", content_type="text/plain")
+
+
+class AdmissionServer:
+    """An HTTPS endpoint for kopf's admission handlers (``kopf.WebhookServerProtocol``).
+
+    :param addr: listen address (``--webhook-listen``; ``0.0.0.0`` in a pod).
+    :param port: listen port (``--webhook-port``, 9443); 0 picks a free port (tests).
+    :param certfile: serving certificate chain, PEM; :param pkeyfile: its key, PEM.
+    :param cafile: CA bundle reported in the client config (informational: the chart's
+        configurations are patched by :mod:`.certs` or by cert-manager's CA injector).
+    :param paths: webhook ids served; any other path is a 404.
+    :param file_check_interval: seconds between checks of the certificate files for renewal.
+    :param refresh: blocking callable run every ``refresh_interval`` seconds in a worker thread
+        (self-signed mode: renew the Secret, rewrite the files, patch caBundles).
+    """
+
+    def __init__(
+        self,
+        *,
+        addr: str,
+        port: int,
+        certfile: Path,
+        pkeyfile: Path,
+        cafile: Path | None = None,
+        paths: Collection[str] = HANDLER_IDS,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        file_check_interval: float = 60.0,
+        refresh: Callable[[], object] | None = None,
+        refresh_interval: float = 3600.0,
+    ) -> None:
+        self.addr = addr
+        self.port = port
+        self.certfile = certfile
+        self.pkeyfile = pkeyfile
+        self.cafile = cafile
+        self.paths = frozenset(paths)
+        self.max_body_bytes = max_body_bytes
+        self.file_check_interval = file_check_interval
+        self.refresh = refresh
+        self.refresh_interval = refresh_interval
+        #: The bound (address, port) once listening; useful when ``port`` is 0.
+        self.bound: tuple[str, int] | None = None
+
+    def _files(self) -> list[Path]:
+        return [p for p in (self.certfile, self.pkeyfile, self.cafile) if p is not None]
+
+    def _load(self, context: ssl.SSLContext) -> None:
+        context.load_cert_chain(self.certfile, self.pkeyfile)
+
+    async def _handle(
+        self, fn: kopf.WebhookFn, request: aiohttp.web.Request
+    ) -> aiohttp.web.Response:
+        webhook = request.match_info["id"]
+        if webhook not in self.paths:
+            return _text(
+                404,
+                f"no admission webhook at /{webhook}; served: "
+                + ", ".join(f"/{p}" for p in sorted(self.paths)),
+            )
+        try:
+            data = await request.json()
+        except aiohttp.web.HTTPRequestEntityTooLarge:
+            return _text(413, f"request body exceeds {self.max_body_bytes} bytes")
+        except ValueError as exc:
+            return _text(400, f"malformed AdmissionReview: body is not JSON ({exc})")
+        problems = envelope_problems(data)
+        if problems:
+            return _text(400, "malformed AdmissionReview:\n" + "\n".join(problems))
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        try:
+            response = await fn(data, webhook=webhook, headers=dict(request.headers), sslpeer=peer)
+        except Exception as exc:  # kopf's WebhookError family and anything unexpected
+            logger.exception("Admission request %s failed", data["request"]["uid"])
+            status = 404 if type(exc).__name__ == "UnknownResourceError" else 500
+            return _text(status, f"admission request failed: {type(exc).__name__}: {exc}")
+        return aiohttp.web.json_response(response)
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._load(context)
+        app = aiohttp.web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_post("/{id}", functools.partial(self._handle, fn))
+        runner = aiohttp.web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        try:
+            site = aiohttp.web.TCPSite(runner, self.addr, self.port, ssl_context=context)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            self.bound = (host, port)
+            logger.info("Admission webhooks listening at https://%s:%d/", host, port)
+            config = kopf.WebhookClientConfig(url=f"https://{host}:{port}")
+            if self.cafile is not None and self.cafile.exists():
+                config["caBundle"] = base64.b64encode(self.cafile.read_bytes()).decode()
+            yield config
+            await self._watch(context)
+        finally:
+            await runner.cleanup()
+
+    async def _watch(self, context: ssl.SSLContext) -> None:
+        """Run the refresh when due and reload the chain whenever the files change."""
+        digest = _digest(self._files())
+        next_refresh = time.monotonic() + self.refresh_interval
+        while True:
+            await asyncio.sleep(self.file_check_interval)
+            if self.refresh is not None and time.monotonic() >= next_refresh:
+                next_refresh = time.monotonic() + self.refresh_interval
+                try:
+                    await asyncio.to_thread(self.refresh)
+                except Exception:  # keep serving on the current chain; retry next interval
+                    logger.exception("Webhook certificate refresh failed; retrying later")
+            try:
+                current = _digest(self._files())
+            except OSError as exc:  # mid-rotation by the kubelet: try again next tick
+                logger.warning("Webhook certificate files unreadable: %s", exc)
+                continue
+            if current != digest:
+                try:
+                    self._load(context)
+                except (OSError, ssl.SSLError) as exc:
+                    logger.warning("Renewed webhook certificate not loaded yet: %s", exc)
+                    continue
+                digest = current
+                logger.info("Webhook serving certificate reloaded from %s", self.certfile)
+
+
+def _opt(options: Any, name: str, default: Any = None) -> Any:
+    value = getattr(options, name, None)
+    return default if value is None else value
+
+
+def configure(
+    settings: kopf.OperatorSettings,
+    options: Any,
+    *,
+    catalog: Sequence[GPUClass] | None = None,
+) -> AdmissionServer | None:
+    """Set ``settings.admission.server`` from the ``gpu-sizer operator`` options.
+
+    ``options`` is the parsed argparse namespace (attributes ``no_webhook``, ``webhook_port``,
+    ``webhook_listen``, ``webhook_cert_dir``, ``webhook_tls_secret``, ``webhook_config_name``,
+    ``webhook_service``, ``policy``, ``catalog``). ``catalog`` overrides the GPU catalog (else
+    ``--catalog`` is loaded, else the built-in catalog is used). Self-signed mode reads the
+    operator's namespace from ``POD_NAMESPACE`` and provisions the certificate before returning
+    (blocking API calls: call it from the startup handler, once). kopf's managed webhook
+    configuration is switched off: the chart owns those objects.
+
+    Returns the server, or ``None`` with ``--no-webhook``.
+
+    :raises PolicyError: the policy file is invalid or names classes the catalog lacks.
+    :raises gpu_sizer.catalog.InvalidCatalog: the ``--catalog`` file is invalid.
+    :raises ValueError: self-signed mode without its flags or ``POD_NAMESPACE``.
+    """
+    settings.admission.managed = None
+    if _opt(options, "no_webhook", False):
+        settings.admission.server = None
+        return None
+    catalog_file = _opt(options, "catalog")
+    if catalog is None:
+        catalog = load_catalog_file(catalog_file) if catalog_file else DEFAULT_CATALOG
+    catalog = tuple(catalog)
+    policy_file = _opt(options, "policy")
+    policy = load_policy(policy_file) if policy_file else Policy()
+    unknown = policy.unknown_classes(catalog)
+    if unknown:
+        raise PolicyError(str(policy_file), unknown)
+    configure_admission(
+        AdmissionConfig(
+            policy=policy, catalog=catalog, namespaces=NamespaceLabels(kubernetes_fetcher())
+        )
+    )
+
+    refresh: Callable[[], object] | None = None
+    cert_dir = _opt(options, "webhook_cert_dir")
+    if cert_dir:
+        directory = Path(cert_dir)
+        cafile: Path | None = directory / "ca.crt"
+    else:
+        from gpu_sizer.admission import certs
+        from gpu_sizer.admission.kube import api_client
+
+        namespace = os.environ.get("POD_NAMESPACE")
+        secret = _opt(options, "webhook_tls_secret")
+        service = _opt(options, "webhook_service")
+        missing = [
+            what
+            for what, value in (
+                ("--webhook-tls-secret", secret),
+                ("--webhook-service", service),
+                ("env POD_NAMESPACE", namespace),
+            )
+            if not value
+        ]
+        if missing or namespace is None:
+            raise ValueError(
+                "self-signed webhook certificates need "
+                + ", ".join(missing)
+                + " (or pass --webhook-cert-dir for cert-manager, or --no-webhook)"
+            )
+        directory = Path(tempfile.mkdtemp(prefix="gpu-sizer-webhook-"))
+        cafile = directory / "ca.crt"
+        refresh = functools.partial(
+            certs.ensure_bundle,
+            api_client(),
+            namespace=namespace,
+            secret_name=secret,
+            service=service,
+            config_name=_opt(options, "webhook_config_name"),
+            directory=directory,
+        )
+        refresh()
+    server = AdmissionServer(
+        addr=_opt(options, "webhook_listen", "0.0.0.0"),
+        port=int(_opt(options, "webhook_port", 9443)),
+        certfile=directory / "tls.crt",
+        pkeyfile=directory / "tls.key",
+        cafile=cafile,
+        refresh=refresh,
+    )
+    settings.admission.server = server
+    return server

@@ -1,0 +1,161 @@
+"""The admission answer for one GPUWorkload spec: allowed or denied, why, and with what warnings.
+
+Pure: plain data in (the ``.spec`` mapping as the API server sent it, the namespace's effective
+policy, the GPU catalog), a plain :class:`Answer` out. The kopf handlers in
+:mod:`gpu_sizer.admission.handlers` only move data in and out of this module.
+
+The sizing verdict itself comes from :func:`gpu_sizer.sizing.assess`, the one code path shared with
+``gpu-sizer estimate`` and the controller: for the same spec and catalog the webhook denies with
+exactly the message ``gpu-sizer estimate`` prints. Spec errors are the lines
+:func:`gpu_sizer.api.parse_spec` gives, one per problem, each naming its field path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gpu_sizer.admission.policy import EffectivePolicy
+from gpu_sizer.api import Engine, GPUWorkloadSpec, InvalidWorkload, parse_spec
+from gpu_sizer.api.spec import spec_to_wire
+from gpu_sizer.budget.activations import prefill_tokens
+from gpu_sizer.catalog import GPUClass
+from gpu_sizer.sizing import Verdict, assess
+
+__all__ = ["Answer", "Outcome", "defaulted_spec", "review"]
+
+
+class Outcome(StrEnum):
+    """Label values of ``gpusizer_admission_verdicts_total{verdict}``."""
+
+    Allowed = "Allowed"
+    AllowedWithWarnings = "AllowedWithWarnings"
+    Invalid = "Invalid"
+    NoSafeHeadroom = "NoSafeHeadroom"
+    UnknownGpuClass = "UnknownGpuClass"
+    PolicyViolation = "PolicyViolation"
+    PolicyUnavailable = "PolicyUnavailable"
+
+
+#: HTTP status codes put in the AdmissionReview's ``response.status.code``: 422 for a spec that
+#: cannot be sized as written, 403 for one the namespace policy forbids, 503 (retry) when the
+#: namespace's labels, and so its policy, could not be read.
+_CODES: dict[Outcome, int] = {
+    Outcome.Invalid: 422,
+    Outcome.NoSafeHeadroom: 422,
+    Outcome.UnknownGpuClass: 422,
+    Outcome.PolicyViolation: 403,
+    Outcome.PolicyUnavailable: 503,
+}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the webhook tells the API server. ``message`` is empty when allowed."""
+
+    outcome: Outcome
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome in (Outcome.Allowed, Outcome.AllowedWithWarnings)
+
+    @property
+    def code(self) -> int:
+        """HTTP status code for a denial (200 when allowed)."""
+        return _CODES.get(self.outcome, 200)
+
+
+def _policy_problems(
+    spec: GPUWorkloadSpec, policy: EffectivePolicy, namespace: str, catalog_names: set[str]
+) -> list[str]:
+    problems: list[str] = []
+    room = spec.placement.min_headroom_fraction
+    if room < policy.min_headroom_fraction_floor:
+        problems.append(
+            f"spec.placement.minHeadroomFraction: {room:g} is below the floor of "
+            f"{policy.min_headroom_fraction_floor:g} that the policy sets for namespace "
+            f"{namespace!r}; raise it to at least {policy.min_headroom_fraction_floor:g}"
+        )
+    if room > policy.max_min_headroom_fraction:
+        problems.append(
+            f"spec.placement.minHeadroomFraction: {room:g} exceeds the policy maximum of "
+            f"{policy.max_min_headroom_fraction:g}; a margin that large leaves most of the GPU "
+            "idle"
+        )
+    if policy.allowed_classes is not None:
+        allowed = ", ".join(sorted(policy.allowed_classes))
+        for name in spec.placement.gpu_classes:
+            if name in catalog_names and name not in policy.allowed_classes:
+                problems.append(
+                    f"spec.placement.gpuClasses: {name} is not allowed in namespace "
+                    f"{namespace!r} (allowed: {allowed})"
+                )
+    return problems
+
+
+def review(
+    spec_doc: Any,
+    *,
+    namespace: str,
+    policy: EffectivePolicy,
+    catalog: Sequence[GPUClass],
+) -> Answer:
+    """Decide on a GPUWorkload's ``.spec`` (the raw mapping) in ``namespace``.
+
+    Order: spec errors (every one), then the namespace policy (headroom floor and maximum,
+    allowed classes), then :func:`gpu_sizer.sizing.assess`, where a spec that allows every class
+    is limited to the classes its namespace allows. Allowed answers carry the assessment's
+    warnings (headroom under twice the minimum, revision unpinned, measurement disabled), as
+    ``gpu-sizer estimate`` prints them.
+    """
+    try:
+        spec = parse_spec(spec_doc)
+    except InvalidWorkload as exc:
+        return Answer(Outcome.Invalid, "\n".join(str(p) for p in exc.problems))
+
+    problems = _policy_problems(spec, policy, namespace, {c.name for c in catalog})
+    if problems:
+        return Answer(Outcome.PolicyViolation, "\n".join(problems))
+
+    if policy.allowed_classes is not None and not spec.placement.gpu_classes:
+        # The namespace's classes stand in for an empty list ("every class"), so the message
+        # speaks of "the largest allowed class" and the fixes stay within what may be used.
+        allowed = [c.name for c in catalog if c.name in policy.allowed_classes]
+        spec = spec.model_copy(
+            update={"placement": spec.placement.model_copy(update={"gpu_classes": allowed})}
+        )
+    assessment = assess(spec, catalog)
+    if assessment.verdict is Verdict.UnknownGpuClass:
+        return Answer(Outcome.UnknownGpuClass, assessment.message)
+    if assessment.verdict is Verdict.NoSafeHeadroom:
+        return Answer(Outcome.NoSafeHeadroom, assessment.message)
+
+    warnings = assessment.warnings
+    outcome = Outcome.AllowedWithWarnings if warnings else Outcome.Allowed
+    return Answer(outcome, "", tuple(warnings))
+
+
+def defaulted_spec(spec_doc: Any, *, policy: EffectivePolicy) -> dict[str, Any] | None:
+    """The spec with every default written out, for the mutating webhook; ``None`` if invalid.
+
+    Fills what pydantic defaults (measurement mode and timeout, engine, parallel sizes, ...), the
+    namespace's default ``minHeadroomFraction`` when the spec gives none, and, for engines that
+    have the option (vLLM, SGLang, TGI), the ``maxNumBatchedTokens`` the budget assumes for them
+    (:func:`gpu_sizer.budget.activations.prefill_tokens`), so the explicit object sizes the same.
+    An invalid spec is left alone: the validating webhook rejects it with the field paths.
+    """
+    try:
+        spec = parse_spec(spec_doc)
+    except InvalidWorkload:
+        return None
+    wire = spec_to_wire(spec)
+    given: Mapping[str, Any] = spec_doc.get("placement") or {}
+    if "minHeadroomFraction" not in given:
+        wire["placement"]["minHeadroomFraction"] = policy.default_min_headroom_fraction
+    if spec.inference is not None and spec.inference.engine is not Engine.transformers:
+        wire["inference"]["maxNumBatchedTokens"] = prefill_tokens(spec.inference)
+    return wire

@@ -1,0 +1,95 @@
+"""Namespace policy: parsing with clear errors, and how matching rules combine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_sizer.admission.policy import Policy, PolicyError, load_policy, parse_policy
+from gpu_sizer.catalog import DEFAULT_CATALOG
+
+
+def test_empty_policy_reproduces_the_api_default() -> None:
+    effective = parse_policy(None).for_namespace({"any": "label"})
+    assert effective.allowed_classes is None
+    assert effective.default_min_headroom_fraction == 0.10
+    assert effective.min_headroom_fraction_floor == 0.0
+    assert effective.max_min_headroom_fraction == 0.5
+
+
+def test_matching_rules_intersect_classes_raise_the_floor_and_last_default_wins() -> None:
+    policy = parse_policy(
+        {
+            "minHeadroomFractionFloor": 0.05,
+            "namespaceRules": [
+                {"allowedGpuClasses": ["nvidia-l4", "nvidia-a100-40gb", "nvidia-h100-80gb"]},
+                {
+                    "namespaceSelector": {"matchLabels": {"team": "research"}},
+                    "allowedGpuClasses": ["nvidia-l4", "nvidia-h100-80gb", "nvidia-h200"],
+                    "minHeadroomFractionFloor": 0.12,
+                    "defaultMinHeadroomFraction": 0.2,
+                },
+                {
+                    "namespaceSelector": {"matchLabels": {"team": "research", "tier": "prod"}},
+                    "defaultMinHeadroomFraction": 0.25,
+                },
+            ],
+        }
+    )
+    assert policy.uses_labels
+    research = policy.for_namespace({"team": "research"})
+    assert research.allowed_classes == {"nvidia-l4", "nvidia-h100-80gb"}
+    assert research.min_headroom_fraction_floor == 0.12
+    assert research.default_min_headroom_fraction == 0.2
+    assert research.matched_rules == (0, 1)
+    prod = policy.for_namespace({"team": "research", "tier": "prod", "x": "y"})
+    assert prod.default_min_headroom_fraction == 0.25
+    other = policy.for_namespace({"team": "web"})
+    assert other.allowed_classes == {"nvidia-l4", "nvidia-a100-40gb", "nvidia-h100-80gb"}
+    assert other.min_headroom_fraction_floor == 0.05
+
+
+def test_invalid_policy_names_every_key_path() -> None:
+    with pytest.raises(PolicyError) as err:
+        parse_policy(
+            {
+                "defaultMinHeadroomFraction": 0.02,
+                "minHeadroomFractionFloor": 0.05,
+                "namespaceRules": [
+                    {"allowedGpuClasses": [], "namespaceSelector": {"matchLabel": {}}},
+                ],
+            },
+            "policy.yaml",
+        )
+    assert str(err.value) == (
+        "policy.yaml: invalid policy:\n"
+        "namespaceRules[0].namespaceSelector.matchLabel: unknown field"
+    )
+    with pytest.raises(PolicyError) as err:
+        parse_policy(
+            {
+                "defaultMinHeadroomFraction": 0.02,
+                "minHeadroomFractionFloor": 0.05,
+                "namespaceRules": [{"allowedGpuClasses": []}],
+            },
+            "policy.yaml",
+        )
+    assert err.value.problems == [
+        "defaultMinHeadroomFraction: 0.02 must lie between minHeadroomFractionFloor (0.05) and "
+        "maxMinHeadroomFraction (0.5)",
+        "namespaceRules.0.allowedGpuClasses: an empty list would reject every workload; omit "
+        "the key to allow every class",
+    ]
+
+
+def test_unknown_classes_and_unreadable_files_are_reported(tmp_path: Path) -> None:
+    policy = Policy.model_validate({"namespaceRules": [{"allowedGpuClasses": ["nvidia-x9000"]}]})
+    [line] = policy.unknown_classes(DEFAULT_CATALOG)
+    assert line.startswith("namespaceRules[0].allowedGpuClasses: unknown class 'nvidia-x9000'")
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("namespaceRules: [\n")
+    with pytest.raises(PolicyError, match=r"policy\.yaml: invalid policy"):
+        load_policy(bad)
+    with pytest.raises(PolicyError, match="No such file"):
+        load_policy(tmp_path / "missing.yaml")

@@ -1,0 +1,348 @@
+"""AdmissionReview v1 over HTTPS to the real kopf operator's webhook server on loopback.
+
+The operator runs in-process against kmock's emulator (see conftest.py); every request here goes
+through TLS, aiohttp, kopf's admission machinery and our handlers, exactly as an API server's would.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from gpu_sizer.api import parse_spec
+from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.metrics import ADMISSION_VERDICTS
+from gpu_sizer.sizing import Verdict, assess
+
+from .conftest import LLAMA3_8B, Webhook, admission_review, workload
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def inference(**overrides: Any) -> dict[str, Any]:
+    """Llama 3 8B served by vLLM, revision pinned; ``overrides`` replace inference keys."""
+    return {
+        "model": {
+            "name": "meta-llama/Meta-Llama-3-8B",
+            "revision": "62bd457b6fe961a42a631306577e622c83876cb6",
+            "architecture": LLAMA3_8B,
+        },
+        "inference": {"maxModelLen": 4096, "maxNumSeqs": 4, **overrides},
+    }
+
+
+def headroom(spec: dict[str, Any]) -> float | None:
+    rec = assess(parse_spec(spec)).recommendation
+    return None if rec is None else rec.headroom_fraction
+
+
+def near_threshold_spec() -> dict[str, Any]:
+    """A spec whose chosen class leaves between 1x and 2x the required 10 % headroom.
+
+    Searched rather than hard-coded, so the test keeps its meaning as the budget model evolves.
+    """
+    for seqs in range(1, 513):
+        spec = inference(maxModelLen=8192, maxNumSeqs=seqs)
+        room = headroom(spec)
+        if room is not None and 0.10 <= room < 0.20:
+            return spec
+    raise AssertionError("no maxNumSeqs gives a near-threshold headroom")
+
+
+def comfortable_spec() -> dict[str, Any]:
+    """A spec whose chosen class leaves at least twice the required 10 % headroom (searched)."""
+    for seqs in (1, 2, 4, 8, 16, 32, 64):
+        for length in (8192, 4096, 2048, 1024):
+            spec = inference(maxModelLen=length, maxNumSeqs=seqs)
+            if (headroom(spec) or 0) >= 0.20:
+                return spec
+    raise AssertionError("no inference setting leaves 20 % headroom")
+
+
+def no_headroom_spec() -> dict[str, Any]:
+    spec = inference(maxModelLen=8192, maxNumSeqs=2048)
+    assert assess(parse_spec(spec)).verdict is Verdict.NoSafeHeadroom
+    return spec
+
+
+def count(operation: str, verdict: str) -> float:
+    return ADMISSION_VERDICTS.labels(operation, verdict)._value.get()  # type: ignore[attr-defined,no-any-return]
+
+
+async def test_valid_spec_is_allowed_without_warnings(webhook: Webhook) -> None:
+    spec = comfortable_spec()
+    before = count("CREATE", "Allowed")
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is True
+    assert "warnings" not in resp
+    assert "status" not in resp
+    assert count("CREATE", "Allowed") == before + 1
+
+
+async def test_invalid_spec_lists_every_problem_with_its_path(webhook: Webhook) -> None:
+    spec = {
+        "model": {"dtype": "bfloat17"},
+        "inference": {"maxModelLen": 0, "maxNumSeqs": 8, "kvCacheDtype": "auto"},
+        "placement": {"minHeadroomFraction": 1.5},
+    }
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 422
+    assert resp["status"]["message"] == (
+        "spec.model.dtype: must be one of 'float32', 'bfloat16', 'float16', 'float8_e4m3fn' or "
+        "'float8_e5m2', not 'bfloat17'\n"
+        "spec.inference.maxModelLen: must be >= 1, not 0\n"
+        "spec.placement.minHeadroomFraction: must be < 1.0, not 1.5"
+    )
+
+
+async def test_unknown_fields_are_rejected_by_path(webhook: Webhook) -> None:
+    spec = inference()
+    spec["inference"]["maxNumSeq"] = 16  # typo of maxNumSeqs
+    spec["replicas"] = 2
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is False
+    assert resp["status"]["message"] == (
+        "spec.inference.maxNumSeq: unknown field; did you mean maxNumSeqs? allowed: engine, "
+        "maxModelLen, maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
+        "pipelineParallelSize, enforceEager\n"
+        "spec.replicas: unknown field; allowed: model, inference, training, measurement, "
+        "placement"
+    )
+
+
+async def test_no_safe_headroom_is_rejected_with_the_offline_message(webhook: Webhook) -> None:
+    spec = no_headroom_spec()
+    before = count("CREATE", "NoSafeHeadroom")
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 422
+    # Offline parity: the message is exactly what gpu-sizer estimate's assess() says.
+    assert resp["status"]["message"] == assess(parse_spec(spec), DEFAULT_CATALOG).message
+    assert count("CREATE", "NoSafeHeadroom") == before + 1
+
+
+async def test_near_threshold_headroom_is_allowed_with_a_warning(webhook: Webhook) -> None:
+    spec = near_threshold_spec()
+    rec = assess(parse_spec(spec)).recommendation
+    assert rec is not None
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is True
+    assert resp["warnings"] == [
+        f"headroom on {rec.gpu_class} is {rec.headroom_fraction:.0%}, under twice the required "
+        "10%: a runtime or batch change may not fit"
+    ]
+
+
+async def test_unpinned_revision_and_disabled_measurement_warn(webhook: Webhook) -> None:
+    spec = comfortable_spec()
+    del spec["model"]["revision"]
+    spec["measurement"] = {"mode": "Disabled"}
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is True
+    assert resp["warnings"] == [
+        "spec.model.revision is not set: measurements cannot be tied to the exact weights",
+        "spec.measurement.mode is Disabled: the recommendation rests on the estimate alone",
+    ]
+
+
+async def test_unknown_gpu_class_is_rejected(webhook: Webhook) -> None:
+    spec = inference()
+    spec["placement"] = {"gpuClasses": ["nvidia-h100-80gb", "nvidia-b300"]}
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is False
+    assert resp["status"]["message"] == assess(parse_spec(spec)).message
+    assert "nvidia-b300" in resp["status"]["message"]
+
+
+async def test_update_that_breaks_headroom_is_rejected(webhook: Webhook) -> None:
+    old = workload(inference())
+    new = workload(no_headroom_spec())
+    before = count("UPDATE", "NoSafeHeadroom")
+    resp = await webhook.validate(admission_review(new, operation="UPDATE", old=old))
+    assert resp["allowed"] is False
+    assert resp["status"]["message"] == assess(parse_spec(new["spec"])).message
+    assert count("UPDATE", "NoSafeHeadroom") == before + 1
+
+
+async def test_status_only_update_is_allowed_without_revalidation(webhook: Webhook) -> None:
+    # Even a spec that would now be rejected: the status subresource cannot change it.
+    obj = workload(no_headroom_spec())
+    obj["status"] = {"phase": "Estimated"}
+    review = admission_review(obj, operation="UPDATE", old=obj, subresource="status")
+    resp = await webhook.validate(review)
+    assert resp["allowed"] is True
+    mutated = await webhook.mutate(review)
+    assert mutated["allowed"] is True
+    assert "patch" not in mutated
+
+
+async def test_class_outside_namespace_policy_is_rejected(webhook: Webhook) -> None:
+    spec = inference()
+    spec["placement"] = {"gpuClasses": ["nvidia-h200"]}
+    resp = await webhook.validate(admission_review(workload(spec, namespace="research")))
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 403
+    assert resp["status"]["message"] == (
+        "spec.placement.gpuClasses: nvidia-h200 is not allowed in namespace 'research' "
+        "(allowed: nvidia-a100-40gb, nvidia-l4)"
+    )
+    # The same spec is fine where no rule restricts classes.
+    resp = await webhook.validate(admission_review(workload(spec, namespace="team-a")))
+    assert resp["allowed"] is True
+
+
+async def test_headroom_outside_policy_bounds_is_rejected(webhook: Webhook) -> None:
+    low, high = inference(), inference()
+    low["placement"] = {"minHeadroomFraction": 0.01}
+    high["placement"] = {"minHeadroomFraction": 0.8}
+    resp = await webhook.validate(admission_review(workload(low, namespace="team-a")))
+    assert resp["status"]["message"] == (
+        "spec.placement.minHeadroomFraction: 0.01 is below the floor of 0.05 that the policy "
+        "sets for namespace 'team-a'; raise it to at least 0.05"
+    )
+    resp = await webhook.validate(admission_review(workload(high, namespace="team-a")))
+    assert resp["status"]["message"] == (
+        "spec.placement.minHeadroomFraction: 0.8 exceeds the policy maximum of 0.5; a margin "
+        "that large leaves most of the GPU idle"
+    )
+
+
+async def test_policy_restricts_the_classes_sizing_may_choose(webhook: Webhook) -> None:
+    # Fits some catalog class, but not the research namespace's L4 / A100 40 GB.
+    allowed = [c for c in DEFAULT_CATALOG if c.name in ("nvidia-l4", "nvidia-a100-40gb")]
+    spec = next(
+        candidate
+        for seqs in range(1, 513)
+        if (candidate := inference(maxModelLen=8192, maxNumSeqs=seqs))
+        and assess(parse_spec(candidate)).verdict is Verdict.Fits
+        and assess(parse_spec(candidate), allowed).verdict is Verdict.NoSafeHeadroom
+    )
+    resp = await webhook.validate(admission_review(workload(spec, namespace="research")))
+    assert resp["allowed"] is False
+    restricted = {**spec, "placement": {"gpuClasses": ["nvidia-l4", "nvidia-a100-40gb"]}}
+    assert resp["status"]["message"] == assess(parse_spec(restricted)).message
+    assert "the largest allowed class, nvidia-a100-40gb" in resp["status"]["message"]
+
+
+async def test_reject_messages_in_full(webhook: Webhook) -> None:
+    """Exactly what kubectl prints after 'admission webhook ... denied the request: '."""
+    l4 = inference(maxModelLen=8192, maxNumSeqs=64)
+    l4["placement"] = {"gpuClasses": ["nvidia-l4"]}
+    resp = await webhook.validate(admission_review(workload(l4)))
+    assert resp["status"]["message"] == (
+        "needs 80.7 GiB per GPU x1 (KV cache 64.0 GiB, weights 15.0 GiB, runtime overhead "
+        "0.9 GiB); the largest allowed class, nvidia-l4 (22.5 GiB usable), is 58.2 GiB short; "
+        "10% headroom required (spec.placement.minHeadroomFraction).\n"
+        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); maxModelLen 451 "
+        "(20.2 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 (11.2 GiB per GPU, nvidia-l4 x8)."
+    )
+    training = {
+        "model": {"revision": "x", "parameterCount": 70_000_000_000},
+        "training": {"microBatchSize": 1, "sequenceLength": 4096},
+    }
+    resp = await webhook.validate(admission_review(workload(training)))
+    assert resp["status"]["message"] == (
+        "needs 1200.1 GiB per GPU x1 (optimizer state 521.5 GiB, gradients 260.8 GiB, master "
+        "weights 260.8 GiB); the largest class in the catalog, amd-mi300x (191.7 GiB usable), "
+        "is 1008.4 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
+        "Fits with any of: parallelism zero3 with dataParallelSize 8 (133.9 GiB per GPU, "
+        "amd-mi300x x8)."
+    )
+
+
+async def test_unreadable_namespace_fails_safe_and_says_so(webhook: Webhook) -> None:
+    before = count("CREATE", "PolicyUnavailable")
+    resp = await webhook.validate(admission_review(workload(inference(), namespace="ghost")))
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 503
+    assert resp["status"]["message"] == (
+        "could not read the labels of namespace 'ghost' to apply the namespace policy (API "
+        "answered HTTP 404 Not Found); retry shortly"
+    )
+    assert count("CREATE", "PolicyUnavailable") == before + 1
+
+
+async def test_mutation_writes_defaults_explicitly(webhook: Webhook) -> None:
+    obj = workload(inference(), namespace="research")
+    resp = await webhook.mutate(admission_review(obj))
+    assert resp["allowed"] is True
+    assert resp["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(resp["patch"]))
+    assert all(op["path"].startswith("/spec/") for op in ops)
+    assert all(op["op"] == "add" for op in ops)
+    stored = jsonpatch.apply_patch(obj, ops)
+    spec = stored["spec"]
+    assert spec["placement"] == {"gpuClasses": [], "minHeadroomFraction": 0.15}  # research's
+    assert spec["measurement"]["mode"] == "Synthetic"
+    assert spec["measurement"]["timeoutSeconds"] == 900
+    assert spec["inference"]["maxNumBatchedTokens"] == 8192
+    assert spec["inference"]["engine"] == "vllm"
+    assert "status" not in stored
+    # The explicit object sizes exactly like the original, and needs no further mutation.
+    assert assess(parse_spec(spec)).verdict is Verdict.Fits
+    again = await webhook.mutate(admission_review(stored, operation="UPDATE", old=stored))
+    assert "patch" not in again
+
+
+async def test_mutation_keeps_explicit_values_and_skips_invalid_specs(webhook: Webhook) -> None:
+    spec = inference(maxNumBatchedTokens=4096)
+    spec["placement"] = {"minHeadroomFraction": 0.3}
+    ops = json.loads(
+        base64.b64decode((await webhook.mutate(admission_review(workload(spec))))["patch"])
+    )
+    paths = {op["path"] for op in ops}
+    assert "/spec/placement/minHeadroomFraction" not in paths
+    assert "/spec/inference/maxNumBatchedTokens" not in paths
+    bad = await webhook.mutate(admission_review(workload({"model": {}})))
+    assert bad["allowed"] is True
+    assert "patch" not in bad
+
+
+async def test_one_mebibyte_object_is_served(webhook: Webhook) -> None:
+    obj = workload(inference())
+    obj["metadata"]["annotations"] = {"example.com/blob": "x" * (1 << 20)}
+    resp = await webhook.validate(admission_review(obj))
+    assert resp["allowed"] is True
+    # An UPDATE carries it twice.
+    resp = await webhook.validate(admission_review(obj, operation="UPDATE", old=obj))
+    assert resp["allowed"] is True
+
+
+async def test_malformed_reviews_get_a_clear_400_and_the_server_keeps_serving(
+    webhook: Webhook,
+) -> None:
+    resp = await webhook.post_raw("validate-gpuworkload", b"{not json")
+    assert resp.status == 400
+    assert (await resp.text()).startswith("malformed AdmissionReview: body is not JSON")
+
+    review = admission_review(workload(inference()))
+    del review["request"]["uid"]
+    review["request"]["operation"] = "PATCH"
+    review["kind"] = "AdmissionReviewList"
+    resp = await webhook.post_raw("validate-gpuworkload", json.dumps(review).encode())
+    assert resp.status == 400
+    assert await resp.text() == (
+        "malformed AdmissionReview:\n"
+        "kind: Input should be 'AdmissionReview'\n"
+        "request.uid: required field is missing\n"
+        "request.operation: Input should be 'CREATE', 'UPDATE', 'DELETE' or 'CONNECT'\n"
+    )
+
+    resp = await webhook.post_raw("validate-gpuworkload", b"[1, 2]")
+    assert resp.status == 400
+    assert await resp.text() == (
+        "malformed AdmissionReview:\n(body): must be a JSON object (an AdmissionReview)\n"
+    )
+
+    resp = await webhook.post_raw(
+        "no-such-webhook", json.dumps(admission_review(workload(inference()))).encode()
+    )
+    assert resp.status == 404
+
+    ok = await webhook.validate(admission_review(workload(inference())))
+    assert ok["allowed"] is True
