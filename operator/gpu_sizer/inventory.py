@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_sizer.catalog import GPUClass
+from gpu_sizer.catalog import GPUClass, class_for_product
 
 __all__ = [
     "GpuNode",
@@ -120,14 +120,6 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def _class_by_product(catalog: Sequence[GPUClass]) -> dict[str, GPUClass]:
-    table: dict[str, GPUClass] = {}
-    for cls in catalog:
-        for product in cls.products:
-            table.setdefault(product.lower(), cls)
-    return table
-
-
 def parse_node(
     node: Mapping[str, Any], catalog: Sequence[GPUClass]
 ) -> GpuNode | IgnoredNode | None:
@@ -160,8 +152,7 @@ def parse_node(
     strategy = labels.get(LABEL_MIG_STRATEGY, "")
     mig_config = labels.get(LABEL_MIG_CONFIG, "")
     is_mig_product = "-MIG-" in product.upper()
-    table = _class_by_product(catalog)
-    cls = table.get(product.lower())
+    cls = class_for_product(catalog, product)
     if is_mig_product and cls is None:
         return IgnoredNode(
             name,

@@ -39,7 +39,6 @@ __all__ = [
     "measured_peak",
     "plan_outcome",
     "plan_spec",
-    "prefer_present",
     "set_condition",
 ]
 
@@ -275,41 +274,6 @@ def _pick(candidates: Sequence[GPUClass], present: frozenset[str] | None) -> GPU
     return candidates[0]
 
 
-def prefer_present(
-    recommendation: RecommendationStatus | None,
-    spec: GPUWorkloadSpec,
-    config: Config,
-    present: frozenset[str] | None,
-) -> RecommendationStatus | None:
-    """Move an estimate-based recommendation to the smallest fitting class that has nodes in the
-    cluster, keeping the cheapest catalog class that fits in ``cheapestFittingClass``.
-
-    ``present`` is ``None`` when the inventory is unknown (nodes not readable): unchanged then.
-    """
-    if recommendation is None or present is None:
-        return recommendation
-    required = recommendation.required_bytes_per_gpu
-    floor = spec.placement.min_headroom_fraction
-    fitting = [
-        c for c in _allowed(spec, config) if headroom_fraction(c.memory_bytes, required) >= floor
-    ]
-    chosen = next((c for c in fitting if c.name in present), None)
-    cheapest = recommendation.gpu_class
-    if chosen is None:
-        return recommendation.model_copy(
-            update={"present_in_cluster": False, "cheapest_fitting_class": cheapest}
-        )
-    return recommendation.model_copy(
-        update={
-            "gpu_class": chosen.name,
-            "gpu_memory_bytes": chosen.memory_bytes,
-            "headroom_fraction": round(headroom_fraction(chosen.memory_bytes, required), 4),
-            "present_in_cluster": True,
-            "cheapest_fitting_class": cheapest,
-        }
-    )
-
-
 def invalid_plan(
     problems: Sequence[str],
     *,
@@ -366,8 +330,7 @@ def plan_spec(
         now=now,
         previous=prev,
     )
-    rec = prefer_present(base.recommendation, wl.spec, config, present)
-    base = base.model_copy(update={"recommendation": rec})
+    rec = base.recommendation
     old_job = _running_job(prev)
     same_hash = prev is not None and prev.spec_hash == wl.spec_hash
     actions: list[Action] = []

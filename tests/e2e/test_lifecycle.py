@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpu_sizer.controller.emulator import LoopbackCluster
 from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
 from tests.e2e.probe_results import GIB, gpu_success
-
-from gpu_sizer.controller.emulator import LoopbackCluster
 
 
 async def phase_is(cluster: LoopbackCluster, name: str, phase: str) -> Any:

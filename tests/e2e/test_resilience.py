@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import kmock
+
 from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
 from tests.e2e.probe_results import GIB, gpu_success
 from tests.e2e.test_lifecycle import phase_is

@@ -279,7 +279,8 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
             )
             return
         hash_ = spec_hash(parsed)
-        assessment = assess(parsed, config.catalog)
+        present = _present(gpu_nodes)
+        assessment = assess(parsed, config.catalog, present=present)
         weights = 0
         if assessment.estimate is not None:
             weights = assessment.estimate.per_gpu.weights_bytes * assessment.estimate.gpu_count
@@ -296,7 +297,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
             wl,
             assessment,
             config,
-            present=_present(gpu_nodes),
+            present=present,
             now=now,
             job_name=namer,
             memory_bytes=memory,

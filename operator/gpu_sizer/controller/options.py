@@ -10,10 +10,9 @@ import argparse
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 
 __all__ = [
     "DEFAULT_PROBE_IMAGE",
@@ -134,40 +133,13 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_catalog(path: str | None) -> tuple[GPUClass, ...]:
-    """The catalog: defaults, overridden by the catalog YAML when given.
+    """The catalog: the defaults, merged with the catalog YAML when given.
 
-    Uses ``gpu_sizer.catalog.load_catalog`` when the catalog module provides it; otherwise
-    reads the documented format ``{replaceDefaults, classes: [{name, displayName, memoryBytes,
-    products, interconnect, vendor}]}`` with entries overriding defaults by name.
-
-    :raises ValueError: the file is not a catalog (the message names the field).
+    :raises gpu_sizer.catalog.InvalidCatalog: the file is unreadable or invalid (names the field).
     """
     if not path:
         return DEFAULT_CATALOG
-    from gpu_sizer import catalog as catalog_module
-
-    loader = getattr(catalog_module, "load_catalog", None)
-    if loader is not None:
-        return tuple(loader(Path(path)))
-    import yaml
-
-    doc = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(doc, dict) or not isinstance(doc.get("classes", []), list):
-        raise ValueError(f"{path}: classes: must be a list of GPU classes")
-    classes = {} if doc.get("replaceDefaults") else {c.name: c for c in DEFAULT_CATALOG}
-    for i, item in enumerate(doc.get("classes", [])):
-        try:
-            classes[item["name"]] = GPUClass(
-                name=str(item["name"]),
-                display_name=str(item.get("displayName", item["name"])),
-                memory_bytes=int(item["memoryBytes"]),
-                products=tuple(str(p) for p in item.get("products", [])),
-                interconnect=str(item.get("interconnect", "pcie")),
-                vendor=str(item.get("vendor", "nvidia")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: classes[{i}]: {exc}") from None
-    return tuple(sorted(classes.values(), key=lambda c: c.memory_bytes))
+    return tuple(load_catalog_file(path))
 
 
 def options_from(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import kopf
@@ -116,4 +117,17 @@ def configure_admission(settings: kopf.OperatorSettings, opts: Options, logger: 
     except ImportError:
         logger.warning("gpu_sizer.admission.server is missing: the webhook is not served")
         return
-    server.configure(settings, opts)
+    # configure() reads the flags under their argparse names.
+    flags = SimpleNamespace(
+        no_webhook=not opts.webhook,
+        webhook_port=opts.webhook_port,
+        webhook_listen=opts.webhook_listen,
+        webhook_cert_dir=opts.webhook_cert_dir,
+        webhook_tls_secret=opts.webhook_tls_secret,
+        webhook_config_name=opts.webhook_config_name,
+        webhook_service=opts.webhook_service,
+        policy=opts.policy_file,
+        catalog=opts.catalog_file,
+        default_headroom=opts.default_headroom,
+    )
+    server.configure(settings, flags, catalog=opts.catalog)

@@ -127,6 +127,7 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
         req.gpu_class.name,
     ]
     memory = str(req.memory_bytes)
+    gpu_resource = "amd.com/gpu" if req.gpu_class.vendor == "amd" else "nvidia.com/gpu"
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": req.image,
@@ -138,8 +139,8 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
             {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {
-            "requests": {"cpu": "1", "memory": memory, "nvidia.com/gpu": str(req.gpus)},
-            "limits": {"memory": memory, "nvidia.com/gpu": str(req.gpus)},
+            "requests": {"cpu": "1", "memory": memory, gpu_resource: str(req.gpus)},
+            "limits": {"memory": memory, gpu_resource: str(req.gpus)},
         },
         "securityContext": {
             "runAsNonRoot": True,
@@ -168,7 +169,7 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
                         {
                             "matchExpressions": [
                                 {
-                                    "key": "nvidia.com/gpu.product",
+                                    "key": req.gpu_class.product_label,
                                     "operator": "In",
                                     "values": sorted(req.gpu_class.products),
                                 }
@@ -178,7 +179,7 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
                 }
             }
         },
-        "tolerations": [dict(t) for t in GPU_TOLERATIONS],
+        "tolerations": [dict(t, key=gpu_resource) for t in GPU_TOLERATIONS],
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
     }
