@@ -489,6 +489,7 @@ def _from_measurement(
         text = (
             "CPU smoke run: the probe ran on the CPU (no GPU on the node), so there are no GPU "
             "figures; the recommendation rests on the estimate"
+            + (f" ({m.message})" if m.message else "")
         )
         conds.put(ConditionType.Measured, T, "CpuSmokeRun", text)
         return base.model_copy(
@@ -739,6 +740,11 @@ def _with_result(
             "peak_reserved_bytes": r.peak_reserved_bytes if r.device == "cuda" else None,
             "peak_device_used_bytes": r.peak_device_used_bytes if r.device == "cuda" else None,
             "out_of_memory": bool(r.out_of_memory or r.status == "OutOfMemory"),
+            "message": (
+                f"peak RSS {_fmt(r.peak_rss_bytes)} of host memory on the CPU"
+                if r.device == "cpu" and r.peak_rss_bytes
+                else None
+            ),
             "completed_at": r.completed_at or now,
         }
     )
