@@ -164,7 +164,8 @@ async def test_api_errors_are_survived(cluster, start_operator, kubelet: Kubelet
     await cluster.create(GW, workload("flaky", spec()))
     op = start_operator()
     await eventually(lambda: phase_is(cluster, "flaky", "Measuring"), timeout=30)
-    assert calls["watch"] >= 2 and calls["create"] >= 1 and calls["status"] >= 2
+    # (kmock applies an intercepted write anyway, so Measuring shows after the first 500.)
+    assert calls["watch"] >= 2 and calls["create"] >= 1 and calls["status"] >= 1
     # The retried create met 409 Conflict (kmock stored the Job despite the 500) and adopted it.
     assert "adopted existing Job" in op.tail(400)
     jobs = await kubelet.jobs()
