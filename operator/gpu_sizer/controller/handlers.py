@@ -396,16 +396,22 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         if not name or not namespace:
             return
         forget_metrics(namespace, name)
-        for (ns, job), items in list(gpu_jobs.items()):
-            for item in items:
-                owner = ((item.get("metadata") or {}).get("annotations") or {}).get(
-                    "gpusizer.dev/workload-name"
-                )
-                if ns == namespace and owner == name:
-                    try:
-                        await backend.delete(ns, job)
-                    except BackendError as exc:
-                        raise kopf.TemporaryError(str(exc), delay=1) from exc
+        # Snapshot first: deleting a Job changes the index while we would iterate it.
+        owned = [
+            (ns, job)
+            for (ns, job), items in list(gpu_jobs.items())
+            for item in list(items)
+            if ns == namespace
+            and ((item.get("metadata") or {}).get("annotations") or {}).get(
+                "gpusizer.dev/workload-name"
+            )
+            == name
+        ]
+        for ns, job in owned:
+            try:
+                await backend.delete(ns, job)
+            except BackendError as exc:
+                raise kopf.TemporaryError(str(exc), delay=1) from exc
 
     kopf.on.delete(GROUP, VERSION, PLURAL, id="forget", registry=registry)(
         _counted("forget", forget)
