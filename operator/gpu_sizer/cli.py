@@ -70,7 +70,8 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
         "--output",
         choices=["table", "json", "yaml"],
         default="table",
-        help="table (GiB per GPU), or the objects with the status the operator would write",
+        help="table (components in GiB on the most loaded GPU), or the objects with the status "
+        "the operator would write before measuring",
     )
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_estimate)
@@ -186,12 +187,13 @@ _COLUMNS = (
     ("weights_bytes", "WEIGHTS"),
     ("quantization_overhead_bytes", "QUANT"),
     ("kv_cache_bytes", "KV-CACHE"),
-    ("activation_bytes", "ACTIVATIONS"),
-    ("gradient_bytes", "GRADIENTS"),
-    ("optimizer_state_bytes", "OPTIMIZER"),
+    ("activation_bytes", "ACTIV"),
+    ("gradient_bytes", "GRADS"),
+    ("optimizer_state_bytes", "OPTIM"),
     ("master_weight_bytes", "MASTER"),
     ("runtime_overhead_bytes", "RUNTIME"),
 )
+"""Component columns of the table (GiB per GPU on the most loaded GPU); all-zero ones are hidden."""
 
 
 def _now() -> str:
@@ -253,6 +255,8 @@ def _estimate(args: argparse.Namespace) -> int:
         obj["status"] = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         objects.append(obj)
     if args.output == "table":
+        if not docs and not invalid:
+            print("No GPUWorkload documents found.", file=err)
         _print_table(rows, out)
         for doc, assessment in rows:
             who = _row_name(doc)
@@ -287,7 +291,6 @@ def _row_name(doc: _Doc) -> str:
 def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
     """kubectl-style: upper-case headers, columns padded with three spaces, GiB per GPU."""
     if not rows:
-        print("No workloads found.", file=sys.stderr)
         return
     columns = [
         (attr, title)

@@ -164,11 +164,15 @@ def assess(
             f"{_room(largest, required)}; {min_room:.0%} headroom required "
             "(spec.placement.minHeadroomFraction)."
         )
-        good = [f for f in fixes if f.fits]
+        good = [str(f) for f in fixes if f.fits]
+        weak = [str(f) for f in fixes if not f.fits]
+        parts = []
         if good:
-            message += "\nFits with any of: " + "; ".join(str(f) for f in good) + "."
-        elif fixes:
-            message += "\nNot enough alone: " + "; ".join(str(f) for f in fixes) + "."
+            parts.append("Fits with any of: " + "; ".join(good) + ".")
+        if weak:
+            parts.append("Not enough alone: " + "; ".join(weak) + ".")
+        if parts:
+            message += "\n" + " ".join(parts)
         return Assessment(est, Verdict.NoSafeHeadroom, message, None, fixes, warnings)
     cls = choice.gpu_class
     rec = RecommendationStatus(

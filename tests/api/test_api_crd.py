@@ -264,3 +264,15 @@ def test_rope_scaled_context_in_cel() -> None:
     _set(doc, "model.architecture.ropeScaling", {"factor": 2.0})
     doc["spec"]["inference"]["maxModelLen"] = 16385
     assert any("maxModelLen" in m for m in _cel_failures(doc["spec"]))
+
+
+def test_gen_crd_check_mode_reports_no_drift() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "gen-crd.py"), "--check"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={"PYTHONPATH": str(ROOT / "operator"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr

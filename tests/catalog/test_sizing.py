@@ -10,6 +10,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_sizer.api import GPUWorkloadSpec, parse_spec
 from gpu_sizer.budget import estimate
@@ -246,3 +248,78 @@ def test_present_inventory() -> None:
 
 def test_assess_is_deterministic() -> None:
     assert assess(too_big()) == assess(too_big())
+
+
+# --- no valid spec crashes the assessment -------------------------------------------------------
+
+_ENGINES = ["vllm", "transformers", "tgi", "sglang"]
+_QUANT = [
+    None,
+    {"method": "awq", "bits": 4},
+    {"method": "gptq", "bits": 3, "groupSize": -1},
+    {"method": "fp8"},
+    {"method": "bitsandbytes-nf4"},
+    {"method": "bitsandbytes-int8"},
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seqs=st.integers(1, 100_000),
+    length=st.integers(1, 8192),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    engine=st.sampled_from(_ENGINES),
+    kv=st.sampled_from(["auto", "fp8", "fp8_e5m2"]),
+    quant=st.sampled_from(_QUANT),
+    headroom=st.floats(0.0, 0.9),
+    classes=st.lists(st.sampled_from([c.name for c in DEFAULT_CATALOG]), max_size=3),
+)
+def test_any_valid_inference_spec_gets_a_verdict(
+    seqs: int, length: int, tp: int, engine: str, kv: str, quant: Any, headroom: float,
+    classes: list[str],
+) -> None:  # fmt: skip
+    model: dict[str, Any] = {"architecture": copy.deepcopy(LLAMA_3_8B)}
+    if quant:
+        model["quantization"] = quant
+    s = spec(
+        model=model,
+        inference={"engine": engine, "maxModelLen": length, "maxNumSeqs": seqs,
+                   "tensorParallelSize": tp, "kvCacheDtype": kv},
+        placement={"gpuClasses": classes, "minHeadroomFraction": headroom},
+    )  # fmt: skip
+    a = assess(s)
+    assert a.verdict in (Verdict.Fits, Verdict.NoSafeHeadroom)
+    assert (a.recommendation is not None) == (a.verdict is Verdict.Fits)
+    if a.verdict is Verdict.NoSafeHeadroom:
+        assert a.message.count("\n") <= 1
+        for fix in a.fixes:
+            assert fix.required_bytes_per_gpu > 0 and fix.field.startswith("spec.")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    micro=st.integers(1, 64),
+    seq=st.integers(1, 4096),
+    strategy=st.sampled_from(["ddp", "fsdp-full-shard", "fsdp-shard-grad-op", "zero1", "zero2",
+                              "zero3"]),
+    dp=st.integers(1, 16),
+    method=st.sampled_from(["full", "lora", "qlora"]),
+    optimizer=st.sampled_from(["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"]),
+    ckpt=st.booleans(),
+)  # fmt: skip
+def test_any_valid_training_spec_gets_a_verdict(
+    micro: int, seq: int, strategy: str, dp: int, method: str, optimizer: str, ckpt: bool
+) -> None:
+    model: dict[str, Any] = {"architecture": LLAMA_2_70B}
+    if method == "qlora":
+        model["quantization"] = {"method": "bitsandbytes-nf4"}
+    s = spec(
+        model=model,
+        inference=None,
+        training={"microBatchSize": micro, "sequenceLength": seq, "optimizer": optimizer,
+                  "activationCheckpointing": ckpt, "finetuning": {"method": method},
+                  "parallelism": {"strategy": strategy, "dataParallelSize": dp}},
+    )  # fmt: skip
+    a = assess(s)
+    assert a.verdict in (Verdict.Fits, Verdict.NoSafeHeadroom)
+    assert a.estimate.gpu_count == dp

@@ -4,10 +4,12 @@ Key names differ by family (``transformers`` config classes, by ``model_type``):
 
 - Llama, Mistral, Mixtral, Qwen2(-MoE), Gemma, Phi-3 use ``num_hidden_layers``, ``hidden_size``,
   ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``;
-- OPT (``OPTConfig``) calls the MLP width ``ffn_dim`` and may have ``word_embed_proj_dim``;
+- OPT (``OPTConfig``) calls the MLP width ``ffn_dim`` and may have ``word_embed_proj_dim`` and
+  ``do_layer_norm_before: false`` (OPT-350m);
 - Falcon (``FalconConfig``; the original RefinedWeb configs) uses ``n_layer``, ``n_head``,
   ``n_head_kv``/``num_kv_heads``, ``multi_query`` (one KV head) and has no ``intermediate_size``
-  (the MLP is 4 x hidden) nor ``max_position_embeddings`` (2048);
+  (the MLP is 4 x hidden) nor ``max_position_embeddings`` (2048); ``parallel_attn`` false adds a
+  layer norm;
 - GPT-NeoX (``GPTNeoXConfig``) uses the Llama names, without KV heads (multi-head attention);
 - Qwen2-MoE names its experts ``num_experts``; Qwen2 only uses its ``sliding_window`` when
   ``use_sliding_window`` is true.
@@ -120,6 +122,10 @@ def model_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
             kv = 1
     if kv is not None:
         arch["numKeyValueHeads"] = int(kv)
+    if model_type == "falcon" and config.get("parallel_attn") is False:
+        arch["parallelAttn"] = False
+    if model_type == "opt" and config.get("do_layer_norm_before") is False:
+        arch["doLayerNormBefore"] = False
     if config.get("head_dim") is not None:
         arch["headDim"] = int(config["head_dim"])
     tied = config.get("tie_word_embeddings")

@@ -1,0 +1,167 @@
+"""The assembled estimate: every component filled, declared GPUs only, honest without a shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from budget_architectures import LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, MIXTRAL_8X7B
+
+from gpu_sizer.api import EstimateStatus, parse_spec
+from gpu_sizer.budget import estimate
+from gpu_sizer.budget.runtime import (
+    CUBLAS_WORKSPACE_BYTES,
+    CUDA_CONTEXT_BYTES,
+    CUDA_GRAPH_BASE_BYTES,
+    NCCL_COMMUNICATOR_BYTES,
+)
+
+GIB = 1 << 30
+
+
+def _serve(architecture: dict[str, Any], **inference: Any) -> EstimateStatus:
+    model: dict[str, Any] = {"architecture": architecture}
+    if "quantization" in inference:
+        model["quantization"] = inference.pop("quantization")
+    return estimate(
+        parse_spec(
+            {"model": model, "inference": {"maxModelLen": 8192, "maxNumSeqs": 16, **inference}}
+        )
+    )
+
+
+def _sum(est: EstimateStatus) -> int:
+    g = est.per_gpu
+    return (
+        g.weights_bytes
+        + g.quantization_overhead_bytes
+        + g.kv_cache_bytes
+        + g.activation_bytes
+        + g.gradient_bytes
+        + g.optimizer_state_bytes
+        + g.master_weight_bytes
+        + g.runtime_overhead_bytes
+    )
+
+
+def test_seed_example_through_estimate() -> None:
+    """13,000,000,000 parameters in a 16-bit format: 26,000,000,000 bytes, about 24.2 GiB."""
+    est = estimate(
+        parse_spec(
+            {
+                "model": {"parameterCount": 13_000_000_000, "dtype": "float16"},
+                "inference": {"maxModelLen": 4096, "maxNumSeqs": 1},
+            }
+        )
+    )
+    assert est.per_gpu.weights_bytes == 26_000_000_000
+    assert f"{est.per_gpu.weights_bytes / GIB:.1f} GiB" == "24.2 GiB"
+
+
+def test_without_architecture_the_kv_cache_is_a_note_not_a_guess() -> None:
+    est = estimate(
+        parse_spec(
+            {
+                "model": {"parameterCount": 13_000_000_000},
+                "inference": {"maxModelLen": 4096, "maxNumSeqs": 8},
+            }
+        )
+    )
+    assert est.per_gpu.kv_cache_bytes == 0
+    assert est.kv_cache_bytes_per_token == 0
+    assert any("KV cache not computed" in n for n in est.notes)
+
+
+def test_llama_3_8b_on_vllm_bf16() -> None:
+    est = _serve(LLAMA_3_8B)
+    g = est.per_gpu
+    assert est.parameter_count == 8_030_261_248
+    assert est.gpu_count == 1
+    assert g.weights_bytes == 2 * 8_030_261_248
+    assert est.kv_cache_bytes_per_token == 131_072
+    assert est.kv_cache_tokens == 8192 * 16
+    assert g.kv_cache_bytes == 16 * GIB
+    assert g.activation_bytes > 0
+    assert g.runtime_overhead_bytes > CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
+    assert g.total_bytes == _sum(est)
+    assert est.notes == []
+
+
+def test_llama_3_70b_fp8_over_four_gpus() -> None:
+    est = _serve(LLAMA_3_70B, tensorParallelSize=4, quantization={"method": "fp8"})
+    g = est.per_gpu
+    assert est.gpu_count == 4
+    layer_matrices = 80 * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672)
+    bf16 = 2 * (2 * 128256 * 8192) // 4 + 2 * (80 * 2 * 8192 + 8192)
+    assert g.weights_bytes == layer_matrices // 4 + bf16
+    assert g.quantization_overhead_bytes == 80 * 7 * 4
+    assert est.kv_cache_bytes_per_token == 80 * 2 * 2 * 128 * 2
+
+
+def test_mixtral_awq_reports_metadata_separately() -> None:
+    est = _serve(MIXTRAL_8X7B, quantization={"method": "awq", "groupSize": 128})
+    g = est.per_gpu
+    assert 0 < g.quantization_overhead_bytes < g.weights_bytes // 20
+    # 4-bit experts: far below bf16, above a flat 4 bits per parameter (16-bit embeddings)
+    assert g.weights_bytes + g.quantization_overhead_bytes > 46_702_792_704 // 2
+    assert g.weights_bytes < 46_702_792_704
+
+
+def test_enforce_eager_drops_the_cuda_graph_pool() -> None:
+    graphs = _serve(LLAMA_3_8B).per_gpu.runtime_overhead_bytes
+    eager = _serve(LLAMA_3_8B, enforceEager=True).per_gpu.runtime_overhead_bytes
+    assert graphs - eager > CUDA_GRAPH_BASE_BYTES
+
+
+def test_tensor_parallel_adds_nccl_and_splits_the_rest() -> None:
+    one = _serve(LLAMA_3_8B, enforceEager=True).per_gpu
+    two = _serve(LLAMA_3_8B, enforceEager=True, tensorParallelSize=2).per_gpu
+    assert two.weights_bytes < one.weights_bytes
+    assert two.kv_cache_bytes == one.kv_cache_bytes // 2
+    assert two.runtime_overhead_bytes - NCCL_COMMUNICATOR_BYTES <= one.runtime_overhead_bytes
+
+
+def test_transformers_prefills_every_sequence_at_once() -> None:
+    vllm = _serve(LLAMA_3_8B).per_gpu.activation_bytes
+    hf = _serve(LLAMA_3_8B, engine="transformers").per_gpu.activation_bytes
+    assert hf > 10 * vllm
+
+
+def test_max_num_batched_tokens_sets_the_prefill_chunk() -> None:
+    small = _serve(LLAMA_3_8B, maxNumBatchedTokens=2048).per_gpu.activation_bytes
+    large = _serve(LLAMA_3_8B, maxNumBatchedTokens=16384).per_gpu.activation_bytes
+    assert large > 4 * small // 2
+
+
+def test_training_counts_declared_gpus_only() -> None:
+    spec = parse_spec(
+        {
+            "model": {"architecture": LLAMA_2_7B},
+            "training": {
+                "microBatchSize": 1,
+                "sequenceLength": 4096,
+                "parallelism": {
+                    "strategy": "zero3",
+                    "dataParallelSize": 4,
+                    "tensorParallelSize": 2,
+                    "pipelineParallelSize": 2,
+                },
+            },
+        }
+    )
+    est = estimate(spec)
+    assert est.gpu_count == 16
+    assert est.kv_cache_bytes_per_token == 0
+    assert est.trainable_parameter_count == 6_738_415_616
+    assert est.per_gpu.total_bytes == _sum(est)
+
+
+def test_parameter_count_disagreeing_with_architecture_is_noted() -> None:
+    spec = parse_spec(
+        {
+            "model": {"architecture": LLAMA_3_8B, "parameterCount": 8_000_000_000},
+            "inference": {"maxModelLen": 1024, "maxNumSeqs": 1},
+        }
+    )
+    est = estimate(spec)
+    assert est.parameter_count == 8_030_261_248
+    assert any("differs" in n for n in est.notes)

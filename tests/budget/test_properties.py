@@ -1,0 +1,279 @@
+"""Properties of the memory model over generated valid specs (hypothesis).
+
+- estimate() never raises for a spec that validates, and its total is the sum of its components;
+- more tokens (maxNumSeqs, maxModelLen, microBatchSize, sequenceLength) never need less memory;
+- more sharding (tensor parallelism, a higher ZeRO stage, more data-parallel ranks under
+  ZeRO/FSDP) never needs more memory per GPU. Two physical exceptions are excluded by the
+  generated cases and stated here: going from 1 to 2 ranks of a group adds that group's NCCL
+  communicator buffers, and ZeRO-3's gathered working set (largest module plus a prefetched
+  layer) can outweigh what sharding saves on a model of very few layers or a huge vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from gpu_sizer.api import (
+    KNOWN_MODEL_TYPES,
+    QUANTIZATION_BITS,
+    EstimateStatus,
+    InvalidWorkload,
+    QuantizationMethod,
+    parse_spec,
+)
+from gpu_sizer.budget import estimate
+from gpu_sizer.budget.params import layout
+from gpu_sizer.budget.runtime import NCCL_COMMUNICATOR_BYTES
+
+MOE_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe")
+SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much]
+)
+
+
+@st.composite
+def architectures(draw: st.DrawFn, min_layers: int = 1) -> dict[str, Any]:
+    family = draw(st.sampled_from(KNOWN_MODEL_TYPES))
+    kv = draw(st.sampled_from([1, 2, 4, 8]))
+    heads = kv * draw(st.sampled_from([1, 2, 4]))
+    head_dim = draw(st.sampled_from([8, 16, 64, 128]))
+    a: dict[str, Any] = {
+        "modelType": family,
+        "numHiddenLayers": draw(st.integers(min_layers, 48)),
+        "hiddenSize": heads * head_dim,
+        "intermediateSize": draw(st.integers(1, 4096)),
+        "numAttentionHeads": heads,
+        "numKeyValueHeads": kv,
+        "vocabSize": draw(st.integers(1, 160_000)),
+        "maxPositionEmbeddings": 1 << 17,
+    }
+    if draw(st.booleans()):
+        a["tieWordEmbeddings"] = draw(st.booleans())
+    if draw(st.booleans()):
+        a["attentionBias"] = draw(st.booleans())
+    if family in ("falcon",):
+        a["newDecoderArchitecture"] = draw(st.booleans())
+        a["parallelAttn"] = draw(st.booleans())
+    if family == "opt":
+        a["wordEmbedProjDim"] = (
+            draw(st.sampled_from([None, 64, a["hiddenSize"]])) or a["hiddenSize"]
+        )
+        a["doLayerNormBefore"] = draw(st.booleans())
+    if family in MOE_FAMILIES and draw(st.booleans()):
+        experts = draw(st.integers(1, 16))
+        a["numLocalExperts"] = experts
+        a["numExpertsPerTok"] = draw(st.integers(1, experts))
+        if family == "qwen2_moe":
+            a["moeIntermediateSize"] = draw(st.integers(1, 2048))
+            a["sharedExpertIntermediateSize"] = draw(st.integers(1, 4096))
+    if draw(st.booleans()):
+        a["slidingWindow"] = draw(st.integers(1, 1 << 16))
+    return a
+
+
+@st.composite
+def quantizations(draw: st.DrawFn) -> dict[str, Any] | None:
+    if draw(st.booleans()):
+        return None
+    method = draw(st.sampled_from(list(QuantizationMethod)))
+    q: dict[str, Any] = {
+        "method": method.value,
+        "bits": draw(st.sampled_from(QUANTIZATION_BITS[method])),
+    }
+    if method in (QuantizationMethod.gptq, QuantizationMethod.awq):
+        q["groupSize"] = draw(st.sampled_from([-1, 32, 64, 128]))
+        q["descAct"] = draw(st.booleans())
+    return q
+
+
+def _parallel_sizes(draw: st.DrawFn, a: dict[str, Any]) -> int:
+    return draw(st.sampled_from([t for t in (1, 2, 4, 8) if a["numAttentionHeads"] % t == 0]))
+
+
+@st.composite
+def inference_specs(draw: st.DrawFn) -> dict[str, Any]:
+    a = draw(architectures())
+    model: dict[str, Any] = {
+        "architecture": a,
+        "dtype": draw(st.sampled_from(["bfloat16", "float16", "float32", "float8_e4m3fn"])),
+    }
+    q = draw(quantizations())
+    if q is not None:
+        model["quantization"] = q
+    seqs = draw(st.integers(1, 512))
+    inf: dict[str, Any] = {
+        "engine": draw(st.sampled_from(["vllm", "transformers", "tgi", "sglang"])),
+        "maxModelLen": draw(st.integers(1, 32768)),
+        "maxNumSeqs": seqs,
+        "kvCacheDtype": draw(st.sampled_from(["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])),
+        "tensorParallelSize": _parallel_sizes(draw, a),
+        "pipelineParallelSize": draw(st.integers(1, min(4, a["numHiddenLayers"]))),
+        "enforceEager": draw(st.booleans()),
+    }
+    if draw(st.booleans()):
+        inf["maxNumBatchedTokens"] = draw(st.integers(seqs, 65536))
+    return {"model": model, "inference": inf}
+
+
+@st.composite
+def training_specs(draw: st.DrawFn, min_layers: int = 1) -> dict[str, Any]:
+    a = draw(architectures(min_layers=min_layers))
+    method = draw(st.sampled_from(["full", "lora", "qlora"]))
+    model: dict[str, Any] = {"architecture": a}
+    if method == "qlora":
+        model["quantization"] = {"method": "bitsandbytes-nf4"}
+    elif method == "lora" and draw(st.booleans()):
+        q = draw(quantizations())
+        if q is not None:
+            model["quantization"] = q
+    strategy = draw(
+        st.sampled_from(
+            ["none", "ddp", "fsdp-full-shard", "fsdp-shard-grad-op", "zero1", "zero2", "zero3"]
+        )
+    )
+    targets = draw(
+        st.sampled_from(
+            [["q_proj", "v_proj"], ["all-linear"], ["query_key_value", "dense"], ["fc1", "w1"]]
+        )
+    )
+    tr: dict[str, Any] = {
+        "microBatchSize": draw(st.integers(1, 16)),
+        "sequenceLength": draw(st.integers(1, 16384)),
+        "gradientAccumulationSteps": draw(st.integers(1, 16)),
+        "precision": draw(st.sampled_from(["fp32", "bf16-mixed", "fp16-mixed", "bf16-true"])),
+        "optimizer": draw(
+            st.sampled_from(["adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "lion"])
+        ),
+        "activationCheckpointing": draw(st.booleans()),
+        "flashAttention": draw(st.booleans()),
+        "finetuning": {
+            "method": method,
+            "loraRank": draw(st.integers(1, 256)),
+            "loraTargetModules": targets,
+        },
+        "parallelism": {
+            "strategy": strategy,
+            "dataParallelSize": 1 if strategy == "none" else draw(st.sampled_from([1, 2, 8, 64])),
+            "tensorParallelSize": _parallel_sizes(draw, a),
+            "pipelineParallelSize": draw(st.integers(1, min(4, a["numHiddenLayers"]))),
+        },
+    }
+    return {"model": model, "training": tr}
+
+
+@st.composite
+def specs_without_architecture(draw: st.DrawFn) -> dict[str, Any]:
+    doc = draw(st.one_of(inference_specs(), training_specs()))
+    doc["model"].pop("architecture")
+    doc["model"]["parameterCount"] = draw(st.integers(1, 10**12))
+    if "training" in doc:
+        doc["training"]["finetuning"]["method"] = "full"
+        doc["model"].pop("quantization", None)
+    return doc
+
+
+def _estimate(doc: dict[str, Any]) -> EstimateStatus:
+    try:
+        spec = parse_spec(doc)
+    except InvalidWorkload:
+        assume(False)
+        raise
+    return estimate(spec)
+
+
+def _components(est: EstimateStatus) -> int:
+    g = est.per_gpu
+    return (
+        g.weights_bytes
+        + g.quantization_overhead_bytes
+        + g.kv_cache_bytes
+        + g.activation_bytes
+        + g.gradient_bytes
+        + g.optimizer_state_bytes
+        + g.master_weight_bytes
+        + g.runtime_overhead_bytes
+    )
+
+
+@SETTINGS
+@given(st.one_of(inference_specs(), training_specs(), specs_without_architecture()))
+def test_no_valid_spec_crashes_and_totals_add_up(doc: dict[str, Any]) -> None:
+    est = _estimate(doc)
+    assert est.per_gpu.total_bytes == _components(est)
+    assert min(est.per_gpu.model_dump().values()) >= 0
+    assert est.gpu_count >= 1
+
+
+@SETTINGS
+@given(inference_specs(), st.integers(1, 64), st.sampled_from(["maxNumSeqs", "maxModelLen"]))
+def test_more_inference_tokens_never_need_less(doc: dict[str, Any], more: int, key: str) -> None:
+    base = _estimate(doc)
+    doc["inference"][key] += more
+    bigger = _estimate(doc)
+    assert bigger.per_gpu.total_bytes >= base.per_gpu.total_bytes
+    assert bigger.per_gpu.kv_cache_bytes >= base.per_gpu.kv_cache_bytes
+
+
+@SETTINGS
+@given(training_specs(), st.integers(1, 64), st.sampled_from(["microBatchSize", "sequenceLength"]))
+def test_more_training_tokens_never_need_less(doc: dict[str, Any], more: int, key: str) -> None:
+    base = _estimate(doc)
+    doc["training"][key] += more
+    bigger = _estimate(doc)
+    assert bigger.per_gpu.total_bytes >= base.per_gpu.total_bytes
+    assert bigger.per_gpu.activation_bytes >= base.per_gpu.activation_bytes
+
+
+@SETTINGS
+@given(st.one_of(inference_specs(), training_specs()))
+def test_more_tensor_parallel_ranks_never_need_more_per_gpu(doc: dict[str, Any]) -> None:
+    section = doc["inference"] if "inference" in doc else doc["training"]["parallelism"]
+    base = _estimate(doc)
+    tp = section["tensorParallelSize"]
+    section["tensorParallelSize"] = 2 * tp
+    doubled = _estimate(doc)
+    allowance = NCCL_COMMUNICATOR_BYTES if tp == 1 else 0
+    assert doubled.per_gpu.total_bytes <= base.per_gpu.total_bytes + allowance
+
+
+def _no_huge_module(doc: dict[str, Any]) -> None:
+    """Keep to models whose gathered ZeRO-3 working set is at most a quarter of the model."""
+    lay = layout(parse_spec(doc).model.architecture)  # type: ignore[arg-type]
+    unit = max(lay.layer_params, lay.embedding + lay.head) + lay.layer_params
+    assume(4 * unit <= lay.total)
+
+
+@SETTINGS
+@given(training_specs(min_layers=8), st.sampled_from([2, 8, 64]))
+def test_higher_zero_stage_never_needs_more_per_gpu(doc: dict[str, Any], dp: int) -> None:
+    par = doc["training"]["parallelism"]
+    par.update(dataParallelSize=dp, tensorParallelSize=1, pipelineParallelSize=1)
+    totals = []
+    for stage in ("zero1", "zero2", "zero3"):
+        par["strategy"] = stage
+        totals.append(_estimate(doc).per_gpu.total_bytes)
+    _no_huge_module(doc)
+    assert totals[0] >= totals[1] >= totals[2]
+    par["strategy"] = "fsdp-shard-grad-op"
+    sgo = _estimate(doc).per_gpu.total_bytes
+    par["strategy"] = "fsdp-full-shard"
+    assert _estimate(doc).per_gpu.total_bytes <= sgo
+
+
+@SETTINGS
+@given(
+    training_specs(),
+    st.sampled_from(["zero1", "zero2", "zero3", "fsdp-full-shard", "fsdp-shard-grad-op"]),
+    st.sampled_from([2, 4, 16]),
+)
+def test_more_data_parallel_ranks_never_need_more_under_sharding(
+    doc: dict[str, Any], strategy: str, dp: int
+) -> None:
+    par = doc["training"]["parallelism"]
+    par.update(strategy=strategy, dataParallelSize=dp)
+    base = _estimate(doc)
+    par["dataParallelSize"] = 2 * dp
+    assert _estimate(doc).per_gpu.total_bytes <= base.per_gpu.total_bytes

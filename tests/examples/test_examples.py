@@ -1,0 +1,88 @@
+"""Every example parses, validates against the generated CRD (schema and CEL), and gets the
+verdict it was written for from the one assessment path."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import pytest
+import yaml
+
+from gpu_sizer.api import parse_workload
+from gpu_sizer.api.crd import VALIDATION_RULES, build_crd
+from gpu_sizer.sizing import Verdict, assess
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+#: file -> (verdict, GPUs per replica). Classes are left to the memory model.
+EXPECTED: dict[str, tuple[Verdict, int]] = {
+    "llama-3-8b-vllm-bf16.yaml": (Verdict.Fits, 1),
+    "llama-3-70b-vllm-fp8-tp4.yaml": (Verdict.Fits, 4),
+    "mixtral-8x7b-awq.yaml": (Verdict.Fits, 1),
+    "qwen2-7b-tgi.yaml": (Verdict.Fits, 1),
+    "phi-3-mini-transformers-l4.yaml": (Verdict.Fits, 1),
+    "llama-2-13b-lora.yaml": (Verdict.Fits, 1),
+    "llama-2-70b-qlora-48gb.yaml": (Verdict.Fits, 1),
+    "llama-2-7b-full-fsdp-8gpu.yaml": (Verdict.Fits, 8),
+    "llama-3-8b-too-big-for-l4.yaml": (Verdict.NoSafeHeadroom, 1),
+}
+
+
+def test_every_example_has_an_expectation_and_a_readme_line() -> None:
+    names = {p.name for p in EXAMPLES}
+    assert names == set(EXPECTED)
+    assert len(names) >= 8
+    readme = (ROOT / "examples" / "README.md").read_text()
+    listed = set(re.findall(r"^- `([^`]+\.yaml)`", readme, flags=re.M))
+    assert listed == names
+
+
+def _load(path: Path) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert len(docs) == 1, "one workload per file"
+    doc: dict[str, Any] = docs[0]
+    return doc
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_names_its_config_source(path: Path) -> None:
+    text = path.read_text()
+    assert re.search(r"config\.json of \S+/\S+ on the Hugging Face Hub", text), path.name
+    model_id = _load(path)["spec"]["model"]["name"]
+    assert model_id in text.split("apiVersion:")[0]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_verdict(path: Path) -> None:
+    spec = parse_workload(_load(path))
+    verdict, gpus = EXPECTED[path.name]
+    a = assess(spec)
+    assert (a.verdict, a.estimate.gpu_count) == (verdict, gpus), a.message
+    if verdict is Verdict.Fits:
+        assert a.recommendation is not None and a.recommendation.gpu_count == gpus
+        allowed = spec.placement.gpu_classes
+        assert not allowed or a.recommendation.gpu_class in allowed
+    else:
+        assert any(f.fits for f in a.fixes), "the no-headroom example should show working fixes"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_is_accepted_by_the_crd(path: Path) -> None:
+    doc = _load(path)
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    jsonschema.Draft4Validator(schema).validate(doc)
+    env = celpy.Environment()
+    for where, rules in VALIDATION_RULES.items():
+        node: Any = doc["spec"]
+        for part in filter(None, where.split(".")):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            continue
+        for rule in rules:
+            program = env.program(env.compile(rule["rule"]))
+            assert program.evaluate({"self": celpy.json_to_cel(node)}), rule["message"]
