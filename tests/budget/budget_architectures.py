@@ -184,6 +184,19 @@ FALCON_40B: dict[str, Any] = {
     "maxPositionEmbeddings": 2048,
     "newDecoderArchitecture": True,
 }
+#: huggingface.co/tiiuae/falcon-rw-1b/blob/main/config.json (sequential attention and MLP with a
+#: post-attention LayerNorm, ``bias: true`` -> attentionBias, multi-head KV, ALiBi)
+FALCON_RW_1B: dict[str, Any] = {
+    "modelType": "falcon",
+    "numHiddenLayers": 24,
+    "hiddenSize": 2048,
+    "intermediateSize": 4 * 2048,
+    "numAttentionHeads": 32,
+    "vocabSize": 50304,
+    "maxPositionEmbeddings": 2048,
+    "parallelAttn": False,
+    "attentionBias": True,
+}
 #: huggingface.co/facebook/opt-13b/blob/main/config.json (ffn_dim -> intermediateSize)
 OPT_13B: dict[str, Any] = {
     "modelType": "opt",

@@ -449,7 +449,8 @@ class Inference(_Model):
     max_num_batched_tokens: PositiveInt | None = Field(
         None,
         description="Tokens per forward pass (prefill chunk); default the engine's "
-        "(vLLM: max(maxModelLen, 2048) without chunked prefill, 8192 with it).",
+        "(vLLM and SGLang 8192, TGI maxModelLen + 50; transformers prefills every sequence "
+        "at once).",
     )
     kv_cache_dtype: KvCacheDtype = Field(
         KvCacheDtype.auto, description="auto (model dtype) | fp8 | fp8_e4m3 | fp8_e5m2."

@@ -2,8 +2,9 @@
 
 Serving engines reserve memory for the largest forward pass they will run: vLLM's
 ``profile_run`` and SGLang's and TGI's warm-up run a dummy batch of ``maxNumBatchedTokens``
-tokens and keep the peak of intermediate tensors reserved (vLLM docs, "Memory profiling";
-``vllm/v1/worker/gpu_model_runner.py`` ``profile_run``). Inside one decoder layer the live set per
+tokens and keep the peak of intermediate tensors reserved (``vllm/v1/worker/gpu_model_runner.py``
+``profile_run``, whose peak ``gpu_worker.py`` ``determine_available_memory`` subtracts before
+sizing the KV cache). Inside one decoder layer the live set per
 token (elements, one tensor-parallel rank) is the larger of
 
 - attention: residual + normed hidden (2 x hidden), the q/k/v projection output and the attention
@@ -19,9 +20,11 @@ float32 and turned into float32 probabilities by the sampler (vLLM ``v1/sample/s
 
 Default ``maxNumBatchedTokens`` when the spec leaves it unset:
 
-- vLLM: 8192 (``EngineArgs._set_default_args``: the OpenAI server's default chunked-prefill
-  budget on GPUs with 70 GiB or more; 2048 on smaller ones, so 8192 is the safe side).
-- SGLang: 8192 (``ServerArgs.chunked_prefill_size``).
+- vLLM: 8192 (``EngineArgs.get_batch_defaults``: the OpenAI server's chunked-prefill budget on
+  GPUs of 70 GiB or more other than A100; 2048 on the others, so 8192 is the safe side; vLLM V1
+  always chunks prefills).
+- SGLang: 8192 (``ServerArgs.chunked_prefill_size``; its default depends on GPU memory, 8192
+  is a planning value).
 - TGI: ``maxModelLen + 50`` (launcher ``--max-batch-prefill-tokens`` defaults to
   ``max_input_tokens + 50``).
 - transformers: no chunking; ``generate`` prefills every sequence at once

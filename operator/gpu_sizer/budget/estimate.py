@@ -46,13 +46,18 @@ from gpu_sizer.budget.runtime import (
 from gpu_sizer.budget.training import (
     communication_buffer_bytes,
     gradient_bytes_per_param,
+    master_bytes_per_param,
     model_states,
     optimizer_state_bytes,
     trainable_parameter_count,
     training_budget,
     weight_bytes_per_param,
 )
-from gpu_sizer.budget.weights import flat_weight_bytes, weight_bytes
+from gpu_sizer.budget.weights import (
+    dequantization_workspace_bytes,
+    flat_weight_bytes,
+    weight_bytes,
+)
 
 __all__ = ["estimate", "stage_outer_params"]
 
@@ -109,7 +114,7 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
         acts = inference_activation_bytes(
             arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
-        )
+        ) + dequantization_workspace_bytes(lay, spec.model.quantization, training=False)
         batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
         graphs = 0
         if batch:
@@ -225,13 +230,12 @@ def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
     if tp * pp > 1:
         notes.append(f"parameters split evenly over {tp * pp} model-parallel GPUs {_NO_ARCH}")
     opt = optimizer_state_bytes(tr.optimizer, precision, shard, shard, 0)
-    master_per = 4 if precision.value.endswith("-mixed") else 0
     states = model_states(
         shard * weight_bytes_per_param(precision),
         shard,
         gradient_bytes_per_param(precision, par.strategy),
         opt,
-        master_per,
+        master_bytes_per_param(precision),
         par.strategy,
         par.data_parallel_size,
     )

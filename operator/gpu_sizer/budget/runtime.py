@@ -6,19 +6,22 @@ them in one place:
 
 - ``CUDA_CONTEXT_BYTES`` (empirical): the CUDA context plus the kernels of PyTorch, cuBLAS and
   the attention library loaded with lazy module loading (``CUDA_MODULE_LOADING=LAZY``, the
-  default since CUDA 11.7 / PyTorch 1.13, PyTorch docs "CUDA semantics"). vLLM's profiler counts
-  this as "non-torch memory" (``vllm/utils`` ``MemoryProfilingResult``). Typical idle PyTorch
-  processes on A100/H100 report 0.4 to 0.6 GiB in ``nvidia-smi``; 512 MiB is the planning value.
-- ``CUBLAS_WORKSPACE_BYTES`` (documented): PyTorch docs "CUDA semantics, cuBLAS workspaces": the
-  default ``CUBLAS_WORKSPACE_CONFIG`` ``:4096:8`` is 8 x 4 MiB per handle and stream on Hopper;
-  with the cuBLASLt workspace, 64 MiB is planned.
+  default since CUDA 11.7 / PyTorch 1.13, PyTorch docs "CUDA semantics"). It is outside the
+  caching allocator (vLLM's profiler counts it as "non-torch memory"); 512 MiB is a planning
+  value until the probe's NVML-minus-reserved figures replace it.
+- ``CUBLAS_WORKSPACE_BYTES`` (engine source, rounded up): PyTorch ``CublasHandlePool.cpp`` gives
+  each cuBLAS handle and stream a workspace sized by ``CUBLAS_WORKSPACE_CONFIG`` (a few MiB by
+  default), and ``CUDABlas.cpp`` ``_parseChosenWorkspaceSize`` a cuBLASLt workspace of 32 MiB on
+  Hopper, 4 MiB on large Ampere parts (PyTorch PR #120925, after the cuBLAS API reference's
+  recommendation): 64 MiB covers both on Hopper.
 - ``CUDA_GRAPH_BASE_BYTES`` (empirical) plus the decode activations of the largest captured
   batch: CUDA graphs of all batch sizes share one memory pool (``torch.cuda.graph_pool_handle``),
-  so the pool holds about the intermediates of the largest graph. vLLM captures batch sizes up to
-  512 by default (``CompilationConfig.max_cudagraph_capture_size``) unless ``enforce_eager``
-  (vLLM docs, "Conserving memory"); TGI up to 32 (launcher ``--cuda-graphs`` default
-  1,2,4,8,16,32); SGLang up to 160 (``ServerArgs.cuda_graph_max_bs`` on large GPUs). The base
-  covers per-graph kernel state and the persistent input buffers.
+  so the pool holds about the intermediates of the largest graph. vLLM captures decode batches
+  up to ``min(2 x max_num_seqs, 512)`` tokens by default (``VllmConfig._set_cudagraph_sizes``,
+  ``max_cudagraph_capture_size``) unless ``enforce_eager`` (vLLM docs, "Conserving memory");
+  TGI up to 32 (launcher ``--cuda-graphs`` default 1,2,4,8,16,32); SGLang up to 160
+  (``ServerArgs.cuda_graph_max_bs``; its default depends on the GPU, 160 is a planning value).
+  The empirical base covers per-graph kernel state and the persistent input buffers.
 - ``NCCL_COMMUNICATOR_BYTES`` (documented default, empirical channel count): NCCL's
   ``NCCL_BUFFSIZE`` default is 4 MiB per channel and direction (NCCL docs, "Environment
   Variables"); with up to 32 channels on NVLink, 2 x 32 x 4 MiB = 256 MiB per communicator. One
@@ -72,9 +75,11 @@ def base_overhead_bytes(parallel_groups: int) -> int:
 
 
 def cuda_graph_batch(engine: Engine, max_num_seqs: int, enforce_eager: bool) -> int:
-    """Sequences in the largest captured CUDA graph (0 when the engine runs eagerly)."""
+    """Tokens in the largest captured decode CUDA graph (0 when the engine runs eagerly)."""
     if enforce_eager:
         return 0
+    if engine is Engine.vllm:
+        return min(2 * max_num_seqs, CUDA_GRAPH_MAX_BATCH[engine])
     return min(max_num_seqs, CUDA_GRAPH_MAX_BATCH[engine])
 
 

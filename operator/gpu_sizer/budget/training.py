@@ -19,9 +19,10 @@ copy, momentum, variance), 16 bytes in all. Here the fp32 master copy is reporte
   where ``torch.optim`` creates states like the parameters): AdamW 2s (Loshchilov & Hutter
   2019); SGD 0; SGD with momentum s; Lion s (Chen et al. 2023, one momentum); 8-bit AdamW 2 bytes
   plus one fp32 absmax per 256-element block per state (Dettmers et al. 2022, "8-bit Optimizers
-  via Block-wise Quantization", section 2; bitsandbytes keeps 32-bit states for tensors under
-  4096 elements, ``min_8bit_size``); Adafactor factored second moments, ``rows + cols`` per matrix
-  and the full size per vector, no first moment (Shazeer & Stern 2018, section 3; Hugging Face
+  via Block-wise Quantization", section 2, as bitsandbytes ``Optimizer2State.init_state``
+  allocates it; tensors under 4096 elements keep 32-bit states, ``min_8bit_size``); Adafactor
+  factored second moments, ``rows + cols`` per matrix and the full size per vector, no first
+  moment (Shazeer & Stern 2018, section 3; Hugging Face
   ``Adafactor`` default ``beta1=None``).
 
 Sharding over ``dataParallelSize`` N (ZeRO paper section 5.1, Figure 1; PyTorch FSDP docs,
@@ -79,7 +80,7 @@ from gpu_sizer.api import (
     Training,
 )
 from gpu_sizer.budget.params import GATED_FAMILIES, Layout
-from gpu_sizer.budget.weights import weight_bytes
+from gpu_sizer.budget.weights import dequantization_workspace_bytes, weight_bytes
 
 __all__ = [
     "DEEPSPEED_REDUCE_BUCKET_ELEMENTS",
@@ -90,6 +91,7 @@ __all__ = [
     "communication_buffer_bytes",
     "gradient_bytes_per_param",
     "logits_bytes",
+    "master_bytes_per_param",
     "model_states",
     "optimizer_state_bytes",
     "trainable_parameter_count",
@@ -156,7 +158,8 @@ def _state_bytes(precision: Precision) -> int:
     return 2 if precision is Precision.bf16_true else 4
 
 
-def _master_bytes(precision: Precision) -> int:
+def master_bytes_per_param(precision: Precision) -> int:
+    """fp32 master-copy bytes per trainable parameter: 4 under mixed precision, else 0."""
     return 4 if precision in (Precision.bf16_mixed, Precision.fp16_mixed) else 0
 
 
@@ -335,7 +338,8 @@ class TrainingBudget:
 
 
 def _largest_unit(lay: Layout, stage_outer: int) -> int:
-    return max(lay.layer_params, stage_outer)
+    """Largest module ZeRO-3 gathers at once: a layer, the embedding or lm_head (parameters)."""
+    return max(lay.layer_params, min(stage_outer, max(lay.embedding, lay.head)))
 
 
 def training_budget(spec: GPUWorkloadSpec, lay: Layout, layers: int, outer: int) -> TrainingBudget:
@@ -375,15 +379,11 @@ def training_budget(spec: GPUWorkloadSpec, lay: Layout, layers: int, outer: int)
         base, overhead = weight_bytes(lay, model, layers, outer)
         weights = base + trainable * w_per
         bytes_per_weight = (base + overhead) / max(1, stage_params)
-        if model.quantization is not None:
-            # bitsandbytes/GPTQ kernels dequantize one linear at a time into 16-bit.
-            biggest = max(
-                (lin.in_features * lin.out_features for lin in lay.linears if lin.quantizable),
-                default=0,
-            )
-            extra_activation = 2 * biggest
+        extra_activation = dequantization_workspace_bytes(lay, model.quantization, training=True)
     opt = optimizer_state_bytes(tr.optimizer, precision, trainable, factored, small)
-    states = model_states(weights, trainable, g_per, opt, _master_bytes(precision), strategy, n)
+    states = model_states(
+        weights, trainable, g_per, opt, master_bytes_per_param(precision), strategy, n
+    )
     weights_out = states.weights
     grads_out = states.gradients
     if strategy is ParallelStrategy.zero3:

@@ -33,6 +33,7 @@ from gpu_sizer.api import DTYPE_BYTES, Model, Quantization, QuantizationMethod
 from gpu_sizer.budget.params import Layout, Linear
 
 __all__ = [
+    "dequantization_workspace_bytes",
     "flat_weight_bytes",
     "high_precision_bytes",
     "linear_bytes",
@@ -136,3 +137,25 @@ def flat_weight_bytes(params: int, model: Model) -> tuple[int, int]:
         return params * DTYPE_BYTES[model.dtype], 0
     rows = _ceil_div(params, 4096)
     return linear_bytes(Linear("flat", "flat", 4096, rows, 1, False, True), model.quantization)
+
+
+def dequantization_workspace_bytes(lay: Layout, quant: Quantization | None, training: bool) -> int:
+    """16-bit copy of the largest quantized linear, dequantized for one matmul (bytes).
+
+    bitsandbytes dequantizes a 4-bit or 8-bit weight to the compute dtype for each matmul
+    (``bitsandbytes.functional.dequantize_4bit`` in ``MatMul4Bit``), and so do the backward
+    passes of GPTQ/AWQ layers under PEFT; vLLM's GPTQ/AWQ (Marlin) and FP8 kernels dequantize
+    inside the kernel, so serving those formats needs no such buffer.
+    """
+    if quant is None or quant.method is QuantizationMethod.fp8:
+        return 0
+    bnb = quant.method in (
+        QuantizationMethod.bitsandbytes_nf4,
+        QuantizationMethod.bitsandbytes_int8,
+    )
+    if not training and not bnb:
+        return 0
+    largest = max(
+        (lin.in_features * lin.out_features for lin in lay.linears if lin.quantizable), default=0
+    )
+    return 2 * largest

@@ -11,6 +11,7 @@ import pytest
 from budget_architectures import (
     FALCON_7B,
     FALCON_40B,
+    FALCON_RW_1B,
     GEMMA2_9B,
     GEMMA_7B,
     GPT_NEOX_20B,
@@ -66,6 +67,8 @@ from gpu_sizer.budget.params import layout, parameter_count
         pytest.param(FALCON_7B, 6_921_720_704, id="falcon-7b"),
         # Falcon-40B: no exact published figure found ("40B"); transformers count.
         pytest.param(FALCON_40B, 41_303_293_952, id="falcon-40b"),
+        # Falcon-RW-1B (biases, post-attention LayerNorm): transformers count.
+        pytest.param(FALCON_RW_1B, 1_311_625_216, id="falcon-rw-1b"),
         # OPT-13B: the OPT paper (Zhang et al. 2022, Table 1) says "13B"; transformers count.
         pytest.param(OPT_13B, 12_853_473_280, id="opt-13b"),
         # OPT-350m (project_in/out, no final LayerNorm): transformers count.

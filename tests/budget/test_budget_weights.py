@@ -7,7 +7,12 @@ from budget_architectures import LLAMA_3_8B, arch
 
 from gpu_sizer.api import Model, Quantization, QuantizationMethod
 from gpu_sizer.budget.params import Linear, layout
-from gpu_sizer.budget.weights import flat_weight_bytes, linear_bytes, weight_bytes
+from gpu_sizer.budget.weights import (
+    dequantization_workspace_bytes,
+    flat_weight_bytes,
+    linear_bytes,
+    weight_bytes,
+)
 
 GIB = 1 << 30
 SQUARE = Linear("o", "o_proj", 4096, 4096, 1, False, True)
@@ -102,3 +107,15 @@ def test_unquantized_bf16_weights_are_two_bytes_per_parameter() -> None:
     lay = layout(a)
     weights, overhead = weight_bytes(lay, Model(architecture=a), 32, lay.embedding + lay.head)
     assert (weights, overhead) == (2 * 8_030_261_248, 0)
+
+
+def test_dequantization_workspace_only_where_weights_are_dequantized() -> None:
+    """bitsandbytes dequantizes the largest linear (Llama-3-8B's 4096 x 14336 MLP) to 16-bit;
+    vLLM's AWQ and FP8 kernels dequantize in-kernel when serving."""
+    lay = layout(arch(LLAMA_3_8B))
+    largest = 2 * 4096 * 14336
+    assert dequantization_workspace_bytes(lay, quant("bitsandbytes-nf4"), training=False) == largest
+    assert dequantization_workspace_bytes(lay, quant("awq"), training=False) == 0
+    assert dequantization_workspace_bytes(lay, quant("awq"), training=True) == largest
+    assert dequantization_workspace_bytes(lay, quant("fp8"), training=True) == 0
+    assert dequantization_workspace_bytes(lay, None, training=True) == 0

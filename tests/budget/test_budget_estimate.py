@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from budget_architectures import LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, MIXTRAL_8X7B
+from budget_architectures import GEMMA_7B, LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, MIXTRAL_8X7B
 
 from gpu_sizer.api import EstimateStatus, parse_spec
 from gpu_sizer.budget import estimate
@@ -165,3 +165,63 @@ def test_parameter_count_disagreeing_with_architecture_is_noted() -> None:
     est = estimate(spec)
     assert est.parameter_count == 8_030_261_248
     assert any("differs" in n for n in est.notes)
+
+
+def test_pipeline_stage_holds_its_layers_and_the_larger_end() -> None:
+    """Llama-3-8B over 2 stages: 16 layers plus the embedding (first) or lm_head + norm (last)."""
+    one = _serve(LLAMA_3_8B, enforceEager=True).per_gpu
+    two = _serve(LLAMA_3_8B, enforceEager=True, pipelineParallelSize=2).per_gpu
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert two.weights_bytes == 2 * (16 * layer + 128256 * 4096 + 4096)
+    assert two.kv_cache_bytes == one.kv_cache_bytes // 2
+
+
+def test_tied_lm_head_is_copied_to_the_last_stage() -> None:
+    """Gemma-7B ties lm_head to the embedding; a last pipeline stage still holds the matrix."""
+    est = _serve(GEMMA_7B, maxModelLen=4096, enforceEager=True, pipelineParallelSize=2)
+    layer = 4 * 3072 * 4096 + 3 * 3072 * 24576 + 2 * 3072
+    assert est.per_gpu.weights_bytes == 2 * (14 * layer + 256000 * 3072 + 3072)
+
+
+def test_quantized_without_architecture_is_approximate_and_says_so() -> None:
+    est = estimate(
+        parse_spec(
+            {
+                "model": {"parameterCount": 7_000_000_000, "quantization": {"method": "gptq"}},
+                "inference": {"maxModelLen": 4096, "maxNumSeqs": 1},
+            }
+        )
+    )
+    # 4 bits per parameter, padded to whole 4096-wide rows
+    assert 0 <= est.per_gpu.weights_bytes - 7_000_000_000 // 2 < 4096 * 4
+    assert est.per_gpu.quantization_overhead_bytes > 0
+    assert any("approximate" in n for n in est.notes)
+
+
+def test_kv_cache_auto_follows_the_model_dtype() -> None:
+    fp32 = estimate(
+        parse_spec(
+            {
+                "model": {"architecture": LLAMA_3_8B, "dtype": "float32"},
+                "inference": {"maxModelLen": 1024, "maxNumSeqs": 1},
+            }
+        )
+    )
+    assert fp32.kv_cache_bytes_per_token == 2 * 131_072
+    assert _serve(LLAMA_3_8B, kvCacheDtype="fp8").kv_cache_bytes_per_token == 65_536
+
+
+def test_adafactor_state_is_far_below_adamw() -> None:
+    def optimizer_bytes(name: str) -> int:
+        spec = parse_spec(
+            {
+                "model": {"architecture": LLAMA_2_7B},
+                "training": {"microBatchSize": 1, "sequenceLength": 512, "optimizer": name},
+            }
+        )
+        return estimate(spec).per_gpu.optimizer_state_bytes
+
+    adamw = optimizer_bytes("adamw")
+    assert adamw == 8 * 6_738_415_616
+    assert optimizer_bytes("adafactor") < adamw // 100
+    assert optimizer_bytes("adamw-8bit") < adamw // 3
