@@ -18,36 +18,47 @@ def test_empty_policy_reproduces_the_api_default() -> None:
     assert effective.max_min_headroom_fraction == 0.5
 
 
-def test_matching_rules_intersect_classes_raise_the_floor_and_last_default_wins() -> None:
+def test_first_matching_rule_wins_and_floors_only_rise() -> None:
     policy = parse_policy(
         {
             "minHeadroomFractionFloor": 0.05,
             "namespaceRules": [
-                {"allowedGpuClasses": ["nvidia-l4", "nvidia-a100-40gb", "nvidia-h100-80gb"]},
-                {
-                    "namespaceSelector": {"matchLabels": {"team": "research"}},
-                    "allowedGpuClasses": ["nvidia-l4", "nvidia-h100-80gb", "nvidia-h200"],
-                    "minHeadroomFractionFloor": 0.12,
-                    "defaultMinHeadroomFraction": 0.2,
-                },
                 {
                     "namespaceSelector": {"matchLabels": {"team": "research", "tier": "prod"}},
                     "defaultMinHeadroomFraction": 0.25,
                 },
+                {
+                    "namespaceSelector": {"matchLabels": {"team": "research"}},
+                    "allowedGpuClasses": ["nvidia-l4", "nvidia-h100-80gb"],
+                    "minHeadroomFractionFloor": 0.12,
+                    "defaultMinHeadroomFraction": 0.2,
+                },
+                {"allowedGpuClasses": ["nvidia-l4"], "minHeadroomFractionFloor": 0.01},
             ],
-        }
+        },
+        default_headroom=0.08,
     )
     assert policy.uses_labels
     research = policy.for_namespace({"team": "research"})
     assert research.allowed_classes == {"nvidia-l4", "nvidia-h100-80gb"}
     assert research.min_headroom_fraction_floor == 0.12
     assert research.default_min_headroom_fraction == 0.2
-    assert research.matched_rules == (0, 1)
+    assert research.matched_rule == 1
     prod = policy.for_namespace({"team": "research", "tier": "prod", "x": "y"})
+    assert prod.matched_rule == 0
+    assert prod.allowed_classes is None
     assert prod.default_min_headroom_fraction == 0.25
-    other = policy.for_namespace({"team": "web"})
-    assert other.allowed_classes == {"nvidia-l4", "nvidia-a100-40gb", "nvidia-h100-80gb"}
-    assert other.min_headroom_fraction_floor == 0.05
+    other = policy.for_namespace({"team": "web"})  # the catch-all
+    assert other.matched_rule == 2
+    assert other.allowed_classes == {"nvidia-l4"}
+    assert other.min_headroom_fraction_floor == 0.05  # a rule cannot lower the floor
+    assert other.default_min_headroom_fraction == 0.08  # --default-headroom
+
+
+def test_null_default_means_the_operator_default() -> None:
+    policy = parse_policy({"defaultMinHeadroomFraction": None}, default_headroom=0.15)
+    assert policy.for_namespace({}).default_min_headroom_fraction == 0.15
+    assert parse_policy(None).for_namespace({}).matched_rule is None
 
 
 def test_invalid_policy_names_every_key_path() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_sizer.admission.policy import Policy
 from gpu_sizer.admission.verdict import Outcome, defaulted_spec, review
@@ -69,3 +71,76 @@ def test_defaults_follow_the_namespace_policy() -> None:
     assert explicit is not None and explicit["placement"]["minHeadroomFraction"] == 0.2
     assert defaulted_spec({"model": {}}, policy=policy) is None
     assert defaulted_spec("not a mapping", policy=policy) is None
+
+
+def test_policy_violations_are_all_reported_in_one_answer() -> None:
+    policy = Policy.model_validate(
+        {
+            "minHeadroomFractionFloor": 0.05,
+            "namespaceRules": [
+                {
+                    "namespaceSelector": {"matchLabels": {"team": "research"}},
+                    "allowedGpuClasses": ["nvidia-l4", "nvidia-a100-40gb"],
+                }
+            ],
+        }
+    ).for_namespace({"team": "research"})
+    doc = spec(
+        4,
+        gpuClasses=["nvidia-l4", "nvidia-h100-80gb", "nvidia-h200"],
+        minHeadroomFraction=0.02,
+    )
+    answer = review(doc, namespace="research", policy=policy, catalog=DEFAULT_CATALOG)
+    assert answer.outcome is Outcome.PolicyViolation
+    assert answer.code == 403
+    assert answer.message == (
+        "spec.placement.minHeadroomFraction: 0.02 is below the floor of 0.05 that the policy "
+        "sets for namespace 'research'; raise it to at least 0.05\n"
+        "spec.placement.gpuClasses: namespace 'research' allows only nvidia-a100-40gb, "
+        "nvidia-l4; remove nvidia-h100-80gb, nvidia-h200"
+    )
+
+
+def test_unset_headroom_takes_the_namespace_default() -> None:
+    strict = Policy.model_validate({"defaultMinHeadroomFraction": 0.45}).for_namespace({})
+    doc = spec(1, 1024)
+    doc.pop("placement")
+    explicit = {**doc, "placement": {"minHeadroomFraction": 0.45}}
+    answer = review(doc, namespace="ns", policy=strict, catalog=DEFAULT_CATALOG)
+    same = review(explicit, namespace="ns", policy=strict, catalog=DEFAULT_CATALOG)
+    assert answer == same
+    assert assess(parse_spec(explicit)).recommendation != assess(parse_spec(doc)).recommendation
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+near_specs = st.fixed_dictionaries(
+    {},
+    optional={
+        "model": st.fixed_dictionaries(
+            {}, optional={"architecture": st.just(LLAMA3_8B), "parameterCount": json_values}
+        ),
+        "inference": st.dictionaries(
+            st.sampled_from(["maxModelLen", "maxNumSeqs", "engine", "kvCacheDtype", "x"]),
+            json_values,
+        ),
+        "placement": st.dictionaries(
+            st.sampled_from(["gpuClasses", "minHeadroomFraction"]), json_values
+        ),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=json_values | near_specs)
+def test_any_document_gets_an_answer_never_an_exception(doc: Any) -> None:
+    answer = review(doc, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG)
+    assert answer.allowed or answer.message
+    explicit = defaulted_spec(doc, policy=OPEN)
+    if explicit is not None:
+        assert review(explicit, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG) == answer

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from typing import Any
 
 import jsonpatch
@@ -188,8 +189,8 @@ async def test_class_outside_namespace_policy_is_rejected(webhook: Webhook) -> N
     assert resp["allowed"] is False
     assert resp["status"]["code"] == 403
     assert resp["status"]["message"] == (
-        "spec.placement.gpuClasses: nvidia-h200 is not allowed in namespace 'research' "
-        "(allowed: nvidia-a100-40gb, nvidia-l4)"
+        "spec.placement.gpuClasses: namespace 'research' allows only nvidia-a100-40gb, "
+        "nvidia-l4; remove nvidia-h200"
     )
     # The same spec is fine where no rule restricts classes.
     resp = await webhook.validate(admission_review(workload(spec, namespace="team-a")))
@@ -213,20 +214,29 @@ async def test_headroom_outside_policy_bounds_is_rejected(webhook: Webhook) -> N
 
 
 async def test_policy_restricts_the_classes_sizing_may_choose(webhook: Webhook) -> None:
-    # Fits some catalog class, but not the research namespace's L4 / A100 40 GB.
-    allowed = [c for c in DEFAULT_CATALOG if c.name in ("nvidia-l4", "nvidia-a100-40gb")]
+    # Fits some catalog class, but not the research namespace's L4 / A100 40 GB with that
+    # namespace's default headroom of 15 % (the spec sets none).
+    def restricted(spec: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **spec,
+            "placement": {
+                "gpuClasses": ["nvidia-l4", "nvidia-a100-40gb"],
+                "minHeadroomFraction": 0.15,
+            },
+        }
+
     spec = next(
         candidate
         for seqs in range(1, 513)
         if (candidate := inference(maxModelLen=8192, maxNumSeqs=seqs))
         and assess(parse_spec(candidate)).verdict is Verdict.Fits
-        and assess(parse_spec(candidate), allowed).verdict is Verdict.NoSafeHeadroom
+        and assess(parse_spec(restricted(candidate))).verdict is Verdict.NoSafeHeadroom
     )
     resp = await webhook.validate(admission_review(workload(spec, namespace="research")))
     assert resp["allowed"] is False
-    restricted = {**spec, "placement": {"gpuClasses": ["nvidia-l4", "nvidia-a100-40gb"]}}
-    assert resp["status"]["message"] == assess(parse_spec(restricted)).message
+    assert resp["status"]["message"] == assess(parse_spec(restricted(spec))).message
     assert "the largest allowed class, nvidia-a100-40gb" in resp["status"]["message"]
+    assert "15% headroom required" in resp["status"]["message"]
 
 
 async def test_reject_messages_in_full(webhook: Webhook) -> None:
@@ -238,8 +248,9 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
         "needs 80.7 GiB per GPU x1 (KV cache 64.0 GiB, weights 15.0 GiB, runtime overhead "
         "0.9 GiB); the largest allowed class, nvidia-l4 (22.5 GiB usable), is 58.2 GiB short; "
         "10% headroom required (spec.placement.minHeadroomFraction).\n"
-        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); maxModelLen 451 "
-        "(20.2 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 (11.2 GiB per GPU, nvidia-l4 x8)."
+        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); maxModelLen 450 "
+        "(20.2 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 (11.2 GiB per GPU, nvidia-l4 x8). "
+        "Not enough alone: kvCacheDtype fp8 (48.7 GiB per GPU, still too big for nvidia-l4)."
     )
     training = {
         "model": {"revision": "x", "parameterCount": 70_000_000_000},
@@ -251,7 +262,8 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
         "weights 260.8 GiB); the largest class in the catalog, amd-mi300x (191.7 GiB usable), "
         "is 1008.4 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
         "Fits with any of: parallelism zero3 with dataParallelSize 8 (133.9 GiB per GPU, "
-        "amd-mi300x x8)."
+        "amd-mi300x x8). Not enough alone: activationCheckpointing true (1200.1 GiB per GPU, "
+        "still too big for amd-mi300x)."
     )
 
 
@@ -346,3 +358,21 @@ async def test_malformed_reviews_get_a_clear_400_and_the_server_keeps_serving(
 
     ok = await webhook.validate(admission_review(workload(inference())))
     assert ok["allowed"] is True
+
+
+async def test_denials_are_logged_at_info_not_error(
+    webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="kopf.objects")
+    spec = comfortable_spec()
+    spec["inference"]["bogus"] = 1
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is False
+    denials = [r for r in caplog.records if r.getMessage().startswith("Admission denied: ")]
+    assert [r.levelname for r in denials] == ["INFO"]
+    assert denials[0].getMessage() == (
+        "Admission denied: spec.inference.bogus: unknown field; allowed: engine, maxModelLen, "
+        "maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
+        "pipelineParallelSize, enforceEager"
+    )
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

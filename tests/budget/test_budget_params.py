@@ -29,6 +29,7 @@ from budget_architectures import (
     arch,
 )
 
+from gpu_sizer.api import Architecture
 from gpu_sizer.budget.params import layout, parameter_count
 
 
@@ -122,3 +123,14 @@ def test_moe_router_and_experts() -> None:
     assert not router.quantizable
     experts = [lin for lin in lay.linears if lin.copies == 8]
     assert {lin.name for lin in experts} == {"w1", "w2", "w3"}
+
+
+@pytest.mark.parametrize("config", [GEMMA_7B, GPT_NEOX_20B], ids=["gemma-7b", "gpt-neox-20b"])
+def test_family_defaults_survive_reserialisation(config: dict[str, object]) -> None:
+    # The mutating webhook stores the spec with every default filled; a family default (Gemma's
+    # tied embeddings, GPT-NeoX's biases) must not flip because the field is now present.
+    original = arch(config)
+    round_tripped = Architecture.model_validate(
+        original.model_dump(mode="json", by_alias=True)
+    )
+    assert parameter_count(round_tripped) == parameter_count(original)

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_sizer.api import parse_workload
+from gpu_sizer.api import Architecture, parse_workload
+from gpu_sizer.budget.params import layout
 from gpu_sizer.cli import main
 
 # meta-llama/Meta-Llama-3-8B
@@ -190,7 +191,7 @@ def test_llama(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert arch_of(doc) == {
         "modelType": "llama", "numHiddenLayers": 32, "hiddenSize": 4096, "numAttentionHeads": 32,
         "vocabSize": 128256, "intermediateSize": 14336, "numKeyValueHeads": 8,
-        "tieWordEmbeddings": False, "maxPositionEmbeddings": 8192,
+        "tieWordEmbeddings": False, "maxPositionEmbeddings": 8192, "attentionBias": False,
     }  # fmt: skip
     assert doc["spec"]["model"]["name"] == "meta-llama/Meta-Llama-3-8B"
     assert doc["spec"]["model"]["dtype"] == "bfloat16"
@@ -212,7 +213,9 @@ def test_falcon_multi_query(
     assert (arch["numAttentionHeads"], arch["numKeyValueHeads"]) == (71, 1)
     assert arch["intermediateSize"] == 4 * 4544  # Falcon's MLP is 4 x hidden
     assert arch["maxPositionEmbeddings"] == 2048
-    assert arch["tieWordEmbeddings"] is True
+    # config.json has no tie_word_embeddings: left unset, the family default (tied) applies.
+    assert "tieWordEmbeddings" not in arch
+    assert layout(Architecture.model_validate(arch)).tied
 
 
 def test_falcon_new_decoder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -244,7 +247,9 @@ def test_opt_ffn_dim(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
     doc = imported(capsys, tmp_path, OPT_13B)
     arch = arch_of(doc)
     assert arch["intermediateSize"] == 20480 and "wordEmbedProjDim" not in arch
-    assert arch["tieWordEmbeddings"] is True  # OPTConfig inherits PretrainedConfig's default
+    # OPTConfig inherits PretrainedConfig's tied default; unset, the memory model applies it.
+    assert "tieWordEmbeddings" not in arch
+    assert layout(Architecture.model_validate(arch)).tied
     assert doc["spec"]["model"]["name"] == "facebook/opt-13b"
     assert doc["spec"]["model"]["dtype"] == "float16"
     assert doc["spec"]["inference"]["maxModelLen"] == 2048

@@ -55,6 +55,8 @@ SERVING_VALIDITY = dt.timedelta(days=365)
 RENEW_FRACTION = 1 / 3
 #: Backdating absorbs clock skew between the operator and the API servers.
 _BACKDATE = dt.timedelta(minutes=5)
+#: Seconds each API call may take: startup must fail visibly, not hang, on an unreachable API.
+API_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,7 @@ def sync_secret(
     from kubernetes.client.exceptions import ApiException
 
     try:
-        secret = core.read_namespaced_secret(name, namespace)
+        secret = core.read_namespaced_secret(name, namespace, _request_timeout=API_TIMEOUT)
     except ApiException as exc:
         if exc.status != 404:
             raise
@@ -289,13 +291,15 @@ def sync_secret(
     )
     try:
         if secret is None:
-            core.create_namespaced_secret(namespace, body)
+            core.create_namespaced_secret(namespace, body, _request_timeout=API_TIMEOUT)
         else:
-            core.replace_namespaced_secret(name, namespace, body)
+            core.replace_namespaced_secret(name, namespace, body, _request_timeout=API_TIMEOUT)
     except ApiException as exc:
         if exc.status != 409:
             raise
-        winner = CertBundle.from_secret_data(core.read_namespaced_secret(name, namespace).data)
+        winner = CertBundle.from_secret_data(
+            core.read_namespaced_secret(name, namespace, _request_timeout=API_TIMEOUT).data
+        )
         if winner is None:
             raise
         return winner
@@ -324,14 +328,19 @@ def patch_ca_bundles(admission: Any, config_name: str, ca_crt: bytes) -> list[st
         ),
     ):
         try:
-            obj = read(config_name)
+            obj = read(config_name, _request_timeout=API_TIMEOUT)
         except ApiException as exc:
             if exc.status == 404:
                 continue
             raise
         ops = ca_bundle_patch(admission.api_client.sanitize_for_serialization(obj), ca_crt)
         if ops:
-            patch(config_name, ops)
+            patch(
+                config_name,
+                ops,
+                _content_type="application/json-patch+json",
+                _request_timeout=API_TIMEOUT,
+            )
             patched.append(kind)
     return patched
 

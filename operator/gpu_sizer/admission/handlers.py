@@ -11,6 +11,7 @@ and the operator itself writes them. Neither handler ever touches ``status``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,13 @@ from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.metrics import ADMISSION_VERDICTS
 
-__all__ = ["AdmissionConfig", "configure_admission", "mutate_gpuworkload", "validate_gpuworkload"]
+__all__ = [
+    "AdmissionConfig",
+    "DenialLogFilter",
+    "configure_admission",
+    "mutate_gpuworkload",
+    "validate_gpuworkload",
+]
 
 
 @dataclass
@@ -43,6 +50,25 @@ class AdmissionConfig:
 
 
 _config = AdmissionConfig()
+
+
+class DenialLogFilter(logging.Filter):
+    """Log admission denials at INFO instead of kopf's ERROR.
+
+    kopf logs every :class:`kopf.AdmissionError` as "<handler> failed permanently" at ERROR; for
+    this webhook a denial is the expected answer to a user's bad spec, not an operator fault, and
+    alerting on ERROR logs must not page anyone for a typo in a GPUWorkload. Install it on the
+    ``kopf.objects`` logger; genuine handler crashes keep kopf's own messages and levels.
+    """
+
+    _prefix = "Webhook 'validate-gpuworkload' failed permanently: "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and record.getMessage().startswith(self._prefix):
+            record.msg = "Admission denied: " + record.getMessage().removeprefix(self._prefix)
+            record.args = ()
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
 
 
 def configure_admission(config: AdmissionConfig) -> None:

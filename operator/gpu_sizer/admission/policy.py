@@ -13,10 +13,12 @@ operator as ``--policy``. Shape (every key optional; fractions are 0..1 of a GPU
         defaultMinHeadroomFraction: 0.15
         minHeadroomFractionFloor: 0.10
 
-Every rule whose ``namespaceSelector`` matches the namespace's labels applies (an empty selector
-matches every namespace). When several match: the allowed classes are the intersection of the
-lists they give, the floor is the highest floor, the default is the last matching rule's default.
-Pure: no Kubernetes access here (the handlers read the namespace labels).
+Rules are tried in order and the first whose ``namespaceSelector`` matches the namespace's labels
+applies (an empty selector matches every namespace, so it makes a catch-all last rule); a
+namespace no rule matches gets the top-level settings and every class. A rule's floor can only
+raise the top-level floor, never lower it; ``maxMinHeadroomFraction`` is cluster-wide.
+``defaultMinHeadroomFraction`` absent or null at the top level means the operator's
+``--default-headroom``. Pure: no Kubernetes access here (the handlers read the labels).
 """
 
 from __future__ import annotations
@@ -156,28 +158,28 @@ class Policy(_Model):
         ]
 
     def for_namespace(self, labels: Mapping[str, str]) -> EffectivePolicy:
-        """Combine every rule matching ``labels`` (see the module docstring for how)."""
-        allowed: frozenset[str] | None = None
-        floor = self.min_headroom_fraction_floor
-        default = self.default_min_headroom_fraction
-        matched: list[int] = []
+        """The settings for a namespace with ``labels``: the first matching rule's, else the
+        top-level ones (see the module docstring)."""
         for i, rule in enumerate(self.namespace_rules):
             if not rule.namespace_selector.matches(labels):
                 continue
-            matched.append(i)
-            if rule.allowed_gpu_classes is not None:
-                names = frozenset(rule.allowed_gpu_classes)
-                allowed = names if allowed is None else allowed & names
-            if rule.min_headroom_fraction_floor is not None:
-                floor = max(floor, rule.min_headroom_fraction_floor)
-            if rule.default_min_headroom_fraction is not None:
-                default = rule.default_min_headroom_fraction
+            floor = max(self.min_headroom_fraction_floor, rule.min_headroom_fraction_floor or 0.0)
+            default = rule.default_min_headroom_fraction
+            if default is None:
+                default = self.default_min_headroom_fraction
+            allowed = rule.allowed_gpu_classes
+            return EffectivePolicy(
+                allowed_classes=None if allowed is None else frozenset(allowed),
+                default_min_headroom_fraction=max(default, floor),
+                min_headroom_fraction_floor=floor,
+                max_min_headroom_fraction=self.max_min_headroom_fraction,
+                matched_rule=i,
+            )
         return EffectivePolicy(
-            allowed_classes=allowed,
-            default_min_headroom_fraction=max(default, floor),
-            min_headroom_fraction_floor=floor,
+            allowed_classes=None,
+            default_min_headroom_fraction=self.default_min_headroom_fraction,
+            min_headroom_fraction_floor=self.min_headroom_fraction_floor,
             max_min_headroom_fraction=self.max_min_headroom_fraction,
-            matched_rules=tuple(matched),
         )
 
 
@@ -189,26 +191,31 @@ class EffectivePolicy:
     default_min_headroom_fraction: float
     min_headroom_fraction_floor: float
     max_min_headroom_fraction: float
-    matched_rules: tuple[int, ...] = ()
+    matched_rule: int | None = None
 
 
-def parse_policy(data: Any, source: str = "policy") -> Policy:
+def parse_policy(data: Any, source: str = "policy", *, default_headroom: float = 0.10) -> Policy:
     """Validate policy data (the YAML document as plain data; ``None`` is the default policy).
+
+    ``default_headroom`` (``--default-headroom``) stands in for an absent or null top-level
+    ``defaultMinHeadroomFraction``.
 
     :raises PolicyError: one line per problem, each naming its key path.
     """
     if data is None:
-        return Policy()
+        data = {}
     if not isinstance(data, dict):
         raise PolicyError(source, ["(document): must be a mapping"])
+    if data.get("defaultMinHeadroomFraction") is None:
+        data = {**data, "defaultMinHeadroomFraction": default_headroom}
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
         raise PolicyError(source, [str(p) for p in problems_from(exc)]) from None
 
 
-def load_policy(path: str | Path) -> Policy:
-    """Read and validate a policy YAML file.
+def load_policy(path: str | Path, *, default_headroom: float = 0.10) -> Policy:
+    """Read and validate a policy YAML file (see :func:`parse_policy`).
 
     :raises PolicyError: the file is unreadable, not YAML, or invalid (with every key path).
     """
@@ -217,4 +224,4 @@ def load_policy(path: str | Path) -> Policy:
         data = yaml.safe_load(text)
     except (OSError, yaml.YAMLError) as exc:
         raise PolicyError(str(path), [str(exc)]) from None
-    return parse_policy(data, str(path))
+    return parse_policy(data, str(path), default_headroom=default_headroom)

@@ -42,9 +42,9 @@ import aiohttp.web
 import kopf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpu_sizer.admission.handlers import AdmissionConfig, configure_admission
+from gpu_sizer.admission.handlers import AdmissionConfig, DenialLogFilter, configure_admission
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
-from gpu_sizer.admission.policy import Policy, PolicyError, load_policy
+from gpu_sizer.admission.policy import PolicyError, load_policy, parse_policy
 from gpu_sizer.api import problems_from
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 
@@ -254,11 +254,11 @@ def configure(
 
     ``options`` is the parsed argparse namespace (attributes ``no_webhook``, ``webhook_port``,
     ``webhook_listen``, ``webhook_cert_dir``, ``webhook_tls_secret``, ``webhook_config_name``,
-    ``webhook_service``, ``policy``, ``catalog``). ``catalog`` overrides the GPU catalog (else
-    ``--catalog`` is loaded, else the built-in catalog is used). Self-signed mode reads the
-    operator's namespace from ``POD_NAMESPACE`` and provisions the certificate before returning
-    (blocking API calls: call it from the startup handler, once). kopf's managed webhook
-    configuration is switched off: the chart owns those objects.
+    ``webhook_service``, ``policy``, ``default_headroom``, ``catalog``). ``catalog`` overrides
+    the GPU catalog (else ``--catalog`` is loaded, else the built-in catalog is used).
+    Self-signed mode reads the operator's namespace from ``POD_NAMESPACE`` and provisions the
+    certificate before returning (blocking API calls: call it from the startup handler, once).
+    kopf's managed webhook configuration is switched off: the chart owns those objects.
 
     Returns the server, or ``None`` with ``--no-webhook``.
 
@@ -275,10 +275,18 @@ def configure(
         catalog = load_catalog_file(catalog_file) if catalog_file else DEFAULT_CATALOG
     catalog = tuple(catalog)
     policy_file = _opt(options, "policy")
-    policy = load_policy(policy_file) if policy_file else Policy()
+    default_headroom = float(_opt(options, "default_headroom", 0.10))
+    policy = (
+        load_policy(policy_file, default_headroom=default_headroom)
+        if policy_file
+        else parse_policy(None, default_headroom=default_headroom)
+    )
     unknown = policy.unknown_classes(catalog)
     if unknown:
         raise PolicyError(str(policy_file), unknown)
+    denials = logging.getLogger("kopf.objects")
+    if not any(isinstance(f, DenialLogFilter) for f in denials.filters):
+        denials.addFilter(DenialLogFilter())
     configure_admission(
         AdmissionConfig(
             policy=policy, catalog=catalog, namespaces=NamespaceLabels(kubernetes_fetcher())

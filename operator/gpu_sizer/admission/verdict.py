@@ -87,14 +87,23 @@ def _policy_problems(
             "idle"
         )
     if policy.allowed_classes is not None:
-        allowed = ", ".join(sorted(policy.allowed_classes))
-        for name in spec.placement.gpu_classes:
-            if name in catalog_names and name not in policy.allowed_classes:
-                problems.append(
-                    f"spec.placement.gpuClasses: {name} is not allowed in namespace "
-                    f"{namespace!r} (allowed: {allowed})"
-                )
+        denied = [
+            name
+            for name in spec.placement.gpu_classes
+            if name in catalog_names and name not in policy.allowed_classes
+        ]
+        if denied:
+            problems.append(
+                f"spec.placement.gpuClasses: namespace {namespace!r} allows only "
+                + ", ".join(sorted(policy.allowed_classes))
+                + "; remove "
+                + ", ".join(denied)
+            )
     return problems
+
+
+def _with_placement(spec: GPUWorkloadSpec, **changes: Any) -> GPUWorkloadSpec:
+    return spec.model_copy(update={"placement": spec.placement.model_copy(update=changes)})
 
 
 def review(
@@ -116,6 +125,10 @@ def review(
         spec = parse_spec(spec_doc)
     except InvalidWorkload as exc:
         return Answer(Outcome.Invalid, "\n".join(str(p) for p in exc.problems))
+    if "minHeadroomFraction" not in (spec_doc.get("placement") or {}):
+        # Unset (the mutating webhook was bypassed): the namespace's default applies, as the
+        # mutating webhook would have written it.
+        spec = _with_placement(spec, min_headroom_fraction=policy.default_min_headroom_fraction)
 
     problems = _policy_problems(spec, policy, namespace, {c.name for c in catalog})
     if problems:
@@ -125,9 +138,7 @@ def review(
         # The namespace's classes stand in for an empty list ("every class"), so the message
         # speaks of "the largest allowed class" and the fixes stay within what may be used.
         allowed = [c.name for c in catalog if c.name in policy.allowed_classes]
-        spec = spec.model_copy(
-            update={"placement": spec.placement.model_copy(update={"gpu_classes": allowed})}
-        )
+        spec = _with_placement(spec, gpu_classes=allowed)
     assessment = assess(spec, catalog)
     if assessment.verdict is Verdict.UnknownGpuClass:
         return Answer(Outcome.UnknownGpuClass, assessment.message)

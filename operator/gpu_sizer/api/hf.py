@@ -14,8 +14,8 @@ Key names differ by family (``transformers`` config classes, by ``model_type``):
 - Qwen2-MoE names its experts ``num_experts``; Qwen2 only uses its ``sliding_window`` when
   ``use_sliding_window`` is true.
 
-``tie_word_embeddings`` defaults to ``PretrainedConfig``'s ``True`` unless the family's config
-class sets another default (Llama, Mistral, Mixtral, Qwen2, Phi-3, GPT-NeoX: ``False``).
+``tie_word_embeddings``, ``attention_bias`` (Falcon: ``bias``) and ``mlp_bias`` are written only
+when config.json has them; unset, the memory model applies the family's config-class default.
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ from typing import Any, Final
 
 __all__ = ["UnsupportedConfig", "model_from_hf_config"]
 
-#: Families whose config class defaults ``tie_word_embeddings`` to False.
-_UNTIED_BY_DEFAULT: Final = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "phi3", "gpt_neox"}
-)
 _DTYPES: Final = {
     "float32": "float32",
     "float": "float32",
@@ -128,16 +124,22 @@ def model_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
         arch["doLayerNormBefore"] = False
     if config.get("head_dim") is not None:
         arch["headDim"] = int(config["head_dim"])
-    tied = config.get("tie_word_embeddings")
-    arch["tieWordEmbeddings"] = (
-        bool(tied) if tied is not None else model_type not in _UNTIED_BY_DEFAULT
-    )
+    # Written only when config.json says so: unset means the family's config-class default,
+    # which the memory model applies (gpu_sizer.budget.params).
+    if config.get("tie_word_embeddings") is not None:
+        arch["tieWordEmbeddings"] = bool(config["tie_word_embeddings"])
     arch["maxPositionEmbeddings"] = int(
         _first(config, "max_position_embeddings", "n_positions") or 2048
     )
-    for key, wire in (("attention_bias", "attentionBias"), ("mlp_bias", "mlpBias")):
-        if config.get(key):
-            arch[wire] = True
+    bias_keys: tuple[tuple[str, str], ...] = (
+        ("attention_bias", "attentionBias"),
+        ("mlp_bias", "mlpBias"),
+    )
+    if model_type == "falcon":
+        bias_keys += (("bias", "attentionBias"),)  # FalconConfig.bias: every linear layer
+    for key, wire in bias_keys:
+        if config.get(key) is not None:
+            arch[wire] = bool(config[key])
     experts = _first(config, "num_local_experts", "num_experts")
     if experts is not None:
         arch["numLocalExperts"] = int(experts)

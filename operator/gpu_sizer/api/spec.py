@@ -249,14 +249,18 @@ class Architecture(_Model):
         None, description="Per-head width; default hiddenSize / numAttentionHeads."
     )
     vocab_size: PositiveInt = Field(description="Vocabulary size (rows of the embedding).")
-    tie_word_embeddings: bool = Field(
-        False, description="lm_head shares the input embedding's weights."
+    tie_word_embeddings: bool | None = Field(
+        None,
+        description="lm_head shares the input embedding's weights; unset takes the family's "
+        "config-class default (tied for gemma, gemma2, falcon, opt).",
     )
     max_position_embeddings: PositiveInt = Field(
         description="Longest context the model supports without rope scaling, in tokens."
     )
-    attention_bias: bool = Field(
-        False, description="q/k/v/o projections carry biases (Llama's attention_bias)."
+    attention_bias: bool | None = Field(
+        None,
+        description="q/k/v/o projections carry biases (Llama's attention_bias); unset takes the "
+        "family default (biased for gpt_neox and opt; Qwen2's qkv biases are always counted).",
     )
     mlp_bias: bool = Field(False, description="MLP projections carry biases (Llama's mlp_bias).")
     num_local_experts: PositiveInt | None = Field(

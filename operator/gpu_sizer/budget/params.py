@@ -134,10 +134,13 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _flag(arch: Architecture, name: str, family_default: bool) -> bool:
-    """A boolean the spec may leave unset, in which case the family default applies."""
-    if name in arch.model_fields_set:
-        return bool(getattr(arch, name))
-    return family_default
+    """A boolean the spec may leave unset (``None``), in which case the family default applies.
+
+    Unset is ``None`` rather than "absent from the input" so that a spec re-serialised with its
+    defaults filled (the mutating webhook, ``model_dump``) keeps the same meaning and hash.
+    """
+    value = getattr(arch, name)
+    return family_default if value is None else bool(value)
 
 
 def layout(arch: Architecture, tp: int = 1) -> Layout:
