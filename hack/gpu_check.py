@@ -227,8 +227,46 @@ def components(
     return rows
 
 
+#: The whole check must finish within 8 minutes; each probe gets what is left, at most
+#: PROBE_SECONDS, as its own --deadline-seconds (it then writes a Timeout result).
+BUDGET_SECONDS = 440.0
+PROBE_SECONDS = 110.0
+_STARTED = time.monotonic()
+#: Where the probes run: cuda, or cpu with --tiny (the tests' way through the measuring path).
+DEVICE = ["cuda"]
+
+TINY_ARCH = {
+    "modelType": "llama",
+    "numHiddenLayers": 2,
+    "hiddenSize": 64,
+    "intermediateSize": 128,
+    "numAttentionHeads": 4,
+    "numKeyValueHeads": 2,
+    "vocabSize": 256,
+    "maxPositionEmbeddings": 256,
+}
+
+
+def tiny(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same configuration on a tiny architecture with short sequences (CPU plumbing test)."""
+    doc = json.loads(json.dumps(doc))
+    doc["model"]["architecture"] = TINY_ARCH
+    if "inference" in doc:
+        doc["inference"].update(maxModelLen=64, maxNumSeqs=4, maxNumBatchedTokens=64)
+        doc["measurement"]["concurrencyLevels"] = [
+            min(c, 4) for c in doc["measurement"].get("concurrencyLevels", [1])
+        ]
+    else:
+        doc["training"].update(microBatchSize=1, sequenceLength=32)
+    return doc
+
+
 def run_probe(name: str, spec: dict[str, Any], out: Path, *extra: str) -> dict[str, Any]:
     """One probe subprocess; its stdout result (or a Failed stand-in)."""
+    left = BUDGET_SECONDS - (time.monotonic() - _STARTED)
+    if left < 40:
+        return {"status": "Skipped", "message": "the 8-minute budget is spent", "_wallSeconds": 0}
+    deadline = min(PROBE_SECONDS, left - 25)
     (out / "specs").mkdir(parents=True, exist_ok=True)
     (out / "results").mkdir(parents=True, exist_ok=True)
     spec_path = out / "specs" / f"{name}.json"
@@ -247,55 +285,71 @@ def run_probe(name: str, spec: dict[str, Any], out: Path, *extra: str) -> dict[s
             "--termination-log",
             str(out / "results" / f"{name}.termination-log"),
             "--device",
-            "cuda",
+            DEVICE[0],
+            "--deadline-seconds",
+            f"{deadline:.0f}",
             *extra,
         ],
         capture_output=True,
         text=True,
         env=env,
-        timeout=420,
     )
     (out / "results" / f"{name}.stderr.txt").write_text(proc.stderr)
     try:
         result: dict[str, Any] = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        result = {"status": "Failed", "message": f"no result (exit {proc.returncode})"}
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        result = {"status": "Failed", "message": f"no result (exit {proc.returncode}): {tail}"}
     result["_wallSeconds"] = round(time.monotonic() - started, 1)
     (out / "results" / f"{name}.json").write_text(json.dumps(result, indent=2))
     return result
 
 
-def overhead_section(out: Path, dry_run: bool) -> list[str]:
+def overhead_section(out: Path, dry_run: bool, small: bool = False) -> list[str]:
     """The probe's own overhead: the same run with the sampler off and at 100 Hz."""
     lines = ["", "## The probe's own overhead", ""]
     if dry_run:
         return [*lines, "Not measured (dry run)."]
-    off = run_probe("overhead-sampler-off", OVERHEAD, out, "--sampler-hz", "0")
-    on = run_probe("overhead-sampler-100hz", OVERHEAD, out, "--sampler-hz", "100")
-    peak = on.get("peakDeviceUsedBytes") or on.get("peakReservedBytes") or 0
-    d_reserved = (on.get("peakReservedBytes") or 0) - (off.get("peakReservedBytes") or 0)
-    d_alloc = (on.get("peakAllocatedBytes") or 0) - (off.get("peakAllocatedBytes") or 0)
+    doc = tiny(OVERHEAD) if small else OVERHEAD
+    off = run_probe("overhead-sampler-off", doc, out, "--sampler-hz", "0")
+    on = run_probe("overhead-sampler-100hz", doc, out, "--sampler-hz", "100")
+    peak = on.get("peakDeviceUsedBytes") or on.get("peakReservedBytes")
     nvml = on.get("nvml") or {}
     phase_s_on = sum(p["seconds"] for p in on.get("phases", []))
     phase_s_off = sum(p["seconds"] for p in off.get("phases", []))
     cpu = nvml.get("samplerCpuSeconds")
+
+    def row(label: str, key: str) -> tuple[str, int | None]:
+        a, b = off.get(key), on.get(key)
+        delta = b - a if a is not None and b is not None else None
+        fraction = f"{delta / peak:.4%}" if delta is not None and peak else "—"
+        shown = "—" if delta is None else f"{delta} B"
+        return f"| {label} (GiB) | {_gib(a)} | {_gib(b)} | {shown} | {fraction} |", delta
+
+    alloc_row, d_alloc = row("peak allocated", "peakAllocatedBytes")
+    reserved_row, d_reserved = row("peak reserved", "peakReservedBytes")
+    if d_reserved is None or not peak:
+        verdict = "Overhead under 1 % of the peak: not measurable here (no GPU figures)."
+    else:
+        worst = max(d_reserved, d_alloc or 0) / peak
+        verdict = (
+            f"Overhead under 1 % of the peak: {'yes' if worst < 0.01 else 'NO'} ({worst:.4%})."
+        )
     lines += [
         "Same configuration (8B-shaped, concurrency 1) with the NVML sampler off and at 100 Hz.",
         "The sampler and the phase bookkeeping allocate nothing on the device; any difference",
-        "in the PyTorch peaks below is the probe's device overhead.",
+        "in the PyTorch peaks below is the probe's device overhead. The peak is the NVML one.",
         "",
         "| figure | sampler off | sampler 100 Hz | overhead | fraction of peak |",
         "|---|---|---|---|---|",
-        f"| peak allocated (GiB) | {_gib(off.get('peakAllocatedBytes'))} | "
-        f"{_gib(on.get('peakAllocatedBytes'))} | {d_alloc} B | "
-        f"{(d_alloc / peak if peak else 0):.4%} |",
-        f"| peak reserved (GiB) | {_gib(off.get('peakReservedBytes'))} | "
-        f"{_gib(on.get('peakReservedBytes'))} | {d_reserved} B | "
-        f"{(d_reserved / peak if peak else 0):.4%} |",
+        alloc_row,
+        reserved_row,
         f"| measured phases (s) | {phase_s_off:.2f} | {phase_s_on:.2f} | "
         f"{phase_s_on - phase_s_off:+.2f} s | — |",
         f"| sampler thread CPU (s) | — | {cpu if cpu is not None else '—'} | "
         f"{nvml.get('sampleHz', '—')} samples/s achieved | — |",
+        "",
+        verdict,
     ]
     return lines
 
@@ -327,12 +381,26 @@ def main(argv: list[str] | None = None) -> int:
         help="build the matrix and the estimate column only (no CUDA)",
     )
     parser.add_argument("--only", action="append", help="run only these configurations")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="tiny architectures on the CPU: checks the script's measuring path without a GPU "
+        "(its figures are not GPU figures)",
+    )
     args = parser.parse_args(argv)
+    if args.tiny:
+        DEVICE[0] = "cpu"
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "environment.txt").write_text(environment())
     started = time.monotonic()
-    title = "dry run: estimates only, nothing measured" if args.dry_run else "measured"
+    title = (
+        "dry run: estimates only, nothing measured"
+        if args.dry_run
+        else "TINY CPU PLUMBING RUN: not GPU figures"
+        if args.tiny
+        else "measured"
+    )
     lines = [f"# gpu-sizer GPU check ({title})", "", "```", environment().strip(), "```", ""]
     lines += ["Relative error is (estimate - measured) / measured; sizes in GiB (2^30 bytes).", ""]
     lines += [
@@ -343,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, (description, doc) in MATRIX.items():
         if args.only and name not in args.only:
             continue
+        if args.tiny:
+            doc = tiny(doc)
         spec = parse_spec(doc)
         est = estimate(spec)
         result = None if args.dry_run else run_probe(name, doc, out)
@@ -358,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(f"| {name} | {component} | {_gib(e)} | {_gib(m)} | {_err(e, m)} |")
     lines += ["", "## Runs", "", *statuses]
     if not args.only:
-        lines += overhead_section(out, args.dry_run)
+        lines += overhead_section(out, args.dry_run, small=args.tiny)
     lines += ["", f"Total wall time: {time.monotonic() - started:.0f} s."]
     (out / "gpu-check.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

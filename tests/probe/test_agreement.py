@@ -17,8 +17,15 @@ import yaml
 
 from gpu_sizer.api import Architecture, GPUWorkloadSpec, parse_spec, parse_workload
 from gpu_sizer.budget import estimate
+from gpu_sizer.budget.estimate import stage_outer_params
+from gpu_sizer.budget.params import layout as budget_layout
 from gpu_sizer.probe.inference import BLOCK_SIZE, allocate_kv_cache, kv_cache_dtype
-from gpu_sizer.probe.model import build_model, parameter_count
+from gpu_sizer.probe.model import (
+    build_model,
+    heaviest_stage,
+    parameter_count,
+    rank_architecture,
+)
 
 from .conftest import ROOT, TINY_LLAMA
 from .reference_models import REFERENCE
@@ -95,13 +102,7 @@ def test_parameter_count_equals_budget_for_flag_variants(change: dict[str, Any])
 
 
 def _inference_examples() -> list[Any]:
-    return [
-        p
-        for p in _example_specs()
-        if p.values[0].inference is not None
-        and p.values[0].inference.tensor_parallel_size == 1
-        and p.values[0].inference.pipeline_parallel_size == 1
-    ]
+    return [p for p in _example_specs() if p.values[0].inference is not None]
 
 
 @pytest.mark.parametrize("spec", _inference_examples())
@@ -110,13 +111,15 @@ def test_kv_cache_bytes_equal_bytes_per_token_times_slots(spec: GPUWorkloadSpec,
     spec = spec.model_copy(
         update={"inference": spec.inference.model_copy(update={"kv_cache_dtype": kv})}  # type: ignore[union-attr]
     )
-    inf, arch = spec.inference, spec.model.architecture
-    assert inf is not None and arch is not None
+    inf, whole = spec.inference, spec.model.architecture
+    assert inf is not None and whole is not None
+    arch = rank_architecture(whole, inf.tensor_parallel_size)  # one GPU's share
+    layers = -(-arch.num_hidden_layers // inf.pipeline_parallel_size)  # heaviest stage
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
         spec.model.dtype.value, torch.bfloat16
     )
     cache = allocate_kv_cache(
-        arch.num_hidden_layers,
+        layers,
         inf.max_num_seqs,
         inf.max_model_len,
         arch.kv_heads,
@@ -127,3 +130,48 @@ def test_kv_cache_bytes_equal_bytes_per_token_times_slots(spec: GPUWorkloadSpec,
     nbytes = sum(t.numel() * t.element_size() for t in cache)
     slots = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
     assert nbytes == estimate(spec).kv_cache_bytes_per_token * slots
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize(
+    "name", ["llama-3-8b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "gpt-neox-20b", "opt-1.3b"]
+)
+def test_tensor_parallel_rank_matches_budget_per_rank(name: str, tp: int) -> None:
+    arch_doc, _ = REFERENCE[name]
+    arch = Architecture.model_validate(arch_doc)
+    spec = parse_spec(
+        {
+            "model": {"architecture": arch_doc},
+            "inference": {"maxModelLen": 1024, "maxNumSeqs": 2, "tensorParallelSize": tp},
+        }
+    )
+    rank = rank_architecture(arch, tp)
+    assert _meta_count(rank) == budget_layout(arch, tp).total
+    cache = allocate_kv_cache(
+        rank.num_hidden_layers, 2, 1024, rank.kv_heads, rank.head_size, torch.bfloat16, META
+    )
+    nbytes = sum(t.numel() * t.element_size() for t in cache)
+    assert nbytes == estimate(spec).kv_cache_bytes_per_token * 2 * 1024
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4])
+@pytest.mark.parametrize("name", ["llama-3-8b", "gemma-7b", "opt-1.3b", "qwen2-7b"])
+def test_pipeline_stage_matches_budget(name: str, pp: int) -> None:
+    arch_doc, _ = REFERENCE[name]
+    arch = Architecture.model_validate(arch_doc)
+    lay = budget_layout(arch)
+    layers = -(-arch.num_hidden_layers // pp)
+    stage = heaviest_stage(arch, pp)
+    built = parameter_count(build_model(arch, torch.bfloat16, META, stage))
+    outer = stage_outer_params(lay, pp, arch.word_embed_proj_dim or arch.hidden_size)
+    assert stage.layers == layers
+    assert built == layers * lay.layer_params + outer
+    spec = parse_spec(
+        {
+            "model": {"architecture": arch_doc},
+            "inference": {"maxModelLen": 1024, "maxNumSeqs": 2, "pipelineParallelSize": pp},
+        }
+    )
+    cache = allocate_kv_cache(layers, 2, 1024, arch.kv_heads, arch.head_size, torch.bfloat16, META)
+    nbytes = sum(t.numel() * t.element_size() for t in cache)
+    assert nbytes == estimate(spec).kv_cache_bytes_per_token * 2 * 1024

@@ -8,13 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpu_sizer.api import parse_spec, spec_hash
+from gpu_sizer.api import parse_spec, spec_hash, spec_to_wire
 
 from .conftest import ROOT, inference_spec, run_probe
 
 
 def test_spec_from_environment_and_gpu_class_recorded(tmp_path: Path) -> None:
     spec = inference_spec()
+    # Exactly what the measurement Job puts in GPU_SIZER_SPEC: spec_to_wire, compact, sorted.
+    wire = json.dumps(spec_to_wire(parse_spec(spec)), separators=(",", ":"), sort_keys=True)
     log = tmp_path / "log"
     proc = subprocess.run(
         [
@@ -34,7 +36,7 @@ def test_spec_from_environment_and_gpu_class_recorded(tmp_path: Path) -> None:
         env={
             **os.environ,
             "PYTHONPATH": str(ROOT / "operator"),
-            "GPU_SIZER_SPEC": json.dumps(spec),
+            "GPU_SIZER_SPEC": wire,
         },
     )
     assert proc.returncode == 0, proc.stderr
@@ -102,3 +104,14 @@ def test_importing_the_probe_package_does_not_import_torch() -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
     )
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_device_cuda_without_a_gpu_fails_with_the_reason(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():  # pragma: no cover - GPU machine
+        return
+    code, result, _, proc = run_probe(inference_spec(), "--device", "cuda", tmp_path=tmp_path)
+    assert code == 1
+    assert result["status"] == "Failed" and "sees no CUDA device" in result["message"]
+    assert "Traceback" not in proc.stderr

@@ -146,7 +146,7 @@ def test_moe_training_with_checkpointing() -> None:
     [
         ({"model": {"quantization": {"method": "awq"}}}, "awq 4-bit"),
         ({"model": {"dtype": "float8_e4m3fn"}}, "float8_e4m3fn"),
-        ({"inference": {"tensorParallelSize": 2}}, "tensorParallelSize 2"),
+        ({"model": {"quantization": {"method": "gptq", "bits": 8}}}, "gptq 8-bit"),
         (
             {"model": {"architecture": None, "parameterCount": 1000}},
             "needs spec.model.architecture",
@@ -206,3 +206,65 @@ def test_result_round_trips_through_the_termination_message() -> None:
 
     result, _ = _measure(inference_spec())
     assert parse_result(compact_message(result)) == result
+
+
+def test_sigterm_during_a_run_still_writes_a_timeout_result(tmp_path: Any) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    # Long enough on two shared cores to be running when the signal arrives.
+    arch = {**TINY_LLAMA, "maxPositionEmbeddings": 2048}
+    spec = inference_spec(arch, maxModelLen=2048, maxNumSeqs=64, maxNumBatchedTokens=2048)
+    spec["measurement"]["concurrencyLevels"] = [1, 2, 4, 8, 16, 32, 64]
+    log = tmp_path / "log"
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-m", "gpu_sizer.probe", "--termination-log", str(log)],
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "operator"),
+            "GPU_SIZER_SPEC": json.dumps(spec),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the probe logs each phase as it starts
+        if "phase prefill@1 started" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert result["status"] == "Timeout" and "SIGTERM" in result["message"], result
+    # What was measured before the signal is kept (an interrupted phase with its peaks so far).
+    names = [p["name"] for p in result["phases"]]
+    assert names[:2] == ["load", "kv-cache"]
+    assert names[2] in ("prefill@1", "prefill@1 (interrupted)")
+    assert not any(n.startswith("decode@64") for n in names)
+    assert json.loads(log.read_text())["status"] == "Timeout"
+
+
+def test_tensor_parallel_measures_one_rank() -> None:
+    whole, _ = _measure(inference_spec())
+    rank, _ = _measure(inference_spec(tensorParallelSize=2))
+    assert rank.status == "Succeeded", rank.message
+    # KV heads (2) split over 2 ranks: half the cache per GPU.
+    assert rank.kv_cache_bytes == (whole.kv_cache_bytes or 0) // 2
+    assert (rank.parameter_count or 0) < (whole.parameter_count or 0)
+    assert any("rank 0's shard" in n for n in rank.notes)
+
+
+@pytest.mark.parametrize("arch", [TINY_LLAMA, TINY_GEMMA2, TINY_OPT], ids=lambda a: a["modelType"])
+def test_pipeline_parallel_measures_the_heaviest_stage(arch: dict[str, Any]) -> None:
+    whole, _ = _measure(inference_spec(arch))
+    stage, _ = _measure(inference_spec(arch, pipelineParallelSize=2, tensorParallelSize=2))
+    assert stage.status == "Succeeded", stage.message
+    # One of 2 layers per stage, KV heads split over 2 ranks: a quarter of the cache.
+    assert stage.kv_cache_bytes == (whole.kv_cache_bytes or 0) // 4
+    assert any("most loaded stage" in n for n in stage.notes)

@@ -133,7 +133,11 @@ class ProbeResult(_Doc):
     )
     kv_cache_bytes: int | None = Field(None, description="Synthetic: KV cache tensor bytes.")
     kv_cache_tokens: int | None = Field(None, description="Synthetic: token slots in the cache.")
-    parameter_count: int | None = None
+    parameter_count: int | None = Field(
+        None,
+        description="Synthetic: parameters built on the measured GPU (one tensor-parallel rank "
+        "when tensorParallelSize > 1).",
+    )
     trainable_parameter_count: int | None = None
     out_of_memory: bool = False
     oom_phase: str | None = None

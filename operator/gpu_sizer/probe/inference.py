@@ -28,7 +28,14 @@ from torch import Tensor
 
 from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
 from gpu_sizer.probe.memory import Recorder
-from gpu_sizer.probe.model import KvCache, SyntheticDecoder, build_model, parameter_count
+from gpu_sizer.probe.model import (
+    KvCache,
+    SyntheticDecoder,
+    build_model,
+    heaviest_stage,
+    parameter_count,
+    rank_architecture,
+)
 from gpu_sizer.probe.support import SYNTHETIC_DEFAULT_BATCHED_TOKENS
 
 __all__ = [
@@ -91,8 +98,12 @@ def allocate_kv_cache(
     dtype: torch.dtype,
     device: torch.device,
 ) -> list[Tensor]:
-    """One ``[2, num_blocks, BLOCK_SIZE, kv_heads, head_dim]`` tensor per layer (uninitialised,
-    as vLLM allocates it with ``torch.zeros``-free ``empty``)."""
+    """One ``[2, num_blocks, BLOCK_SIZE, kv_heads, head_dim]`` tensor per layer.
+
+    vLLM zero-fills its cache (``torch.zeros``); this one is left uninitialised
+    (``torch.empty``): the same bytes from the caching allocator, and ``cudaMalloc`` commits
+    device memory whether or not it is written.
+    """
     blocks = num_seqs * math.ceil(max_len / BLOCK_SIZE)
     return [
         torch.empty(2, blocks, BLOCK_SIZE, kv_heads, head_dim, dtype=dtype, device=device)
@@ -113,9 +124,12 @@ def _views(cache: list[Tensor], num_seqs: int, first: int, count: int) -> list[K
     return views
 
 
-def _sample(logits: Tensor) -> Tensor:
-    """Greedy sampling from float32 logits, as vLLM's sampler upcasts them."""
-    return logits[:, -1].float().argmax(dim=-1, keepdim=True)
+def _forward(model: SyntheticDecoder, batch: int, t: int, views: list[KvCache], start: int) -> None:
+    """One forward pass of ``batch`` sequences of ``t`` new tokens at ``start``; greedy sampling
+    from float32 logits (vLLM's sampler upcasts them) where this stage holds lm_head."""
+    out = model(model.make_inputs(batch, t, views[0][0].device), views, start, last_only=True)
+    if model.lm_head is not None:
+        out[:, -1].float().argmax(dim=-1)
 
 
 def run_inference(
@@ -128,8 +142,22 @@ def run_inference(
     """
     assert spec.inference is not None and spec.model.architecture is not None
     inf = spec.inference
-    arch = spec.model.architecture
+    tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
+    arch = rank_architecture(spec.model.architecture, tp)
+    stage = heaviest_stage(arch, pp)
     levels, notes = concurrency_levels(spec)
+    if tp > 1:
+        notes.append(
+            f"tensorParallelSize {tp}: rank 0's shard built and run on one GPU (ranks are "
+            "symmetric); NCCL buffers and the all-reduce between ranks are not included"
+        )
+    if pp > 1:
+        end = "first (embedding)" if stage.first else "last (lm_head)"
+        notes.append(
+            f"pipelineParallelSize {pp}: the most loaded stage ({stage.layers} layers and the "
+            f"{end} end) built and run on one GPU with random inputs from the previous stage; "
+            "NCCL send/receive buffers are not included"
+        )
     batched = inf.max_num_batched_tokens or SYNTHETIC_DEFAULT_BATCHED_TOKENS
     if inf.max_num_batched_tokens is None:
         notes.append(f"maxNumBatchedTokens unset: chunked prefill of {batched} tokens (vLLM V1)")
@@ -143,12 +171,12 @@ def run_inference(
 
     with torch.inference_mode():
         with recorder.phase("load"):
-            model = build_model(arch, dtype, device).eval()
+            model = build_model(arch, dtype, device, stage).eval()
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         cache_dtype = kv_cache_dtype(inf.kv_cache_dtype, dtype)
         with recorder.phase("kv-cache"):
             cache = allocate_kv_cache(
-                arch.num_hidden_layers,
+                len(model.layers),
                 inf.max_num_seqs,
                 inf.max_model_len,
                 arch.kv_heads,
@@ -163,13 +191,12 @@ def run_inference(
         prompt = inf.max_model_len - steps
         for c in levels:
             with recorder.phase(f"prefill@{c}"):
-                _prefill(model, cache, inf.max_num_seqs, c, prompt, batched, arch.vocab_size)
+                _prefill(recorder, model, cache, inf.max_num_seqs, c, prompt, batched)
             with recorder.phase(f"decode@{c}"):
                 views = _views(cache, inf.max_num_seqs, 0, c)
-                tokens = torch.randint(0, arch.vocab_size, (c, 1), device=device)
                 for step in range(steps):
                     recorder.check_deadline()
-                    tokens = _sample(model(tokens, views, prompt + step, last_only=True))
+                    _forward(model, c, 1, views, prompt + step)
         if cache_dtype != dtype:
             notes.append(
                 "fp8 KV cache: attention dequantizes each sequence's cached slice to the model "
@@ -186,26 +213,24 @@ def run_inference(
 
 
 def _prefill(
+    recorder: Recorder,
     model: SyntheticDecoder,
     cache: list[Tensor],
     num_seqs: int,
     count: int,
     prompt: int,
     batched: int,
-    vocab: int,
 ) -> None:
     """Prefill ``count`` prompts of ``prompt`` tokens in passes of at most ``batched`` tokens."""
-    device = cache[0].device
     if prompt <= batched:
         group = max(1, min(count, batched // prompt))
         for first in range(0, count, group):
+            recorder.check_deadline()
             n = min(group, count - first)
-            tokens = torch.randint(0, vocab, (n, prompt), device=device)
-            _sample(model(tokens, _views(cache, num_seqs, first, n), 0, last_only=True))
+            _forward(model, n, prompt, _views(cache, num_seqs, first, n), 0)
         return
     for seq in range(count):
         views = _views(cache, num_seqs, seq, 1)
         for start in range(0, prompt, batched):
-            t = min(batched, prompt - start)
-            tokens = torch.randint(0, vocab, (1, t), device=device)
-            _sample(model(tokens, views, start, last_only=True))
+            recorder.check_deadline()
+            _forward(model, 1, min(batched, prompt - start), views, start)

@@ -10,6 +10,7 @@ writing ``5`` to ``/proc/self/clear_refs`` (Linux ``proc(5)``), with ``getrusage
 
 from __future__ import annotations
 
+import logging
 import re
 import resource
 import sys
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 import torch
 
 from gpu_sizer.measurement.result import PhaseResult
+from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded
 from gpu_sizer.probe.nvml import NvmlSampler
 
 __all__ = [
@@ -31,15 +33,13 @@ __all__ = [
     "requested_bytes",
 ]
 
+log = logging.getLogger(__name__)
+
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 # CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp): "Tried to allocate 2.00 GiB."
 _CUDA_TRIED = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)")
 # CPU allocator (c10/core/impl/alloc_cpu.cpp): "you tried to allocate 8589934592 bytes."
 _CPU_TRIED = re.compile(r"tried to allocate (\d+) bytes")
-
-
-class DeadlineExceeded(Exception):
-    """The probe's deadline passed before the workload finished."""
 
 
 class OutOfMemory(Exception):
@@ -130,7 +130,11 @@ class Recorder:
         return self.device.type == "cuda"
 
     def check_deadline(self) -> None:
-        """:raises DeadlineExceeded: when the deadline has passed."""
+        """:raises DeadlineExceeded: when the deadline has passed or SIGTERM arrived."""
+        if TERMINATED.is_set():
+            raise DeadlineExceeded(
+                f"terminated by SIGTERM (Job deadline or pod deletion) during {self.current}"
+            )
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise DeadlineExceeded(f"deadline reached during {self.current}")
 
@@ -139,6 +143,7 @@ class Recorder:
         """Measure one phase; allocation failures inside become :class:`OutOfMemory`."""
         self.check_deadline()
         self.current = name
+        log.info("phase %s started", name)
         if self.cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -150,6 +155,9 @@ class Recorder:
             yield
             if self.cuda:
                 torch.cuda.synchronize(self.device)
+        except DeadlineExceeded:
+            self._record(f"{name} (interrupted)", started)
+            raise
         except (RuntimeError, MemoryError) as exc:
             oom = as_out_of_memory(exc, name)
             if oom is None:
@@ -172,6 +180,16 @@ class Recorder:
             rss = _vm_hwm() if self._cpu_phase_peaks else None
             phase = PhaseResult(name=name, seconds=seconds, peak_rss_bytes=rss)
         self.phases.append(phase)
+        log.info(
+            "phase %s took %.3f s; peaks in bytes: allocated %s, reserved %s, device used (NVML) "
+            "%s, RSS %s",
+            name,
+            seconds,
+            phase.peak_allocated_bytes,
+            phase.peak_reserved_bytes,
+            phase.peak_device_used_bytes,
+            phase.peak_rss_bytes,
+        )
 
     def peaks(self) -> dict[str, int | None]:
         """Maxima over phases: allocated, reserved, device used (NVML), RSS (CPU)."""

@@ -35,10 +35,13 @@ from gpu_sizer.api import Architecture
 
 __all__ = [
     "Layout",
+    "Stage",
     "SyntheticDecoder",
     "build_model",
+    "heaviest_stage",
     "layout_for",
     "parameter_count",
+    "rank_architecture",
 ]
 
 KvCache = tuple[Tensor, Tensor]
@@ -320,56 +323,94 @@ class DecoderLayer(nn.Module):
         return result
 
 
+@dataclass(frozen=True)
+class Stage:
+    """Which part of the model one pipeline stage holds (the whole model by default).
+
+    vLLM and Megatron-LM: the first stage holds the embedding (and what precedes the first
+    layer), the last the final norm and lm_head (a tied lm_head becomes a copy of the embedding
+    there); layers are split over the stages.
+    """
+
+    layers: int | None = None
+    first: bool = True
+    last: bool = True
+
+
 class SyntheticDecoder(nn.Module):
     """Embedding, decoder layers, final norm and LM head, laid out like the Hugging Face model.
 
-    ``forward(tokens, caches, start, last_only)`` returns logits ``[batch, t or 1, vocab]`` in
-    the model dtype; with ``caches`` (one (K, V) pair of views per layer) attention reads and
-    writes the KV cache at positions ``start .. start + t``.
+    ``forward(inputs, caches, start, last_only)`` takes token ids ``[batch, t]`` (or, on a
+    pipeline stage without the embedding, hidden states ``[batch, t, hidden]``) and returns logits
+    ``[batch, t or 1, vocab]`` in the model dtype (hidden states on a stage without lm_head); with
+    ``caches`` (one (K, V) pair of views per layer) attention reads and writes the KV cache at
+    positions ``start .. start + t``.
     """
 
-    def __init__(self, arch: Architecture, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        arch: Architecture,
+        dtype: torch.dtype,
+        device: torch.device,
+        stage: Stage | None = None,
+    ) -> None:
         super().__init__()
+        stage = stage or Stage()
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
         layout = layout_for(arch)
         h = arch.hidden_size
         embed_dim = arch.word_embed_proj_dim or h
         self.arch = arch
+        self.stage = stage
         self.checkpointing = False
-        self.embed_tokens = nn.Embedding(arch.vocab_size, embed_dim, **factory)
+        self.embed_tokens: nn.Embedding | None = None
         self.embed_positions: nn.Embedding | None = None
-        if layout.learned_positions_offset is not None:
-            self.embed_positions = nn.Embedding(
-                arch.max_position_embeddings + layout.learned_positions_offset, h, **factory
-            )
         self.project_in: nn.Linear | None = None
         self.project_out: nn.Linear | None = None
-        if embed_dim != h:  # OPT-350m: word_embed_proj_dim 512 < hidden_size 1024
-            self.project_in = nn.Linear(embed_dim, h, bias=False, **factory)
-            self.project_out = nn.Linear(h, embed_dim, bias=False, **factory)
-        self.layers = nn.ModuleList(
-            DecoderLayer(arch, layout, factory) for _ in range(arch.num_hidden_layers)
-        )
-        self.norm = _norm(layout, h, factory) if layout.final_norm else None
-        self.lm_head = nn.Linear(embed_dim, arch.vocab_size, bias=False, **factory)
-        if layout.tied:
-            self.lm_head.weight = self.embed_tokens.weight
+        self.norm: nn.Module | None = None
+        self.lm_head: nn.Linear | None = None
+        if stage.first:
+            self.embed_tokens = nn.Embedding(arch.vocab_size, embed_dim, **factory)
+            if layout.learned_positions_offset is not None:
+                self.embed_positions = nn.Embedding(
+                    arch.max_position_embeddings + layout.learned_positions_offset, h, **factory
+                )
+            if embed_dim != h:  # OPT-350m: word_embed_proj_dim 512 < hidden_size 1024
+                self.project_in = nn.Linear(embed_dim, h, bias=False, **factory)
+        layers = arch.num_hidden_layers if stage.layers is None else stage.layers
+        self.layers = nn.ModuleList(DecoderLayer(arch, layout, factory) for _ in range(layers))
+        if stage.last:
+            self.norm = _norm(layout, h, factory) if layout.final_norm else None
+            if embed_dim != h:
+                self.project_out = nn.Linear(h, embed_dim, bias=False, **factory)
+            self.lm_head = nn.Linear(embed_dim, arch.vocab_size, bias=False, **factory)
+            if layout.tied and self.embed_tokens is not None:
+                self.lm_head.weight = self.embed_tokens.weight
+
+    def make_inputs(self, batch: int, t: int, device: torch.device) -> Tensor:
+        """Random inputs for one forward: token ids, or hidden states from the previous stage."""
+        if self.embed_tokens is not None:
+            return torch.randint(0, self.arch.vocab_size, (batch, t), device=device)
+        dtype = next(self.parameters()).dtype
+        return torch.randn(batch, t, self.arch.hidden_size, device=device, dtype=dtype)
 
     def forward(
         self,
-        tokens: Tensor,
+        inputs: Tensor,
         caches: list[KvCache] | None = None,
         start: int = 0,
         last_only: bool = False,
     ) -> Tensor:
-        x = self.embed_tokens(tokens)
-        if self.project_in is not None:
-            x = self.project_in(x)
-        if self.embed_positions is not None:
-            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
-            x = x + self.embed_positions(
-                positions.clamp(max=self.embed_positions.num_embeddings - 1)
-            )
+        x = inputs
+        if self.embed_tokens is not None:
+            x = self.embed_tokens(inputs)
+            if self.project_in is not None:
+                x = self.project_in(x)
+            if self.embed_positions is not None:
+                positions = torch.arange(start, start + inputs.shape[1], device=inputs.device)
+                x = x + self.embed_positions(
+                    positions.clamp(max=self.embed_positions.num_embeddings - 1)
+                )
         for i, layer in enumerate(self.layers):
             cache = None if caches is None else caches[i]
             if self.checkpointing and self.training:
@@ -378,6 +419,8 @@ class SyntheticDecoder(nn.Module):
                 x = checkpoint(layer, x, cache, start, use_reentrant=False)
             else:
                 x = layer(x, cache, start)
+        if self.lm_head is None:
+            return x
         if last_only:
             x = x[:, -1:]
         if self.norm is not None:
@@ -388,13 +431,62 @@ class SyntheticDecoder(nn.Module):
         return logits
 
 
-def build_model(arch: Architecture, dtype: torch.dtype, device: torch.device) -> SyntheticDecoder:
-    """The synthetic model, allocated and randomly initialised on ``device`` in ``dtype``.
+def heaviest_stage(arch: Architecture, pp: int) -> Stage:
+    """The most loaded of ``pp`` pipeline stages: ``ceil(layers / pp)`` layers plus the larger
+    end (the first stage's embedding or the last stage's lm_head and final norm), counted on the
+    meta device. One stage is the whole model."""
+    if pp == 1:
+        return Stage()
+    layers = -(-arch.num_hidden_layers // pp)
+    meta = torch.device("meta")
+    first = Stage(layers=layers, first=True, last=False)
+    last = Stage(layers=layers, first=False, last=True)
+    sizes = {
+        stage: parameter_count(SyntheticDecoder(arch, torch.bfloat16, meta, stage))
+        for stage in (first, last)
+    }
+    return max(sizes, key=lambda stage: sizes[stage])
+
+
+def rank_architecture(arch: Architecture, tp: int) -> Architecture:
+    """The shape one tensor-parallel rank holds, as a (smaller) architecture of its own.
+
+    vLLM's Megatron-style sharding (Shoeybi et al. 2019, section 3; vLLM
+    ``ColumnParallelLinear``/``RowParallelLinear``/``QKVParallelLinear``/
+    ``VocabParallelEmbedding``/``FusedMoE``): query heads, the MLP and expert widths and the
+    vocabulary split ``tp`` ways; KV heads split, or are replicated when there are fewer than
+    ``tp``; norms, routers, learned positions and row-parallel biases stay whole. The head width
+    is kept, so the rank's attention is the same per head.
+    """
+    if tp == 1:
+        return arch
+
+    def split(width: int | None) -> int | None:
+        return None if width is None else -(-width // tp)
+
+    return arch.model_copy(
+        update={
+            "num_attention_heads": arch.num_attention_heads // tp,
+            "num_key_value_heads": max(1, arch.kv_heads // tp),
+            "head_dim": arch.head_size,
+            "intermediate_size": split(arch.intermediate_size),
+            "vocab_size": split(arch.vocab_size),
+            "moe_intermediate_size": split(arch.moe_intermediate_size),
+            "shared_expert_intermediate_size": split(arch.shared_expert_intermediate_size),
+        }
+    )
+
+
+def build_model(
+    arch: Architecture, dtype: torch.dtype, device: torch.device, stage: Stage | None = None
+) -> SyntheticDecoder:
+    """The synthetic model (or one pipeline ``stage`` of it), allocated and randomly
+    initialised on ``device`` in ``dtype``.
 
     On ``torch.device("meta")`` nothing is allocated (shapes only).
     """
     with torch.no_grad():
-        return SyntheticDecoder(arch, dtype, device)
+        return SyntheticDecoder(arch, dtype, device, stage)
 
 
 def parameter_count(model: nn.Module) -> int:

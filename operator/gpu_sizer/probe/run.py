@@ -9,10 +9,13 @@ so Command mode runs where only nvidia-ml-py is installed.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import resource
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -30,6 +33,7 @@ from gpu_sizer.api import (
     spec_hash,
 )
 from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
+from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded
 from gpu_sizer.probe.nvml import DEFAULT_HZ, NvmlSampler
 from gpu_sizer.probe.support import synthetic_unsupported_reason
 
@@ -124,7 +128,12 @@ def measure(spec: GPUWorkloadSpec, options: Options) -> tuple[ProbeResult, int]:
     if spec.measurement.mode is MeasurementMode.Command:
         result, code = _measure_command(spec, options, deadline, base)
     else:
-        result, code = _measure_synthetic(spec, options, deadline, base)
+        previous = _raise_on_sigterm()
+        try:
+            result, code = _measure_synthetic(spec, options, deadline, base)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
     result.completed_at = _now()
     return result, code
 
@@ -192,9 +201,25 @@ def _measure_synthetic(
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-    from gpu_sizer.probe.memory import DeadlineExceeded, OutOfMemory, Recorder
+    from gpu_sizer.probe.memory import OutOfMemory, Recorder
 
     base["torch_version"] = torch.__version__
+    if options.device == "cuda" and not torch.cuda.is_available():
+        built = torch.version.cuda or "no CUDA"
+        probe_nvml = NvmlSampler(options.sampler_hz).start()
+        probe_nvml.stop()
+        return (
+            ProbeResult(
+                status="Failed",
+                mode="Synthetic",
+                device="cpu",
+                message=f"--device cuda: torch {torch.__version__} (built with {built}) sees no "
+                "CUDA device; check the GPU request and the NVIDIA container runtime",
+                nvml=probe_nvml.info(),
+                **base,
+            ),
+            1,
+        )
     use_cuda = options.device == "cuda" or (options.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
     kind = "cuda" if use_cuda else "cpu"
@@ -279,14 +304,30 @@ def _measure_synthetic(
     return result, 0
 
 
+def _raise_on_sigterm() -> Any:
+    """Note SIGTERM (the Job's ``activeDeadlineSeconds``, a pod deletion) in
+    :data:`~gpu_sizer.probe.errors.TERMINATED`; the workload stops at its next check and a
+    ``Timeout`` result with the phases measured so far is still written. Returns the previous
+    handler (``None`` off the main thread, where handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    TERMINATED.clear()
+
+    def on_term(signum: int, frame: object) -> None:
+        TERMINATED.set()
+
+    return signal.signal(signal.SIGTERM, on_term)
+
+
 def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
     """Weights plus KV cache the synthetic run would allocate (from the meta-device model)."""
     import torch
 
-    from gpu_sizer.probe.model import build_model, parameter_count
+    from gpu_sizer.probe.model import build_model, parameter_count, rank_architecture
 
     assert spec.model.architecture is not None
-    arch = spec.model.architecture
+    tp = spec.inference.tensor_parallel_size if spec.inference is not None else 1
+    arch = rank_architecture(spec.model.architecture, tp)
     params = parameter_count(build_model(arch, torch.float32, torch.device("meta")))
     per_param = DTYPE_BYTES[spec.model.dtype]
     if spec.training is not None:
@@ -358,6 +399,9 @@ def write_outputs(result: ProbeResult, termination_log: str) -> None:
 
 def main_from_args(spec_source: str | None, options: Options) -> int:
     """Read the spec, measure, write the outputs; the process exit status."""
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s gpu-sizer probe: %(message)s"
+    )
     try:
         spec = read_spec(spec_source)
     except InvalidWorkload as exc:

@@ -51,14 +51,6 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
             f"synthetic mode has no {model.dtype.value} matmul path (scaled-mm kernels, per-tensor "
             f"scales); {_USE_COMMAND}"
         )
-    if spec.inference is not None:
-        inf = spec.inference
-        if inf.tensor_parallel_size > 1 or inf.pipeline_parallel_size > 1:
-            return (
-                f"synthetic mode runs one unsharded GPU; tensorParallelSize "
-                f"{inf.tensor_parallel_size} x pipelineParallelSize {inf.pipeline_parallel_size} "
-                f"needs the engine's sharded workers and NCCL buffers; {_USE_COMMAND}"
-            )
     if spec.training is not None:
         tr = spec.training
         par = tr.parallelism

@@ -213,6 +213,7 @@ def run_training(
 
     for step in (1, 2):
         for m in range(1, micro + 1):
+            recorder.check_deadline()
             tokens = torch.randint(
                 0, arch.vocab_size, (tr.micro_batch_size, tr.sequence_length + 1), device=device
             )
