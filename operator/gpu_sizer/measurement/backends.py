@@ -174,7 +174,7 @@ class LocalProcessBackend:
             await proc.wait()
             return Outcome(
                 OutcomeKind.DeadlineExceeded,
-                f"the local probe ran past its deadline of {deadline:.0f} s and was killed",
+                f"the local probe ran past its deadline of {deadline:g} s and was killed",
                 node_name=self._node,
             )
         except asyncio.CancelledError:
