@@ -172,3 +172,32 @@ async def test_api_errors_are_survived(cluster, start_operator, kubelet: Kubelet
     assert len(jobs) == 1
     await kubelet.succeed(jobs[0], gpu_success(9 * GIB, total=23034 << 20), node="l4-1")
     await eventually(lambda: phase_is(cluster, "flaky", "Ready"), timeout=30)
+
+
+async def test_http_410_on_the_watch_request_exits_and_a_restart_carries_on(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    """kopf 1.45 handles a 410 inside the watch stream (above) but treats an HTTP-level 410 on
+    the watch request as fatal: the process exits 1. In a cluster the Deployment restarts it;
+    here we do, and the restarted operator picks the workload up."""
+    gw = kmock.resource("gpusizer.dev", "v1alpha1", "gpuworkloads")
+    seen = {"n": 0}
+
+    def first(_: object) -> bool:
+        seen["n"] += 1
+        return seen["n"] == 1
+
+    cluster.emulator["watch", gw, first] << kmock.KubernetesError(
+        status=410, reason="Expired", message="too old resource version"
+    )
+    await cluster.create(GW, workload("gone410", spec()))
+    op = start_operator()
+    await eventually(lambda: _exited(op), what="operator exit")
+    assert op.proc.returncode == 1
+    start_operator()
+    await eventually(lambda: phase_is(cluster, "gone410", "Measuring"))
+    assert len(await kubelet.jobs()) == 1
+
+
+async def _exited(op) -> bool:
+    return op.proc.poll() is not None
