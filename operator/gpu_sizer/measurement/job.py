@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, spec_to_wire
+from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementMode, spec_to_wire
 from gpu_sizer.catalog import GPUClass
 
 __all__ = [
@@ -42,7 +42,7 @@ TTL_SECONDS_AFTER_FINISHED: Final = 600
 #: probe can write its Timeout result first.
 DEADLINE_GRACE_SECONDS: Final = 30
 #: Host memory the probe needs besides the model: Python, PyTorch and CUDA libraries.
-BASE_HOST_MEMORY_BYTES: Final = 2 * GIB
+BASE_HOST_MEMORY_BYTES: Final = 4 * GIB
 #: Upper bound of the memory request, so that a mis-sized spec cannot ask for a whole node.
 MAX_HOST_MEMORY_BYTES: Final = 512 * GIB
 GPU_TOLERATIONS: Final = (
@@ -72,15 +72,20 @@ def job_name(
 
 
 def host_memory_bytes(spec: GPUWorkloadSpec, weights_bytes_per_replica: int) -> int:
-    """Host RAM for the probe container: 2 GiB for the runtime plus the replica's weights.
+    """Host RAM (bytes) for the probe container's memory request and limit.
 
-    The probe builds its synthetic model with the real dtype; a loader may stage a full copy of
-    the weights in host memory before moving them to the GPU (Hugging Face ``from_pretrained``
-    without ``low_cpu_mem_usage``), so host RAM must hold one replica's weights. Rounded up to a
-    GiB and capped at 512 GiB.
+    Synthetic mode creates every parameter directly on the GPU (``gpu_sizer.probe.model``: factory
+    calls with ``device=``, no CPU copy), so the container needs the runtime only: Python,
+    PyTorch, the CUDA libraries and the CUDA context's host side, 4 GiB. Command mode runs the
+    workload's own engine, which may stage a full copy of the replica's weights in host memory
+    while loading (Hugging Face ``from_pretrained`` without ``low_cpu_mem_usage``; safetensors
+    pages count against the container's memory cgroup), so it gets 4 GiB plus the replica's
+    weights. Rounded up to a GiB and capped at 512 GiB. A container OOM-killed anyway is retried
+    once with twice the memory.
     """
-    del spec
-    total = BASE_HOST_MEMORY_BYTES + max(0, weights_bytes_per_replica)
+    total = BASE_HOST_MEMORY_BYTES
+    if spec.measurement.mode is MeasurementMode.Command:
+        total += max(0, weights_bytes_per_replica)
     rounded = -(-total // GIB) * GIB
     return int(min(rounded, MAX_HOST_MEMORY_BYTES))
 
