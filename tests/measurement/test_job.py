@@ -105,12 +105,8 @@ def test_name_is_deterministic_short_and_changes_with_what_is_measured() -> None
 
 def test_host_memory_synthetic_is_the_runtime_command_adds_the_weights() -> None:
     assert host_memory_bytes(SPEC, 16 * GIB) == 4 * GIB  # weights are created on the GPU
-    command = SPEC.model_copy(
-        update={
-            "measurement": SPEC.measurement.model_copy(update={"mode": "Command", "command": ["x"]})
-        }
-    )
-    command = parse_spec(command.model_dump(by_alias=True, mode="json", exclude_none=True))
+    wire = SPEC.model_dump(by_alias=True, mode="json", exclude_none=True)
+    command = parse_spec({**wire, "measurement": {"mode": "Command", "command": ["serve"]}})
     assert host_memory_bytes(command, 16 * GIB) == 20 * GIB
     assert host_memory_bytes(command, 16 * GIB + 1) == 21 * GIB  # rounded up to a GiB
     assert host_memory_bytes(command, 10_000 * GIB) == 512 * GIB  # capped
