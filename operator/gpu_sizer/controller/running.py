@@ -46,7 +46,6 @@ def configure_settings(settings: kopf.OperatorSettings, opts: Options) -> None:
     settings.watching.client_timeout = 330
     settings.posting.level = logging.INFO
     settings.networking.error_backoffs = [0.5, 1, 2, 3, 5, 8]
-    settings.batching.batch_window = 0.05
 
 
 def make_backend(opts: Options) -> Backend:
