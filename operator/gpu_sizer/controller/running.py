@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import kopf
+from kopf._core.engines.activities import ActivityError  # not re-exported by kopf
 
 from gpu_sizer import metrics
 from gpu_sizer.controller.handlers import register
@@ -73,11 +74,14 @@ def run(opts: Options) -> int:
     @kopf.on.startup(registry=registry, id="settings")
     async def startup(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
         configure_settings(settings, opts)
-        if opts.metrics_port:
-            metrics.serve(opts.metrics_port)
-        # ADMISSION: the one call site for the webhook server (gpu_sizer.admission.server).
-        # Enabled once the admission helper's module exists; see configure_admission().
-        configure_admission(settings, opts, logger)
+        # Configuration errors (flags, policy or catalog files, a busy port) do not heal by
+        # retrying: fail the startup so that the process exits and says why.
+        try:
+            if opts.metrics_port:
+                metrics.serve(opts.metrics_port)
+            configure_admission(settings, opts, logger)
+        except (ValueError, OSError) as exc:
+            raise kopf.PermanentError(f"cannot start: {exc}") from exc
         logger.info(
             "gpu-sizer operator: backend=%s, %d GPU classes in the catalog",
             opts.measurement_backend,
@@ -94,16 +98,20 @@ def run(opts: Options) -> int:
             )
 
     liveness = f"http://0.0.0.0:{opts.health_port}/healthz" if opts.health_port else None
-    asyncio.run(
-        kopf.operator(
-            registry=registry,
-            standalone=opts.standalone,
-            peering_name=opts.peering,
-            clusterwide=opts.all_namespaces,
-            namespaces=list(opts.namespaces),
-            liveness_endpoint=liveness,
+    try:
+        asyncio.run(
+            kopf.operator(
+                registry=registry,
+                standalone=opts.standalone,
+                peering_name=opts.peering,
+                clusterwide=opts.all_namespaces,
+                namespaces=list(opts.namespaces),
+                liveness_endpoint=liveness,
+            )
         )
-    )
+    except ActivityError as exc:  # a startup activity failed permanently (logged by kopf)
+        logging.getLogger(__name__).error("gpu-sizer operator: %s", exc)
+        return 1
     return 0
 
 
