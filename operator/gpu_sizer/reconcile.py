@@ -365,14 +365,22 @@ def plan_spec(
                     }
                 )
             )
-        if measured.completed_at:
+        node_arrived = (
+            measured.reason == "NoNodeOfClass"
+            and present is not None
+            and measured.gpu_class in present
+        )
+        if measured.completed_at and not node_arrived:
             # Never measure an unchanged spec twice: re-derive from the stored measurement.
             return Plan(_from_measurement(wl, base, measured, config, present, now), ())
+    # A measurement that found no node of its class is tried again once such nodes appear,
+    # under a new Job name (the old Job may still be terminating).
+    retry = (measured.retry or 0) + 1 if measured is not None else 0
 
     first = _measure_class(wl.spec, config, present, rec, above=None)
     if first is None:  # cannot happen when the verdict is Fits; keep the estimate.
         return Plan(base)
-    name = job_name(first.name, memory_bytes, 0)
+    name = job_name(first.name, memory_bytes, retry)
     measurement = MeasurementStatus(
         spec_hash=wl.spec_hash,
         job_name=name,
@@ -380,7 +388,7 @@ def plan_spec(
         model_revision=wl.spec.model.revision,
         started_at=now,
         memory_request_bytes=memory_bytes,
-        retry=0,
+        retry=retry,
     )
     conds = _Conds(base, wl.generation, now)
     where = _where(first, present)
@@ -454,7 +462,7 @@ def _from_measurement(
     if m.reason:  # the measurement failed or could not run: keep the estimate-based status
         phase = Phase.Failed
         stalled_reason = m.reason
-        if m.reason in ("NoNodeOfClass", "Unsupported"):
+        if m.reason in ("NoNodeOfClass", "Unschedulable", "Unsupported"):
             phase = Phase.Estimated
         conds.put(ConditionType.Measured, F, m.reason, m.message or m.reason)
         if m.reason == "OutOfMemory":
@@ -611,14 +619,23 @@ def plan_outcome(
     if kind is OutcomeKind.Unschedulable:
         if outcome.seconds_unschedulable < config.unschedulable_timeout_seconds:
             return Plan(prev)
-        text = (
-            f"no node of class {m.gpu_class} could run Job {job} for "
-            f"{outcome.seconds_unschedulable:.0f} s ({outcome.message}); keeping the "
-            "estimate-based recommendation"
-        )
-        return _ended(
-            wl, m, config, present, now, "NoNodeOfClass", text, [DeleteJob(job)], "Warning"
-        )
+        waited = f"{outcome.seconds_unschedulable:.0f} s ({outcome.message})"
+        if present is not None and m.gpu_class in present:
+            # Nodes of the class exist but are full, tainted or cordoned: waiting longer is the
+            # cluster's business, not a reason to loop; a spec change measures again.
+            reason = "Unschedulable"
+            text = (
+                f"nodes of class {m.gpu_class} exist but none could run Job {job} for "
+                f"{waited}; keeping the estimate-based recommendation"
+            )
+        else:
+            reason = "NoNodeOfClass"
+            text = (
+                f"no node of class {m.gpu_class} could run Job {job} for {waited}; keeping "
+                "the estimate-based recommendation; measuring again when a node of the class "
+                "joins"
+            )
+        return _ended(wl, m, config, present, now, reason, text, [DeleteJob(job)], "Warning")
     if kind is OutcomeKind.Missing:
         if not m.recreated:
             text = f"Job {job} was deleted before it finished; recreated it once"
@@ -641,7 +658,7 @@ def plan_outcome(
             )
         text = f"Job {job} was deleted again before it finished; not recreating it a second time"
         return _ended(wl, m, config, present, now, "JobDeleted", text, [], "Warning")
-    if kind in (OutcomeKind.HostOOMKilled, OutcomeKind.Evicted) and not m.retry:
+    if kind in (OutcomeKind.HostOOMKilled, OutcomeKind.Evicted) and not m.retried:
         mem = m.memory_request_bytes or 0
         if kind is OutcomeKind.HostOOMKilled:
             mem = min(2 * mem, 512 * GIB)
@@ -652,9 +669,16 @@ def plan_outcome(
         else:
             text = f"{outcome.message}; retrying once"
         assert cls is not None
-        name = job_name(cls.name, mem, 1)
+        retry = (m.retry or 0) + 1
+        name = job_name(cls.name, mem, retry)
         new_m = m.model_copy(
-            update={"job_name": name, "memory_request_bytes": mem, "retry": 1, "node_name": None}
+            update={
+                "job_name": name,
+                "memory_request_bytes": mem,
+                "retry": retry,
+                "retried": True,
+                "node_name": None,
+            }
         )
         conds = _Conds(prev, wl.generation, now)
         conds.put(ConditionType.Measured, ConditionStatus.unknown, str(kind), text)

@@ -161,7 +161,7 @@ def test_unschedulable_waits_then_keeps_the_estimate() -> None:
         raw(), measuring, Outcome(OutcomeKind.Unschedulable, "0/3 nodes", seconds_unschedulable=601)
     )
     assert late.status.phase is Phase.Estimated
-    assert cond(late.status, "Measured").reason == "NoNodeOfClass"
+    assert cond(late.status, "Measured").reason == "Unschedulable"  # l4 nodes exist: capacity
     assert late.status.recommendation is not None and late.status.recommendation.basis == "Estimate"
 
 
@@ -200,3 +200,30 @@ def test_invalid_spec_stalls_with_field_paths() -> None:
     assert plan.status.phase is Phase.Failed
     assert "spec.inference.maxNumSeqs" in cond(plan.status, "Stalled").message
     assert any(isinstance(a, Emit) and a.reason == "InvalidSpec" for a in plan.actions)
+
+
+def test_absent_class_waits_for_a_node_and_measures_again_when_one_joins() -> None:
+    h100 = raw(placement={"gpuClasses": ["nvidia-h100-80gb"]})
+    measuring = start(h100).status
+    late = observe(
+        h100, measuring, Outcome(OutcomeKind.Unschedulable, "0/3", seconds_unschedulable=601)
+    )
+    assert cond(late.status, "Measured").reason == "NoNodeOfClass"
+    assert "when a node of the class joins" in cond(late.status, "Measured").message
+    still = start(h100, prev=late.status, now="T4")  # no H100 yet: nothing to do
+    assert not any(isinstance(a, StartJob) for a in still.actions)
+    spec = parse_spec(h100)
+    wl = Workload("w", "ns", 1, spec, spec_hash(spec), late.status)
+    now_present = PRESENT | {"nvidia-h100-80gb"}
+    joined = plan_spec(
+        wl,
+        assess(spec, DEFAULT_CATALOG, present=now_present),
+        CONFIG,
+        present=now_present,
+        now="T5",
+        job_name=namer,
+        memory_bytes=4 * GIB,
+    )
+    (job,) = [a for a in joined.actions if isinstance(a, StartJob)]
+    assert measuring.measurement is not None and job.name != measuring.measurement.job_name
+    assert joined.status.phase is Phase.Measuring

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
+from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, gpu_node, spec, workload
 from tests.e2e.probe_results import GIB, gpu_oom, gpu_success
 from tests.e2e.test_lifecycle import phase_is
 
@@ -71,8 +71,11 @@ async def test_unschedulable_keeps_the_estimate(cluster, start_operator, kubelet
     )
     await kubelet.unschedulable(job, since)
     obj = await eventually(lambda: phase_is(cluster, "nowhere", "Estimated"))
-    assert condition(obj, "Measured")["reason"] == "NoNodeOfClass"
-    assert "no node of class nvidia-l4" in condition(obj, "Measured")["message"]
+    # Nodes of the class exist (l4-1), so this is capacity, not a missing class.
+    assert condition(obj, "Measured")["reason"] == "Unschedulable"
+    assert (
+        "nodes of class nvidia-l4 exist but none could run" in condition(obj, "Measured")["message"]
+    )
     assert obj["status"]["recommendation"]["basis"] == "Estimate"
     assert condition(obj, "Stalled")["status"] == "True"
     await eventually(lambda: _gone(kubelet, job["metadata"]["name"]), what="Job deleted")
@@ -152,3 +155,28 @@ async def _no_jobs(kubelet: Kubelet) -> bool:
 
 async def _absent(cluster, name: str) -> bool:
     return await cluster.get(GW, NS, name) is None
+
+
+async def test_no_node_then_a_node_of_the_class_joins(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    """Unschedulable on an absent class keeps the estimate; when GPU Feature Discovery labels a
+    node of that class, the measurement starts again with a new Job."""
+    await cluster.create(
+        GW, workload("later", spec(placement={"gpuClasses": ["nvidia-h100-80gb"]}))
+    )
+    start_operator()
+    first = await kubelet.wait_job()
+    since = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=5)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    await kubelet.unschedulable(first, since)
+    waiting = await eventually(lambda: phase_is(cluster, "later", "Estimated"))
+    assert condition(waiting, "Measured")["reason"] == "NoNodeOfClass"
+    await eventually(lambda: _gone(kubelet, first["metadata"]["name"]), what="Job deleted")
+    await cluster.create(("", "v1", "nodes"), gpu_node("h100-1", "NVIDIA-H100-80GB-HBM3", 81559))
+    second = await kubelet.wait_job(not_named={first["metadata"]["name"]})
+    assert second["metadata"]["labels"]["gpusizer.dev/gpu-class"] == "nvidia-h100-80gb"
+    await kubelet.succeed(second, gpu_success(9 * GIB, total=81559 << 20), node="h100-1")
+    ready = await eventually(lambda: phase_is(cluster, "later", "Ready"))
+    assert ready["status"]["recommendation"]["presentInCluster"] is True

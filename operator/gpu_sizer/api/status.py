@@ -164,7 +164,12 @@ class MeasurementStatus(_Status):
         None, description="Host memory (RAM) request and limit of the probe container."
     )
     retry: int | None = Field(
-        None, description="Retries of this measurement after an eviction or a host OOM kill."
+        None,
+        description="How many Jobs replaced a failed or unschedulable one for this spec and "
+        "class (part of the Job name).",
+    )
+    retried: bool | None = Field(
+        None, description="Already retried once after an eviction or a host OOM kill."
     )
     recreated: bool | None = Field(
         None, description="The Job was deleted by someone and recreated once."

@@ -315,6 +315,22 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         _counted("update", reconcile)
     )
 
+    def awaiting_nodes(status: Mapping[str, Any], **_: Any) -> bool:
+        measurement = (status or {}).get("measurement") or {}
+        return bool(status) and measurement.get("reason") == "NoNodeOfClass"
+
+    # A measurement that found no node of its class is started again once the inventory has
+    # such a node (plan_spec decides; this only re-runs it now and then).
+    kopf.timer(
+        GROUP,
+        VERSION,
+        PLURAL,
+        id="await-nodes",
+        interval=min(300.0, max(opts.poll_interval, opts.unschedulable_timeout / 4)),
+        when=awaiting_nodes,
+        registry=registry,
+    )(_counted("await-nodes", reconcile))
+
     def measuring(status: Mapping[str, Any], **_: Any) -> bool:
         return bool(status) and status.get("phase") == "Measuring"
 
