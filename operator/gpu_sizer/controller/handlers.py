@@ -14,6 +14,7 @@ status is not written, so the whole decision is retried from the last written st
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import logging
@@ -310,9 +311,11 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         (kopf.on.create, "create"),
         (kopf.on.resume, "resume"),
     ):
-        decorator(GROUP, VERSION, PLURAL, id=hid, registry=registry)(_counted(hid, reconcile))
+        decorator(GROUP, VERSION, PLURAL, id=hid, registry=registry)(
+            _counted(hid, _serialized(reconcile))
+        )
     kopf.on.update(GROUP, VERSION, PLURAL, id="update", field="spec", registry=registry)(
-        _counted("update", reconcile)
+        _counted("update", _serialized(reconcile))
     )
 
     def awaiting_nodes(status: Mapping[str, Any], **_: Any) -> bool:
@@ -329,7 +332,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         interval=min(300.0, max(opts.poll_interval, opts.unschedulable_timeout / 4)),
         when=awaiting_nodes,
         registry=registry,
-    )(_counted("await-nodes", reconcile))
+    )(_counted("await-nodes", _serialized(reconcile)))
 
     def measuring(status: Mapping[str, Any], **_: Any) -> bool:
         return bool(status) and status.get("phase") == "Measuring"
@@ -387,6 +390,14 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         await apply(
             plan, body=body, spec=parsed, hash_=hash_, status=status, patch=patch, logger=logger
         )
+        if _spec_changed(body, hash_):
+            # The spec changed while we acted on the old spec's Job (the body of a timer is
+            # live): drop our status and any Job we just started; the spec handler decides.
+            patch.pop("status", None)
+            for action in plan.actions:
+                if isinstance(action, StartJob):
+                    await backend.delete(namespace, action.name)
+            return
         if outcome.finished or outcome.kind is OutcomeKind.Missing:
             acted.add(key)
         _observe_outcome(outcome, plan, m.started_at, now_dt)
@@ -399,7 +410,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         interval=opts.poll_interval,
         when=measuring,
         registry=registry,
-    )(_counted("measurement", measurement))
+    )(_counted("measurement", _serialized(measurement)))
 
     async def forget(
         name: str | None,
@@ -462,6 +473,14 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
     )
 
 
+def _spec_changed(body: kopf.Body, hash_: str) -> bool:
+    """Whether the live body's spec no longer hashes to ``hash_`` (invalid counts as changed)."""
+    try:
+        return spec_hash(parse_spec(_plain(body.get("spec") or {}))) != hash_
+    except InvalidWorkload:
+        return True
+
+
 def _just_started(started_at: str | None, now: datetime.datetime, opts: Options) -> bool:
     started = parse_time(started_at)
     return started is not None and (now - started).total_seconds() < max(
@@ -493,6 +512,27 @@ def _observe_outcome(
         )
     if m is not None and m.completed_at and m.reason is None:
         log.info("measured peak %s bytes", measured_peak(m))
+
+
+def _serialized(fn: Any) -> Any:
+    """Run the spec handlers and the measurement timer of one object one at a time.
+
+    kopf runs timers beside change handlers; both read the status and act on Jobs, so they
+    take a per-object lock kept in kopf's per-object ``memo``.
+    """
+    import functools
+
+    @functools.wraps(fn)
+    async def wrapper(**kwargs: Any) -> Any:
+        memo = kwargs["memo"]
+        lock = memo.get("gpu_sizer_lock") if hasattr(memo, "get") else None
+        if lock is None:
+            lock = asyncio.Lock()
+            memo["gpu_sizer_lock"] = lock
+        async with lock:
+            return await fn(**kwargs)
+
+    return wrapper
 
 
 def _counted(handler: str, fn: Any) -> Any:
