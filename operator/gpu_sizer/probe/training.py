@@ -25,9 +25,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gpu_sizer.api import FinetuningMethod, GPUWorkloadSpec, Optimizer, Precision
+from gpu_sizer.api import (
+    FinetuningMethod,
+    GPUWorkloadSpec,
+    Optimizer,
+    ParallelStrategy,
+    Precision,
+)
 from gpu_sizer.probe.memory import Recorder
-from gpu_sizer.probe.model import SyntheticDecoder, build_model, parameter_count
+from gpu_sizer.probe.model import (
+    SyntheticDecoder,
+    build_model,
+    parameter_count,
+    rank_architecture,
+)
 
 __all__ = ["Lion", "LoraLinear", "TrainingFigures", "add_lora", "make_optimizer", "run_training"]
 
@@ -162,61 +173,40 @@ def make_optimizer(kind: Optimizer, params: Sequence[Tensor]) -> torch.optim.Opt
     return optimizer
 
 
-def run_training(
-    spec: GPUWorkloadSpec, device: torch.device, recorder: Recorder
-) -> TrainingFigures:
-    """Run two optimizer steps of the synthetic training workload, a phase per step part.
+def _wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
+    """``DistributedDataParallel`` at world size 1 on an in-process store: every DDP rank holds
+    the same replica and gradient buckets (PyTorch DDP docs, ``bucket_cap_mb``,
+    ``gradient_as_bucket_view``), so one rank's memory does not depend on the world size."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
 
-    :raises gpu_sizer.probe.memory.OutOfMemory: an allocation failed (phase and size inside).
-    :raises gpu_sizer.probe.memory.DeadlineExceeded: the deadline passed between steps.
-    """
-    assert spec.training is not None and spec.model.architecture is not None
-    tr = spec.training
-    arch = spec.model.architecture
-    lora = tr.finetuning.method is FinetuningMethod.lora
-    notes: list[str] = []
-    if tr.precision is Precision.bf16_true:
-        param_dtype = torch.bfloat16
-    elif lora and tr.precision is not Precision.fp32:
-        param_dtype = _DTYPES[spec.model.dtype.value]
-    else:
-        param_dtype = torch.float32
-    autocast_dtype = {
-        Precision.bf16_mixed: torch.bfloat16,
-        Precision.fp16_mixed: torch.float16,
-    }.get(tr.precision)
-    micro = min(tr.gradient_accumulation_steps, 2)
-    if tr.gradient_accumulation_steps > 2:
-        notes.append(
-            f"{micro} of {tr.gradient_accumulation_steps} accumulation micro-batches run per "
-            "step: gradients accumulate in place, so more add no memory"
-        )
-    torch.manual_seed(0)
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        store = dist.HashStore()  # type: ignore[attr-defined]  # in-process; not re-exported
+        dist.init_process_group(backend, store=store, rank=0, world_size=1)
+    device_ids = [device.index or 0] if device.type == "cuda" else None
+    wrapped: nn.Module = DistributedDataParallel(model, device_ids=device_ids)
+    return wrapped
 
-    with recorder.phase("load"):
-        decoder = build_model(arch, param_dtype, device)
-        decoder.checkpointing = tr.activation_checkpointing
-        total = parameter_count(decoder)
-        model: nn.Module = decoder
-        if lora:
-            model, lora_notes = add_lora(
-                decoder, tr.finetuning.lora_rank, tr.finetuning.lora_target_modules
-            )
-            notes.extend(lora_notes)
-        model.train()
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    optimizer = make_optimizer(tr.optimizer, trainable)
-    scaler: Any = None
-    if tr.precision is Precision.fp16_mixed:
-        scaler = torch.amp.GradScaler(device.type)
 
+def _steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    recorder: Recorder,
+    micro_batch: int,
+    sequence: int,
+    micro: int,
+    vocab: int,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+) -> None:
+    """Two optimizer steps of ``micro`` micro-batches each, a phase per forward, backward and
+    optimizer step."""
     for step in (1, 2):
         for m in range(1, micro + 1):
             recorder.check_deadline()
-            tokens = torch.randint(
-                0, arch.vocab_size, (tr.micro_batch_size, tr.sequence_length + 1), device=device
-            )
+            tokens = torch.randint(0, vocab, (micro_batch, sequence + 1), device=device)
             with recorder.phase(f"step{step}.forward{m}"):
                 with torch.autocast(
                     device.type, dtype=autocast_dtype or torch.float32, enabled=bool(autocast_dtype)
@@ -237,6 +227,89 @@ def run_training(
             else:
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+
+
+def run_training(
+    spec: GPUWorkloadSpec, device: torch.device, recorder: Recorder
+) -> TrainingFigures:
+    """Run two optimizer steps of the synthetic training workload, a phase per step part.
+
+    :raises gpu_sizer.probe.memory.OutOfMemory: an allocation failed (phase and size inside).
+    :raises gpu_sizer.probe.memory.DeadlineExceeded: the deadline passed between steps.
+    """
+    assert spec.training is not None and spec.model.architecture is not None
+    tr = spec.training
+    tp = tr.parallelism.tensor_parallel_size
+    arch = rank_architecture(spec.model.architecture, tp)
+    lora = tr.finetuning.method is FinetuningMethod.lora
+    notes: list[str] = []
+    if tr.precision is Precision.bf16_true:
+        param_dtype = torch.bfloat16
+    elif lora and tr.precision is not Precision.fp32:
+        param_dtype = _DTYPES[spec.model.dtype.value]
+    else:
+        param_dtype = torch.float32
+    autocast_dtype = {
+        Precision.bf16_mixed: torch.bfloat16,
+        Precision.fp16_mixed: torch.float16,
+    }.get(tr.precision)
+    if tp > 1:
+        notes.append(
+            f"tensorParallelSize {tp}: rank 0's shard (Megatron-style, no sequence parallelism) "
+            "trained on one GPU; NCCL buffers and the all-reduces are not included"
+        )
+    micro = min(tr.gradient_accumulation_steps, 2)
+    if tr.gradient_accumulation_steps > 2:
+        notes.append(
+            f"{micro} of {tr.gradient_accumulation_steps} accumulation micro-batches run per "
+            "step: gradients accumulate in place, so more add no memory"
+        )
+    torch.manual_seed(0)
+
+    with recorder.phase("load"):
+        decoder = build_model(arch, param_dtype, device)
+        decoder.checkpointing = tr.activation_checkpointing
+        total = parameter_count(decoder)
+        model: nn.Module = decoder
+        if lora:
+            model, lora_notes = add_lora(
+                decoder, tr.finetuning.lora_rank, tr.finetuning.lora_target_modules
+            )
+            notes.extend(lora_notes)
+        model.train()
+        ddp = tr.parallelism.strategy is ParallelStrategy.ddp
+        if ddp:
+            model = _wrap_ddp(model, device)
+            notes.append(
+                f"ddp over {tr.parallelism.data_parallel_size} ranks: rank 0 measured with "
+                "DistributedDataParallel at world size 1 (its gradient buckets are real; NCCL's "
+                "own buffers are not included)"
+            )
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    optimizer = make_optimizer(tr.optimizer, trainable)
+    scaler: Any = None
+    if tr.precision is Precision.fp16_mixed:
+        scaler = torch.amp.GradScaler(device.type)
+
+    try:
+        _steps(
+            model,
+            optimizer,
+            scaler,
+            recorder,
+            tr.micro_batch_size,
+            tr.sequence_length,
+            micro,
+            arch.vocab_size,
+            device,
+            autocast_dtype,
+        )
+    finally:
+        if ddp:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
     return TrainingFigures(
         parameter_count=total,
         trainable_parameter_count=sum(p.numel() for p in trainable),
