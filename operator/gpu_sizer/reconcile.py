@@ -7,20 +7,40 @@ before measuring.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from gpu_sizer.api import (
+    Basis,
     Condition,
     ConditionStatus,
     ConditionType,
     GPUWorkloadSpec,
     GPUWorkloadStatus,
     MeasurementMode,
+    MeasurementStatus,
     Phase,
+    RecommendationStatus,
 )
+from gpu_sizer.catalog import GPUClass, headroom_fraction
+from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 from gpu_sizer.sizing import Assessment, Verdict
 
-__all__ = ["estimated_status", "set_condition"]
+__all__ = [
+    "Action",
+    "Config",
+    "DeleteJob",
+    "Emit",
+    "Plan",
+    "StartJob",
+    "Workload",
+    "estimated_status",
+    "invalid_plan",
+    "measured_peak",
+    "plan_outcome",
+    "plan_spec",
+    "set_condition",
+]
 
 T, F = ConditionStatus.true, ConditionStatus.false
 
@@ -135,3 +155,686 @@ def estimated_status(
         recommendation=assessment.recommendation,
         conditions=conds,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Actions and plans: what the imperative shell must do after a decision.
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class StartJob:
+    """Create the measurement Job ``name`` (idempotent: an existing Job of that name is adopted).
+
+    ``memory_bytes`` is the host RAM request/limit; ``gpus`` the ``nvidia.com/gpu`` limit.
+    """
+
+    name: str
+    gpu_class: GPUClass
+    gpus: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete the Job ``name`` (and its pods); a missing Job is not an error."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Post a Kubernetes Event on the GPUWorkload (``type_`` is Normal or Warning)."""
+
+    type_: str
+    reason: str
+    message: str
+
+
+Action = StartJob | DeleteJob | Emit
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The status to write and the actions to take, in order."""
+
+    status: GPUWorkloadStatus
+    actions: tuple[Action, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    """Operator settings the decisions depend on.
+
+    ``unschedulable_timeout_seconds``: how long a measurement pod may stay unschedulable before
+    the operator stops waiting for a node of the class.
+    """
+
+    catalog: tuple[GPUClass, ...]
+    unschedulable_timeout_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Identity and observed state of one GPUWorkload."""
+
+    name: str
+    namespace: str
+    generation: int | None
+    spec: GPUWorkloadSpec
+    spec_hash: str
+    previous: GPUWorkloadStatus | None
+
+
+def _fmt(n: int | None) -> str:
+    return "?" if n is None else f"{n / GIB:.2f} GiB"
+
+
+class _Conds:
+    """Accumulates conditions with :func:`set_condition` for one generation and time."""
+
+    def __init__(self, previous: GPUWorkloadStatus | None, generation: int | None, now: str):
+        self.items: list[Condition] = list(previous.conditions) if previous else []
+        self.generation = generation
+        self.now = now
+
+    def put(self, t: ConditionType, s: ConditionStatus, reason: str, msg: str) -> None:
+        self.items = set_condition(self.items, t, s, reason, msg, self.generation, self.now)
+
+    def kstatus(self, ready: tuple[bool, str, str], reconciling: bool, stalled: bool) -> None:
+        """Ready/Reconciling/Stalled from one (ready, reason, message) triple."""
+        ok, reason, msg = ready
+        self.put(ConditionType.Ready, T if ok else F, reason, msg)
+        self.put(
+            ConditionType.Reconciling, T if reconciling else F, reason, msg if reconciling else ""
+        )
+        self.put(ConditionType.Stalled, T if stalled else F, reason, msg if stalled else "")
+
+
+def _allowed(spec: GPUWorkloadSpec, config: Config) -> list[GPUClass]:
+    names = spec.placement.gpu_classes
+    return sorted(
+        (c for c in config.catalog if not names or c.name in names), key=lambda c: c.memory_bytes
+    )
+
+
+def _by_name(config: Config, name: str | None) -> GPUClass | None:
+    return next((c for c in config.catalog if c.name == name), None)
+
+
+def _pick(candidates: Sequence[GPUClass], present: frozenset[str] | None) -> GPUClass | None:
+    """Smallest candidate present in the cluster; else the smallest candidate."""
+    if not candidates:
+        return None
+    if present:
+        for cls in candidates:
+            if cls.name in present:
+                return cls
+    return candidates[0]
+
+
+def invalid_plan(
+    problems: Sequence[str],
+    *,
+    generation: int | None,
+    now: str,
+    previous: GPUWorkloadStatus | None,
+) -> Plan:
+    """A stored object that fails validation (it bypassed the webhook): Stalled, with the field
+    paths, and nothing else done for it."""
+    text = "; ".join(problems)
+    conds = _Conds(previous, generation, now)
+    conds.put(ConditionType.Estimated, F, "InvalidSpec", text)
+    conds.put(ConditionType.Measured, F, "InvalidSpec", "not measured: the spec is invalid")
+    conds.kstatus((False, "InvalidSpec", f"invalid spec: {text}"), False, True)
+    status = GPUWorkloadStatus(
+        observed_generation=generation,
+        phase=Phase.Failed,
+        spec_hash=None,
+        conditions=conds.items,
+    )
+    prev_job = _running_job(previous)
+    actions: list[Action] = [DeleteJob(prev_job)] if prev_job else []
+    actions.append(Emit("Warning", "InvalidSpec", text))
+    return Plan(status, tuple(actions))
+
+
+def _running_job(previous: GPUWorkloadStatus | None) -> str | None:
+    if previous and previous.phase is Phase.Measuring and previous.measurement:
+        return previous.measurement.job_name
+    return None
+
+
+def plan_spec(
+    wl: Workload,
+    assessment: Assessment,
+    config: Config,
+    *,
+    present: frozenset[str] | None,
+    now: str,
+    job_name: Callable[[str, int, int], str],
+    memory_bytes: int,
+) -> Plan:
+    """Decide after a create, a spec change or a resume: estimate, then measure when needed.
+
+    ``job_name(gpu_class, memory_bytes, retry)`` names Jobs deterministically; ``memory_bytes``
+    is the host RAM request for a first attempt.
+    """
+    prev = wl.previous
+    base = estimated_status(
+        wl.spec,
+        assessment,
+        spec_hash=wl.spec_hash,
+        generation=wl.generation,
+        now=now,
+        previous=prev,
+    )
+    rec = base.recommendation
+    old_job = _running_job(prev)
+    same_hash = prev is not None and prev.spec_hash == wl.spec_hash
+    actions: list[Action] = []
+    if old_job and not same_hash:
+        actions.append(DeleteJob(old_job))
+
+    if (
+        assessment.verdict is not Verdict.Fits
+        or wl.spec.measurement.mode is MeasurementMode.Disabled
+    ):
+        status = base.model_copy(update={"measurement": None})
+        if old_job and same_hash:
+            actions.append(DeleteJob(old_job))
+        if assessment.verdict is not Verdict.Fits:
+            actions.append(Emit("Warning", str(assessment.verdict), assessment.message))
+        elif not (prev and prev.phase is Phase.Ready and same_hash):
+            actions.append(Emit("Normal", "EstimateOnly", base.conditions[-1].message or ""))
+        return Plan(status, tuple(actions))
+
+    measured = prev.measurement if prev and same_hash else None
+    if measured is not None and measured.spec_hash == wl.spec_hash:
+        if prev is not None and prev.phase is Phase.Measuring:
+            # Resume or a placement-only change while measuring: keep the Job, refresh figures.
+            conds = _Conds(prev, wl.generation, now)
+            conds.put(ConditionType.Estimated, T, "Estimated", assessment.message)
+            return Plan(
+                prev.model_copy(
+                    update={
+                        "observed_generation": wl.generation,
+                        "estimate": base.estimate,
+                        "conditions": conds.items,
+                    }
+                )
+            )
+        node_arrived = (
+            measured.reason == "NoNodeOfClass"
+            and present is not None
+            and measured.gpu_class in present
+        )
+        if measured.completed_at and not node_arrived:
+            # Never measure an unchanged spec twice: re-derive from the stored measurement.
+            return Plan(_from_measurement(wl, base, measured, config, present, now), ())
+    # A measurement that found no node of its class is tried again once such nodes appear,
+    # under a new Job name (the old Job may still be terminating).
+    retry = (measured.retry or 0) + 1 if measured is not None else 0
+
+    first = _measure_class(wl.spec, config, present, rec, above=None)
+    if first is None:  # cannot happen when the verdict is Fits; keep the estimate.
+        return Plan(base)
+    name = job_name(first.name, memory_bytes, retry)
+    measurement = MeasurementStatus(
+        spec_hash=wl.spec_hash,
+        job_name=name,
+        gpu_class=first.name,
+        model_revision=wl.spec.model.revision,
+        started_at=now,
+        memory_request_bytes=memory_bytes,
+        retry=retry,
+    )
+    conds = _Conds(base, wl.generation, now)
+    where = _where(first, present)
+    if prev is not None and prev.spec_hash and not same_hash and (old_job or prev.measurement):
+        msg = (
+            f"spec changed (specHash {prev.spec_hash} -> {wl.spec_hash}); "
+            + (f"Job {old_job} deleted and its result ignored; " if old_job else "")
+            + f"measuring again with Job {name} on {where}"
+        )
+        conds.put(ConditionType.Measured, F, "SpecChanged", msg)
+        actions.append(Emit("Normal", "SpecChanged", msg))
+    else:
+        msg = f"measuring with Job {name} on {where}"
+        conds.put(ConditionType.Measured, ConditionStatus.unknown, "Measuring", msg)
+    conds.kstatus((False, "Measuring", msg), True, False)
+    actions.append(
+        StartJob(name, first, base.estimate.gpu_count if base.estimate else 1, memory_bytes)
+    )
+    actions.append(Emit("Normal", "MeasurementStarted", msg))
+    return Plan(
+        base.model_copy(
+            update={"phase": Phase.Measuring, "measurement": measurement, "conditions": conds.items}
+        ),
+        tuple(actions),
+    )
+
+
+def _where(cls: GPUClass, present: frozenset[str] | None) -> str:
+    if present is not None and cls.name not in present:
+        return f"class {cls.name} (no node of this class found in the cluster yet)"
+    return f"class {cls.name}"
+
+
+def _measure_class(
+    spec: GPUWorkloadSpec,
+    config: Config,
+    present: frozenset[str] | None,
+    rec: RecommendationStatus | None,
+    *,
+    above: GPUClass | None,
+) -> GPUClass | None:
+    """The class to measure on: the recommended one first; after a CUDA OOM on ``above``, the
+    next larger allowed class, preferring classes with nodes in the cluster."""
+    allowed = _allowed(spec, config)
+    if above is None:
+        chosen = _by_name(config, rec.gpu_class) if rec else None
+        return chosen or _pick(allowed, present)
+    return _pick([c for c in allowed if c.memory_bytes > above.memory_bytes], present)
+
+
+def measured_peak(m: MeasurementStatus) -> int | None:
+    """The per-GPU peak a recommendation rests on: NVML's device-used peak (it includes the CUDA
+    context and non-PyTorch allocations), else PyTorch's reserved, else allocated bytes."""
+    for value in (m.peak_device_used_bytes, m.peak_reserved_bytes, m.peak_allocated_bytes):
+        if value is not None:
+            return value
+    return None
+
+
+def _from_measurement(
+    wl: Workload,
+    base: GPUWorkloadStatus,
+    m: MeasurementStatus,
+    config: Config,
+    present: frozenset[str] | None,
+    now: str,
+) -> GPUWorkloadStatus:
+    """Status after a finished measurement ``m`` (success, CPU smoke run, or a failure)."""
+    conds = _Conds(base, wl.generation, now)
+    est_rec = base.recommendation
+    if m.reason:  # the measurement failed or could not run: keep the estimate-based status
+        phase = Phase.Failed
+        stalled_reason = m.reason
+        if m.reason in ("NoNodeOfClass", "Unschedulable", "Unsupported"):
+            phase = Phase.Estimated
+        conds.put(ConditionType.Measured, F, m.reason, m.message or m.reason)
+        if m.reason == "OutOfMemory":
+            phase = Phase.Rejected
+            conds.put(ConditionType.HeadroomSufficient, F, "OutOfMemory", m.message or "")
+            return base.model_copy(
+                update={
+                    "phase": phase,
+                    "measurement": m,
+                    "recommendation": None,
+                    "conditions": _finish(conds, False, "OutOfMemory", m.message or ""),
+                }
+            )
+        if m.reason == "Unsupported":
+            text = f"ready on the estimate: {m.message or 'the probe cannot measure this spec'}"
+            return base.model_copy(
+                update={
+                    "phase": Phase.Ready,
+                    "measurement": m,
+                    "conditions": _finish(conds, True, "EstimateOnly", text),
+                }
+            )
+        text = (m.message or m.reason) + "; the recommendation rests on the estimate"
+        return base.model_copy(
+            update={
+                "phase": phase,
+                "measurement": m,
+                "conditions": _finish(conds, False, stalled_reason, text),
+            }
+        )
+    if m.device == "cpu":
+        text = (
+            "CPU smoke run: the probe ran on the CPU (no GPU on the node), so there are no GPU "
+            "figures; the recommendation rests on the estimate"
+            + (f" ({m.message})" if m.message else "")
+        )
+        conds.put(ConditionType.Measured, T, "CpuSmokeRun", text)
+        return base.model_copy(
+            update={
+                "phase": Phase.Ready,
+                "measurement": m,
+                "conditions": _finish(conds, True, "CpuSmokeRun", text),
+            }
+        )
+    peak = measured_peak(m) or 0
+    cls = _by_name(config, m.gpu_class)
+    capacity = m.gpu_memory_bytes or (cls.memory_bytes if cls else 0)
+    floor = wl.spec.placement.min_headroom_fraction
+    gpus = base.estimate.gpu_count if base.estimate else 1
+    room = headroom_fraction(capacity, peak) if capacity else -1.0
+    what = f"measured peak {_fmt(peak)} per GPU on {m.gpu_class} ({_fmt(capacity)})"
+    conds.put(ConditionType.Measured, T, "Measured", what)
+    if room >= floor and cls is not None:
+        rec = RecommendationStatus(
+            gpu_class=cls.name,
+            gpu_count=gpus,
+            gpu_memory_bytes=cls.memory_bytes,
+            required_bytes_per_gpu=peak,
+            headroom_fraction=round(headroom_fraction(cls.memory_bytes, peak), 4),
+            basis=Basis.Measurement,
+            present_in_cluster=None if present is None else cls.name in present,
+            cheapest_fitting_class=est_rec.cheapest_fitting_class if est_rec else None,
+        )
+        text = f"{what}: {room:.0%} headroom (at least {floor:.0%} required)"
+        conds.put(ConditionType.HeadroomSufficient, T, "MeasuredFits", text)
+        return base.model_copy(
+            update={
+                "phase": Phase.Ready,
+                "measurement": m,
+                "recommendation": rec,
+                "conditions": _finish(conds, True, "Measured", text),
+            }
+        )
+    bigger = [
+        c
+        for c in _allowed(wl.spec, config)
+        if headroom_fraction(c.memory_bytes, peak) >= floor
+        and (cls is None or c.memory_bytes > cls.memory_bytes)
+    ]
+    target = _pick(bigger, present)
+    short = f"{what}: {room:.0%} headroom, less than the required {floor:.0%}"
+    if target is None:
+        conds.put(
+            ConditionType.HeadroomSufficient,
+            F,
+            "NoSafeHeadroom",
+            short + "; no larger allowed class",
+        )
+        return base.model_copy(
+            update={
+                "phase": Phase.Rejected,
+                "measurement": m,
+                "recommendation": None,
+                "conditions": _finish(
+                    conds, False, "NoSafeHeadroom", short + "; no larger allowed class"
+                ),
+            }
+        )
+    rec = RecommendationStatus(
+        gpu_class=target.name,
+        gpu_count=gpus,
+        gpu_memory_bytes=target.memory_bytes,
+        required_bytes_per_gpu=peak,
+        headroom_fraction=round(headroom_fraction(target.memory_bytes, peak), 4),
+        basis=Basis.Measurement,
+        present_in_cluster=None if present is None else target.name in present,
+        cheapest_fitting_class=target.name,
+    )
+    text = f"{short}; recommendation moved to {target.name}"
+    conds.put(ConditionType.HeadroomSufficient, F, "MovedToLargerClass", text)
+    return base.model_copy(
+        update={
+            "phase": Phase.Ready,
+            "measurement": m,
+            "recommendation": rec,
+            "conditions": _finish(conds, True, "MovedToLargerClass", text),
+        }
+    )
+
+
+def _finish(conds: _Conds, ready: bool, reason: str, text: str) -> list[Condition]:
+    conds.kstatus((ready, reason, text), False, not ready)
+    return conds.items
+
+
+def plan_outcome(
+    wl: Workload,
+    outcome: Outcome,
+    config: Config,
+    *,
+    present: frozenset[str] | None,
+    now: str,
+    job_name: Callable[[str, int, int], str],
+) -> Plan:
+    """Decide after observing the measurement Job of the current spec hash.
+
+    Call only while ``previous.phase`` is Measuring and ``previous.measurement.specHash`` equals
+    the current spec hash (results of an older spec are ignored by construction).
+    """
+    prev = wl.previous
+    assert prev is not None and prev.measurement is not None
+    m = prev.measurement
+    cls = _by_name(config, m.gpu_class)
+    job = m.job_name or ""
+    kind = outcome.kind
+    if kind in (OutcomeKind.Pending, OutcomeKind.Running):
+        if outcome.node_name and outcome.node_name != m.node_name:
+            return Plan(
+                prev.model_copy(
+                    update={"measurement": m.model_copy(update={"node_name": outcome.node_name})}
+                )
+            )
+        return Plan(prev)
+    if kind is OutcomeKind.Unschedulable:
+        if outcome.seconds_unschedulable < config.unschedulable_timeout_seconds:
+            return Plan(prev)
+        waited = f"{outcome.seconds_unschedulable:.0f} s ({outcome.message})"
+        if present is not None and m.gpu_class in present:
+            # Nodes of the class exist but are full, tainted or cordoned: waiting longer is the
+            # cluster's business, not a reason to loop; a spec change measures again.
+            reason = "Unschedulable"
+            text = (
+                f"nodes of class {m.gpu_class} exist but none could run Job {job} for "
+                f"{waited}; keeping the estimate-based recommendation"
+            )
+        else:
+            reason = "NoNodeOfClass"
+            text = (
+                f"no node of class {m.gpu_class} could run Job {job} for {waited}; keeping "
+                "the estimate-based recommendation; measuring again when a node of the class "
+                "joins"
+            )
+        return _ended(wl, m, config, present, now, reason, text, [DeleteJob(job)], "Warning")
+    if kind is OutcomeKind.Missing:
+        if not m.recreated:
+            text = f"Job {job} was deleted before it finished; recreated it once"
+            conds = _Conds(prev, wl.generation, now)
+            conds.put(ConditionType.Measured, ConditionStatus.unknown, "JobRecreated", text)
+            status = prev.model_copy(
+                update={
+                    "measurement": m.model_copy(update={"recreated": True}),
+                    "conditions": conds.items,
+                }
+            )
+            gpus = prev.estimate.gpu_count if prev.estimate else 1
+            assert cls is not None
+            return Plan(
+                status,
+                (
+                    StartJob(job, cls, gpus, m.memory_request_bytes or 0),
+                    Emit("Warning", "JobRecreated", text),
+                ),
+            )
+        text = f"Job {job} was deleted again before it finished; not recreating it a second time"
+        return _ended(wl, m, config, present, now, "JobDeleted", text, [], "Warning")
+    if kind in (OutcomeKind.HostOOMKilled, OutcomeKind.Evicted) and not m.retried:
+        mem = m.memory_request_bytes or 0
+        if kind is OutcomeKind.HostOOMKilled:
+            mem = min(2 * mem, 512 * GIB)
+            text = (
+                f"{outcome.message}; retrying once with the memory request raised from "
+                f"{_fmt(m.memory_request_bytes)} to {_fmt(mem)}"
+            )
+        else:
+            text = f"{outcome.message}; retrying once"
+        assert cls is not None
+        retry = (m.retry or 0) + 1
+        name = job_name(cls.name, mem, retry)
+        new_m = m.model_copy(
+            update={
+                "job_name": name,
+                "memory_request_bytes": mem,
+                "retry": retry,
+                "retried": True,
+                "node_name": None,
+            }
+        )
+        conds = _Conds(prev, wl.generation, now)
+        conds.put(ConditionType.Measured, ConditionStatus.unknown, str(kind), text)
+        gpus = prev.estimate.gpu_count if prev.estimate else 1
+        return Plan(
+            prev.model_copy(update={"measurement": new_m, "conditions": conds.items}),
+            (DeleteJob(job), StartJob(name, cls, gpus, mem), Emit("Warning", str(kind), text)),
+        )
+    if kind is OutcomeKind.Succeeded and outcome.result is not None:
+        return _with_result(wl, outcome, config, present, now, job_name)
+    reason = {
+        OutcomeKind.DeadlineExceeded: "DeadlineExceeded",
+        OutcomeKind.HostOOMKilled: "HostOOMKilled",
+        OutcomeKind.ImagePullFailed: "ImagePullFailed",
+        OutcomeKind.Evicted: "Evicted",
+    }.get(kind, "MeasurementFailed")
+    text = outcome.message
+    if kind is OutcomeKind.HostOOMKilled:
+        text += f" even with {_fmt(m.memory_request_bytes)} of host memory"
+    return _ended(
+        wl,
+        m,
+        config,
+        present,
+        now,
+        reason,
+        text,
+        [DeleteJob(job)] if kind is OutcomeKind.ImagePullFailed else [],
+        "Warning",
+        node=outcome.node_name,
+    )
+
+
+def _ended(
+    wl: Workload,
+    m: MeasurementStatus,
+    config: Config,
+    present: frozenset[str] | None,
+    now: str,
+    reason: str,
+    text: str,
+    actions: list[Action],
+    event_type: str,
+    node: str | None = None,
+) -> Plan:
+    prev = wl.previous
+    assert prev is not None
+    done = m.model_copy(
+        update={
+            "reason": reason,
+            "message": text,
+            "completed_at": now,
+            "node_name": node or m.node_name,
+        }
+    )
+    base = prev.model_copy(update={"observed_generation": wl.generation})
+    status = _from_measurement(wl, base, done, config, present, now)
+    return Plan(status, (*actions, Emit(event_type, reason, text)))
+
+
+def _with_result(
+    wl: Workload,
+    outcome: Outcome,
+    config: Config,
+    present: frozenset[str] | None,
+    now: str,
+    job_name: Callable[[str, int, int], str],
+) -> Plan:
+    prev = wl.previous
+    assert prev is not None and prev.measurement is not None and outcome.result is not None
+    m = prev.measurement
+    r = outcome.result
+    cls = _by_name(config, m.gpu_class)
+    nvml = r.nvml
+    filled = m.model_copy(
+        update={
+            "node_name": outcome.node_name or m.node_name,
+            "device": r.device,
+            "gpu_product": nvml.device_name if nvml and nvml.available else None,
+            "gpu_memory_bytes": (nvml.total_bytes if nvml and nvml.available else None)
+            or (cls.memory_bytes if cls and r.device == "cuda" else None),
+            "peak_allocated_bytes": r.peak_allocated_bytes if r.device == "cuda" else None,
+            "peak_reserved_bytes": r.peak_reserved_bytes if r.device == "cuda" else None,
+            "peak_device_used_bytes": r.peak_device_used_bytes if r.device == "cuda" else None,
+            "out_of_memory": bool(r.out_of_memory or r.status == "OutOfMemory"),
+            "message": (
+                f"peak RSS {_fmt(r.peak_rss_bytes)} of host memory on the CPU"
+                if r.device == "cpu" and r.peak_rss_bytes
+                else None
+            ),
+            "completed_at": r.completed_at or now,
+        }
+    )
+    job = m.job_name or ""
+    if filled.out_of_memory:
+        failed = (
+            f"{_fmt(r.oom_requested_bytes)} allocation"
+            if r.oom_requested_bytes
+            else "an allocation"
+        )
+        oom_classes = [*(m.out_of_memory_classes or []), m.gpu_class or "?"]
+        nxt = _measure_class(wl.spec, config, present, None, above=cls) if cls else None
+        if nxt is None:
+            text = (
+                f"CUDA out of memory on {m.gpu_class} ({failed} failed in phase "
+                f"{r.oom_phase or '?'}); no larger allowed class is left"
+            )
+            done = filled.model_copy(
+                update={
+                    "reason": "OutOfMemory",
+                    "message": text,
+                    "out_of_memory_classes": oom_classes,
+                }
+            )
+            status = _from_measurement(wl, prev, done, config, present, now)
+            return Plan(status, (Emit("Warning", "OutOfMemory", text),))
+        mem = m.memory_request_bytes or 0
+        name = job_name(nxt.name, mem, 0)
+        text = (
+            f"CUDA out of memory on {m.gpu_class} ({failed} failed in phase {r.oom_phase or '?'}): "
+            f"the class is too small; measuring again on {_where(nxt, present)} with Job {name}"
+        )
+        new_m = MeasurementStatus(
+            spec_hash=m.spec_hash,
+            job_name=name,
+            gpu_class=nxt.name,
+            model_revision=m.model_revision,
+            started_at=now,
+            memory_request_bytes=mem,
+            retry=0,
+            out_of_memory_classes=oom_classes,
+        )
+        conds = _Conds(prev, wl.generation, now)
+        conds.put(ConditionType.Measured, ConditionStatus.unknown, "OutOfMemory", text)
+        conds.put(ConditionType.HeadroomSufficient, F, "OutOfMemory", text)
+        gpus = prev.estimate.gpu_count if prev.estimate else 1
+        return Plan(
+            prev.model_copy(update={"measurement": new_m, "conditions": conds.items}),
+            (DeleteJob(job), StartJob(name, nxt, gpus, mem), Emit("Warning", "OutOfMemory", text)),
+        )
+    if r.status == "Unsupported":
+        done = filled.model_copy(
+            update={"reason": "Unsupported", "message": r.message or "unsupported"}
+        )
+        status = _from_measurement(wl, prev, done, config, present, now)
+        return Plan(status, (Emit("Normal", "MeasurementUnsupported", done.message or ""),))
+    if r.status != "Succeeded":
+        reason = "DeadlineExceeded" if r.status == "Timeout" else "MeasurementFailed"
+        done = filled.model_copy(
+            update={
+                "reason": reason,
+                "message": f"probe reported {r.status}: {r.message or 'no message'}",
+            }
+        )
+        status = _from_measurement(wl, prev, done, config, present, now)
+        return Plan(status, (Emit("Warning", reason, done.message or ""),))
+    status = _from_measurement(wl, prev, filled, config, present, now)
+    ready = next((c for c in status.conditions if c.type == "Ready"), None)
+    return Plan(status, (Emit("Normal", "Measured", ready.message if ready else ""),))

@@ -130,7 +130,5 @@ def test_family_defaults_survive_reserialisation(config: dict[str, object]) -> N
     # The mutating webhook stores the spec with every default filled; a family default (Gemma's
     # tied embeddings, GPT-NeoX's biases) must not flip because the field is now present.
     original = arch(config)
-    round_tripped = Architecture.model_validate(
-        original.model_dump(mode="json", by_alias=True)
-    )
+    round_tripped = Architecture.model_validate(original.model_dump(mode="json", by_alias=True))
     assert parameter_count(round_tripped) == parameter_count(original)

@@ -160,6 +160,23 @@ class MeasurementStatus(_Status):
     message: str | None = Field(None, description="Detail, with figures and units.")
     started_at: str | None = Field(None, description="RFC 3339.")
     completed_at: str | None = Field(None, description="RFC 3339.")
+    memory_request_bytes: int | None = Field(
+        None, description="Host memory (RAM) request and limit of the probe container."
+    )
+    retry: int | None = Field(
+        None,
+        description="How many Jobs replaced a failed or unschedulable one for this spec and "
+        "class (part of the Job name).",
+    )
+    retried: bool | None = Field(
+        None, description="Already retried once after an eviction or a host OOM kill."
+    )
+    recreated: bool | None = Field(
+        None, description="The Job was deleted by someone and recreated once."
+    )
+    out_of_memory_classes: list[str] | None = Field(
+        None, description="Classes on which the probe hit CUDA out-of-memory for this spec."
+    )
 
     @computed_field(  # type: ignore[prop-decorator]
         alias="peakGiB",

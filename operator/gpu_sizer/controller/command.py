@@ -1,10 +1,68 @@
-"""Argument parsers for the `gpu-sizer` subcommands of this package. Heavy imports stay inside
-handlers so that the offline commands stay fast."""
+"""Argument parsers for ``gpu-sizer operator`` and ``gpu-sizer demo``. Heavy imports (kopf,
+kmock, kubernetes) stay inside the handlers so that the offline commands stay fast."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register this package's subcommands (placeholder until implemented)."""
+    """Register ``operator`` and ``demo``."""
+    from gpu_sizer.controller.options import add_operator_arguments
+
+    p = sub.add_parser(
+        "operator",
+        help="run the operator (kopf): estimate, measure and recommend GPUWorkloads",
+        description="Watch GPUWorkloads, estimate them, measure them with a short Job on a GPU "
+        "node of the right class and write the result into their status. Every flag also reads "
+        "env GPU_SIZER_<FLAG>.",
+    )
+    add_operator_arguments(p)
+    p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    p.set_defaults(handler=_operator)
+
+    d = sub.add_parser(
+        "demo",
+        help="run the whole operator against an in-process Kubernetes API (no cluster, no GPU)",
+        description="Serve a Kubernetes API on loopback (kmock's emulator), install the CRD and "
+        "fake GPU nodes, apply examples/, run the real operator with the local measurement "
+        "backend, print the final statuses and exit.",
+    )
+    d.add_argument("--examples", default=None, metavar="DIR", help="GPUWorkload YAML directory")
+    d.add_argument("--timeout", type=float, default=100.0, metavar="SECONDS")
+    d.add_argument(
+        "--probe-seconds",
+        type=float,
+        default=45.0,
+        metavar="SECONDS",
+        help="upper bound on each local probe run (seconds)",
+    )
+    d.add_argument("--verbose", "-v", action="store_true", help="show the operator's log")
+    d.set_defaults(handler=_demo)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from gpu_sizer.controller.options import options_from
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:  # kopf logs every successful timer run at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    try:
+        opts = options_from(args)
+    except (ValueError, OSError) as exc:
+        print(f"gpu-sizer operator: {exc}", file=sys.stderr)
+        return 2
+    from gpu_sizer.controller.running import run
+
+    return run(opts)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from gpu_sizer.controller.demo import main
+
+    return main(args)

@@ -1,0 +1,181 @@
+"""The operator's options: the ``gpu-sizer operator`` flags, each also read from an env var.
+
+Every flag ``--some-flag`` defaults to env ``GPU_SIZER_SOME_FLAG`` (the chart sets these), then to
+the built-in default. The operator's own namespace comes from env ``POD_NAMESPACE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
+
+__all__ = [
+    "DEFAULT_PROBE_IMAGE",
+    "Options",
+    "add_operator_arguments",
+    "load_catalog",
+    "options_from",
+]
+
+DEFAULT_PROBE_IMAGE = "ghcr.io/gpu-sizer/gpu-sizer:0.1.0"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Parsed operator settings. Durations are seconds; ports are TCP ports (0 disables)."""
+
+    namespaces: tuple[str, ...] = ()
+    all_namespaces: bool = False
+    standalone: bool = True
+    peering: str | None = None
+    metrics_port: int = 8080
+    health_port: int = 8081
+    catalog_file: str | None = None
+    policy_file: str | None = None
+    probe_image: str = DEFAULT_PROBE_IMAGE
+    default_headroom: float = 0.10
+    measurement_backend: str = "kubernetes"
+    unschedulable_timeout: float = 600.0
+    poll_interval: float = 5.0
+    local_probe_command: tuple[str, ...] = ()
+    local_deadline_cap: float | None = None
+    webhook: bool = True
+    webhook_port: int = 9443
+    webhook_listen: str = "0.0.0.0"
+    webhook_cert_dir: str | None = None
+    webhook_tls_secret: str | None = None
+    webhook_config_name: str | None = None
+    webhook_service: str | None = None
+    pod_namespace: str | None = None
+    catalog: tuple[GPUClass, ...] = field(default=DEFAULT_CATALOG)
+
+
+def _env(flag: str, default: Any) -> Any:
+    return os.environ.get("GPU_SIZER_" + flag.upper().replace("-", "_"), default)
+
+
+def _bool_env(flag: str) -> bool:
+    return str(_env(flag, "")).lower() in ("1", "true", "yes", "on")
+
+
+def add_operator_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags listed in the project's common brief (chart and operator agree on them)."""
+    ns = _env("namespace", "")
+    p.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[n for n in ns.split(",") if n],
+        metavar="NS",
+        help="namespace to serve (repeatable); env GPU_SIZER_NAMESPACE, comma-separated",
+    )
+    p.add_argument(
+        "--all-namespaces",
+        "-A",
+        action="store_true",
+        default=_bool_env("all-namespaces"),
+        help="serve every namespace (cluster-wide)",
+    )
+    p.add_argument(
+        "--standalone", action="store_true", default=_bool_env("standalone"), help="no peering"
+    )
+    p.add_argument("--peering", default=_env("peering", None), metavar="NAME")
+    p.add_argument("--metrics-port", type=int, default=int(_env("metrics-port", 8080)))
+    p.add_argument("--health-port", type=int, default=int(_env("health-port", 8081)))
+    p.add_argument("--catalog", default=_env("catalog", None), metavar="FILE")
+    p.add_argument("--policy", default=_env("policy", None), metavar="FILE")
+    p.add_argument("--probe-image", default=_env("probe-image", DEFAULT_PROBE_IMAGE))
+    p.add_argument("--default-headroom", type=float, default=float(_env("default-headroom", 0.10)))
+    p.add_argument(
+        "--measurement-backend",
+        choices=["kubernetes", "local"],
+        default=_env("measurement-backend", "kubernetes"),
+    )
+    p.add_argument(
+        "--unschedulable-timeout",
+        type=float,
+        default=float(_env("unschedulable-timeout", 600)),
+        metavar="SECONDS",
+        help="how long a measurement pod may stay unschedulable (seconds)",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=float(_env("poll-interval", 5)),
+        metavar="SECONDS",
+        help="how often a running measurement is checked (seconds)",
+    )
+    p.add_argument(
+        "--local-probe-command",
+        default=_env("local-probe-command", ""),
+        metavar="CMD",
+        help="local backend: command replacing 'python -m gpu_sizer.probe' (space-separated)",
+    )
+    p.add_argument(
+        "--local-deadline-cap",
+        type=float,
+        default=_env("local-deadline-cap", None),
+        metavar="SECONDS",
+        help="local backend: upper bound on a probe run, whatever the spec's timeout (seconds)",
+    )
+    p.add_argument("--webhook-port", type=int, default=int(_env("webhook-port", 9443)))
+    p.add_argument("--webhook-listen", default=_env("webhook-listen", "0.0.0.0"))
+    p.add_argument("--webhook-cert-dir", default=_env("webhook-cert-dir", None), metavar="DIR")
+    p.add_argument("--webhook-tls-secret", default=_env("webhook-tls-secret", None))
+    p.add_argument("--webhook-config-name", default=_env("webhook-config-name", None))
+    p.add_argument("--webhook-service", default=_env("webhook-service", None))
+    p.add_argument("--no-webhook", action="store_true", default=_bool_env("no-webhook"))
+
+
+def load_catalog(path: str | None) -> tuple[GPUClass, ...]:
+    """The catalog: the defaults, merged with the catalog YAML when given.
+
+    :raises gpu_sizer.catalog.InvalidCatalog: the file is unreadable or invalid (names the field).
+    """
+    if not path:
+        return DEFAULT_CATALOG
+    return tuple(load_catalog_file(path))
+
+
+def options_from(
+    args: argparse.Namespace, argv_catalog: Sequence[GPUClass] | None = None
+) -> Options:
+    """Options from parsed flags.
+
+    :raises ValueError: inconsistent flags (e.g. no namespace and no ``-A``).
+    """
+    if not args.all_namespaces and not args.namespace:
+        raise ValueError("give --namespace NS (repeatable) or --all-namespaces/-A")
+    catalog = tuple(argv_catalog) if argv_catalog is not None else load_catalog(args.catalog)
+    cap = args.local_deadline_cap
+    return Options(
+        namespaces=tuple(args.namespace),
+        all_namespaces=bool(args.all_namespaces),
+        standalone=bool(args.standalone) or not args.peering,
+        peering=args.peering,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        catalog_file=args.catalog,
+        policy_file=args.policy,
+        probe_image=args.probe_image,
+        default_headroom=args.default_headroom,
+        measurement_backend=args.measurement_backend,
+        unschedulable_timeout=args.unschedulable_timeout,
+        poll_interval=args.poll_interval,
+        local_probe_command=tuple(args.local_probe_command.split()),
+        local_deadline_cap=float(cap) if cap not in (None, "") else None,
+        webhook=not args.no_webhook,
+        webhook_port=args.webhook_port,
+        webhook_listen=args.webhook_listen,
+        webhook_cert_dir=args.webhook_cert_dir,
+        webhook_tls_secret=args.webhook_tls_secret,
+        webhook_config_name=args.webhook_config_name,
+        webhook_service=args.webhook_service,
+        pod_namespace=os.environ.get("POD_NAMESPACE"),
+        catalog=catalog,
+    )

@@ -1,0 +1,248 @@
+"""Where measurement Jobs run: Kubernetes Jobs, or a local process. Same results either way.
+
+A backend starts a Job from its manifest (:func:`gpu_sizer.measurement.job.job_manifest`), deletes
+it, and reports an :class:`~gpu_sizer.measurement.outcome.Outcome`. Starting is idempotent: a Job
+that already exists under the deterministic name is adopted, never duplicated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
+from gpu_sizer.measurement.result import InvalidResult, parse_result
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "KubernetesJobBackend",
+    "LocalProcessBackend",
+]
+
+
+class BackendError(RuntimeError):
+    """The API or the process could not be reached; the caller retries later."""
+
+
+class Backend(Protocol):
+    """What the controller needs from a place that runs measurement Jobs."""
+
+    async def start(self, manifest: Mapping[str, Any]) -> bool:
+        """Start the Job; ``False`` when a Job of that name already existed (adopted)."""
+
+    async def delete(self, namespace: str, name: str) -> None:
+        """Delete the Job and its pods; a missing Job is fine."""
+
+    def observe(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        job: Mapping[str, Any] | None,
+        pods: Sequence[Mapping[str, Any]],
+        now: datetime,
+    ) -> Outcome:
+        """Where the Job stands; ``job`` and ``pods`` are what the operator's watch saw."""
+
+
+class KubernetesJobBackend:
+    """``batch/v1`` Jobs through the official kubernetes client (its calls run in threads).
+
+    Observation uses the Job and pods the operator already watches (kopf indexes), so that
+    polling costs no API calls.
+    """
+
+    def __init__(self, batch_api: Any) -> None:
+        self._batch = batch_api
+
+    async def start(self, manifest: Mapping[str, Any]) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        meta = manifest["metadata"]
+        try:
+            await asyncio.to_thread(
+                self._batch.create_namespaced_job, meta["namespace"], dict(manifest)
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise BackendError(
+                f"creating Job {meta['name']}: HTTP {exc.status} {exc.reason}"
+            ) from exc
+        return True
+
+    async def delete(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            await asyncio.to_thread(
+                self._batch.delete_namespaced_job,
+                name,
+                namespace,
+                propagation_policy="Background",
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise BackendError(f"deleting Job {name}: HTTP {exc.status} {exc.reason}") from exc
+
+    def observe(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        job: Mapping[str, Any] | None,
+        pods: Sequence[Mapping[str, Any]],
+        now: datetime,
+    ) -> Outcome:
+        del namespace, name
+        return classify(job, pods, now)
+
+
+@dataclass
+class _Run:
+    task: asyncio.Task[Outcome]
+    started: float = field(default_factory=time.monotonic)
+
+
+class LocalProcessBackend:
+    """Runs the probe as a local process (a workstation with a GPU, or the embedded demo).
+
+    ``probe_command`` replaces ``python -m gpu_sizer.probe`` (tests point it at a fake probe).
+    The spec travels the same way as in the Job (env ``GPU_SIZER_SPEC``); the result is read
+    from the process's stdout with the same parser. ``activeDeadlineSeconds`` is enforced by
+    killing the process.
+    """
+
+    def __init__(
+        self,
+        probe_command: Sequence[str] | None = None,
+        *,
+        deadline_cap_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._command = list(probe_command or [sys.executable, "-m", "gpu_sizer.probe"])
+        self._runs: dict[tuple[str, str], _Run] = {}
+        self._cap = deadline_cap_seconds
+        self._node = f"local/{socket.gethostname()}"
+        self._clock = clock
+
+    async def start(self, manifest: Mapping[str, Any]) -> bool:
+        meta = manifest["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        if key in self._runs:
+            return False
+        container = manifest["spec"]["template"]["spec"]["containers"][0]
+        argv = list(container["command"])
+        args = argv[3:] if argv[:3] == ["python", "-m", "gpu_sizer.probe"] else argv
+        # The Job writes the result to /dev/termination-log; locally stdout carries it.
+        if "--termination-log" in args:
+            i = args.index("--termination-log")
+            del args[i : i + 2]
+        env = dict(os.environ)
+        env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+        if "HOME" in os.environ:  # the Job's HOME=/tmp is for a read-only root filesystem
+            env["HOME"] = os.environ["HOME"]
+        deadline = float(manifest["spec"].get("activeDeadlineSeconds") or 900)
+        if self._cap is not None:
+            deadline = min(deadline, self._cap)
+        self._runs[key] = _Run(
+            asyncio.create_task(self._run([*self._command, *args], env, deadline))
+        )
+        return True
+
+    async def _run(self, argv: list[str], env: dict[str, str], deadline: float) -> Outcome:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout=deadline)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return Outcome(
+                OutcomeKind.DeadlineExceeded,
+                f"the local probe ran past its deadline of {deadline:g} s and was killed",
+                node_name=self._node,
+            )
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
+        text = out.decode(errors="replace").strip()
+        if proc.returncode == 0:
+            try:
+                result = parse_result(_last_json(text))
+            except InvalidResult as exc:
+                return Outcome(
+                    OutcomeKind.Failed, f"probe exited 0 but {exc}", node_name=self._node
+                )
+            return Outcome(
+                OutcomeKind.Succeeded, result.status, result=result, node_name=self._node
+            )
+        tail = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1][:300]
+        return Outcome(
+            OutcomeKind.Failed,
+            f"local probe exited with code {proc.returncode}: {tail}",
+            node_name=self._node,
+        )
+
+    async def delete(self, namespace: str, name: str) -> None:
+        run = self._runs.pop((namespace, name), None)
+        if run is not None and not run.task.done():
+            run.task.cancel()
+
+    def observe(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        job: Mapping[str, Any] | None,
+        pods: Sequence[Mapping[str, Any]],
+        now: datetime,
+    ) -> Outcome:
+        del job, pods, now
+        run = self._runs.get((namespace, name))
+        if run is None:
+            return Outcome(OutcomeKind.Missing, "no local probe process for this Job")
+        if not run.task.done():
+            return Outcome(OutcomeKind.Running, "local probe running", node_name=self._node)
+        if run.task.cancelled():
+            return Outcome(OutcomeKind.Missing, "the local probe process was cancelled")
+        exc = run.task.exception()
+        if exc is not None:
+            return Outcome(OutcomeKind.Failed, f"local probe could not run: {exc}")
+        return run.task.result()
+
+    async def close(self) -> None:
+        """Kill every running probe process."""
+        for run in self._runs.values():
+            run.task.cancel()
+        self._runs.clear()
+
+
+def _last_json(text: str) -> str:
+    """The probe prints one JSON document; tolerate log lines before it."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            json.loads(text)
+            return text
+        except json.JSONDecodeError:
+            pass
+    for line in reversed(text.splitlines()):
+        if line.strip().startswith("{"):
+            return line.strip()
+    return text

@@ -1,0 +1,216 @@
+"""The measurement Job manifest, built from a spec as plain data. Pure.
+
+The manifest follows DESIGN.md's measurement protocol; tests check it against the official
+kubernetes client models (``kubernetes.client.V1Job``) and ``kubernetes-validate``. Field
+meanings: Kubernetes API reference, "Job v1 batch" and "Pod v1 core"; the restricted security
+context is the Pod Security Standards "restricted" profile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementMode, spec_to_wire
+from gpu_sizer.catalog import GPUClass
+
+__all__ = [
+    "LABEL_GPU_CLASS",
+    "LABEL_MANAGED_BY",
+    "LABEL_SPEC_HASH",
+    "LABEL_WORKLOAD",
+    "MANAGED_BY",
+    "JobRequest",
+    "host_memory_bytes",
+    "job_manifest",
+    "job_name",
+]
+
+GIB: Final = 1 << 30
+MANAGED_BY: Final = "gpu-sizer"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_WORKLOAD: Final = "gpusizer.dev/workload"
+LABEL_SPEC_HASH: Final = "gpusizer.dev/spec-hash"
+LABEL_GPU_CLASS: Final = "gpusizer.dev/gpu-class"
+CONTAINER: Final = "probe"
+#: Kept for 10 minutes after it finishes so that people can read the pod's logs.
+TTL_SECONDS_AFTER_FINISHED: Final = 600
+#: Extra seconds past the probe's own deadline before Kubernetes kills the Job, so that the
+#: probe can write its Timeout result first.
+DEADLINE_GRACE_SECONDS: Final = 30
+#: Host memory the probe needs besides the model: Python, PyTorch and CUDA libraries.
+BASE_HOST_MEMORY_BYTES: Final = 4 * GIB
+#: Upper bound of the memory request, so that a mis-sized spec cannot ask for a whole node.
+MAX_HOST_MEMORY_BYTES: Final = 512 * GIB
+GPU_TOLERATIONS: Final = (
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"},
+)
+
+
+def _slug(text: str, limit: int) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", text.lower())[:limit]
+    return slug.strip("-") or "w"
+
+
+def job_name(
+    workload: str, spec_hash: str, gpu_class: str, memory_bytes: int, retry: int = 0
+) -> str:
+    """Deterministic Job name (a DNS-1123 label, at most 63 characters).
+
+    Built from the workload name and a digest of (spec hash, class, memory request, retry), so
+    that a restarted operator computes the same name and adopts the Job instead of creating a
+    second one, and a retry on another class or with more host memory gets a new name.
+    """
+    digest = hashlib.sha256(f"{spec_hash}/{gpu_class}/{memory_bytes}/{retry}".encode()).hexdigest()[
+        :10
+    ]
+    return f"gpusizer-{_slug(workload, 42)}-{digest}"
+
+
+def host_memory_bytes(spec: GPUWorkloadSpec, weights_bytes_per_replica: int) -> int:
+    """Host RAM (bytes) for the probe container's memory request and limit.
+
+    Synthetic mode creates every parameter directly on the GPU (``gpu_sizer.probe.model``: factory
+    calls with ``device=``, no CPU copy), so the container needs the runtime only: Python,
+    PyTorch, the CUDA libraries and the CUDA context's host side, 4 GiB. Command mode runs the
+    workload's own engine, which may stage a full copy of the replica's weights in host memory
+    while loading (Hugging Face ``from_pretrained`` without ``low_cpu_mem_usage``; safetensors
+    pages count against the container's memory cgroup), so it gets 4 GiB plus the replica's
+    weights. Rounded up to a GiB and capped at 512 GiB. A container OOM-killed anyway is retried
+    once with twice the memory.
+    """
+    total = BASE_HOST_MEMORY_BYTES
+    if spec.measurement.mode is MeasurementMode.Command:
+        total += max(0, weights_bytes_per_replica)
+    rounded = -(-total // GIB) * GIB
+    return int(min(rounded, MAX_HOST_MEMORY_BYTES))
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything the manifest depends on besides the spec."""
+
+    namespace: str
+    workload: str
+    workload_uid: str
+    spec_hash: str
+    gpu_class: GPUClass
+    gpus: int
+    memory_bytes: int
+    image: str
+    name: str
+
+
+def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
+    """The ``batch/v1`` Job that runs ``python -m gpu_sizer.probe`` on a node of the class.
+
+    The spec travels in env ``GPU_SIZER_SPEC`` (camelCase JSON); the result comes back in the
+    container's termination message (``/dev/termination-log``, falling back to the log tail).
+    """
+    timeout = spec.measurement.timeout_seconds
+    labels = {
+        "app.kubernetes.io/name": "gpu-sizer-probe",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_WORKLOAD: _slug(req.workload, 63),
+        LABEL_SPEC_HASH: req.spec_hash,
+        LABEL_GPU_CLASS: req.gpu_class.name,
+    }
+    spec_json = json.dumps(spec_to_wire(spec), separators=(",", ":"), sort_keys=True)
+    command = [
+        "python",
+        "-m",
+        "gpu_sizer.probe",
+        "--termination-log",
+        "/dev/termination-log",
+        "--deadline-seconds",
+        str(timeout),
+        "--gpu-class",
+        req.gpu_class.name,
+    ]
+    memory = str(req.memory_bytes)
+    gpu_resource = "amd.com/gpu" if req.gpu_class.vendor == "amd" else "nvidia.com/gpu"
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": req.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "env": [
+            {"name": "GPU_SIZER_SPEC", "value": spec_json},
+            {"name": "GPU_SIZER_GPU_CLASS", "value": req.gpu_class.name},
+            {"name": "HOME", "value": "/tmp"},
+        ],
+        "resources": {
+            "requests": {"cpu": "1", "memory": memory, gpu_resource: str(req.gpus)},
+            "limits": {"memory": memory, gpu_resource: str(req.gpus)},
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": req.gpu_class.product_label,
+                                    "operator": "In",
+                                    "values": sorted(req.gpu_class.products),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [dict(t, key=gpu_resource) for t in GPU_TOLERATIONS],
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": req.name,
+            "namespace": req.namespace,
+            "labels": labels,
+            "annotations": {"gpusizer.dev/workload-name": req.workload},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": req.workload,
+                    "uid": req.workload_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": timeout + DEADLINE_GRACE_SECONDS,
+            "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }

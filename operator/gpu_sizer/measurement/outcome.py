@@ -1,0 +1,195 @@
+"""How a measurement Job ended (or why it has not), from the Job and its pods. Pure.
+
+Inputs are the objects as the API returns them (plain dicts). Field meanings: Kubernetes API
+reference ("Job v1 batch" conditions ``Complete`` / ``Failed`` with reason ``DeadlineExceeded``;
+"Pod v1 core" ``status.containerStatuses[].state``, ``PodScheduled`` condition reason
+``Unschedulable``, pod ``status.reason: Evicted``), and the kubelet's image pull reasons
+(``ErrImagePull``, ``ImagePullBackOff``, ``InvalidImageName``, ``ErrImageNeverPull``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from gpu_sizer.measurement.result import InvalidResult, ProbeResult, parse_result
+
+__all__ = ["Outcome", "OutcomeKind", "classify", "parse_time"]
+
+IMAGE_PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+
+
+class OutcomeKind(StrEnum):
+    """Where a measurement stands. Values are also the ``reason`` people read in the status."""
+
+    Missing = "JobMissing"
+    Pending = "Pending"
+    Running = "Running"
+    Unschedulable = "Unschedulable"
+    Succeeded = "Succeeded"
+    DeadlineExceeded = "DeadlineExceeded"
+    HostOOMKilled = "HostOOMKilled"
+    ImagePullFailed = "ImagePullFailed"
+    Evicted = "Evicted"
+    Failed = "Failed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One observation. ``result`` is the probe's report when one was read; ``since`` is when
+    the pod became unschedulable (RFC 3339); ``seconds_unschedulable`` its age at ``now``."""
+
+    kind: OutcomeKind
+    message: str = ""
+    result: ProbeResult | None = None
+    node_name: str | None = None
+    seconds_unschedulable: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        """True when the Job will not change any more."""
+        return self.kind not in (
+            OutcomeKind.Pending,
+            OutcomeKind.Running,
+            OutcomeKind.Unschedulable,
+            OutcomeKind.Missing,
+        )
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """RFC 3339 (``2026-01-02T03:04:05Z``) to an aware datetime, ``None`` when unreadable."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((obj.get("status") or {}).get("conditions") or [])
+
+
+def _cond(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for c in _conditions(obj):
+        if c.get("type") == type_ and c.get("status") == "True":
+            return c
+    return None
+
+
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            return dict(term)
+    return None
+
+
+def _waiting_reason(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in IMAGE_PULL_REASONS:
+            return str(waiting["reason"]), str(waiting.get("message") or "")
+    return None
+
+
+def _from_terminated(term: Mapping[str, Any], node: str | None) -> Outcome:
+    reason = str(term.get("reason") or "")
+    code = term.get("exitCode")
+    message = str(term.get("message") or "")
+    if reason == "OOMKilled":
+        return Outcome(
+            OutcomeKind.HostOOMKilled,
+            "the probe container was OOMKilled for host memory (RAM, not GPU memory; "
+            f"exit code {code})",
+            node_name=node,
+        )
+    if message:
+        try:
+            result = parse_result(message.strip())
+        except InvalidResult as exc:
+            if code == 0:
+                return Outcome(OutcomeKind.Failed, f"probe exited 0 but {exc}", node_name=node)
+        else:
+            return Outcome(OutcomeKind.Succeeded, result.status, result=result, node_name=node)
+    tail = message.strip().splitlines()[-1][:300] if message.strip() else "no output"
+    return Outcome(
+        OutcomeKind.Failed,
+        f"probe container exited with code {code} ({reason or 'Error'}): {tail}",
+        node_name=node,
+    )
+
+
+def classify(
+    job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], now: datetime
+) -> Outcome:
+    """Classify a measurement Job from the Job and its pods (newest pod decides).
+
+    A result in the termination message wins over the Job's own failure conditions, because the
+    probe writes ``Timeout`` or ``OutOfMemory`` results before Kubernetes gives up on the Job.
+    """
+    if job is None:
+        return Outcome(OutcomeKind.Missing, "the measurement Job does not exist")
+    ordered = sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")))
+    pod = ordered[-1] if ordered else None
+    node = ((pod.get("spec") or {}).get("nodeName") if pod else None) or None
+    term = _terminated(pod) if pod is not None else None
+    if pod is not None:
+        pstatus = pod.get("status") or {}
+        if term is not None:
+            outcome = _from_terminated(term, node)
+            if outcome.kind is not OutcomeKind.Failed or not _cond(job, "Failed"):
+                return outcome
+        if pstatus.get("reason") == "Evicted":
+            return Outcome(
+                OutcomeKind.Evicted,
+                f"pod evicted: {pstatus.get('message') or 'no message'}",
+                node_name=node,
+            )
+        pull = _waiting_reason(pod)
+        if pull is not None:
+            return Outcome(OutcomeKind.ImagePullFailed, f"{pull[0]}: {pull[1]}", node_name=node)
+    failed = _cond(job, "Failed")
+    if failed is not None:
+        if failed.get("reason") == "DeadlineExceeded":
+            return Outcome(
+                OutcomeKind.DeadlineExceeded,
+                "the Job ran past activeDeadlineSeconds "
+                f"({(job.get('spec') or {}).get('activeDeadlineSeconds')} s) without a result",
+                node_name=node,
+            )
+        if term is not None:
+            return _from_terminated(term, node)
+        return Outcome(
+            OutcomeKind.Failed,
+            f"Job failed ({failed.get('reason')}): {failed.get('message') or 'no message'}",
+            node_name=node,
+        )
+    if _cond(job, "Complete") is not None:
+        return Outcome(
+            OutcomeKind.Failed,
+            "the Job completed but its pod (and the result) is gone",
+            node_name=node,
+        )
+    if pod is None:
+        return Outcome(OutcomeKind.Pending, "waiting for the Job's pod")
+    for c in _conditions(pod):
+        if (c.get("type"), c.get("status"), c.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            since = parse_time(c.get("lastTransitionTime")) or now
+            return Outcome(
+                OutcomeKind.Unschedulable,
+                str(c.get("message") or "unschedulable"),
+                seconds_unschedulable=max(0.0, (now - since).total_seconds()),
+            )
+    if (pod.get("status") or {}).get("phase") == "Running":
+        return Outcome(OutcomeKind.Running, f"running on {node}", node_name=node)
+    return Outcome(OutcomeKind.Pending, "pod pending", node_name=node)

@@ -1,0 +1,133 @@
+"""GPU inventory from GPU Feature Discovery labels (NVIDIA k8s-device-plugin README, GFD labels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.inventory import (
+    GpuNode,
+    IgnoredNode,
+    build_inventory,
+    parse_memory_label,
+    parse_node,
+)
+
+MIB = 1 << 20
+
+
+def node(
+    name: str = "n", labels: dict[str, str] | None = None, gpus: int | None = 8, **spec: Any
+) -> dict[str, Any]:
+    status = {"allocatable": {"nvidia.com/gpu": str(gpus)}} if gpus is not None else {}
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": spec, "status": status}
+
+
+def gfd(
+    product: str, memory: str | None = None, count: str | None = "8", **extra: str
+) -> dict[str, str]:
+    labels = {"nvidia.com/gpu.product": product, **extra}
+    if memory is not None:
+        labels["nvidia.com/gpu.memory"] = memory
+    if count is not None:
+        labels["nvidia.com/gpu.count"] = count
+    return labels
+
+
+def test_memory_label_in_mib_and_in_bytes_from_older_gfd() -> None:
+    assert parse_memory_label("81920") == 81920 * MIB
+    assert parse_memory_label(str(81920 * MIB)) == 81920 * MIB  # older GFD wrote bytes
+    assert parse_memory_label("") is None
+    assert parse_memory_label("lots") is None
+    assert parse_memory_label("-1") is None
+
+
+def test_h100_node_maps_to_its_class() -> None:
+    parsed = parse_node(node(labels=gfd("NVIDIA-H100-80GB-HBM3", "81559")), DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode)
+    assert parsed.gpu_class == "nvidia-h100-80gb" and parsed.gpu_count == 8
+
+
+def test_bytes_memory_label_is_accepted_and_noted() -> None:
+    parsed = parse_node(node(labels=gfd("NVIDIA-L4", str(23034 * MIB))), DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode) and parsed.gpu_class == "nvidia-l4"
+    assert any("bytes" in n for n in parsed.notes)
+
+
+def test_missing_memory_label_falls_back_to_the_product_table() -> None:
+    parsed = parse_node(node(labels=gfd("NVIDIA-L4", None)), DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode) and parsed.gpu_class == "nvidia-l4"
+    assert any("product table" in n for n in parsed.notes)
+
+
+def test_node_without_gfd_labels_is_ignored_with_the_reason() -> None:
+    parsed = parse_node(node(labels={}), DEFAULT_CATALOG)
+    assert isinstance(parsed, IgnoredNode) and "no nvidia.com/gpu.product" in parsed.reason
+
+
+def test_cpu_node_is_not_a_gpu_node() -> None:
+    assert parse_node(node(labels={}, gpus=None), DEFAULT_CATALOG) is None
+
+
+def test_mixed_gpu_models_memory_disagreement_is_ignored() -> None:
+    # First GPU labelled as an L4 but memory of an 80 GB card: labels describe the first GPU only.
+    parsed = parse_node(node(labels=gfd("NVIDIA-L4", "81920")), DEFAULT_CATALOG)
+    assert isinstance(parsed, IgnoredNode) and "mixed GPU models" in parsed.reason
+
+
+def test_count_label_disagreeing_with_allocatable_is_ignored() -> None:
+    parsed = parse_node(node(labels=gfd("NVIDIA-L4", "23034", count="4"), gpus=8), DEFAULT_CATALOG)
+    assert isinstance(parsed, IgnoredNode) and "gpu.count=4" in parsed.reason
+
+
+def test_mig_single_strategy_slice_not_in_catalog_is_ignored() -> None:
+    labels = gfd(
+        "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+        "4864",
+        count="56",
+        **{"nvidia.com/mig.strategy": "single"},
+    )
+    parsed = parse_node(node(labels=labels, gpus=56), DEFAULT_CATALOG)
+    assert isinstance(parsed, IgnoredNode) and "MIG slice" in parsed.reason
+
+
+def test_mig_mixed_strategy_counts_whole_gpus_only() -> None:
+    labels = gfd(
+        "NVIDIA-A100-SXM4-80GB",
+        "81920",
+        count="8",
+        **{"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig.config": "all-balanced"},
+    )
+    parsed = parse_node(node(labels=labels, gpus=4), DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode) and parsed.gpu_count == 4
+    assert any("MIG mixed" in n for n in parsed.notes)
+
+
+def test_mig_config_without_strategy_is_ignored() -> None:
+    labels = gfd("NVIDIA-A100-SXM4-80GB", "81920", **{"nvidia.com/mig.config": "all-1g.10gb"})
+    parsed = parse_node(node(labels=labels), DEFAULT_CATALOG)
+    assert isinstance(parsed, IgnoredNode) and "mig.config" in parsed.reason
+
+
+def test_unknown_product_and_cordoned_nodes_are_ignored() -> None:
+    unknown = parse_node(node(labels=gfd("Tesla-T4", "15360")), DEFAULT_CATALOG)
+    assert isinstance(unknown, IgnoredNode) and "not in the GPU catalog" in unknown.reason
+    cordoned = parse_node(
+        node(labels=gfd("NVIDIA-L4", "23034"), unschedulable=True), DEFAULT_CATALOG
+    )
+    assert isinstance(cordoned, IgnoredNode) and "cordoned" in cordoned.reason
+
+
+def test_time_sliced_shared_product_suffix_matches_the_class() -> None:
+    parsed = parse_node(node(labels=gfd("NVIDIA-L4-SHARED", "23034")), DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode) and parsed.gpu_class == "nvidia-l4"
+
+
+def test_inventory_summary_names_ignored_nodes() -> None:
+    inv = build_inventory(
+        [node("a", gfd("NVIDIA-L4", "23034")), node("b", {}), node("cpu", {}, gpus=None)],
+        DEFAULT_CATALOG,
+    )
+    assert inv.present_classes() == {"nvidia-l4"}
+    assert [i.name for i in inv.ignored] == ["b"]
+    assert "b (" in inv.summary() and "nvidia-l4: 1 node(s)" in inv.summary()

@@ -1,0 +1,229 @@
+"""The pure reconcile core: (spec, observed state) -> status and actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_sizer.api import GPUWorkloadStatus, Phase, parse_spec, spec_hash
+from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
+from gpu_sizer.measurement.result import NvmlInfo, ProbeResult
+from gpu_sizer.reconcile import (
+    Config,
+    DeleteJob,
+    Emit,
+    Plan,
+    StartJob,
+    Workload,
+    invalid_plan,
+    plan_outcome,
+    plan_spec,
+)
+from gpu_sizer.sizing import assess
+
+GIB = 1 << 30
+CONFIG = Config(catalog=DEFAULT_CATALOG, unschedulable_timeout_seconds=600)
+PRESENT = frozenset({"nvidia-l4", "nvidia-a100-80gb"})
+
+
+def raw(**extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "model": {"name": "m", "parameterCount": 1_000_000_000, "dtype": "bfloat16"},
+        "inference": {"engine": "vllm", "maxModelLen": 2048, "maxNumSeqs": 4},
+    }
+    doc.update(extra)
+    return doc
+
+
+def namer(cls: str, mem: int, retry: int) -> str:
+    return f"job-{cls}-{mem // GIB}-{retry}"
+
+
+def start(
+    spec_doc: dict[str, Any], prev: GPUWorkloadStatus | None = None, gen: int = 1, now: str = "T1"
+) -> Plan:
+    spec = parse_spec(spec_doc)
+    wl = Workload("w", "ns", gen, spec, spec_hash(spec), prev)
+    return plan_spec(
+        wl,
+        assess(spec, DEFAULT_CATALOG, present=PRESENT),
+        CONFIG,
+        present=PRESENT,
+        now=now,
+        job_name=namer,
+        memory_bytes=4 * GIB,
+    )
+
+
+def observe(
+    spec_doc: dict[str, Any], prev: GPUWorkloadStatus, outcome: Outcome, now: str = "T2"
+) -> Plan:
+    spec = parse_spec(spec_doc)
+    wl = Workload("w", "ns", 1, spec, spec_hash(spec), prev)
+    return plan_outcome(wl, outcome, CONFIG, present=PRESENT, now=now, job_name=namer)
+
+
+def cond(status: GPUWorkloadStatus, type_: str) -> Any:
+    return next(c for c in status.conditions if c.type == type_)
+
+
+def gpu_result(peak: int, total: int = 23034 << 20) -> Outcome:
+    r = ProbeResult(
+        status="Succeeded",
+        mode="Synthetic",
+        device="cuda",
+        peak_device_used_bytes=peak,
+        nvml=NvmlInfo(available=True, device_name="NVIDIA L4", total_bytes=total),
+    )
+    return Outcome(OutcomeKind.Succeeded, result=r, node_name="n1")
+
+
+def test_create_starts_one_job_on_the_smallest_present_class() -> None:
+    plan = start(raw())
+    assert plan.status.phase is Phase.Measuring
+    (job,) = [a for a in plan.actions if isinstance(a, StartJob)]
+    assert job.gpu_class.name == "nvidia-l4" and job.gpus == 1 and job.memory_bytes == 4 * GIB
+    assert plan.status.measurement is not None and plan.status.measurement.job_name == job.name
+    assert cond(plan.status, "Reconciling").status == "True"
+
+
+def test_resume_while_measuring_does_nothing() -> None:
+    first = start(raw()).status
+    again = start(raw(), prev=first, now="T9")
+    assert again.actions == () and again.status.phase is Phase.Measuring
+    assert cond(again.status, "Ready").last_transition_time == "T1"
+
+
+def test_spec_change_deletes_the_old_job_and_says_spec_changed() -> None:
+    first = start(raw()).status
+    plan = start(
+        raw(inference={"engine": "vllm", "maxModelLen": 2048, "maxNumSeqs": 8}),
+        prev=first,
+        gen=2,
+        now="T3",
+    )
+    kinds = [type(a) for a in plan.actions]
+    assert kinds[0] is DeleteJob and StartJob in kinds
+    assert cond(plan.status, "Measured").reason == "SpecChanged"
+    assert plan.status.observed_generation == 2
+
+
+def test_success_is_ready_on_the_measurement_and_never_remeasured() -> None:
+    measuring = start(raw()).status
+    done = observe(raw(), measuring, gpu_result(10 * GIB))
+    assert done.status.phase is Phase.Ready
+    rec = done.status.recommendation
+    assert rec is not None and rec.basis == "Measurement" and rec.required_bytes_per_gpu == 10 * GIB
+    assert any(isinstance(a, Emit) and a.reason == "Measured" for a in done.actions)
+    again = start(raw(), prev=done.status, now="T5")
+    assert not any(isinstance(a, StartJob) for a in again.actions)
+    assert again.status.phase is Phase.Ready
+
+
+def test_measured_peak_without_headroom_moves_to_a_larger_class() -> None:
+    measuring = start(raw()).status
+    done = observe(raw(), measuring, gpu_result(22 * GIB))
+    assert done.status.phase is Phase.Ready
+    assert cond(done.status, "HeadroomSufficient").status == "False"
+    assert done.status.recommendation is not None
+    assert done.status.recommendation.gpu_memory_bytes > 23034 << 20
+
+
+def test_cuda_oom_measures_again_on_a_larger_class_then_rejects() -> None:
+    only_l4 = raw(placement={"gpuClasses": ["nvidia-l4", "nvidia-a100-80gb"]})
+    measuring = start(only_l4).status
+    oom = Outcome(
+        OutcomeKind.Succeeded,
+        result=ProbeResult(
+            status="OutOfMemory",
+            mode="Synthetic",
+            device="cuda",
+            out_of_memory=True,
+            oom_phase="load",
+        ),
+    )
+    nxt = observe(only_l4, measuring, oom)
+    (job,) = [a for a in nxt.actions if isinstance(a, StartJob)]
+    assert job.gpu_class.name == "nvidia-a100-80gb"
+    last = observe(only_l4, nxt.status, oom, now="T3")
+    assert last.status.phase is Phase.Rejected
+    assert last.status.measurement is not None
+    assert last.status.measurement.out_of_memory_classes == ["nvidia-l4", "nvidia-a100-80gb"]
+
+
+def test_unschedulable_waits_then_keeps_the_estimate() -> None:
+    measuring = start(raw()).status
+    early = observe(
+        raw(), measuring, Outcome(OutcomeKind.Unschedulable, "0/3 nodes", seconds_unschedulable=10)
+    )
+    assert early.status == measuring and early.actions == ()
+    late = observe(
+        raw(), measuring, Outcome(OutcomeKind.Unschedulable, "0/3 nodes", seconds_unschedulable=601)
+    )
+    assert late.status.phase is Phase.Estimated
+    assert cond(late.status, "Measured").reason == "Unschedulable"  # l4 nodes exist: capacity
+    assert late.status.recommendation is not None and late.status.recommendation.basis == "Estimate"
+
+
+def test_host_oom_retries_once_with_twice_the_memory() -> None:
+    measuring = start(raw()).status
+    retry = observe(raw(), measuring, Outcome(OutcomeKind.HostOOMKilled, "OOMKilled"))
+    (job,) = [a for a in retry.actions if isinstance(a, StartJob)]
+    assert job.memory_bytes == 8 * GIB
+    failed = observe(raw(), retry.status, Outcome(OutcomeKind.HostOOMKilled, "OOMKilled"))
+    assert failed.status.phase is Phase.Failed and cond(failed.status, "Stalled").status == "True"
+
+
+def test_job_deleted_is_recreated_once_under_the_same_name() -> None:
+    measuring = start(raw()).status
+    again = observe(raw(), measuring, Outcome(OutcomeKind.Missing))
+    (job,) = [a for a in again.actions if isinstance(a, StartJob)]
+    assert measuring.measurement is not None and job.name == measuring.measurement.job_name
+    gone = observe(raw(), again.status, Outcome(OutcomeKind.Missing))
+    assert (
+        gone.status.phase is Phase.Failed and cond(gone.status, "Measured").reason == "JobDeleted"
+    )
+
+
+def test_disabled_measurement_is_ready_on_the_estimate() -> None:
+    plan = start(raw(measurement={"mode": "Disabled"}))
+    assert plan.status.phase is Phase.Ready and not any(
+        isinstance(a, StartJob) for a in plan.actions
+    )
+    assert cond(plan.status, "Ready").reason == "EstimateOnly"
+
+
+def test_invalid_spec_stalls_with_field_paths() -> None:
+    plan = invalid_plan(
+        ["spec.inference.maxNumSeqs: must be >= 1"], generation=3, now="T", previous=None
+    )
+    assert plan.status.phase is Phase.Failed
+    assert "spec.inference.maxNumSeqs" in cond(plan.status, "Stalled").message
+    assert any(isinstance(a, Emit) and a.reason == "InvalidSpec" for a in plan.actions)
+
+
+def test_absent_class_waits_for_a_node_and_measures_again_when_one_joins() -> None:
+    h100 = raw(placement={"gpuClasses": ["nvidia-h100-80gb"]})
+    measuring = start(h100).status
+    late = observe(
+        h100, measuring, Outcome(OutcomeKind.Unschedulable, "0/3", seconds_unschedulable=601)
+    )
+    assert cond(late.status, "Measured").reason == "NoNodeOfClass"
+    assert "when a node of the class joins" in cond(late.status, "Measured").message
+    still = start(h100, prev=late.status, now="T4")  # no H100 yet: nothing to do
+    assert not any(isinstance(a, StartJob) for a in still.actions)
+    spec = parse_spec(h100)
+    wl = Workload("w", "ns", 1, spec, spec_hash(spec), late.status)
+    now_present = PRESENT | {"nvidia-h100-80gb"}
+    joined = plan_spec(
+        wl,
+        assess(spec, DEFAULT_CATALOG, present=now_present),
+        CONFIG,
+        present=now_present,
+        now="T5",
+        job_name=namer,
+        memory_bytes=4 * GIB,
+    )
+    (job,) = [a for a in joined.actions if isinstance(a, StartJob)]
+    assert measuring.measurement is not None and job.name != measuring.measurement.job_name
+    assert joined.status.phase is Phase.Measuring

@@ -1,0 +1,113 @@
+"""create -> Estimated -> Measuring -> Ready, and the Job the operator creates for it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpu_sizer.controller.emulator import LoopbackCluster
+from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
+from tests.e2e.probe_results import GIB, gpu_success
+
+
+async def phase_is(cluster: LoopbackCluster, name: str, phase: str) -> Any:
+    obj = await cluster.get(GW, NS, name)
+    return obj if obj and (obj.get("status") or {}).get("phase") == phase else None
+
+
+async def test_create_to_ready_on_measurement(cluster, start_operator, kubelet: Kubelet) -> None:
+    await cluster.create(GW, workload("llm", spec()))
+    start_operator()
+    measuring = await eventually(lambda: phase_is(cluster, "llm", "Measuring"), what="Measuring")
+    st = measuring["status"]
+    assert st["observedGeneration"] == 1
+    assert st["specHash"] and st["estimate"]["perGpu"]["totalBytes"] > 0
+    assert st["recommendation"]["basis"] == "Estimate"
+    assert st["recommendation"]["presentInCluster"] is True
+    assert condition(measuring, "Estimated")["status"] == "True"
+    assert condition(measuring, "Reconciling")["status"] == "True"
+    assert condition(measuring, "Measured")["status"] == "Unknown"
+    job = await kubelet.wait_job()
+    assert st["measurement"]["jobName"] == job["metadata"]["name"]
+    await kubelet.succeed(job, gpu_success(10 * GIB, total=23034 << 20), node="l4-1")
+    ready = await eventually(lambda: phase_is(cluster, "llm", "Ready"), what="Ready")
+    st = ready["status"]
+    assert st["recommendation"]["basis"] == "Measurement"
+    assert st["recommendation"]["requiredBytesPerGpu"] == 10 * GIB
+    assert st["measurement"]["peakDeviceUsedBytes"] == 10 * GIB
+    assert st["measurement"]["nodeName"] == "l4-1"
+    assert st["measurement"]["device"] == "cuda"
+    for t, s in (
+        ("Ready", "True"),
+        ("Reconciling", "False"),
+        ("Stalled", "False"),
+        ("Measured", "True"),
+        ("HeadroomSufficient", "True"),
+    ):
+        c = condition(ready, t)
+        assert c["status"] == s, c
+        assert c["observedGeneration"] == 1 and c["reason"] and c["lastTransitionTime"]
+    # Estimated did not change status, so its transition time did not move.
+    assert (
+        condition(ready, "Estimated")["lastTransitionTime"]
+        == condition(measuring, "Estimated")["lastTransitionTime"]
+    )
+    assert len(await kubelet.jobs()) == 1
+    events = await cluster.list(("", "v1", "events"), NS)
+    reasons = {e.get("reason") for e in events}
+    assert {"MeasurementStarted", "Measured"} <= reasons
+
+
+async def test_job_manifest_fields(cluster, start_operator, kubelet: Kubelet) -> None:
+    long_name = "a-very-long-workload-name-that-goes-on-and-on-beyond-the-label-limit"
+    created = await cluster.create(
+        GW, workload(long_name, spec(measurement={"timeoutSeconds": 120}))
+    )
+    start_operator()
+    job = await kubelet.wait_job()
+    meta = job["metadata"]
+    assert len(meta["name"]) <= 63 and meta["name"].startswith("gpusizer-a-very-long")
+    assert meta["namespace"] == NS
+    owner = meta["ownerReferences"][0]
+    assert owner["kind"] == "GPUWorkload" and owner["name"] == long_name
+    assert owner["uid"] == created["metadata"]["uid"] and owner["controller"] is True
+    js = job["spec"]
+    assert js["backoffLimit"] == 0
+    assert js["activeDeadlineSeconds"] >= 120
+    assert js["ttlSecondsAfterFinished"] > 0
+    pod = js["template"]["spec"]
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]
+    expr = term["matchExpressions"][0]
+    assert expr["key"] == "nvidia.com/gpu.product" and expr["values"] == ["NVIDIA-L4"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    (ctr,) = pod["containers"]
+    assert ctr["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert int(ctr["resources"]["limits"]["memory"]) == 4 * GIB  # Synthetic: the runtime only
+    assert ctr["resources"]["requests"]["memory"] == ctr["resources"]["limits"]["memory"]
+    sc = ctr["securityContext"]
+    assert (
+        sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+    )
+    assert (
+        sc["capabilities"]["drop"] == ["ALL"] and sc["seccompProfile"]["type"] == "RuntimeDefault"
+    )
+    assert ctr["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "tmp", "mountPath": "/tmp"} in ctr["volumeMounts"]
+    assert any(v.get("emptyDir") is not None for v in pod["volumes"])
+    env = {e["name"]: e["value"] for e in ctr["env"]}
+    assert json.loads(env["GPU_SIZER_SPEC"])["model"]["parameterCount"] == 1_000_000_000
+    assert ctr["command"][:3] == ["python", "-m", "gpu_sizer.probe"]
+
+
+async def test_measurement_disabled_is_ready_on_the_estimate(cluster, start_operator) -> None:
+    await cluster.create(GW, workload("est-only", spec(measurement={"mode": "Disabled"})))
+    start_operator()
+    ready = await eventually(lambda: phase_is(cluster, "est-only", "Ready"), what="Ready")
+    assert condition(ready, "Ready")["reason"] == "EstimateOnly"
+    assert "measurement disabled" in condition(ready, "Ready")["message"]
+    assert condition(ready, "Measured")["reason"] == "MeasurementDisabled"
+    assert ready["status"]["recommendation"]["basis"] == "Estimate"

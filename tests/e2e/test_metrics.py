@@ -1,0 +1,59 @@
+"""Prometheus metrics and kopf's liveness endpoint of the running operator."""
+
+from __future__ import annotations
+
+import socket
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import GW, Kubelet, eventually, spec, workload
+from tests.e2e.probe_results import GIB, gpu_success
+from tests.e2e.test_lifecycle import phase_is
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def fetch(url: str) -> str | None:
+    try:
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            return await resp.text() if resp.status == 200 else None
+    except aiohttp.ClientError:
+        return None
+
+
+async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -> None:
+    metrics, health = free_port(), free_port()
+    await cluster.create(GW, workload("metered", spec()))
+    start_operator("--metrics-port", str(metrics), "--health-port", str(health))
+    job = await kubelet.wait_job()
+    await kubelet.succeed(job, gpu_success(10 * GIB, total=23034 << 20), node="l4-1")
+    await eventually(lambda: phase_is(cluster, "metered", "Ready"))
+    text = await eventually(lambda: fetch(f"http://127.0.0.1:{metrics}/metrics"), what="/metrics")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    me = (("name", "metered"), ("namespace", "ml-team"))
+
+    def value(metric: str, *labels: tuple[str, str]) -> float | None:
+        return samples.get((metric, tuple(sorted((*me, *labels)))))
+
+    assert (value("gpusizer_estimated_bytes", ("component", "total")) or 0) > 0
+    assert value("gpusizer_measured_peak_bytes", ("kind", "device")) == 10 * GIB
+    rec = value(
+        "gpusizer_recommendation_headroom_fraction",
+        ("basis", "Measurement"),
+        ("gpu_class", "nvidia-l4"),
+    )
+    assert rec is not None and 0.5 < rec < 0.6
+    assert samples[("gpusizer_measurement_outcomes_total", (("reason", "Succeeded"),))] == 1
+    count = ("gpusizer_measurement_duration_seconds_count", (("outcome", "Succeeded"),))
+    assert samples[count] == 1
+    healthz = await eventually(lambda: fetch(f"http://127.0.0.1:{health}/healthz"), what="/healthz")
+    assert healthz is not None

@@ -1,0 +1,77 @@
+"""Job success with the real probe's output: the tests play kubelet by running
+``python -m gpu_sizer.probe`` exactly as the Job's container would (its command and env), and
+hand back the termination log it wrote. Also the local-process backend end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from tests.e2e.conftest import GW, ROOT, Kubelet, condition, eventually, workload
+from tests.e2e.test_lifecycle import phase_is
+
+#: Small enough for the probe's CPU fallback (under its 2 GiB limit); shape from a Llama config.
+TINY = {
+    "model": {
+        "name": "tiny/llama",
+        "dtype": "float32",
+        "architecture": {
+            "modelType": "llama",
+            "numHiddenLayers": 2,
+            "hiddenSize": 256,
+            "intermediateSize": 688,
+            "numAttentionHeads": 4,
+            "numKeyValueHeads": 2,
+            "vocabSize": 1024,
+            "maxPositionEmbeddings": 2048,
+            "tieWordEmbeddings": False,
+        },
+    },
+    "inference": {"engine": "transformers", "maxModelLen": 512, "maxNumSeqs": 2},
+    "measurement": {"timeoutSeconds": 60},
+}
+
+
+async def run_probe_like_the_container(job: dict, tmp: Path) -> str:
+    """Run the Job's container command locally; return its termination log."""
+    (ctr,) = job["spec"]["template"]["spec"]["containers"]
+    argv = list(ctr["command"])
+    assert argv[:3] == ["python", "-m", "gpu_sizer.probe"]
+    log = tmp / "termination-log"
+    argv[argv.index("--termination-log") + 1] = str(log)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "operator"))
+    env.update({e["name"]: e["value"] for e in ctr["env"]})
+    env["HOME"] = str(tmp)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *argv[1:], env=env, stdout=asyncio.subprocess.DEVNULL
+    )
+    assert await proc.wait() == 0
+    return log.read_text()
+
+
+async def test_job_success_with_the_real_probe(
+    cluster, start_operator, kubelet: Kubelet, tmp_path
+) -> None:
+    await cluster.create(GW, workload("tiny", TINY))
+    start_operator()
+    job = await kubelet.wait_job()
+    message = await run_probe_like_the_container(job, tmp_path)
+    assert len(message.encode()) <= 4096
+    await kubelet.succeed(job, message, node="l4-1")
+    ready = await eventually(lambda: phase_is(cluster, "tiny", "Ready"), timeout=30)
+    m = ready["status"]["measurement"]
+    assert m["device"] == "cpu"
+    assert "peakDeviceUsedBytes" not in m, "CPU runs carry no GPU figures"
+    assert condition(ready, "Measured")["reason"] == "CpuSmokeRun"
+    assert ready["status"]["recommendation"]["basis"] == "Estimate"
+
+
+async def test_local_process_backend(cluster, start_operator) -> None:
+    await cluster.create(GW, workload("local", TINY))
+    start_operator("--measurement-backend", "local", "--local-deadline-cap", "60")
+    ready = await eventually(lambda: phase_is(cluster, "local", "Ready"), timeout=60)
+    assert ready["status"]["measurement"]["device"] == "cpu"
+    assert ready["status"]["measurement"]["nodeName"].startswith("local/")
+    assert condition(ready, "Measured")["reason"] == "CpuSmokeRun"

@@ -1,0 +1,88 @@
+"""The local-process backend: same spec in, same result format out, deadline enforced."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import sys
+from pathlib import Path
+
+from gpu_sizer.api import parse_spec, spec_hash
+from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.measurement.backends import LocalProcessBackend
+from gpu_sizer.measurement.job import GIB, JobRequest, job_manifest
+from gpu_sizer.measurement.outcome import OutcomeKind
+
+SPEC = parse_spec(
+    {
+        "model": {"name": "m", "parameterCount": 1_000_000_000, "dtype": "bfloat16"},
+        "inference": {"engine": "vllm", "maxModelLen": 2048, "maxNumSeqs": 4},
+        "measurement": {"timeoutSeconds": 30},
+    }
+)
+NOW = datetime.datetime.now(datetime.UTC)
+
+FAKE_PROBE = """
+import json, os, sys
+from gpu_sizer.measurement.result import ProbeResult
+spec = json.loads(os.environ["GPU_SIZER_SPEC"])
+assert "--gpu-class" in sys.argv and "--termination-log" not in sys.argv
+mode = os.environ.get("FAKE_MODE", "ok")
+if mode == "sleep":
+    import time; time.sleep(30)
+if mode == "crash":
+    print("boom", file=sys.stderr); sys.exit(3)
+if mode == "garbage":
+    print("not json"); sys.exit(0)
+peak = spec["model"]["parameterCount"] * 2
+print("a log line")
+print(ProbeResult(status="Succeeded", mode="Synthetic", device="cuda", peak_device_used_bytes=peak)
+      .model_dump_json(by_alias=True))
+"""
+
+
+def manifest(name: str) -> dict:
+    req = JobRequest("ns", "w", "uid", spec_hash(SPEC), DEFAULT_CATALOG[0], 1, 4 * GIB, "img", name)
+    return job_manifest(SPEC, req)
+
+
+async def run(tmp_path: Path, mode: str, monkeypatch, cap: float | None = None):
+    script = tmp_path / "fake_probe.py"
+    script.write_text(FAKE_PROBE)
+    monkeypatch.setenv("FAKE_MODE", mode)
+    backend = LocalProcessBackend([sys.executable, str(script)], deadline_cap_seconds=cap)
+    assert await backend.start(manifest("j1")) is True
+    assert await backend.start(manifest("j1")) is False, "a second start adopts the first"
+    for _ in range(200):
+        out = backend.observe("ns", "j1", job=None, pods=[], now=NOW)
+        if out.kind is not OutcomeKind.Running:
+            return out, backend
+        await asyncio.sleep(0.05)
+    raise AssertionError("probe did not finish")
+
+
+async def test_success_reads_stdout_with_the_result_parser(tmp_path, monkeypatch) -> None:
+    out, _ = await run(tmp_path, "ok", monkeypatch)
+    assert out.kind is OutcomeKind.Succeeded and out.result is not None
+    assert out.result.peak_device_used_bytes == 2_000_000_000  # from the spec it was given
+    assert out.node_name and out.node_name.startswith("local/")
+
+
+async def test_deadline_kills_the_process(tmp_path, monkeypatch) -> None:
+    out, _ = await run(tmp_path, "sleep", monkeypatch, cap=0.5)
+    assert out.kind is OutcomeKind.DeadlineExceeded and "deadline of 0.5 s" in out.message
+
+
+async def test_crash_and_garbage_are_failures(tmp_path, monkeypatch) -> None:
+    crash, _ = await run(tmp_path, "crash", monkeypatch)
+    assert (
+        crash.kind is OutcomeKind.Failed and "code 3" in crash.message and "boom" in crash.message
+    )
+    garbage, _ = await run(tmp_path / "..", "garbage", monkeypatch)
+    assert garbage.kind is OutcomeKind.Failed and "not JSON" in garbage.message
+
+
+async def test_delete_and_missing(tmp_path, monkeypatch) -> None:
+    _, backend = await run(tmp_path, "ok", monkeypatch)
+    await backend.delete("ns", "j1")
+    assert backend.observe("ns", "j1", job=None, pods=[], now=NOW).kind is OutcomeKind.Missing

@@ -1,0 +1,112 @@
+"""The measurement Job manifest: DESIGN.md's protocol, checked against the official kubernetes
+client models and kubernetes-validate's OpenAPI schemas."""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import pytest
+from kubernetes import client
+
+from gpu_sizer.api import parse_spec, spec_hash
+from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.measurement.job import GIB, JobRequest, host_memory_bytes, job_manifest, job_name
+
+SPEC = parse_spec(
+    {
+        "model": {"name": "m", "parameterCount": 8_000_000_000, "dtype": "bfloat16"},
+        "inference": {"engine": "vllm", "maxModelLen": 4096, "maxNumSeqs": 8},
+        "measurement": {"timeoutSeconds": 600},
+    }
+)
+H100 = next(c for c in DEFAULT_CATALOG if c.name == "nvidia-h100-80gb")
+
+
+def manifest(name: str = "llama") -> dict:
+    h = spec_hash(SPEC)
+    req = JobRequest(
+        namespace="ml",
+        workload=name,
+        workload_uid="0b7e-uid",
+        spec_hash=h,
+        gpu_class=H100,
+        gpus=2,
+        memory_bytes=18 * GIB,
+        image="registry.example/gpu-sizer:1",
+        name=job_name(name, h, H100.name, 18 * GIB),
+    )
+    return job_manifest(SPEC, req)
+
+
+def test_deserializes_into_the_official_models_without_loss() -> None:
+    doc = manifest()
+    api = client.ApiClient()
+    job = api._ApiClient__deserialize(json.loads(json.dumps(doc)), "V1Job")
+    assert isinstance(job, client.V1Job)
+    assert api.sanitize_for_serialization(job) == doc
+
+
+@pytest.mark.parametrize("version", ["1.30", "1.31"])
+def test_valid_against_the_kubernetes_openapi_schema(version: str) -> None:
+    kubernetes_validate.validate(manifest(), version, strict=True)
+
+
+def test_protocol_fields() -> None:
+    doc = manifest()
+    meta, spec = doc["metadata"], doc["spec"]
+    assert meta["namespace"] == "ml"
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "gpusizer.dev/v1alpha1",
+            "kind": "GPUWorkload",
+            "name": "llama",
+            "uid": "0b7e-uid",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] >= 600
+    assert spec["ttlSecondsAfterFinished"] > 0
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    expr = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"][0]
+    assert expr == {
+        "key": "nvidia.com/gpu.product",
+        "operator": "In",
+        "values": sorted(H100.products),
+    }
+    (ctr,) = pod["containers"]
+    assert ctr["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert ctr["resources"]["limits"]["memory"] == str(18 * GIB)
+    assert ctr["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert ctr["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    env = {e["name"]: e["value"] for e in ctr["env"]}
+    assert parse_spec(json.loads(env["GPU_SIZER_SPEC"])) == SPEC
+
+
+def test_name_is_deterministic_short_and_changes_with_what_is_measured() -> None:
+    h = spec_hash(SPEC)
+    long = "x" * 253
+    assert job_name("a", h, "nvidia-l4", GIB) == job_name("a", h, "nvidia-l4", GIB)
+    assert len(job_name(long, h, "nvidia-l4", GIB)) <= 63
+    assert job_name("My.Workload", h, "nvidia-l4", GIB).startswith("gpusizer-my-workload-")
+    names = {
+        job_name("a", h, "nvidia-l4", GIB),
+        job_name("a", h, "nvidia-h100-80gb", GIB),
+        job_name("a", h, "nvidia-l4", 2 * GIB),
+        job_name("a", h, "nvidia-l4", GIB, retry=1),
+        job_name("a", "0" * 16, "nvidia-l4", GIB),
+    }
+    assert len(names) == 5
+
+
+def test_host_memory_synthetic_is_the_runtime_command_adds_the_weights() -> None:
+    assert host_memory_bytes(SPEC, 16 * GIB) == 4 * GIB  # weights are created on the GPU
+    wire = SPEC.model_dump(by_alias=True, mode="json", exclude_none=True)
+    command = parse_spec({**wire, "measurement": {"mode": "Command", "command": ["serve"]}})
+    assert host_memory_bytes(command, 16 * GIB) == 20 * GIB
+    assert host_memory_bytes(command, 16 * GIB + 1) == 21 * GIB  # rounded up to a GiB
+    assert host_memory_bytes(command, 10_000 * GIB) == 512 * GIB  # capped

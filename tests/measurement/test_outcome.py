@@ -1,0 +1,131 @@
+"""Classifying a measurement Job from the Job and its pods (Kubernetes API reference: Job
+conditions, pod containerStatuses, PodScheduled/Unschedulable, Evicted)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from gpu_sizer.measurement.outcome import OutcomeKind, classify
+from gpu_sizer.measurement.result import ProbeResult
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+JOB: dict[str, Any] = {
+    "metadata": {"name": "j"},
+    "spec": {"activeDeadlineSeconds": 930},
+    "status": {},
+}
+RESULT = ProbeResult(
+    status="Succeeded", mode="Synthetic", device="cuda", peak_device_used_bytes=5
+).model_dump_json(by_alias=True)
+
+
+def job(*conds: tuple[str, str]) -> dict[str, Any]:
+    return {
+        **JOB,
+        "status": {"conditions": [{"type": t, "status": "True", "reason": r} for t, r in conds]},
+    }
+
+
+def pod(status: dict[str, Any], node: str | None = "n1") -> dict[str, Any]:
+    return {
+        "metadata": {"creationTimestamp": "2026-01-01T11:00:00Z"},
+        "spec": {"nodeName": node},
+        "status": status,
+    }
+
+
+def terminated(**term: Any) -> dict[str, Any]:
+    return pod({"containerStatuses": [{"state": {"terminated": term}}]})
+
+
+def test_missing_pending_running() -> None:
+    assert classify(None, [], NOW).kind is OutcomeKind.Missing
+    assert classify(JOB, [], NOW).kind is OutcomeKind.Pending
+    running = classify(JOB, [pod({"phase": "Running"})], NOW)
+    assert running.kind is OutcomeKind.Running and running.node_name == "n1"
+    assert not running.finished
+
+
+def test_success_reads_the_termination_message() -> None:
+    out = classify(job(("Complete", "Completed")), [terminated(exitCode=0, message=RESULT)], NOW)
+    assert out.kind is OutcomeKind.Succeeded and out.result is not None
+    assert out.result.peak_device_used_bytes == 5 and out.finished
+
+
+def test_host_oom_kill_is_not_cuda_oom() -> None:
+    out = classify(
+        job(("Failed", "BackoffLimitExceeded")), [terminated(exitCode=137, reason="OOMKilled")], NOW
+    )
+    assert out.kind is OutcomeKind.HostOOMKilled and "RAM, not GPU memory" in out.message
+
+
+def test_deadline_exceeded_without_a_result() -> None:
+    out = classify(job(("Failed", "DeadlineExceeded")), [pod({"phase": "Running"})], NOW)
+    assert out.kind is OutcomeKind.DeadlineExceeded and "930 s" in out.message
+
+
+def test_a_result_wins_over_the_jobs_deadline() -> None:
+    late = classify(
+        job(("Failed", "DeadlineExceeded")), [terminated(exitCode=0, message=RESULT)], NOW
+    )
+    assert late.kind is OutcomeKind.Succeeded
+
+
+def test_unschedulable_with_its_age() -> None:
+    p = pod(
+        {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes",
+                    "lastTransitionTime": "2026-01-01T11:58:00Z",
+                }
+            ],
+        },
+        node=None,
+    )
+    out = classify(JOB, [p], NOW)
+    assert out.kind is OutcomeKind.Unschedulable and out.seconds_unschedulable == 120.0
+
+
+def test_image_pull_and_eviction() -> None:
+    pull = pod(
+        {
+            "containerStatuses": [
+                {"state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}
+            ]
+        }
+    )
+    assert classify(JOB, [pull], NOW).kind is OutcomeKind.ImagePullFailed
+    evicted = pod({"phase": "Failed", "reason": "Evicted", "message": "low on memory"})
+    assert (
+        classify(job(("Failed", "BackoffLimitExceeded")), [evicted], NOW).kind
+        is OutcomeKind.Evicted
+    )
+
+
+def test_crash_without_a_result_shows_the_log_tail() -> None:
+    out = classify(
+        job(("Failed", "BackoffLimitExceeded")),
+        [terminated(exitCode=1, reason="Error", message="Traceback\nImportError: torch")],
+        NOW,
+    )
+    assert out.kind is OutcomeKind.Failed and "ImportError: torch" in out.message
+
+
+def test_complete_job_whose_pod_is_gone() -> None:
+    out = classify(job(("Complete", "Completed")), [], NOW)
+    assert out.kind is OutcomeKind.Failed and "gone" in out.message
+
+
+def test_newest_pod_decides() -> None:
+    old = {
+        **terminated(exitCode=137, reason="OOMKilled"),
+        "metadata": {"creationTimestamp": "2026-01-01T10:00:00Z"},
+    }
+    new = terminated(exitCode=0, message=RESULT)
+    assert classify(job(("Complete", "Completed")), [new, old], NOW).kind is OutcomeKind.Succeeded
