@@ -221,6 +221,11 @@ _KEEP: Final = frozenset(
 )
 
 
+def _nullable(node: dict[str, Any]) -> bool:
+    """Whether a JSON Schema node admits ``null`` (pydantic writes ``anyOf: [X, {type: null}]``)."""
+    return any(option.get("type") == "null" for option in node.get("anyOf", ()))
+
+
 class SchemaError(ValueError):
     """A model uses a JSON Schema construct that has no structural-schema equivalent."""
 
@@ -253,6 +258,14 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], *, keep_defaults: bool)
             }
         elif key == "items":
             out[key] = _convert(value, defs, keep_defaults=keep_defaults)
+        elif key == "required":
+            # Serialization schemas list every computed field as required, even one that may be
+            # None and is then left out of the written status: a real API server would reject
+            # such a status write, so a nullable property is never required.
+            props = node.get("properties", {})
+            required = [name for name in value if not _nullable(props.get(name, {}))]
+            if required:
+                out[key] = required
         elif key in ("exclusiveMaximum", "exclusiveMinimum") and not isinstance(value, bool):
             out["maximum" if key == "exclusiveMaximum" else "minimum"] = value
             out[key] = True
