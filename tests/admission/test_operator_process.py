@@ -1,13 +1,9 @@
 """The webhook served by the real ``gpu-sizer operator`` process, as the chart runs it.
-
-Needs the ``operator`` subcommand (controller package); skipped where it is not built yet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import os
 import socket
 import subprocess
@@ -19,8 +15,6 @@ import aiohttp
 import kmock
 import pytest
 
-from gpu_sizer.cli import _build_parser
-
 from .conftest import Webhook, admission_review, workload
 from .test_webhook import comfortable_spec, no_headroom_spec
 
@@ -29,21 +23,10 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 ROOT = Path(__file__).parents[2]
 
 
-def _has_operator_command() -> bool:
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            _build_parser().parse_args(["operator", "--help"])
-    except SystemExit as exc:
-        return exc.code == 0
-    return True
-
-
 @pytest.fixture(scope="module")
 def operator_process(
     emulator: kmock.KubernetesEmulator, cert_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[int]:
-    if not _has_operator_command():
-        pytest.skip("the `gpu-sizer operator` subcommand is not part of this build")
     for plural, kind in (
         ("v1/nodes", "Node"),
         ("v1/pods", "Pod"),

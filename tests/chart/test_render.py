@@ -15,6 +15,9 @@ import pytest
 import yaml
 
 from gpu_sizer import __version__
+from gpu_sizer.admission.policy import parse_policy
+from gpu_sizer.catalog import load_catalog
+from gpu_sizer.controller.options import add_operator_arguments
 
 from .conftest import (
     CHART,
@@ -525,10 +528,6 @@ def test_notes_tell_how_to_apply_and_wait(render_raw: Any) -> None:
 
 @pytest.mark.parametrize("values_file", [None, *VALUE_FILES], ids=["defaults", *VALUE_IDS])
 def test_operator_reads_the_rendered_catalog(render: Render, values_file: Path | None) -> None:
-    catalog_module = pytest.importorskip("gpu_sizer.catalog")
-    load_catalog = getattr(catalog_module, "load_catalog", None)
-    if load_catalog is None:
-        pytest.skip("gpu_sizer.catalog.load_catalog not on this branch yet (offline helper)")
     catalog, _ = config(render(load_values(values_file) if values_file else None))
     classes = {c.name for c in load_catalog(catalog)}
     for entry in catalog["classes"]:
@@ -537,11 +536,8 @@ def test_operator_reads_the_rendered_catalog(render: Render, values_file: Path |
 
 @pytest.mark.parametrize("values_file", [None, *VALUE_FILES], ids=["defaults", *VALUE_IDS])
 def test_admission_reads_the_rendered_policy(render: Render, values_file: Path | None) -> None:
-    policy_module = pytest.importorskip(
-        "gpu_sizer.admission.policy", reason="admission helper's policy parser not merged yet"
-    )
     _, policy = config(render(load_values(values_file) if values_file else None))
-    parsed = policy_module.parse_policy(policy, "policy.yaml")
+    parsed = parse_policy(policy, "policy.yaml")
     assert parsed.default_min_headroom_fraction == policy["defaultMinHeadroomFraction"]
 
 
@@ -582,12 +578,8 @@ def test_long_release_names_give_valid_object_names(render: Render, values: dict
 @pytest.mark.parametrize("values_file", [None, *VALUE_FILES], ids=["defaults", *VALUE_IDS])
 def test_operator_cli_accepts_the_rendered_args(render: Render, values_file: Path | None) -> None:
     """The real `gpu-sizer operator` parser takes every flag the chart passes, with its value."""
-    options = pytest.importorskip("gpu_sizer.controller.options")
-    add_arguments = getattr(options, "add_operator_arguments", None)
-    if add_arguments is None:
-        pytest.skip("gpu_sizer.controller.options.add_operator_arguments not merged yet")
     parser = argparse.ArgumentParser(prog="gpu-sizer operator", exit_on_error=False)
-    add_arguments(parser)
+    add_operator_arguments(parser)
     docs = render(load_values(values_file) if values_file else None)
     rendered = args(docs)
     assert rendered[0] == "operator"
