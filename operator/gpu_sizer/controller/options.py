@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_sizer import __version__
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 
 __all__ = [
@@ -20,9 +23,11 @@ __all__ = [
     "add_operator_arguments",
     "load_catalog",
     "options_from",
+    "peering_priority",
 ]
 
-DEFAULT_PROBE_IMAGE = "ghcr.io/gpu-sizer/gpu-sizer:0.1.0"
+#: The probe image built from docker/probe.Dockerfile (the chart's measurement.probeImage default).
+DEFAULT_PROBE_IMAGE = f"ghcr.io/gpu-sizer/gpu-sizer-probe:{__version__}"
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class Options:
     all_namespaces: bool = False
     standalone: bool = True
     peering: str | None = None
+    priority: int = 0
     metrics_port: int = 8080
     health_port: int = 8081
     catalog_file: str | None = None
@@ -85,6 +91,14 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         "--standalone", action="store_true", default=_bool_env("standalone"), help="no peering"
     )
     p.add_argument("--peering", default=_env("peering", None), metavar="NAME")
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=_env("priority", None),
+        metavar="N",
+        help="kopf peering priority; default derived from POD_NAME so replicas differ (kopf "
+        "pauses every replica when two live ones share a priority)",
+    )
     p.add_argument("--metrics-port", type=int, default=int(_env("metrics-port", 8080)))
     p.add_argument("--health-port", type=int, default=int(_env("health-port", 8081)))
     p.add_argument("--catalog", default=_env("catalog", None), metavar="FILE")
@@ -142,6 +156,22 @@ def load_catalog(path: str | None) -> tuple[GPUClass, ...]:
     return tuple(load_catalog_file(path))
 
 
+def peering_priority(explicit: int | str | None, pod_name: str | None) -> int:
+    """The kopf peering priority of this replica.
+
+    kopf lets the highest-priority live peer run and pauses the others; when two live peers share
+    the top priority it pauses *all* of them (kopf docs, "Peering": "operators with the same
+    priority ... all of them pause"). So replicas must differ: an explicit ``--priority`` wins,
+    else a stable value in 1..2^20 from the pod name (replicas of a Deployment have distinct
+    names), else a random one for this process.
+    """
+    if explicit not in (None, ""):
+        return int(explicit)
+    if pod_name:
+        return zlib.crc32(pod_name.encode()) % (1 << 20) + 1
+    return random.randint(1, 1 << 20)
+
+
 def options_from(
     args: argparse.Namespace, argv_catalog: Sequence[GPUClass] | None = None
 ) -> Options:
@@ -158,6 +188,7 @@ def options_from(
         all_namespaces=bool(args.all_namespaces),
         standalone=bool(args.standalone) or not args.peering,
         peering=args.peering,
+        priority=peering_priority(args.priority, os.environ.get("POD_NAME")),
         metrics_port=args.metrics_port,
         health_port=args.health_port,
         catalog_file=args.catalog,

@@ -104,6 +104,7 @@ def run(opts: Options) -> int:
                 registry=registry,
                 standalone=opts.standalone,
                 peering_name=opts.peering,
+                priority=opts.priority,
                 clusterwide=opts.all_namespaces,
                 namespaces=list(opts.namespaces),
                 liveness_endpoint=liveness,
