@@ -1,5 +1,4 @@
-"""The webhook served by the real ``gpu-sizer operator`` process, as the chart runs it.
-"""
+"""The webhook served by the real ``gpu-sizer operator`` process, as the chart runs it."""
 
 from __future__ import annotations
 
