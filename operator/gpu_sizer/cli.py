@@ -143,41 +143,63 @@ def _expand(paths: Sequence[str]) -> Iterator[str]:
 
 
 def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
-    """Every YAML document of ``paths``; the bool says whether some file could not be read."""
+    """Every GPUWorkload document of ``paths``; the bool says whether some input was unusable.
+
+    Like ``kubectl apply -f``, each document is handled on its own: a document of another kind
+    (a ConfigMap next to the workload) is skipped with a warning and does not change the exit
+    status. Input that holds no document at all (an empty file, a directory without YAML files)
+    is an error, so that a CI gate pointed at a wrong path cannot pass.
+    """
+    from gpu_sizer.api import KIND
+    from gpu_sizer.yamlio import UnreadableFile, YamlError, load_all, read_text
+
     docs: list[_Doc] = []
     failed = False
-    for path in _expand(paths):
-        try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            print(f"{path}: cannot read: {reason}", file=err)
+    for path in paths:
+        files = list(_expand([path]))
+        if not files:
+            print(f"{path}: no *.yaml or *.yml files in this directory", file=err)
             failed = True
-            continue
-        source = "(stdin)" if path == "-" else path
-        try:
-            loaded = list(yaml.safe_load_all(text))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}: " if mark is not None else ""
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            print(f"{source}: {where}invalid YAML: {problem}", file=err)
-            failed = True
-            continue
-        index = 0
-        for data in loaded:
-            if data is None:
+        for file in files:
+            source = "(stdin)" if file == "-" else file
+            try:
+                loaded = load_all(read_text(file))
+            except UnreadableFile as exc:
+                print(f"{source}: cannot read: {exc}", file=err)
+                failed = True
                 continue
-            items = (
-                data["items"]
-                if isinstance(data, dict)
-                and data.get("kind") == "List"
-                and isinstance(data.get("items"), list)
-                else [data]
-            )
-            for item in items:
-                docs.append(_Doc(source, index, item))
-                index += 1
+            except YamlError as exc:
+                where = f"line {exc.line}: " if exc.line is not None else ""
+                print(f"{source}: {where}invalid YAML: {exc.message}", file=err)
+                failed = True
+                continue
+            index = 0
+            found = False
+            for data in loaded:
+                if data is None:
+                    continue
+                items = (
+                    data["items"]
+                    if isinstance(data, dict)
+                    and data.get("kind") == "List"
+                    and isinstance(data.get("items"), list)
+                    else [data]
+                )
+                for item in items:
+                    doc = _Doc(source, index, item)
+                    index += 1
+                    kind = item.get("kind") if isinstance(item, dict) else None
+                    if isinstance(kind, str) and kind != KIND:
+                        print(
+                            f"Warning: {source}: {doc.name}: kind {kind} is not a {KIND}; skipped",
+                            file=err,
+                        )
+                        continue
+                    found = True
+                    docs.append(doc)
+            if not found and index == 0:
+                print(f"{source}: no YAML documents (empty input)", file=err)
+                failed = True
     return docs, failed
 
 
@@ -221,6 +243,19 @@ def _estimate(args: argparse.Namespace) -> int:
                 print(f"{args.catalog}: {problem}", file=err)
             return EXIT_INVALID
     docs, invalid = _read_docs(args.files, err)
+    if not docs and not invalid:
+        print("No GPUWorkload documents found.", file=err)
+        invalid = True
+    seen: dict[str, str] = {}
+    for doc in docs:
+        key = _row_name(doc)
+        if key in seen:
+            print(
+                f"Warning: {doc.source}: {key}: the same namespace/name is also in {seen[key]}; "
+                "applying both keeps only the last",
+                file=err,
+            )
+        seen.setdefault(key, doc.source)
     rows: list[tuple[_Doc, Assessment]] = []
     objects: list[dict[str, Any]] = []
     now = _now()
@@ -243,7 +278,7 @@ def _estimate(args: argparse.Namespace) -> int:
             invalid = True
             continue
         rows.append((doc, assessment))
-        meta = doc.data.get("metadata") or {}
+        meta = doc.data["metadata"]
         status = estimated_status(
             spec,
             assessment,
@@ -255,8 +290,6 @@ def _estimate(args: argparse.Namespace) -> int:
         obj["status"] = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         objects.append(obj)
     if args.output == "table":
-        if not docs and not invalid:
-            print("No GPUWorkload documents found.", file=err)
         _print_table(rows, out)
         for doc, assessment in rows:
             who = _row_name(doc)
@@ -284,7 +317,9 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _row_name(doc: _Doc) -> str:
-    meta = doc.data.get("metadata") or {}
+    meta = doc.data.get("metadata") if isinstance(doc.data, dict) else None
+    if not isinstance(meta, dict):
+        return doc.name
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
