@@ -44,6 +44,11 @@ GIB: Final = 1 << 30
 MAX_TENSOR_PARALLEL: Final = 8
 #: Data-parallel sizes tried for the ZeRO-3 fix.
 MAX_DATA_PARALLEL: Final = 64
+#: Shortest maxModelLen a fix may suggest, in tokens. A serving context shorter than this cannot
+#: hold a typical chat request (a system prompt of a few hundred tokens plus the question and the
+#: answer), so a smaller "fix" would make the spec fit by making the service useless; below it
+#: the fix is reported as not enough alone.
+MIN_FIX_MAX_MODEL_LEN: Final = 512
 #: Engines that implement tensor parallelism (transformers' device_map splits layers instead).
 TP_ENGINES: Final = frozenset({Engine.vllm, Engine.tgi, Engine.sglang})
 
@@ -283,6 +288,8 @@ def _fixes(
             lambda n: _with(spec, "inference", max_num_seqs=n),
             on_largest,
         )
+        if seqs is None and inf.max_num_seqs > 1:
+            seqs = 1  # the floor: reported as not enough alone
         if seqs is not None:
             out.append(
                 fix(
@@ -292,12 +299,15 @@ def _fixes(
                     f"maxNumSeqs {seqs}",
                 )
             )
+        floor = MIN_FIX_MAX_MODEL_LEN
         length = _largest_fitting(
-            1,
+            floor,
             inf.max_model_len - 1,
             lambda n: _with(spec, "inference", max_model_len=n),
             on_largest,
         )
+        if length is None and inf.max_model_len > floor:
+            length = floor  # the floor: reported as not enough alone
         if length is not None:
             if length >= 1024:
                 length -= length % 256  # a readable figure; smaller still fits (monotonic)

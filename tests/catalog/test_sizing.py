@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gpu_sizer.api import GPUWorkloadSpec, parse_spec
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG, fits
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing import MIN_FIX_MAX_MODEL_LEN, Verdict, assess
 
 GIB = 1 << 30
 BY_NAME = {c.name: c for c in DEFAULT_CATALOG}
@@ -120,11 +120,31 @@ def test_max_num_seqs_fix_is_the_largest_that_fits() -> None:
 
 
 def test_max_model_len_fix_is_the_largest_that_fits_to_256_tokens() -> None:
-    s = too_big()
+    s = spec(
+        inference={"maxModelLen": 8192, "maxNumSeqs": 16},
+        placement={"gpuClasses": ["nvidia-l4"]},
+    )
     fix = next(f for f in assess(s).fixes if f.field == "spec.inference.maxModelLen")
     assert _largest_fits(_inference(s, max_model_len=fix.value))
     step = 256 if fix.value >= 1024 else 1
     assert not _largest_fits(_inference(s, max_model_len=fix.value + step))
+
+
+def test_fixes_are_usable_or_said_not_enough() -> None:
+    """100,000 sequences cannot fit by shortening them to 1 token: no fix below the floors."""
+    s = spec(
+        inference={"maxModelLen": 8192, "maxNumSeqs": 65_536},
+        placement={"gpuClasses": ["nvidia-l4"]},
+    )
+    a = assess(s)
+    by_field = {f.field: f for f in a.fixes}
+    length = by_field["spec.inference.maxModelLen"]
+    assert length.value == MIN_FIX_MAX_MODEL_LEN and not length.fits
+    seqs = by_field["spec.inference.maxNumSeqs"]
+    assert seqs.value >= 1
+    assert "maxModelLen 1 " not in a.message
+    not_enough = a.message.split("Not enough alone: ")[1]
+    assert f"maxModelLen {MIN_FIX_MAX_MODEL_LEN} (" in not_enough
 
 
 def test_tensor_parallel_fix_is_the_smallest_valid_size_that_fits() -> None:
