@@ -296,7 +296,7 @@ def _estimate(args: argparse.Namespace) -> int:
             if assessment.verdict is not Verdict.Fits:
                 for line in assessment.message.splitlines():
                     print(f"{who}: {line}", file=err)
-            for warning in assessment.warnings:
+            for warning in [*assessment.estimate.notes, *assessment.warnings]:
                 print(f"Warning: {who}: {warning}", file=err)
     else:
         doc_out: Any = (

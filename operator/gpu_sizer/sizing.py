@@ -226,6 +226,13 @@ def _warnings(spec: GPUWorkloadSpec) -> list[str]:
         out.append(
             "spec.measurement.mode is Disabled: the recommendation rests on the estimate alone"
         )
+    if spec.model.architecture is None:
+        missing = "the KV cache and activations" if spec.inference else "activations"
+        out.append(
+            f"spec.model.architecture is not set: {missing} are not counted, so the verdict "
+            "rests on the weights and model states alone; add the config.json keys "
+            "(gpu-sizer import-hf-config)"
+        )
     return out
 
 

@@ -151,6 +151,16 @@ async def test_unpinned_revision_and_disabled_measurement_warn(webhook: Webhook)
     ]
 
 
+async def test_missing_architecture_warns(webhook: Webhook) -> None:
+    spec = comfortable_spec()
+    del spec["model"]["architecture"]
+    spec["model"]["parameterCount"] = 8_000_000_000
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is True
+    assert resp["warnings"] == assess(parse_spec(spec)).warnings
+    assert resp["warnings"][-1].startswith("spec.model.architecture is not set: the KV cache")
+
+
 async def test_unknown_gpu_class_is_rejected(webhook: Webhook) -> None:
     spec = inference()
     spec["placement"] = {"gpuClasses": ["nvidia-h100-80gb", "nvidia-b300"]}

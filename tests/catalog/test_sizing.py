@@ -343,3 +343,14 @@ def test_any_valid_training_spec_gets_a_verdict(
     a = assess(s)
     assert a.verdict in (Verdict.Fits, Verdict.NoSafeHeadroom)
     assert a.estimate.gpu_count == dp
+
+
+def test_without_architecture_the_verdict_warns_it_rests_on_weights() -> None:
+    s = parse_spec(
+        {"model": {"parameterCount": 8_000_000_000, "revision": "x"},
+         "inference": {"maxModelLen": 8192, "maxNumSeqs": 16}}
+    )  # fmt: skip
+    a = assess(s)
+    assert a.verdict is Verdict.Fits
+    assert [w for w in a.warnings if w.startswith("spec.model.architecture is not set")]
+    assert not [w for w in assess(spec()).warnings if "architecture" in w]

@@ -154,3 +154,17 @@ def test_invalid_metadata(
     path.write_text(yaml.safe_dump(doc))
     code, _, err = run(capsys, "estimate", str(path))
     assert code == 2 and expected in err
+
+
+def test_estimate_notes_are_printed_as_warnings(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = yaml.safe_load(FITS.read_text())
+    del doc["spec"]["model"]["architecture"]
+    doc["spec"]["model"]["parameterCount"] = 8_000_000_000
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 0
+    assert "Warning: inference/llama-3-8b-chat: KV cache not computed" in err
+    assert "Warning: inference/llama-3-8b-chat: spec.model.architecture is not set" in err
