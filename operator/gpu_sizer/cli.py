@@ -89,19 +89,24 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--inference", action="store_true", help="serving workload (default)")
     mode.add_argument("--training", action="store_true", help="training/fine-tuning workload")
-    p.add_argument("--engine", default="vllm", choices=["vllm", "transformers", "tgi", "sglang"])
-    p.add_argument("--max-model-len", type=int, help="default: min(maxPositionEmbeddings, 8192)")
-    p.add_argument("--max-num-seqs", type=int, default=16)
-    p.add_argument("--tensor-parallel-size", type=int, default=1)
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--micro-batch-size", type=int, default=1)
-    p.add_argument("--sequence-length", type=int, help="default: min(maxPositionEmbeddings, 4096)")
-    p.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    p.add_argument("--finetuning", default="full", choices=["full", "lora", "qlora"])
-    p.add_argument("--optimizer", default="adamw")
-    p.add_argument("--strategy", default="none", help="none|ddp|fsdp-full-shard|zero1|2|3 ...")
-    p.add_argument("--data-parallel-size", type=int, default=1)
-    p.add_argument("--activation-checkpointing", action="store_true")
+    # Mode-specific flags default to None so that one given for the other mode is an error.
+    p.add_argument("--engine", choices=["vllm", "transformers", "tgi", "sglang"], help="vllm")
+    p.add_argument("--max-model-len", type=_positive, help="min(maxPositionEmbeddings, 8192)")
+    p.add_argument("--max-num-seqs", type=_positive, help="default 16")
+    p.add_argument("--tensor-parallel-size", type=_positive, help="default 1")
+    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
+    p.add_argument("--micro-batch-size", type=_positive, help="default 1")
+    p.add_argument("--sequence-length", type=_positive, help="min(maxPositionEmbeddings, 4096)")
+    p.add_argument("--gradient-accumulation-steps", type=_positive, help="default 1")
+    p.add_argument(
+        "--finetuning",
+        choices=["full", "lora", "qlora"],
+        help="default full; qlora also sets model.quantization to bitsandbytes-nf4 (4 bits)",
+    )
+    p.add_argument("--optimizer", help="default adamw")
+    p.add_argument("--strategy", help="none|ddp|fsdp-full-shard|zero1|2|3 ... (default none)")
+    p.add_argument("--data-parallel-size", type=_positive, help="default 1")
+    p.add_argument("--activation-checkpointing", action="store_true", default=None)
     p.set_defaults(handler=_import_hf_config)
 
     p = sub.add_parser("crd", help="print the GPUWorkload CustomResourceDefinition (YAML)")
@@ -111,6 +116,36 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_catalog)
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1 (0 or less is an error, never silently the default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+_INFERENCE_FLAGS: dict[str, Any] = {
+    "engine": "vllm",
+    "max_model_len": None,
+    "max_num_seqs": 16,
+    "tensor_parallel_size": 1,
+    "kv_cache_dtype": "auto",
+}
+_TRAINING_FLAGS: dict[str, Any] = {
+    "micro_batch_size": 1,
+    "sequence_length": None,
+    "gradient_accumulation_steps": 1,
+    "finetuning": "full",
+    "optimizer": "adamw",
+    "strategy": "none",
+    "data_parallel_size": 1,
+    "activation_checkpointing": False,
+}
 
 
 # --- reading documents -------------------------------------------------------------------------
@@ -366,23 +401,47 @@ def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
 def _import_hf_config(args: argparse.Namespace) -> int:
     from gpu_sizer.api import API_VERSION, KIND, InvalidWorkload, parse_workload
     from gpu_sizer.api.hf import UnsupportedConfig, model_from_hf_config
+    from gpu_sizer.api.workload import validate_name, validate_namespace
+    from gpu_sizer.yamlio import UnreadableFile, read_text
 
     source = "(stdin)" if args.config == "-" else args.config
+    usage = [p for p in (validate_name(args.name),) if p is not None]
+    if args.namespace is not None:
+        usage += [p for p in (validate_namespace(args.namespace),) if p is not None]
+    wrong, other = (
+        (_INFERENCE_FLAGS, "--inference") if args.training else (_TRAINING_FLAGS, "--training")
+    )
+    for dest in wrong:
+        if getattr(args, dest) is not None:
+            flag = "--" + dest.replace("_", "-")
+            mode = "--training" if args.training else "--inference (the default)"
+            print(f"{flag} applies only with {other}, not with {mode}", file=sys.stderr)
+            return EXIT_INVALID
+    for dest, default in {**_INFERENCE_FLAGS, **_TRAINING_FLAGS}.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+    if usage:
+        for problem in usage:
+            print(f"--{problem.path.removeprefix('metadata.')}: {problem.message}", file=sys.stderr)
+        return EXIT_INVALID
+    notes: list[str] = []
     try:
-        text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text("utf-8")
+        text = read_text(args.config)
         config = json.loads(text)
         if not isinstance(config, dict):
             raise UnsupportedConfig("config.json must be a JSON object")
-        model = model_from_hf_config(config)
-    except OSError as exc:
-        print(f"{source}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        model = model_from_hf_config(config, notes)
+    except UnreadableFile as exc:
+        print(f"{source}: cannot read: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         print(f"{source}: invalid JSON: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except (UnsupportedConfig, TypeError, ValueError) as exc:
         print(f"{source}: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    for note in notes:
+        print(f"Warning: {source}: {note}", file=sys.stderr)
     if args.model_id:
         model["name"] = args.model_id
     if args.revision:
@@ -403,6 +462,9 @@ def _import_hf_config(args: argparse.Namespace) -> int:
             "finetuning": {"method": args.finetuning},
             "parallelism": {"strategy": args.strategy, "dataParallelSize": args.data_parallel_size},
         }
+        if args.finetuning == "qlora" and "quantization" not in model:
+            # QLoRA (Dettmers et al. 2023) trains adapters on a 4-bit NF4 base by definition.
+            model["quantization"] = {"method": "bitsandbytes-nf4", "bits": 4}
     else:
         spec["inference"] = {
             "engine": args.engine,
