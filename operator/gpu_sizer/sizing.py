@@ -44,6 +44,11 @@ GIB: Final = 1 << 30
 MAX_TENSOR_PARALLEL: Final = 8
 #: Data-parallel sizes tried for the ZeRO-3 fix.
 MAX_DATA_PARALLEL: Final = 64
+#: Largest figure an assessment reports, in bytes or counts (1 EiB = 2**60). The field maxima of
+#: the API keep real and mistyped specs below it; a spec whose shape still multiplies out beyond it
+#: (every maximum at once) is reported at this cap with a note, so that every status integer fits
+#: the int64 the API server stores.
+MAX_REPORTED: Final = 1 << 60
 #: Shortest maxModelLen a fix may suggest, in tokens. A serving context shorter than this cannot
 #: hold a typical chat request (a system prompt of a few hundred tokens plus the question and the
 #: answer), so a smaller "fix" would make the spec fit by making the service useless; below it
@@ -141,7 +146,7 @@ def assess(
     ``spec.placement.minHeadroomFraction`` free; computed fixes attached);
     ``UnknownGpuClass`` (``spec.placement.gpuClasses`` names a class not in ``catalog``).
     """
-    est = estimate(spec)
+    est, capped = _capped(estimate(spec))
     names = spec.placement.gpu_classes
     known = {c.name for c in catalog}
     unknown = [n for n in names if n not in known]
@@ -161,7 +166,7 @@ def assess(
     warnings = _warnings(spec)
     if choice is None:
         largest = max(allowed, key=lambda c: c.memory_bytes)
-        fixes = _fixes(spec, est, allowed, largest)
+        fixes = [] if capped else _fixes(spec, est, allowed, largest)
         scope = "allowed class" if names else "class in the catalog"
         message = (
             f"needs {_gib(required)} per GPU x{est.gpu_count} ({_largest_components(est)}); "
@@ -207,6 +212,33 @@ def assess(
     if choice.cheapest is not None and choice.cheapest.name != cls.name:
         message += f"; cheapest fitting class {choice.cheapest.name} has no nodes in the cluster"
     return Assessment(est, Verdict.Fits, message, rec, [], warnings)
+
+
+def _capped(est: EstimateStatus) -> tuple[EstimateStatus, bool]:
+    """``est`` with every integer at most :data:`MAX_REPORTED`, and whether any was capped."""
+    data = est.model_dump()
+    capped = False
+
+    def cap(value: Any) -> Any:
+        nonlocal capped
+        if isinstance(value, dict):
+            return {k: cap(v) for k, v in value.items()}
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_REPORTED:
+            capped = True
+            return MAX_REPORTED
+        return value
+
+    data = cap(data)
+    if not capped:
+        return est, False
+    data.pop("total_gib", None)
+    data["per_gpu"].pop("total_gib", None)
+    data["notes"] = [
+        *est.notes,
+        f"figures above {MAX_REPORTED} (1 EiB) are shown at that cap: the architecture and "
+        "token counts multiply out beyond any GPU; check them",
+    ]
+    return EstimateStatus.model_validate(data), True
 
 
 def _room(cls: GPUClass, required: int) -> str:

@@ -7,6 +7,8 @@ does not), so they hold for any monotonic budget, not for one set of numbers.
 from __future__ import annotations
 
 import copy
+import json
+import re
 from typing import Any
 
 import pytest
@@ -354,3 +356,27 @@ def test_without_architecture_the_verdict_warns_it_rests_on_weights() -> None:
     assert a.verdict is Verdict.Fits
     assert [w for w in a.warnings if w.startswith("spec.model.architecture is not set")]
     assert not [w for w in assess(spec()).warnings if "architecture" in w]
+
+
+def test_every_reported_integer_fits_int64_even_at_the_field_maxima() -> None:
+    """Each field at its API maximum multiplies out to ~10**25 bytes; the status must fit int64."""
+    from gpu_sizer.api import LIMITS
+
+    arch = {
+        "modelType": "mixtral", "numHiddenLayers": LIMITS["layers"],
+        "hiddenSize": LIMITS["width"], "intermediateSize": LIMITS["intermediate"],
+        "numAttentionHeads": LIMITS["heads"], "vocabSize": LIMITS["vocab"],
+        "maxPositionEmbeddings": LIMITS["tokens"], "numLocalExperts": LIMITS["experts"],
+        "numExpertsPerTok": LIMITS["experts"],
+    }  # fmt: skip
+    for part in (
+        {"inference": {"engine": "transformers", "maxModelLen": LIMITS["tokens"],
+                       "maxNumSeqs": LIMITS["seqs"]}},
+        {"training": {"microBatchSize": LIMITS["microBatch"], "sequenceLength": LIMITS["tokens"],
+                      "precision": "fp32"}},
+    ):  # fmt: skip
+        a = assess(parse_spec({"model": {"architecture": arch, "dtype": "float32"}, **part}))
+        assert a.verdict is Verdict.NoSafeHeadroom and a.fixes == []
+        figures = json.dumps(a.estimate.model_dump(mode="json"))
+        assert all(int(n) < 2**63 for n in re.findall(r"\d{10,}", figures))
+        assert any("1 EiB" in n for n in a.estimate.notes)
