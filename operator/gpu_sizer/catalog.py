@@ -332,11 +332,11 @@ def load_catalog_file(path: str | Path) -> tuple[GPUClass, ...]:
     try:
         text = read_text(path)
     except UnreadableFile as exc:
-        raise InvalidCatalog([Problem("(catalog)", f"cannot read: {exc}")]) from None
+        raise InvalidCatalog([Problem(str(path), f"cannot read: {exc}")]) from None
     try:
         data = load(text)
     except YamlError as exc:
-        raise InvalidCatalog([Problem("(catalog)", f"invalid YAML: {exc}")]) from None
+        raise InvalidCatalog([Problem(str(path), f"invalid YAML: {exc}")]) from None
     return load_catalog(data)
 
 

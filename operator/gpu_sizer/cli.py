@@ -253,6 +253,12 @@ _COLUMNS = (
 """Component columns of the table (GiB per GPU on the most loaded GPU); all-zero ones are hidden."""
 
 
+def _print_catalog_problems(path: str, exc: Any, err: TextIO) -> None:
+    """One line per problem, each starting with the catalog file's path (once)."""
+    for problem in exc.problems:
+        print(str(problem) if problem.path == path else f"{path}: {problem}", file=err)
+
+
 def _now() -> str:
     return (
         datetime.datetime.now(datetime.UTC)
@@ -274,8 +280,7 @@ def _estimate(args: argparse.Namespace) -> int:
         try:
             catalog = load_catalog_file(args.catalog)
         except InvalidCatalog as exc:
-            for problem in exc.problems:
-                print(f"{args.catalog}: {problem}", file=err)
+            _print_catalog_problems(args.catalog, exc, err)
             return EXIT_INVALID
     docs, invalid = _read_docs(args.files, err)
     if not docs and not invalid:
@@ -511,8 +516,7 @@ def _catalog(args: argparse.Namespace) -> int:
         try:
             catalog = load_catalog_file(args.catalog)
         except InvalidCatalog as exc:
-            for problem in exc.problems:
-                print(f"{args.catalog}: {problem}", file=sys.stderr)
+            _print_catalog_problems(args.catalog, exc, sys.stderr)
             return EXIT_INVALID
     if args.output == "yaml":
         yaml.safe_dump(catalog_to_data(catalog), sys.stdout, sort_keys=False, width=100)

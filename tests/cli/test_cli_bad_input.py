@@ -36,9 +36,7 @@ def test_catalog_that_is_not_utf8(
     junk.write_bytes(JUNK)
     code, _, err = run(capsys, command[0], "--catalog", str(junk), *command[1:])
     assert code == 2
-    assert err.splitlines() == [
-        f"{junk}: (catalog): cannot read: not UTF-8 (byte 128: invalid start byte)"
-    ]
+    assert err.splitlines() == [f"{junk}: cannot read: not UTF-8 (byte 128: invalid start byte)"]
 
 
 def test_workload_file_that_is_not_utf8(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
