@@ -124,3 +124,11 @@ def test_policy_files_share_the_project_yaml_rules(tmp_path: Path) -> None:
     )
     with pytest.raises(PolicyError, match="aliases"):
         load_policy(bomb)
+
+
+def test_policy_fractions_are_numbers_not_strings() -> None:
+    with pytest.raises(
+        PolicyError, match=r"defaultMinHeadroomFraction: must be a number, not '0\.2'"
+    ):
+        parse_policy({"defaultMinHeadroomFraction": "0.2"}, "policy.yaml")
+    assert parse_policy({"maxMinHeadroomFraction": 0.5}, "p").max_min_headroom_fraction == 0.5

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -45,7 +45,7 @@ __all__ = [
     "parse_policy",
 ]
 
-Fraction = float
+Fraction = Annotated[float, Field(strict=True)]
 
 
 class PolicyError(ValueError):
