@@ -194,3 +194,13 @@ def test_metadata_follows_the_api_server_rules(metadata: Any, path: str) -> None
     doc["metadata"] = metadata
     message = only(doc, path)
     assert message == "must be an object" if path == "metadata" else "DNS-1123" in message
+
+
+def test_legacy_rope_key_survives_api_server_defaulting() -> None:
+    """The CRD stores no ropeType default, so `type: yarn` is not joined by `ropeType: linear`."""
+    from gpu_sizer.api.crd import build_crd
+
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    arch = schema["properties"]["spec"]["properties"]["model"]["properties"]["architecture"]
+    rope = arch["properties"]["ropeScaling"]["properties"]
+    assert "default" not in rope["ropeType"] and "type" in rope

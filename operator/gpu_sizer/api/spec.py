@@ -306,9 +306,11 @@ string or a boolean."""
 class RopeScaling(_Model):
     """RoPE scaling from config.json's ``rope_scaling``: extends the usable context."""
 
-    rope_type: str = Field(
-        "linear",
-        description="Scaling type from config.json: " + ", ".join(KNOWN_ROPE_TYPES) + ".",
+    rope_type: str | None = Field(
+        None,
+        description="Scaling type from config.json: " + ", ".join(KNOWN_ROPE_TYPES) + " "
+        "(unset: linear). No default is stored, so that an object written with the legacy "
+        "`type` key keeps its value.",
     )
     legacy_type: str | None = Field(
         None,
@@ -337,7 +339,7 @@ class RopeScaling(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> RopeScaling:
-        if self.rope_type not in KNOWN_ROPE_TYPES:
+        if self.rope_type is not None and self.rope_type not in KNOWN_ROPE_TYPES:
             raise FieldError(
                 [
                     (
