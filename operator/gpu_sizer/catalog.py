@@ -237,18 +237,18 @@ class _ClassEntry(BaseModel):
 
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
     display_name: str | None = None
-    memory_bytes: int | None = Field(None, ge=1 << 30, le=1 << 42)
+    memory_bytes: int | None = Field(None, ge=1 << 30, le=1 << 42, strict=True)
     products: list[str] | None = None
     interconnect: str | None = None
     vendor: str | None = None
-    rank: int | None = None
+    rank: int | None = Field(None, strict=True)
     source: str | None = None
 
 
 class _CatalogFile(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-    replace_defaults: bool = False
+    replace_defaults: bool = Field(False, strict=True)
     classes: list[_ClassEntry] = Field(default_factory=list)
 
 
@@ -265,9 +265,9 @@ def load_catalog(data: Any, defaults: Sequence[GPUClass] = DEFAULT_CATALOG) -> t
     if not isinstance(data, dict):
         raise InvalidCatalog([Problem("(catalog)", "must be a mapping with a 'classes' list")])
     try:
-        parsed = _CatalogFile.model_validate(data)
+        parsed = _CatalogFile.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
-        raise InvalidCatalog(problems_from(exc)) from None
+        raise InvalidCatalog(problems_from(exc, model=_CatalogFile)) from None
     merged: dict[str, GPUClass] = {} if parsed.replace_defaults else {c.name: c for c in defaults}
     problems: list[Problem] = []
     seen: set[str] = set()
@@ -298,6 +298,18 @@ def load_catalog(data: Any, defaults: Sequence[GPUClass] = DEFAULT_CATALOG) -> t
             )
         else:
             merged[entry.name] = replace(base, **updates)
+    owner: dict[str, str] = {}
+    for cls in merged.values():
+        for product in cls.products:
+            other = owner.setdefault(product, cls.name)
+            if other != cls.name:
+                problems.append(
+                    Problem(
+                        "classes",
+                        f"product label {product!r} is claimed by both {other!r} and "
+                        f"{cls.name!r}; a node must map to one class (remove it from one)",
+                    )
+                )
     if problems:
         raise InvalidCatalog(problems)
     if not merged:
@@ -315,18 +327,16 @@ def load_catalog_file(path: str | Path) -> tuple[GPUClass, ...]:
 
     :raises InvalidCatalog: unreadable file, bad YAML, or invalid content.
     """
-    import yaml
+    from gpu_sizer.yamlio import UnreadableFile, YamlError, load, read_text
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidCatalog(
-            [Problem("(catalog)", f"cannot read {path}: {exc.strerror}")]
-        ) from None
+        text = read_text(path)
+    except UnreadableFile as exc:
+        raise InvalidCatalog([Problem(str(path), f"cannot read: {exc}")]) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidCatalog([Problem("(catalog)", f"invalid YAML: {exc}")]) from None
+        data = load(text)
+    except YamlError as exc:
+        raise InvalidCatalog([Problem(str(path), f"invalid YAML: {exc}")]) from None
     return load_catalog(data)
 
 

@@ -89,19 +89,24 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--inference", action="store_true", help="serving workload (default)")
     mode.add_argument("--training", action="store_true", help="training/fine-tuning workload")
-    p.add_argument("--engine", default="vllm", choices=["vllm", "transformers", "tgi", "sglang"])
-    p.add_argument("--max-model-len", type=int, help="default: min(maxPositionEmbeddings, 8192)")
-    p.add_argument("--max-num-seqs", type=int, default=16)
-    p.add_argument("--tensor-parallel-size", type=int, default=1)
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--micro-batch-size", type=int, default=1)
-    p.add_argument("--sequence-length", type=int, help="default: min(maxPositionEmbeddings, 4096)")
-    p.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    p.add_argument("--finetuning", default="full", choices=["full", "lora", "qlora"])
-    p.add_argument("--optimizer", default="adamw")
-    p.add_argument("--strategy", default="none", help="none|ddp|fsdp-full-shard|zero1|2|3 ...")
-    p.add_argument("--data-parallel-size", type=int, default=1)
-    p.add_argument("--activation-checkpointing", action="store_true")
+    # Mode-specific flags default to None so that one given for the other mode is an error.
+    p.add_argument("--engine", choices=["vllm", "transformers", "tgi", "sglang"], help="vllm")
+    p.add_argument("--max-model-len", type=_positive, help="min(maxPositionEmbeddings, 8192)")
+    p.add_argument("--max-num-seqs", type=_positive, help="default 16")
+    p.add_argument("--tensor-parallel-size", type=_positive, help="default 1")
+    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
+    p.add_argument("--micro-batch-size", type=_positive, help="default 1")
+    p.add_argument("--sequence-length", type=_positive, help="min(maxPositionEmbeddings, 4096)")
+    p.add_argument("--gradient-accumulation-steps", type=_positive, help="default 1")
+    p.add_argument(
+        "--finetuning",
+        choices=["full", "lora", "qlora"],
+        help="default full; qlora also sets model.quantization to bitsandbytes-nf4 (4 bits)",
+    )
+    p.add_argument("--optimizer", help="default adamw")
+    p.add_argument("--strategy", help="none|ddp|fsdp-full-shard|zero1|2|3 ... (default none)")
+    p.add_argument("--data-parallel-size", type=_positive, help="default 1")
+    p.add_argument("--activation-checkpointing", action="store_true", default=None)
     p.set_defaults(handler=_import_hf_config)
 
     p = sub.add_parser("crd", help="print the GPUWorkload CustomResourceDefinition (YAML)")
@@ -111,6 +116,36 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_catalog)
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1 (0 or less is an error, never silently the default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+_INFERENCE_FLAGS: dict[str, Any] = {
+    "engine": "vllm",
+    "max_model_len": None,
+    "max_num_seqs": 16,
+    "tensor_parallel_size": 1,
+    "kv_cache_dtype": "auto",
+}
+_TRAINING_FLAGS: dict[str, Any] = {
+    "micro_batch_size": 1,
+    "sequence_length": None,
+    "gradient_accumulation_steps": 1,
+    "finetuning": "full",
+    "optimizer": "adamw",
+    "strategy": "none",
+    "data_parallel_size": 1,
+    "activation_checkpointing": False,
+}
 
 
 # --- reading documents -------------------------------------------------------------------------
@@ -143,41 +178,63 @@ def _expand(paths: Sequence[str]) -> Iterator[str]:
 
 
 def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
-    """Every YAML document of ``paths``; the bool says whether some file could not be read."""
+    """Every GPUWorkload document of ``paths``; the bool says whether some input was unusable.
+
+    Like ``kubectl apply -f``, each document is handled on its own: a document of another kind
+    (a ConfigMap next to the workload) is skipped with a warning and does not change the exit
+    status. Input that holds no document at all (an empty file, a directory without YAML files)
+    is an error, so that a CI gate pointed at a wrong path cannot pass.
+    """
+    from gpu_sizer.api import KIND
+    from gpu_sizer.yamlio import UnreadableFile, YamlError, load_all, read_text
+
     docs: list[_Doc] = []
     failed = False
-    for path in _expand(paths):
-        try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            print(f"{path}: cannot read: {reason}", file=err)
+    for path in paths:
+        files = list(_expand([path]))
+        if not files:
+            print(f"{path}: no *.yaml or *.yml files in this directory", file=err)
             failed = True
-            continue
-        source = "(stdin)" if path == "-" else path
-        try:
-            loaded = list(yaml.safe_load_all(text))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}: " if mark is not None else ""
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            print(f"{source}: {where}invalid YAML: {problem}", file=err)
-            failed = True
-            continue
-        index = 0
-        for data in loaded:
-            if data is None:
+        for file in files:
+            source = "(stdin)" if file == "-" else file
+            try:
+                loaded = load_all(read_text(file))
+            except UnreadableFile as exc:
+                print(f"{source}: cannot read: {exc}", file=err)
+                failed = True
                 continue
-            items = (
-                data["items"]
-                if isinstance(data, dict)
-                and data.get("kind") == "List"
-                and isinstance(data.get("items"), list)
-                else [data]
-            )
-            for item in items:
-                docs.append(_Doc(source, index, item))
-                index += 1
+            except YamlError as exc:
+                where = f"line {exc.line}: " if exc.line is not None else ""
+                print(f"{source}: {where}invalid YAML: {exc.message}", file=err)
+                failed = True
+                continue
+            index = 0
+            found = False
+            for data in loaded:
+                if data is None:
+                    continue
+                items = (
+                    data["items"]
+                    if isinstance(data, dict)
+                    and data.get("kind") == "List"
+                    and isinstance(data.get("items"), list)
+                    else [data]
+                )
+                for item in items:
+                    doc = _Doc(source, index, item)
+                    index += 1
+                    kind = item.get("kind") if isinstance(item, dict) else None
+                    if isinstance(kind, str) and kind != KIND:
+                        print(
+                            f"Warning: {source}: {doc.name}: kind {kind} is not a {KIND}; skipped",
+                            file=err,
+                        )
+                        continue
+                    found = True
+                    docs.append(doc)
+            if not found and index == 0:
+                print(f"{source}: no YAML documents (empty input)", file=err)
+                failed = True
     return docs, failed
 
 
@@ -194,6 +251,12 @@ _COLUMNS = (
     ("runtime_overhead_bytes", "RUNTIME"),
 )
 """Component columns of the table (GiB per GPU on the most loaded GPU); all-zero ones are hidden."""
+
+
+def _print_catalog_problems(path: str, exc: Any, err: TextIO) -> None:
+    """One line per problem, each starting with the catalog file's path (once)."""
+    for problem in exc.problems:
+        print(str(problem) if problem.path == path else f"{path}: {problem}", file=err)
 
 
 def _now() -> str:
@@ -217,10 +280,22 @@ def _estimate(args: argparse.Namespace) -> int:
         try:
             catalog = load_catalog_file(args.catalog)
         except InvalidCatalog as exc:
-            for problem in exc.problems:
-                print(f"{args.catalog}: {problem}", file=err)
+            _print_catalog_problems(args.catalog, exc, err)
             return EXIT_INVALID
     docs, invalid = _read_docs(args.files, err)
+    if not docs and not invalid:
+        print("No GPUWorkload documents found.", file=err)
+        invalid = True
+    seen: dict[str, str] = {}
+    for doc in docs:
+        key = _row_name(doc)
+        if key in seen:
+            print(
+                f"Warning: {doc.source}: {key}: the same namespace/name is also in {seen[key]}; "
+                "applying both keeps only the last",
+                file=err,
+            )
+        seen.setdefault(key, doc.source)
     rows: list[tuple[_Doc, Assessment]] = []
     objects: list[dict[str, Any]] = []
     now = _now()
@@ -243,7 +318,7 @@ def _estimate(args: argparse.Namespace) -> int:
             invalid = True
             continue
         rows.append((doc, assessment))
-        meta = doc.data.get("metadata") or {}
+        meta = doc.data["metadata"]
         status = estimated_status(
             spec,
             assessment,
@@ -255,15 +330,13 @@ def _estimate(args: argparse.Namespace) -> int:
         obj["status"] = status.model_dump(by_alias=True, mode="json", exclude_none=True)
         objects.append(obj)
     if args.output == "table":
-        if not docs and not invalid:
-            print("No GPUWorkload documents found.", file=err)
         _print_table(rows, out)
         for doc, assessment in rows:
             who = _row_name(doc)
             if assessment.verdict is not Verdict.Fits:
                 for line in assessment.message.splitlines():
                     print(f"{who}: {line}", file=err)
-            for warning in assessment.warnings:
+            for warning in [*assessment.estimate.notes, *assessment.warnings]:
                 print(f"Warning: {who}: {warning}", file=err)
     else:
         doc_out: Any = (
@@ -284,7 +357,9 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _row_name(doc: _Doc) -> str:
-    meta = doc.data.get("metadata") or {}
+    meta = doc.data.get("metadata") if isinstance(doc.data, dict) else None
+    if not isinstance(meta, dict):
+        return doc.name
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
@@ -331,23 +406,47 @@ def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
 def _import_hf_config(args: argparse.Namespace) -> int:
     from gpu_sizer.api import API_VERSION, KIND, InvalidWorkload, parse_workload
     from gpu_sizer.api.hf import UnsupportedConfig, model_from_hf_config
+    from gpu_sizer.api.workload import validate_name, validate_namespace
+    from gpu_sizer.yamlio import UnreadableFile, read_text
 
     source = "(stdin)" if args.config == "-" else args.config
+    usage = [p for p in (validate_name(args.name),) if p is not None]
+    if args.namespace is not None:
+        usage += [p for p in (validate_namespace(args.namespace),) if p is not None]
+    wrong, other = (
+        (_INFERENCE_FLAGS, "--inference") if args.training else (_TRAINING_FLAGS, "--training")
+    )
+    for dest in wrong:
+        if getattr(args, dest) is not None:
+            flag = "--" + dest.replace("_", "-")
+            mode = "--training" if args.training else "--inference (the default)"
+            print(f"{flag} applies only with {other}, not with {mode}", file=sys.stderr)
+            return EXIT_INVALID
+    for dest, default in {**_INFERENCE_FLAGS, **_TRAINING_FLAGS}.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+    if usage:
+        for problem in usage:
+            print(f"--{problem.path.removeprefix('metadata.')}: {problem.message}", file=sys.stderr)
+        return EXIT_INVALID
+    notes: list[str] = []
     try:
-        text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text("utf-8")
+        text = read_text(args.config)
         config = json.loads(text)
         if not isinstance(config, dict):
             raise UnsupportedConfig("config.json must be a JSON object")
-        model = model_from_hf_config(config)
-    except OSError as exc:
-        print(f"{source}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        model = model_from_hf_config(config, notes)
+    except UnreadableFile as exc:
+        print(f"{source}: cannot read: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:
         print(f"{source}: invalid JSON: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except (UnsupportedConfig, TypeError, ValueError) as exc:
         print(f"{source}: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    for note in notes:
+        print(f"Warning: {source}: {note}", file=sys.stderr)
     if args.model_id:
         model["name"] = args.model_id
     if args.revision:
@@ -368,6 +467,9 @@ def _import_hf_config(args: argparse.Namespace) -> int:
             "finetuning": {"method": args.finetuning},
             "parallelism": {"strategy": args.strategy, "dataParallelSize": args.data_parallel_size},
         }
+        if args.finetuning == "qlora" and "quantization" not in model:
+            # QLoRA (Dettmers et al. 2023) trains adapters on a 4-bit NF4 base by definition.
+            model["quantization"] = {"method": "bitsandbytes-nf4", "bits": 4}
     else:
         spec["inference"] = {
             "engine": args.engine,
@@ -414,8 +516,7 @@ def _catalog(args: argparse.Namespace) -> int:
         try:
             catalog = load_catalog_file(args.catalog)
         except InvalidCatalog as exc:
-            for problem in exc.problems:
-                print(f"{args.catalog}: {problem}", file=sys.stderr)
+            _print_catalog_problems(args.catalog, exc, sys.stderr)
             return EXIT_INVALID
     if args.output == "yaml":
         yaml.safe_dump(catalog_to_data(catalog), sys.stdout, sort_keys=False, width=100)

@@ -44,6 +44,16 @@ GIB: Final = 1 << 30
 MAX_TENSOR_PARALLEL: Final = 8
 #: Data-parallel sizes tried for the ZeRO-3 fix.
 MAX_DATA_PARALLEL: Final = 64
+#: Largest figure an assessment reports, in bytes or counts (1 EiB = 2**60). The field maxima of
+#: the API keep real and mistyped specs below it; a spec whose shape still multiplies out beyond it
+#: (every maximum at once) is reported at this cap with a note, so that every status integer fits
+#: the int64 the API server stores.
+MAX_REPORTED: Final = 1 << 60
+#: Shortest maxModelLen a fix may suggest, in tokens. A serving context shorter than this cannot
+#: hold a typical chat request (a system prompt of a few hundred tokens plus the question and the
+#: answer), so a smaller "fix" would make the spec fit by making the service useless; below it
+#: the fix is reported as not enough alone.
+MIN_FIX_MAX_MODEL_LEN: Final = 512
 #: Engines that implement tensor parallelism (transformers' device_map splits layers instead).
 TP_ENGINES: Final = frozenset({Engine.vllm, Engine.tgi, Engine.sglang})
 
@@ -136,7 +146,7 @@ def assess(
     ``spec.placement.minHeadroomFraction`` free; computed fixes attached);
     ``UnknownGpuClass`` (``spec.placement.gpuClasses`` names a class not in ``catalog``).
     """
-    est = estimate(spec)
+    est, capped = _capped(estimate(spec))
     names = spec.placement.gpu_classes
     known = {c.name for c in catalog}
     unknown = [n for n in names if n not in known]
@@ -156,7 +166,7 @@ def assess(
     warnings = _warnings(spec)
     if choice is None:
         largest = max(allowed, key=lambda c: c.memory_bytes)
-        fixes = _fixes(spec, est, allowed, largest)
+        fixes = [] if capped else _fixes(spec, est, allowed, largest)
         scope = "allowed class" if names else "class in the catalog"
         message = (
             f"needs {_gib(required)} per GPU x{est.gpu_count} ({_largest_components(est)}); "
@@ -204,6 +214,33 @@ def assess(
     return Assessment(est, Verdict.Fits, message, rec, [], warnings)
 
 
+def _capped(est: EstimateStatus) -> tuple[EstimateStatus, bool]:
+    """``est`` with every integer at most :data:`MAX_REPORTED`, and whether any was capped."""
+    data = est.model_dump()
+    capped = False
+
+    def cap(value: Any) -> Any:
+        nonlocal capped
+        if isinstance(value, dict):
+            return {k: cap(v) for k, v in value.items()}
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_REPORTED:
+            capped = True
+            return MAX_REPORTED
+        return value
+
+    data = cap(data)
+    if not capped:
+        return est, False
+    data.pop("total_gib", None)
+    data["per_gpu"].pop("total_gib", None)
+    data["notes"] = [
+        *est.notes,
+        f"figures above {MAX_REPORTED} (1 EiB) are shown at that cap: the architecture and "
+        "token counts multiply out beyond any GPU; check them",
+    ]
+    return EstimateStatus.model_validate(data), True
+
+
 def _room(cls: GPUClass, required: int) -> str:
     room = (cls.memory_bytes - required) / cls.memory_bytes
     if room >= 0:
@@ -220,6 +257,13 @@ def _warnings(spec: GPUWorkloadSpec) -> list[str]:
     if spec.measurement.mode is MeasurementMode.Disabled:
         out.append(
             "spec.measurement.mode is Disabled: the recommendation rests on the estimate alone"
+        )
+    if spec.model.architecture is None:
+        missing = "the KV cache and activations" if spec.inference else "activations"
+        out.append(
+            f"spec.model.architecture is not set: {missing} are not counted, so the verdict "
+            "rests on the weights and model states alone; add the config.json keys "
+            "(gpu-sizer import-hf-config)"
         )
     return out
 
@@ -283,6 +327,8 @@ def _fixes(
             lambda n: _with(spec, "inference", max_num_seqs=n),
             on_largest,
         )
+        if seqs is None and inf.max_num_seqs > 1:
+            seqs = 1  # the floor: reported as not enough alone
         if seqs is not None:
             out.append(
                 fix(
@@ -292,12 +338,15 @@ def _fixes(
                     f"maxNumSeqs {seqs}",
                 )
             )
+        floor = MIN_FIX_MAX_MODEL_LEN
         length = _largest_fitting(
-            1,
+            floor,
             inf.max_model_len - 1,
             lambda n: _with(spec, "inference", max_model_len=n),
             on_largest,
         )
+        if length is None and inf.max_model_len > floor:
+            length = floor  # the floor: reported as not enough alone
         if length is not None:
             if length >= 1024:
                 length -= length % 256  # a readable figure; smaller still fits (monotonic)

@@ -75,7 +75,8 @@ def test_invalid_policy_names_every_key_path() -> None:
         )
     assert str(err.value) == (
         "policy.yaml: invalid policy:\n"
-        "namespaceRules[0].namespaceSelector.matchLabel: unknown field"
+        "namespaceRules[0].namespaceSelector.matchLabel: unknown field; did you mean "
+        "matchLabels? allowed: matchLabels"
     )
     with pytest.raises(PolicyError) as err:
         parse_policy(
@@ -104,3 +105,30 @@ def test_unknown_classes_and_unreadable_files_are_reported(tmp_path: Path) -> No
         load_policy(bad)
     with pytest.raises(PolicyError, match="No such file"):
         load_policy(tmp_path / "missing.yaml")
+
+
+def test_policy_files_share_the_project_yaml_rules(tmp_path: Path) -> None:
+    """Not UTF-8, duplicate keys and alias bombs fail with one line, as in the CLI."""
+    junk = tmp_path / "junk.yaml"
+    junk.write_bytes(bytes(range(256)))
+    with pytest.raises(PolicyError, match="cannot read: not UTF-8"):
+        load_policy(junk)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("defaultMinHeadroomFraction: 0.1\ndefaultMinHeadroomFraction: 0.2\n")
+    with pytest.raises(PolicyError, match="line 2: duplicate key defaultMinHeadroomFraction"):
+        load_policy(dup)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(
+        "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))
+    )
+    with pytest.raises(PolicyError, match="aliases"):
+        load_policy(bomb)
+
+
+def test_policy_fractions_are_numbers_not_strings() -> None:
+    with pytest.raises(
+        PolicyError, match=r"defaultMinHeadroomFraction: must be a number, not '0\.2'"
+    ):
+        parse_policy({"defaultMinHeadroomFraction": "0.2"}, "policy.yaml")
+    assert parse_policy({"maxMinHeadroomFraction": 0.5}, "p").max_min_headroom_fraction == 0.5

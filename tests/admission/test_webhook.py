@@ -151,6 +151,16 @@ async def test_unpinned_revision_and_disabled_measurement_warn(webhook: Webhook)
     ]
 
 
+async def test_missing_architecture_warns(webhook: Webhook) -> None:
+    spec = comfortable_spec()
+    del spec["model"]["architecture"]
+    spec["model"]["parameterCount"] = 8_000_000_000
+    resp = await webhook.validate(admission_review(workload(spec)))
+    assert resp["allowed"] is True
+    assert resp["warnings"] == assess(parse_spec(spec)).warnings
+    assert resp["warnings"][-1].startswith("spec.model.architecture is not set: the KV cache")
+
+
 async def test_unknown_gpu_class_is_rejected(webhook: Webhook) -> None:
     spec = inference()
     spec["placement"] = {"gpuClasses": ["nvidia-h100-80gb", "nvidia-b300"]}
@@ -248,9 +258,10 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
         "needs 80.7 GiB per GPU x1 (KV cache 64.0 GiB, weights 15.0 GiB, runtime overhead "
         "0.9 GiB); the largest allowed class, nvidia-l4 (22.5 GiB usable), is 58.2 GiB short; "
         "10% headroom required (spec.placement.minHeadroomFraction).\n"
-        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); maxModelLen 450 "
-        "(20.2 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 (11.2 GiB per GPU, nvidia-l4 x8). "
-        "Not enough alone: kvCacheDtype fp8 (48.7 GiB per GPU, still too big for nvidia-l4)."
+        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 "
+        "(11.2 GiB per GPU, nvidia-l4 x8). Not enough alone: maxModelLen 512 (20.7 GiB per GPU, "
+        "still too big for nvidia-l4); kvCacheDtype fp8 (48.7 GiB per GPU, still too big for "
+        "nvidia-l4)."
     )
     training = {
         "model": {"revision": "x", "parameterCount": 70_000_000_000},

@@ -132,6 +132,16 @@ def test_max_num_batched_tokens_sets_the_prefill_chunk() -> None:
     assert large > 4 * small // 2
 
 
+def test_prefill_chunk_never_exceeds_the_resident_tokens() -> None:
+    """16 x 8192 tokens can be resident; a 1M-token chunk budget cannot be filled."""
+    resident = _serve(LLAMA_3_8B, maxNumBatchedTokens=16 * 8192).per_gpu.activation_bytes
+    huge = _serve(LLAMA_3_8B, maxNumBatchedTokens=1_000_000).per_gpu.activation_bytes
+    assert huge == resident < 20 * GIB
+    short = _serve(LLAMA_3_8B, maxModelLen=256, maxNumSeqs=2).per_gpu.activation_bytes
+    chunk = _serve(LLAMA_3_8B, maxModelLen=256, maxNumSeqs=2, maxNumBatchedTokens=512)
+    assert short == chunk.per_gpu.activation_bytes  # vLLM's default 8192 capped at 2 x 256
+
+
 def test_training_counts_declared_gpus_only() -> None:
     spec = parse_spec(
         {

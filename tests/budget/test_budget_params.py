@@ -132,3 +132,21 @@ def test_family_defaults_survive_reserialisation(config: dict[str, object]) -> N
     original = arch(config)
     round_tripped = Architecture.model_validate(original.model_dump(mode="json", by_alias=True))
     assert parameter_count(round_tripped) == parameter_count(original)
+
+
+def test_lora_target_names_cover_every_module_the_budget_knows() -> None:
+    """The API's list of LoRA targets (validated on admission) names every adapted module."""
+    import budget_architectures
+
+    from gpu_sizer.api import LORA_TARGET_MODULES
+
+    archs = [
+        Architecture.model_validate(v)
+        for v in vars(budget_architectures).values()
+        if isinstance(v, dict) and "modelType" in v
+    ]
+    assert len(archs) > 10
+    for candidate in archs:
+        for linear in layout(candidate).linears:
+            if linear.role != "router":
+                assert linear.name in LORA_TARGET_MODULES, (candidate.model_type, linear.name)

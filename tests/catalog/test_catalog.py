@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -192,3 +193,32 @@ def test_catalog_files(tmp_path: Path) -> None:
         load_catalog_file(bad)
     with pytest.raises(InvalidCatalog, match="cannot read"):
         load_catalog_file(tmp_path / "missing.yaml")
+
+
+def test_a_product_label_belongs_to_one_class() -> None:
+    data = {"classes": [{"name": "my-l4", "memoryBytes": 1 << 34, "products": ["NVIDIA-L4"]}]}
+    with pytest.raises(InvalidCatalog) as info:
+        load_catalog(data)
+    [problem] = info.value.problems
+    assert "'NVIDIA-L4' is claimed by both 'nvidia-l4' and 'my-l4'" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"replaceDefaults": "yes"}, "replaceDefaults: must be true or false, not 'yes'"),
+        ({"classes": [{"name": "nvidia-l4", "rank": "3"}]}, "must be an integer, not '3'"),
+        ({"replace_defaults": True}, "unknown field; did you mean replaceDefaults?"),
+    ],
+)
+def test_catalog_types_are_strict_and_keys_camel_case(data: dict[str, Any], expected: str) -> None:
+    with pytest.raises(InvalidCatalog) as info:
+        load_catalog(data)
+    assert expected in "; ".join(str(p) for p in info.value.problems)
+
+
+def test_catalog_file_that_is_not_utf8(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.yaml"
+    junk.write_bytes(bytes(range(256)))
+    with pytest.raises(InvalidCatalog, match="cannot read: not UTF-8"):
+        load_catalog_file(junk)

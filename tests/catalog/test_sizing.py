@@ -7,6 +7,8 @@ does not), so they hold for any monotonic budget, not for one set of numbers.
 from __future__ import annotations
 
 import copy
+import json
+import re
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 from gpu_sizer.api import GPUWorkloadSpec, parse_spec
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG, fits
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing import MIN_FIX_MAX_MODEL_LEN, Verdict, assess
 
 GIB = 1 << 30
 BY_NAME = {c.name: c for c in DEFAULT_CATALOG}
@@ -120,11 +122,31 @@ def test_max_num_seqs_fix_is_the_largest_that_fits() -> None:
 
 
 def test_max_model_len_fix_is_the_largest_that_fits_to_256_tokens() -> None:
-    s = too_big()
+    s = spec(
+        inference={"maxModelLen": 8192, "maxNumSeqs": 16},
+        placement={"gpuClasses": ["nvidia-l4"]},
+    )
     fix = next(f for f in assess(s).fixes if f.field == "spec.inference.maxModelLen")
     assert _largest_fits(_inference(s, max_model_len=fix.value))
     step = 256 if fix.value >= 1024 else 1
     assert not _largest_fits(_inference(s, max_model_len=fix.value + step))
+
+
+def test_fixes_are_usable_or_said_not_enough() -> None:
+    """100,000 sequences cannot fit by shortening them to 1 token: no fix below the floors."""
+    s = spec(
+        inference={"maxModelLen": 8192, "maxNumSeqs": 65_536},
+        placement={"gpuClasses": ["nvidia-l4"]},
+    )
+    a = assess(s)
+    by_field = {f.field: f for f in a.fixes}
+    length = by_field["spec.inference.maxModelLen"]
+    assert length.value == MIN_FIX_MAX_MODEL_LEN and not length.fits
+    seqs = by_field["spec.inference.maxNumSeqs"]
+    assert seqs.value >= 1
+    assert "maxModelLen 1 " not in a.message
+    not_enough = a.message.split("Not enough alone: ")[1]
+    assert f"maxModelLen {MIN_FIX_MAX_MODEL_LEN} (" in not_enough
 
 
 def test_tensor_parallel_fix_is_the_smallest_valid_size_that_fits() -> None:
@@ -265,7 +287,7 @@ _QUANT = [
 
 @settings(max_examples=150, deadline=None)
 @given(
-    seqs=st.integers(1, 100_000),
+    seqs=st.integers(1, 65_536),
     length=st.integers(1, 8192),
     tp=st.sampled_from([1, 2, 4, 8]),
     engine=st.sampled_from(_ENGINES),
@@ -323,3 +345,38 @@ def test_any_valid_training_spec_gets_a_verdict(
     a = assess(s)
     assert a.verdict in (Verdict.Fits, Verdict.NoSafeHeadroom)
     assert a.estimate.gpu_count == dp
+
+
+def test_without_architecture_the_verdict_warns_it_rests_on_weights() -> None:
+    s = parse_spec(
+        {"model": {"parameterCount": 8_000_000_000, "revision": "x"},
+         "inference": {"maxModelLen": 8192, "maxNumSeqs": 16}}
+    )  # fmt: skip
+    a = assess(s)
+    assert a.verdict is Verdict.Fits
+    assert [w for w in a.warnings if w.startswith("spec.model.architecture is not set")]
+    assert not [w for w in assess(spec()).warnings if "architecture" in w]
+
+
+def test_every_reported_integer_fits_int64_even_at_the_field_maxima() -> None:
+    """Each field at its API maximum multiplies out to ~10**25 bytes; the status must fit int64."""
+    from gpu_sizer.api import LIMITS
+
+    arch = {
+        "modelType": "mixtral", "numHiddenLayers": LIMITS["layers"],
+        "hiddenSize": LIMITS["width"], "intermediateSize": LIMITS["intermediate"],
+        "numAttentionHeads": LIMITS["heads"], "vocabSize": LIMITS["vocab"],
+        "maxPositionEmbeddings": LIMITS["tokens"], "numLocalExperts": LIMITS["experts"],
+        "numExpertsPerTok": LIMITS["experts"],
+    }  # fmt: skip
+    for part in (
+        {"inference": {"engine": "transformers", "maxModelLen": LIMITS["tokens"],
+                       "maxNumSeqs": LIMITS["seqs"]}},
+        {"training": {"microBatchSize": LIMITS["microBatch"], "sequenceLength": LIMITS["tokens"],
+                      "precision": "fp32"}},
+    ):  # fmt: skip
+        a = assess(parse_spec({"model": {"architecture": arch, "dtype": "float32"}, **part}))
+        assert a.verdict is Verdict.NoSafeHeadroom and a.fixes == []
+        figures = json.dumps(a.estimate.model_dump(mode="json"))
+        assert all(int(n) < 2**63 for n in re.findall(r"\d{10,}", figures))
+        assert any("1 EiB" in n for n in a.estimate.notes)

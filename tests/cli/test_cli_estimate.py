@@ -118,7 +118,7 @@ def test_invalid_document_gives_one_line_per_problem(
         (b"spec: [\n", "invalid YAML"),
         (b"\xff\xfe\x00garbage", "cannot read"),
         (b"- 1\n- 2\n", "(document 1): (document): must be a YAML/JSON object"),
-        (b"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "p: apiVersion: must be"),
+        (b"apiVersion: v1\nkind: GPUWorkload\nmetadata: {name: p}\n", "p: apiVersion: must be"),
     ],
 )
 def test_unusable_files(

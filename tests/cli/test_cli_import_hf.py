@@ -327,3 +327,43 @@ def test_unusable_configs_exit_2(
     out, err = capsys.readouterr()
     assert out == "" and message in err and "Traceback" not in err
     assert err.startswith(str(path))
+
+
+def test_qlora_skeleton_gets_its_nf4_base(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = imported(capsys, tmp_path, LLAMA_3_8B, "--training", "--finetuning", "qlora")
+    assert doc["spec"]["model"]["quantization"] == {"method": "bitsandbytes-nf4", "bits": 4}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-model-len", "0"], "--max-model-len: must be >= 1, not 0"),
+        (["--max-num-seqs", "-3"], "--max-num-seqs: must be >= 1, not -3"),
+        (["--micro-batch-size", "4"], "--micro-batch-size applies only with --training"),
+        (["--training", "--max-num-seqs", "4"], "--max-num-seqs applies only with --inference"),
+        (["--name", "Bad Name"], "--name: 'Bad Name' is not a valid name"),
+        (["--namespace", "ML"], "--namespace: 'ML' is not a valid namespace"),
+    ],
+)
+def test_unusable_flags_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_3_8B))
+    try:
+        code = main(["import-hf-config", str(path), "--name", "w", *argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and message in err
+
+
+def test_unknown_torch_dtype_is_said(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B, "torch_dtype": "float64"}))
+    assert main(["import-hf-config", str(path), "--name", "w"]) == 0
+    out, err = capsys.readouterr()
+    assert "torch_dtype 'float64' is not a storage dtype" in err
+    assert yaml.safe_load(out)["spec"]["model"].get("dtype") is None

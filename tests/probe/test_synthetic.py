@@ -76,9 +76,15 @@ def test_chunked_prefill_handles_prompts_longer_than_the_chunk() -> None:
 
 
 def test_concurrency_above_max_num_seqs_is_capped_with_a_note() -> None:
-    spec = inference_spec()
-    spec["measurement"]["concurrencyLevels"] = [2, 99]
-    result, _ = _measure(spec)
+    # The API now refuses levels above maxNumSeqs; an object stored before that rule can still
+    # reach the probe, so the spec is built past validation as such an object would be.
+    parsed = parse_spec(inference_spec())
+    stale = parsed.model_copy(
+        update={
+            "measurement": parsed.measurement.model_copy(update={"concurrency_levels": [2, 99]})
+        }
+    )
+    result, _ = measure(stale, Options(device="cpu"))
     assert [p.name for p in result.phases if p.name.startswith("decode")] == [
         "decode@2",
         "decode@4",

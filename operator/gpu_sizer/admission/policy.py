@@ -26,14 +26,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from gpu_sizer.api import FieldError, problems_from
 from gpu_sizer.catalog import GPUClass
+from gpu_sizer.yamlio import UnreadableFile, YamlError, load, read_text
 
 __all__ = [
     "EffectivePolicy",
@@ -45,7 +45,7 @@ __all__ = [
     "parse_policy",
 ]
 
-Fraction = float
+Fraction = Annotated[float, Field(strict=True)]
 
 
 class PolicyError(ValueError):
@@ -209,9 +209,9 @@ def parse_policy(data: Any, source: str = "policy", *, default_headroom: float =
     if data.get("defaultMinHeadroomFraction") is None:
         data = {**data, "defaultMinHeadroomFraction": default_headroom}
     try:
-        return Policy.model_validate(data)
+        return Policy.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
-        raise PolicyError(source, [str(p) for p in problems_from(exc)]) from None
+        raise PolicyError(source, [str(p) for p in problems_from(exc, model=Policy)]) from None
 
 
 def load_policy(path: str | Path, *, default_headroom: float = 0.10) -> Policy:
@@ -220,8 +220,9 @@ def load_policy(path: str | Path, *, default_headroom: float = 0.10) -> Policy:
     :raises PolicyError: the file is unreadable, not YAML, or invalid (with every key path).
     """
     try:
-        text = Path(path).read_text()
-        data = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as exc:
-        raise PolicyError(str(path), [str(exc)]) from None
+        data = load(read_text(path))
+    except UnreadableFile as exc:
+        raise PolicyError(str(path), [f"cannot read: {exc}"]) from None
+    except YamlError as exc:
+        raise PolicyError(str(path), [f"invalid YAML: {exc}"]) from None
     return parse_policy(data, str(path), default_headroom=default_headroom)

@@ -85,7 +85,9 @@ def _quantization(qc: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def model_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
+def model_from_hf_config(
+    config: dict[str, Any], warnings: list[str] | None = None
+) -> dict[str, Any]:
     """``spec.model`` (wire names) from a parsed config.json: architecture, dtype, quantization.
 
     :raises UnsupportedConfig: a required key is missing or a quantization format is unknown.
@@ -170,6 +172,12 @@ def model_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
     dtype = _first(config, "torch_dtype", "dtype")
     if isinstance(dtype, str) and dtype in _DTYPES:
         model["dtype"] = _DTYPES[dtype]
+    elif dtype is not None and warnings is not None:
+        warnings.append(
+            f"torch_dtype {dtype!r} is not a storage dtype gpu-sizer sizes (float32, bfloat16, "
+            "float16); spec.model.dtype left at its default bfloat16: edit it if the weights "
+            "are served in another dtype"
+        )
     qc = config.get("quantization_config")
     if isinstance(qc, dict):
         model["quantization"] = _quantization(qc)

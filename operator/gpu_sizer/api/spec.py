@@ -14,15 +14,28 @@ here become ``kubectl explain`` text.
 
 from __future__ import annotations
 
+import difflib
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AliasGenerator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 __all__ = [
     "DTYPE_BYTES",
     "KNOWN_MODEL_TYPES",
+    "KNOWN_ROPE_TYPES",
+    "LIMITS",
+    "LORA_TARGET_MODULES",
+    "MOE_MODEL_TYPES",
     "QUANTIZATION_BITS",
     "Architecture",
     "Dtype",
@@ -210,20 +223,133 @@ KNOWN_MODEL_TYPES: tuple[str, ...] = (
     "opt",
 )
 
-PositiveInt = Annotated[int, Field(ge=1)]
+#: Model families that are mixture-of-experts: their architecture must say how many experts.
+MOE_MODEL_TYPES: tuple[str, ...] = ("mixtral", "qwen2_moe")
+
+#: RoPE scaling types of ``transformers``' ``ROPE_INIT_FUNCTIONS`` (``modeling_rope_utils.py``),
+#: plus ``su`` (Phi-3's early name for longrope) and ``default`` (no scaling).
+KNOWN_ROPE_TYPES: tuple[str, ...] = (
+    "default",
+    "linear",
+    "dynamic",
+    "yarn",
+    "longrope",
+    "su",
+    "llama3",
+)
+
+#: LoRA target module names the sizing engine knows (PEFT ``target_modules``): the Llama names of
+#: every projection role, the module names of the other families' fused or renamed projections
+#: (as in ``budget/params.py``'s ``Linear.name``), and PEFT's ``all-linear``.
+LORA_TARGET_MODULES: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "qkv_proj",
+    "gate_up_proj",
+    "query_key_value",
+    "dense",
+    "dense_h_to_4h",
+    "dense_4h_to_h",
+    "out_proj",
+    "fc1",
+    "fc2",
+    "w1",
+    "w2",
+    "w3",
+    "all-linear",
+)
+
+#: Upper bounds of the size fields. They are generous (several times the largest published
+#: models: Llama-3.1-405B has 126 layers, hidden 16384, vocab 128256; DeepSeek-V3 256 experts;
+#: Gemini-class contexts of 10M tokens) and exist so that a typo cannot produce a 40-digit table or
+#: a status integer beyond int64 (what the API server stores): with every field at its maximum the
+#: per-GPU byte counts stay far below 2**63.
+LIMITS: dict[str, int] = {
+    "layers": 1024,
+    "width": 262_144,
+    "intermediate": 1_048_576,
+    "heads": 16_384,
+    "vocab": 4_194_304,
+    "experts": 1024,
+    "tokens": 16_777_216,
+    "batchedTokens": 134_217_728,
+    "seqs": 65_536,
+    "parameters": 10**14,
+    "microBatch": 65_536,
+    "gpus": 65_536,
+    "steps": 1_048_576,
+    "rank": 65_536,
+}
+
+PositiveInt = Annotated[int, Field(ge=1, strict=True)]
+Layers = Annotated[int, Field(ge=1, le=LIMITS["layers"], strict=True)]
+Width = Annotated[int, Field(ge=1, le=LIMITS["width"], strict=True)]
+Inner = Annotated[int, Field(ge=1, le=LIMITS["intermediate"], strict=True)]
+Heads = Annotated[int, Field(ge=1, le=LIMITS["heads"], strict=True)]
+Experts = Annotated[int, Field(ge=1, le=LIMITS["experts"], strict=True)]
+Tokens = Annotated[int, Field(ge=1, le=LIMITS["tokens"], strict=True)]
+Seqs = Annotated[int, Field(ge=1, le=LIMITS["seqs"], strict=True)]
+Gpus = Annotated[int, Field(ge=1, le=LIMITS["gpus"], strict=True)]
+Vocab = Annotated[int, Field(ge=1, le=LIMITS["vocab"], strict=True)]
+Rank = Annotated[int, Field(ge=1, le=LIMITS["rank"], strict=True)]
+MicroBatch = Annotated[int, Field(ge=1, le=LIMITS["microBatch"], strict=True)]
+Fraction = Annotated[float, Field(strict=True)]
+"""A float on the wire; strict mode still accepts an integer (JSON has one number type) but not a
+string or a boolean."""
 
 
 class RopeScaling(_Model):
     """RoPE scaling from config.json's ``rope_scaling``: extends the usable context."""
 
-    rope_type: str = Field(
-        "linear",
-        description="Scaling type from config.json (linear, dynamic, yarn, llama3, longrope).",
+    rope_type: str | None = Field(
+        None,
+        description="Scaling type from config.json: " + ", ".join(KNOWN_ROPE_TYPES) + " "
+        "(unset: linear). No default is stored, so that an object written with the legacy "
+        "`type` key keeps its value.",
     )
-    factor: float = Field(1.0, ge=1.0, description="Context extension factor.")
-    original_max_position_embeddings: int | None = Field(
-        None, ge=1, description="Context length the model was pre-trained with, in tokens."
+    legacy_type: str | None = Field(
+        None,
+        alias="type",
+        exclude=True,
+        description="Older config.json files name ropeType `type`; accepted as ropeType.",
     )
+    factor: Fraction = Field(1.0, ge=1.0, le=1024.0, description="Context extension factor.")
+    original_max_position_embeddings: Tokens | None = Field(
+        None, description="Context length the model was pre-trained with, in tokens."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_key(cls, data: Any) -> Any:
+        """config.json has used both ``type`` and ``rope_type``: take ``type`` as ropeType."""
+        if isinstance(data, dict) and data.get("type") is not None:
+            data = dict(data)
+            legacy = data.pop("type")
+            if data.get("ropeType", legacy) != legacy:
+                raise FieldError(
+                    [("type", f"type {legacy!r} disagrees with ropeType {data['ropeType']!r}")]
+                )
+            data["ropeType"] = legacy
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> RopeScaling:
+        if self.rope_type is not None and self.rope_type not in KNOWN_ROPE_TYPES:
+            raise FieldError(
+                [
+                    (
+                        "ropeType",
+                        f"unknown rope type {self.rope_type!r}; known: "
+                        + ", ".join(KNOWN_ROPE_TYPES),
+                    )
+                ]
+            )
+        return self
 
 
 class Architecture(_Model):
@@ -235,64 +361,68 @@ class Architecture(_Model):
     model_type: str = Field(
         description="Hugging Face model_type: " + ", ".join(KNOWN_MODEL_TYPES) + "."
     )
-    num_hidden_layers: PositiveInt = Field(description="Transformer blocks (num_hidden_layers).")
-    hidden_size: PositiveInt = Field(description="Model width d_model (hidden_size).")
-    intermediate_size: PositiveInt = Field(
+    num_hidden_layers: Layers = Field(description="Transformer blocks (num_hidden_layers).")
+    hidden_size: Width = Field(description="Model width d_model (hidden_size).")
+    intermediate_size: Inner = Field(
         description="MLP inner width (intermediate_size; ffn_dim for OPT); per expert for MoE."
     )
-    num_attention_heads: PositiveInt = Field(description="Query heads per layer.")
-    num_key_value_heads: PositiveInt | None = Field(
+    num_attention_heads: Heads = Field(description="Query heads per layer.")
+    num_key_value_heads: Heads | None = Field(
         None,
         description="KV heads per layer (GQA/MQA); default num_attention_heads (multi-head).",
     )
-    head_dim: PositiveInt | None = Field(
+    head_dim: Width | None = Field(
         None, description="Per-head width; default hiddenSize / numAttentionHeads."
     )
-    vocab_size: PositiveInt = Field(description="Vocabulary size (rows of the embedding).")
-    tie_word_embeddings: bool | None = Field(
+    vocab_size: Annotated[int, Field(ge=1, le=LIMITS["vocab"], strict=True)] = Field(
+        description="Vocabulary size (rows of the embedding)."
+    )
+    tie_word_embeddings: StrictBool | None = Field(
         None,
         description="lm_head shares the input embedding's weights; unset takes the family's "
         "config-class default (tied for gemma, gemma2, falcon, opt).",
     )
-    max_position_embeddings: PositiveInt = Field(
+    max_position_embeddings: Tokens = Field(
         description="Longest context the model supports without rope scaling, in tokens."
     )
-    attention_bias: bool | None = Field(
+    attention_bias: StrictBool | None = Field(
         None,
         description="q/k/v/o projections carry biases (Llama's attention_bias); unset takes the "
         "family default (biased for gpt_neox and opt; Qwen2's qkv biases are always counted).",
     )
-    mlp_bias: bool = Field(False, description="MLP projections carry biases (Llama's mlp_bias).")
-    num_local_experts: PositiveInt | None = Field(
+    mlp_bias: StrictBool = Field(
+        False, description="MLP projections carry biases (Llama's mlp_bias)."
+    )
+    num_local_experts: Experts | None = Field(
         None, description="MoE: experts per layer (Mixtral's num_local_experts)."
     )
-    num_experts_per_tok: PositiveInt | None = Field(
+    num_experts_per_tok: Experts | None = Field(
         None, description="MoE: experts routed per token (top-k)."
     )
-    moe_intermediate_size: PositiveInt | None = Field(
+    moe_intermediate_size: Inner | None = Field(
         None, description="MoE: per-expert MLP width when it differs from intermediateSize."
     )
-    shared_expert_intermediate_size: PositiveInt | None = Field(
+    shared_expert_intermediate_size: Inner | None = Field(
         None, description="MoE: width of the always-on shared expert (Qwen2-MoE)."
     )
-    sliding_window: PositiveInt | None = Field(
+    sliding_window: Tokens | None = Field(
         None, description="Sliding-window attention span in tokens; caps the KV cache per sequence."
     )
     rope_scaling: RopeScaling | None = Field(
         None, description="RoPE scaling; allows maxModelLen beyond maxPositionEmbeddings."
     )
-    word_embed_proj_dim: PositiveInt | None = Field(
+    word_embed_proj_dim: Width | None = Field(
         None, description="OPT: embedding width when it differs from hiddenSize (OPT-350m)."
     )
-    new_decoder_architecture: bool = Field(
+    new_decoder_architecture: StrictBool = Field(
         False, description="Falcon: the 40B/180B layout with grouped KV heads and two layer norms."
     )
-    parallel_attn: bool = Field(
+    parallel_attn: StrictBool = Field(
         True,
         description="Falcon: attention and MLP read one shared layer norm (parallel_attn); false "
         "adds a post-attention layer norm.",
     )
-    do_layer_norm_before: bool = Field(
+    do_layer_norm_before: StrictBool = Field(
         True,
         description="OPT: pre-layer-norm blocks with a final layer norm (false for OPT-350m).",
     )
@@ -337,7 +467,15 @@ class Architecture(_Model):
                 f"hiddenSize ({self.hidden_size}) is not divisible by numAttentionHeads "
                 f"({self.num_attention_heads}); set headDim explicitly",
             )
-        if (self.num_local_experts is None) != (self.num_experts_per_tok is None):
+        if self.model_type in MOE_MODEL_TYPES and self.num_local_experts is None:
+            key = "num_experts" if self.model_type == "qwen2_moe" else "num_local_experts"
+            problems.add(
+                "numLocalExperts",
+                f"{self.model_type} is a mixture-of-experts family: set numLocalExperts "
+                f"(config.json {key}) and numExpertsPerTok (num_experts_per_tok); without "
+                "them it would be sized as a dense model",
+            )
+        elif (self.num_local_experts is None) != (self.num_experts_per_tok is None):
             problems.add(
                 "numExpertsPerTok",
                 "MoE needs both numLocalExperts and numExpertsPerTok, or neither",
@@ -362,22 +500,23 @@ class Quantization(_Model):
     method: QuantizationMethod = Field(
         description="gptq | awq | fp8 | bitsandbytes-nf4 | bitsandbytes-int8."
     )
-    bits: int | None = Field(
+    bits: StrictInt | None = Field(
         None, ge=2, le=8, description="Bits per weight; default the method's only/usual width."
     )
-    group_size: int | None = Field(
+    group_size: StrictInt | None = Field(
         None,
         ge=-1,
+        le=LIMITS["intermediate"],
         description="GPTQ/AWQ group size (weights sharing one scale); -1 is per-channel. "
         "Default 128.",
     )
-    desc_act: bool = Field(
+    desc_act: StrictBool = Field(
         False, description="GPTQ act-order: stores a g_idx permutation index per input row."
     )
-    double_quant: bool = Field(
+    double_quant: StrictBool = Field(
         True, description="bitsandbytes NF4: quantize the absmax constants too (QLoRA paper)."
     )
-    per_channel_scales: bool = Field(
+    per_channel_scales: StrictBool = Field(
         False,
         description="FP8: one weight scale per output channel (compressed-tensors channel "
         "strategy, FBGEMM FP8) instead of one per tensor.",
@@ -417,8 +556,8 @@ class Model(_Model):
     architecture: Architecture | None = Field(
         None, description="Shape from config.json; gives exact parameter and KV cache figures."
     )
-    parameter_count: int | None = Field(
-        None, ge=1, description="Total parameters; required when architecture is absent."
+    parameter_count: Annotated[int, Field(ge=1, le=LIMITS["parameters"], strict=True)] | None = (
+        Field(None, description="Total parameters; required when architecture is absent.")
     )
     dtype: Dtype = Field(Dtype.bfloat16, description="Storage dtype of unquantized weights.")
     quantization: Quantization | None = Field(None, description="Weight quantization, if any.")
@@ -444,13 +583,15 @@ class Inference(_Model):
     """Serving settings, named after vLLM's engine arguments."""
 
     engine: Engine = Field(Engine.vllm, description="vllm | transformers | tgi | sglang.")
-    max_model_len: PositiveInt = Field(
+    max_model_len: Tokens = Field(
         description="Longest sequence (prompt plus output) in tokens (vLLM --max-model-len)."
     )
-    max_num_seqs: PositiveInt = Field(
+    max_num_seqs: Seqs = Field(
         description="Sequences resident at once, each up to maxModelLen (vLLM --max-num-seqs)."
     )
-    max_num_batched_tokens: PositiveInt | None = Field(
+    max_num_batched_tokens: (
+        Annotated[int, Field(ge=1, le=LIMITS["batchedTokens"], strict=True)] | None
+    ) = Field(
         None,
         description="Tokens per forward pass (prefill chunk); default the engine's "
         "(vLLM and SGLang 8192, TGI maxModelLen + 50; transformers prefills every sequence "
@@ -459,13 +600,13 @@ class Inference(_Model):
     kv_cache_dtype: KvCacheDtype = Field(
         KvCacheDtype.auto, description="auto (model dtype) | fp8 | fp8_e4m3 | fp8_e5m2."
     )
-    tensor_parallel_size: PositiveInt = Field(
+    tensor_parallel_size: Gpus = Field(
         1, description="GPUs the model is split across by tensor parallelism."
     )
-    pipeline_parallel_size: PositiveInt = Field(
+    pipeline_parallel_size: Layers = Field(
         1, description="Pipeline stages (layers split across GPUs)."
     )
-    enforce_eager: bool = Field(
+    enforce_eager: StrictBool = Field(
         False, description="Disable CUDA graphs (vLLM --enforce-eager); saves their memory pool."
     )
 
@@ -474,12 +615,35 @@ class Finetuning(_Model):
     """Which parameters train."""
 
     method: FinetuningMethod = Field(FinetuningMethod.full, description="full | lora | qlora.")
-    lora_rank: PositiveInt = Field(16, description="LoRA rank r.")
+    lora_rank: Annotated[int, Field(ge=1, le=LIMITS["rank"], strict=True)] = Field(
+        16, description="LoRA rank r."
+    )
     lora_target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
         description="Projections that get adapters (q_proj, k_proj, v_proj, o_proj, gate_proj, "
-        "up_proj, down_proj, or all-linear).",
+        "up_proj, down_proj, or all-linear; also the family names qkv_proj, gate_up_proj, "
+        "query_key_value, dense, dense_h_to_4h, dense_4h_to_h, out_proj, fc1, fc2, w1, w2, w3).",
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> Finetuning:
+        problems = _Problems()
+        for i, name in enumerate(self.lora_target_modules):
+            if name not in LORA_TARGET_MODULES:
+                close = difflib.get_close_matches(name, LORA_TARGET_MODULES, n=1)
+                hint = f"did you mean {close[0]}? " if close else ""
+                problems.add(
+                    f"loraTargetModules[{i}]",
+                    f"unknown module {name!r}; {hint}known: " + ", ".join(LORA_TARGET_MODULES),
+                )
+        if self.method is not FinetuningMethod.full and not self.lora_target_modules:
+            problems.add(
+                "loraTargetModules",
+                f"{self.method.value} needs at least one target module (e.g. [q_proj, v_proj] or "
+                "[all-linear]); with none, nothing trains",
+            )
+        problems.raise_if_any()
+        return self
 
 
 class Parallelism(_Model):
@@ -489,18 +653,20 @@ class Parallelism(_Model):
         ParallelStrategy.none,
         description="none | ddp | fsdp-full-shard | fsdp-shard-grad-op | zero1 | zero2 | zero3.",
     )
-    data_parallel_size: PositiveInt = Field(1, description="Data-parallel replicas (ranks).")
-    tensor_parallel_size: PositiveInt = Field(1, description="Tensor-parallel degree.")
-    pipeline_parallel_size: PositiveInt = Field(1, description="Pipeline-parallel stages.")
+    data_parallel_size: Gpus = Field(1, description="Data-parallel replicas (ranks).")
+    tensor_parallel_size: Gpus = Field(1, description="Tensor-parallel degree.")
+    pipeline_parallel_size: Layers = Field(1, description="Pipeline-parallel stages.")
 
 
 class Training(_Model):
     """One training or fine-tuning configuration."""
 
-    micro_batch_size: PositiveInt = Field(description="Sequences per micro-batch per GPU.")
-    sequence_length: PositiveInt = Field(description="Tokens per training sequence.")
-    gradient_accumulation_steps: PositiveInt = Field(
-        1, description="Micro-batches accumulated per optimizer step."
+    micro_batch_size: Annotated[int, Field(ge=1, le=LIMITS["microBatch"], strict=True)] = Field(
+        description="Sequences per micro-batch per GPU."
+    )
+    sequence_length: Tokens = Field(description="Tokens per training sequence.")
+    gradient_accumulation_steps: Annotated[int, Field(ge=1, le=LIMITS["steps"], strict=True)] = (
+        Field(1, description="Micro-batches accumulated per optimizer step.")
     )
     precision: Precision = Field(
         Precision.bf16_mixed, description="fp32 | bf16-mixed | fp16-mixed | bf16-true."
@@ -509,10 +675,10 @@ class Training(_Model):
         Optimizer.adamw,
         description="adamw | adamw-8bit | sgd | sgd-momentum | adafactor | lion.",
     )
-    activation_checkpointing: bool = Field(
+    activation_checkpointing: StrictBool = Field(
         False, description="Recompute activations in backward (keeps only layer inputs)."
     )
-    flash_attention: bool = Field(
+    flash_attention: StrictBool = Field(
         True, description="Fused attention (no seq x seq score matrix kept for backward)."
     )
     finetuning: Finetuning = Field(
@@ -534,10 +700,10 @@ class Measurement(_Model):
         default_factory=list,
         description="Command mode: the workload's own command, run under the probe's sampler.",
     )
-    timeout_seconds: int = Field(
+    timeout_seconds: StrictInt = Field(
         900, ge=30, le=86400, description="Deadline for the measurement Job, in seconds."
     )
-    concurrency_levels: list[PositiveInt] = Field(
+    concurrency_levels: list[Seqs] = Field(
         default_factory=list,
         description="Inference: concurrent sequences to measure at; default [1, maxNumSeqs].",
     )
@@ -547,6 +713,9 @@ class Measurement(_Model):
         problems = _Problems()
         if self.mode is MeasurementMode.Command and not self.command:
             problems.add("command", "mode Command needs a non-empty command")
+        for i, arg in enumerate(self.command):
+            if not arg:
+                problems.add(f"command[{i}]", "must not be an empty string")
         problems.raise_if_any()
         return self
 
@@ -558,7 +727,7 @@ class Placement(_Model):
         default_factory=list,
         description="Allowed GPU classes (see `gpu-sizer catalog`); empty allows every class.",
     )
-    min_headroom_fraction: float = Field(
+    min_headroom_fraction: Fraction = Field(
         0.10,
         ge=0.0,
         lt=1.0,
@@ -614,6 +783,13 @@ class GPUWorkloadSpec(_Model):
                         f"pipelineParallelSize {inf.pipeline_parallel_size} exceeds the "
                         f"{arch.num_hidden_layers} layers",
                     )
+            for i, level in enumerate(self.measurement.concurrency_levels):
+                if level > inf.max_num_seqs:
+                    problems.add(
+                        f"measurement.concurrencyLevels[{i}]",
+                        f"concurrency level {level} exceeds inference.maxNumSeqs "
+                        f"({inf.max_num_seqs}): the engine never runs more sequences at once",
+                    )
             if (
                 inf.max_num_batched_tokens is not None
                 and inf.max_num_batched_tokens < inf.max_num_seqs
@@ -640,6 +816,12 @@ class GPUWorkloadSpec(_Model):
                         f"sequenceLength {tr.sequence_length} exceeds the model's context of "
                         f"{arch.max_context} tokens",
                     )
+                if par.pipeline_parallel_size > arch.num_hidden_layers:
+                    problems.add(
+                        "training.parallelism.pipelineParallelSize",
+                        f"pipelineParallelSize {par.pipeline_parallel_size} exceeds the "
+                        f"{arch.num_hidden_layers} layers",
+                    )
             sharded = par.strategy not in (ParallelStrategy.none,)
             if par.data_parallel_size > 1 and not sharded:
                 problems.add(
@@ -649,7 +831,14 @@ class GPUWorkloadSpec(_Model):
                 )
             if tr.finetuning.method is FinetuningMethod.qlora:
                 q = self.model.quantization
-                if q is not None and q.method is not QuantizationMethod.bitsandbytes_nf4:
+                if q is None:
+                    problems.add(
+                        "model.quantization",
+                        "qlora trains adapters on a 4-bit NF4 base: set model.quantization to "
+                        "{method: bitsandbytes-nf4, bits: 4}, or use finetuning method lora for "
+                        "a bf16/fp16 base",
+                    )
+                elif q.method is not QuantizationMethod.bitsandbytes_nf4:
                     problems.add(
                         "training.finetuning.method",
                         "qlora trains adapters on a bitsandbytes-nf4 base; set "
@@ -659,6 +848,24 @@ class GPUWorkloadSpec(_Model):
                 problems.add(
                     "training.finetuning.method",
                     f"{tr.finetuning.method.value} needs model.architecture to size the adapters",
+                )
+        q = self.model.quantization
+        if (
+            arch is not None
+            and q is not None
+            and q.method in (QuantizationMethod.gptq, QuantizationMethod.awq)
+            and q.group_size is not None
+            and q.group_size > 0
+        ):
+            widths = {"hiddenSize": arch.hidden_size, "intermediateSize": arch.intermediate_size}
+            if arch.moe_intermediate_size is not None:
+                widths["moeIntermediateSize"] = arch.moe_intermediate_size
+            bad = [f"{k} ({v})" for k, v in widths.items() if v % q.group_size]
+            if bad:
+                problems.add(
+                    "model.quantization.groupSize",
+                    f"groupSize {q.group_size} must divide the input features of every "
+                    f"quantized projection; it does not divide {' and '.join(bad)}",
                 )
         problems.raise_if_any()
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -41,7 +42,8 @@ def parse_spec(spec: Any) -> GPUWorkloadSpec:
     if not isinstance(spec, dict):
         raise InvalidWorkload([Problem("spec", "must be an object")])
     try:
-        return GPUWorkloadSpec.model_validate(spec)
+        # Wire names only: the Python names (num_hidden_layers) are for code that builds models.
+        return GPUWorkloadSpec.model_validate(spec, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise InvalidWorkload(problems_from(exc, prefix="spec", model=GPUWorkloadSpec)) from None
 
@@ -60,9 +62,7 @@ def parse_workload(doc: Any) -> GPUWorkloadSpec:
         )
     if doc.get("kind") != KIND:
         problems.append(Problem("kind", f"must be {KIND}, not {doc.get('kind')!r}"))
-    metadata = doc.get("metadata")
-    if not isinstance(metadata, dict) or not isinstance(metadata.get("name"), str):
-        problems.append(Problem("metadata.name", "required field is missing"))
+    problems += _metadata_problems(doc.get("metadata"))
     if "spec" not in doc:
         problems.append(Problem("spec", "required field is missing"))
         raise InvalidWorkload(problems)
@@ -73,6 +73,59 @@ def parse_workload(doc: Any) -> GPUWorkloadSpec:
     if problems:
         raise InvalidWorkload(problems)
     return spec
+
+
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _metadata_problems(metadata: Any) -> list[Problem]:
+    """The API server's rules for a custom resource's name (a DNS-1123 subdomain, at most 253
+    characters) and namespace (a DNS-1123 label, at most 63), as in apimachinery's
+    ``IsDNS1123Subdomain`` / ``IsDNS1123Label``, so that what the CLI accepts can be applied."""
+    if metadata is None:
+        return [Problem("metadata.name", "required field is missing")]
+    if not isinstance(metadata, dict):
+        return [Problem("metadata", "must be an object")]
+    problems: list[Problem] = []
+    name = metadata.get("name")
+    if name is None:
+        problems.append(Problem("metadata.name", "required field is missing"))
+    elif not isinstance(name, str) or len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        problems.append(
+            Problem(
+                "metadata.name",
+                f"{name!r} is not a valid name: lower-case letters, digits, '-' and '.', starting "
+                "and ending with a letter or digit, at most 253 characters (DNS-1123 subdomain)",
+            )
+        )
+    namespace = metadata.get("namespace")
+    if namespace is not None and (
+        not isinstance(namespace, str) or len(namespace) > 63 or not _DNS1123_LABEL.match(namespace)
+    ):
+        problems.append(
+            Problem(
+                "metadata.namespace",
+                f"{namespace!r} is not a valid namespace: lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit, at most 63 characters (DNS-1123 "
+                "label)",
+            )
+        )
+    return problems
+
+
+def validate_name(name: str) -> Problem | None:
+    """The problem with ``name`` as a GPUWorkload's ``metadata.name``, or ``None`` if valid."""
+    found = _metadata_problems({"name": name})
+    return found[0] if found else None
+
+
+def validate_namespace(namespace: str) -> Problem | None:
+    """The problem with ``namespace`` as ``metadata.namespace``, or ``None`` if valid."""
+    found = _metadata_problems({"name": "x", "namespace": namespace})
+    return found[0] if found else None
 
 
 def spec_hash(spec: GPUWorkloadSpec) -> str:

@@ -50,15 +50,25 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS: dict[Engine, int] = {Engine.vllm: 8192, Engine.s
 
 
 def prefill_tokens(inference: Inference) -> int:
-    """Tokens in the largest forward pass the engine plans for."""
+    """Tokens in the largest forward pass the engine plans for.
+
+    Never more than ``maxNumSeqs x maxModelLen``: a forward pass only holds tokens of resident
+    sequences (the scheduler fills a step from at most ``max_num_seqs`` requests of at most
+    ``max_model_len`` tokens), and vLLM applies the same cap to its default
+    (``vllm/config/scheduler.py`` ``SchedulerConfig.__post_init__``: ``max_num_batched_tokens =
+    min(max_num_seqs * max_model_len, max_num_batched_tokens)``). Caveat: an explicit larger
+    ``--max-num-batched-tokens`` is passed to vLLM's ``profile_run`` dummy batch unchanged, so
+    its start-up profiling pass can briefly peak above this figure; the served batches cannot.
+    """
+    resident = inference.max_num_seqs * inference.max_model_len
     if inference.max_num_batched_tokens is not None:
-        return inference.max_num_batched_tokens
+        return min(inference.max_num_batched_tokens, resident)
     engine = inference.engine
     if engine is Engine.transformers:
-        return inference.max_num_seqs * inference.max_model_len
+        return resident
     if engine is Engine.tgi:
-        return inference.max_model_len + 50
-    return max(DEFAULT_MAX_NUM_BATCHED_TOKENS[engine], inference.max_num_seqs)
+        return min(inference.max_model_len + 50, resident)
+    return min(max(DEFAULT_MAX_NUM_BATCHED_TOKENS[engine], inference.max_num_seqs), resident)
 
 
 def activation_token_elements(arch: Architecture, tp: int) -> int:

@@ -27,10 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.yamlio import load_all, read_text
 
 __all__ = ["main"]
 
@@ -78,7 +77,7 @@ def _find_examples(explicit: str | None) -> Path | None:
 def _load(directory: Path) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for path in sorted(directory.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in load_all(read_text(path)):
             if isinstance(doc, dict) and doc.get("kind") == "GPUWorkload":
                 docs.append(doc)
     return docs

@@ -111,9 +111,9 @@ def crd_document() -> dict[str, Any]:
     for parent in here.parents:
         candidate = parent / "crds" / "gpuworkloads.gpusizer.dev.yaml"
         if candidate.exists():
-            import yaml
+            from gpu_sizer.yamlio import load, read_text
 
-            doc = yaml.safe_load(candidate.read_text())
+            doc = load(read_text(candidate))
             if isinstance(doc, dict):
                 return doc
     return {

@@ -1,0 +1,151 @@
+"""The project's one way to read YAML files: bounded, strict about keys, and readable errors. Pure.
+
+Every YAML input (``gpu-sizer estimate`` documents, catalog.yaml, policy.yaml) goes through
+:func:`load_all` / :func:`load` and every file through :func:`read_text`, so that the CLI, the
+webhook's configuration and the operator fail the same way on the same bad file:
+
+- Aliases: YAML lets ``*a`` refer to an anchored node, so nine levels of ten aliases each (a
+  "billion laughs" document of a few hundred bytes) expand to 10**9 nodes when the loaded data is
+  walked. PyYAML shares the aliased object rather than copying it, but everything downstream
+  (pydantic, ``json.dumps``, the spec hash) walks it as a tree. The loader counts the nodes each
+  alias stands for and refuses a document whose expanded size exceeds :data:`MAX_EXPANDED_NODES`
+  (Kubernetes' own YAML decoder, ``sigs.k8s.io/yaml`` over ``go-yaml`` v2, refuses documents
+  whose alias expansion exceeds a similar budget for the same reason).
+- Duplicate keys: the YAML 1.2 spec (section 3.2.1.1) requires mapping keys to be unique; PyYAML
+  silently keeps the last one, so a second ``maxNumSeqs:`` would win unseen. They are refused
+  with the line of the duplicate.
+- Files: a file that is not UTF-8 is reported as such rather than with a decode traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+__all__ = ["MAX_EXPANDED_NODES", "UnreadableFile", "YamlError", "load", "load_all", "read_text"]
+
+MAX_EXPANDED_NODES: Final = 100_000
+"""Most nodes one document may expand to, aliases counted at their expanded size. A GPUWorkload
+has about 60 nodes and a large catalog a few thousand; 100,000 is far above any real input and
+far below what hangs a loader."""
+
+
+class YamlError(ValueError):
+    """A document is not acceptable YAML; ``line`` is 1-based when known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        self.message = message
+        self.line = line
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+class UnreadableFile(OSError):
+    """A file could not be read as UTF-8 text; ``str()`` is the reason, without the path."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that bounds alias expansion and refuses duplicate mapping keys."""
+
+    def compose_document(self) -> Node | None:
+        node: Node | None = super().compose_document()
+        if node is not None:
+            _check_size(node)
+        return node
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue
+            if duplicate:
+                raise ConstructorError(None, None, f"duplicate key {key}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_size(root: Node) -> None:
+    """Raise when ``root`` expands to more than :data:`MAX_EXPANDED_NODES` nodes.
+
+    Sizes are memoised per node object, so an alias (the same node object met again) costs one
+    lookup: the check is linear in the document's text, not in its expansion.
+    """
+    sizes: dict[int, int] = {}
+
+    def size(node: Node, depth: int) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        if depth > 200:
+            raise YamlError("nesting deeper than 200 levels", node.start_mark.line + 1)
+        total = 1
+        if isinstance(node, SequenceNode):
+            total += sum(size(child, depth + 1) for child in node.value)
+        elif isinstance(node, MappingNode):
+            total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
+        sizes[id(node)] = total
+        if total > MAX_EXPANDED_NODES:
+            raise YamlError(
+                f"document expands to more than {MAX_EXPANDED_NODES} nodes through aliases "
+                "(a YAML alias bomb?); write the values out",
+                node.start_mark.line + 1,
+            )
+        return total
+
+    size(root, 0)
+
+
+def _error(exc: yaml.YAMLError) -> YamlError:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return YamlError(str(problem), mark.line + 1 if mark is not None else None)
+
+
+def load_all(text: str) -> list[Any]:
+    """Every document of ``text`` (``None`` for an empty one).
+
+    :raises YamlError: malformed YAML, a duplicate key, or an alias expansion beyond the bound.
+    """
+    try:
+        return list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as exc:
+        raise _error(exc) from None
+    except RecursionError:
+        raise YamlError("nesting too deep") from None
+
+
+def load(text: str) -> Any:
+    """The single document of ``text`` (``None`` when empty); see :func:`load_all`.
+
+    :raises YamlError: as :func:`load_all`, or more than one document.
+    """
+    docs = load_all(text)
+    if len(docs) > 1:
+        raise YamlError(f"expected one YAML document, found {len(docs)}")
+    return docs[0] if docs else None
+
+
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of ``path`` (``-`` reads stdin).
+
+    :raises UnreadableFile: the file is missing or unreadable (the OS's reason), is a directory,
+        or is not UTF-8 (with the byte offset).
+    """
+    try:
+        if str(path) == "-":
+            stream = getattr(sys.stdin, "buffer", None)
+            return stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
+        return Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(f"not UTF-8 (byte {exc.start}: {exc.reason})") from None
+    except OSError as exc:
+        raise UnreadableFile(exc.strerror or str(exc)) from None

@@ -1,0 +1,168 @@
+"""Inputs a fresh user gets wrong: each ends in one line naming the file and exit 2, never a
+traceback, a hang or a silent pass."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_sizer.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+FITS = ROOT / "examples" / "llama-3-8b-vllm-bf16.yaml"
+JUNK = bytes(range(256)) * 4
+
+#: Nine levels of ten aliases: 10**9 leaves once walked, a few hundred bytes of text.
+BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)
+)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", [["estimate", str(FITS)], ["catalog"]])
+def test_catalog_that_is_not_utf8(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
+) -> None:
+    junk = tmp_path / "junk.yaml"
+    junk.write_bytes(JUNK)
+    code, _, err = run(capsys, command[0], "--catalog", str(junk), *command[1:])
+    assert code == 2
+    assert err.splitlines() == [f"{junk}: cannot read: not UTF-8 (byte 128: invalid start byte)"]
+
+
+def test_workload_file_that_is_not_utf8(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    junk = tmp_path / "junk.yaml"
+    junk.write_bytes(JUNK)
+    code, _, err = run(capsys, "estimate", str(junk))
+    assert code == 2 and err.startswith(f"{junk}: cannot read: not UTF-8")
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("where", ["metadata", "command"])
+def test_alias_bomb_is_refused_quickly(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    doc = yaml.safe_load(FITS.read_text())
+    body = yaml.safe_dump(doc)
+    bomb = tmp_path / "bomb.yaml"
+    if where == "metadata":
+        bomb.write_text(body.replace("metadata:\n", "metadata:\n  labels:\n" + _indent(BOMB, 4), 1))
+    else:
+        bomb.write_text(
+            BOMB.replace("a0:", "x-anchors:\n  a0:", 1).replace("\na", "\n  a")
+            + body
+            + "  measurement:\n    mode: Command\n    command: *a9\n"
+        )
+    code, _, err = run(capsys, "estimate", str(bomb))
+    assert code == 2
+    assert "invalid YAML" in err and "aliases" in err
+
+
+def _indent(text: str, n: int) -> str:
+    return "".join(" " * n + line + "\n" for line in text.splitlines())
+
+
+def test_duplicate_key_names_its_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = FITS.read_text().replace("maxNumSeqs: ", "maxNumSeqs: 1\n    maxNumSeqs: ", 1)
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    line = (
+        next(i for i, text_line in enumerate(text.splitlines(), 1) if "maxNumSeqs" in text_line) + 1
+    )
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 2
+    assert err.strip() == f"{path}: line {line}: invalid YAML: duplicate key maxNumSeqs"
+
+
+@pytest.mark.parametrize("content", ["", "---\n", "---\n---\n", "# only a comment\n"])
+def test_empty_input_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str
+) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text(content)
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 2 and "no YAML documents" in err
+
+
+def test_dev_null_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = run(capsys, "estimate", os.devnull)
+    assert code == 2
+
+
+def test_directory_without_yaml_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    code, _, err = run(capsys, "estimate", str(tmp_path))
+    assert code == 2 and err.startswith(f"{tmp_path}: no *.yaml or *.yml files")
+
+
+def test_other_kinds_are_skipped_with_a_warning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n"
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        FITS.read_text() + "---\n" + FITS.read_text().replace("chat", "chat-2") + "---\n" + cm
+    )
+    code, out, err = run(capsys, "estimate", str(path))
+    assert code == 0 and out.count("llama-3-8b-chat") == 2
+    skipped = [line for line in err.splitlines() if "skipped" in line]
+    assert skipped == [f"Warning: {path}: settings: kind ConfigMap is not a GPUWorkload; skipped"]
+
+
+def test_only_other_kinds_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n")
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 2 and "No GPUWorkload documents found." in err
+
+
+def test_same_name_twice_warns(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(FITS.read_text() + "---\n" + FITS.read_text())
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 0
+    assert "the same namespace/name is also in" in err
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ("x", "metadata: must be an object"),
+        ({"name": "Bad Name"}, "metadata.name: 'Bad Name' is not a valid name"),
+        ({"name": "ok", "namespace": "ML_Team"}, "metadata.namespace: 'ML_Team' is not a valid"),
+    ],
+)
+def test_invalid_metadata(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, metadata: object, expected: str
+) -> None:
+    doc = yaml.safe_load(FITS.read_text())
+    doc["metadata"] = metadata
+    path = tmp_path / "meta.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 2 and expected in err
+
+
+def test_estimate_notes_are_printed_as_warnings(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = yaml.safe_load(FITS.read_text())
+    del doc["spec"]["model"]["architecture"]
+    doc["spec"]["model"]["parameterCount"] = 8_000_000_000
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 0
+    assert "Warning: inference/llama-3-8b-chat: KV cache not computed" in err
+    assert "Warning: inference/llama-3-8b-chat: spec.model.architecture is not set" in err
