@@ -86,3 +86,33 @@ async def test_delete_and_missing(tmp_path, monkeypatch) -> None:
     _, backend = await run(tmp_path, "ok", monkeypatch)
     await backend.delete("ns", "j1")
     assert backend.observe("ns", "j1", job=None, pods=[], now=NOW).kind is OutcomeKind.Missing
+
+
+async def test_a_probe_result_on_a_non_zero_exit_is_read(tmp_path, monkeypatch) -> None:
+    # Command mode passes the command's own status through: a result document is on stdout
+    # although the probe exits 3, exactly as the termination message carries it in a Job.
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", str(root / "operator"))
+    spec = parse_spec(
+        {
+            "model": {"name": "m", "parameterCount": 1_000_000, "dtype": "bfloat16"},
+            "inference": {"maxModelLen": 128, "maxNumSeqs": 1},
+            "measurement": {
+                "mode": "Command",
+                "command": [sys.executable, "-c", "import sys; sys.exit(3)"],
+                "timeoutSeconds": 60,
+            },
+        }
+    )
+    req = JobRequest("ns", "w", "uid", spec_hash(spec), DEFAULT_CATALOG[0], 1, 4 * GIB, "img", "j")
+    backend = LocalProcessBackend()
+    assert await backend.start(job_manifest(spec, req))
+    for _ in range(600):
+        out = backend.observe("ns", "j", job=None, pods=[], now=NOW)
+        if out.kind is not OutcomeKind.Running:
+            break
+        await asyncio.sleep(0.05)
+    assert out.kind is OutcomeKind.Succeeded, out.message  # a result was read
+    assert out.result is not None
+    assert out.result.status == "Failed" and out.result.exit_code == 3
+    assert out.result.spec_hash == spec_hash(spec)

@@ -118,8 +118,9 @@ class LocalProcessBackend:
 
     ``probe_command`` replaces ``python -m gpu_sizer.probe`` (tests point it at a fake probe).
     The spec travels the same way as in the Job (env ``GPU_SIZER_SPEC``); the result is read
-    from the process's stdout with the same parser. ``activeDeadlineSeconds`` is enforced by
-    killing the process.
+    from the process's stdout with the same parser, whatever the exit status (as the Kubernetes
+    path reads the termination message); only a run without a result document is ``Failed``.
+    ``activeDeadlineSeconds`` is enforced by killing the process.
     """
 
     def __init__(
@@ -182,13 +183,16 @@ class LocalProcessBackend:
             await proc.wait()
             raise
         text = out.decode(errors="replace").strip()
-        if proc.returncode == 0:
-            try:
-                result = parse_result(_last_json(text))
-            except InvalidResult as exc:
+        # As with the termination message in a Job, a result document decides whatever the exit
+        # status: Command mode passes the command's own status through (124 at the deadline).
+        try:
+            result = parse_result(_last_json(text))
+        except InvalidResult as exc:
+            if proc.returncode == 0:
                 return Outcome(
                     OutcomeKind.Failed, f"probe exited 0 but {exc}", node_name=self._node
                 )
+        else:
             return Outcome(
                 OutcomeKind.Succeeded, result.status, result=result, node_name=self._node
             )
