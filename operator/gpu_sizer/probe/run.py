@@ -13,9 +13,7 @@ import logging
 import math
 import os
 import resource
-import signal
 import sys
-import threading
 import time
 import traceback
 import warnings
@@ -33,7 +31,8 @@ from gpu_sizer.api import (
     spec_hash,
 )
 from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
-from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded
+from gpu_sizer.probe.command_mode import TIMEOUT_EXIT_CODE
+from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded, sigterm_sets_terminated
 from gpu_sizer.probe.nvml import DEFAULT_HZ, NvmlSampler
 from gpu_sizer.probe.support import synthetic_unsupported_reason
 
@@ -81,30 +80,58 @@ def deadline_seconds(spec: GPUWorkloadSpec, given: float | None) -> float:
 
 
 def read_spec(source: str | None) -> GPUWorkloadSpec:
-    """The spec from a file, ``-`` (stdin) or env ``GPU_SIZER_SPEC``; JSON (the GPUWorkload
-    ``.spec`` as ``spec_to_wire`` writes it) or a whole GPUWorkload object.
+    """The spec from a file, ``-`` (stdin) or env ``GPU_SIZER_SPEC``: JSON (the GPUWorkload
+    ``.spec`` as ``spec_to_wire`` writes it, what the Job passes) or YAML (a file such as the
+    examples), either the ``.spec`` or a whole GPUWorkload object. JSON is tried first because
+    PyYAML (YAML 1.1) reads some JSON numbers, such as ``1e-05``, as strings.
 
-    :raises InvalidWorkload: missing, not JSON, or invalid (each problem names its field).
+    :raises InvalidWorkload: missing, unreadable, not UTF-8, neither JSON nor YAML, or invalid
+        (each problem names its field, ``spec.<path>``).
     """
+    where = "GPU_SIZER_SPEC" if source is None else "stdin" if source == "-" else source
+    raw: bytes
     if source is None:
         text = os.environ.get("GPU_SIZER_SPEC")
         if not text:
             raise _invalid("no spec: pass --spec FILE or set GPU_SIZER_SPEC")
+        raw = os.fsencode(text)
     elif source == "-":
-        text = sys.stdin.read()
+        raw = sys.stdin.buffer.read()
     else:
         try:
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
+            with open(source, "rb") as f:
+                raw = f.read()
         except OSError as exc:
-            raise _invalid(f"cannot read spec file {source}: {exc.strerror}") from None
+            raise _invalid(f"cannot read spec file {source}: {exc.strerror or exc}") from None
     try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _invalid(f"spec is not JSON: {exc.msg} at line {exc.lineno}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(
+            f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "the spec is JSON or YAML"
+        ) from None
+    data = _load_document(text, where)
     if isinstance(data, dict) and "spec" in data and "model" not in data:
         data = data["spec"]
     return parse_spec(data)
+
+
+def _load_document(text: str, where: str) -> Any:
+    import yaml
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        json_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise _invalid(
+            f"{where} is neither JSON nor YAML (JSON: {json_error}; YAML: {problem}{at})"
+        ) from None
 
 
 def _invalid(message: str) -> InvalidWorkload:
@@ -125,15 +152,22 @@ def measure(spec: GPUWorkloadSpec, options: Options) -> tuple[ProbeResult, int]:
         "spec_hash": spec_hash(spec),
         "started_at": started,
     }
-    if spec.measurement.mode is MeasurementMode.Command:
-        result, code = _measure_command(spec, options, deadline, base)
-    else:
-        previous = _raise_on_sigterm()
-        try:
+    command = spec.measurement.mode is MeasurementMode.Command
+    with sigterm_sets_terminated():
+        if TERMINATED.is_set():
+            result = ProbeResult(
+                status="Timeout",
+                mode="Command" if command else "Synthetic",
+                device="cpu",
+                message="terminated by SIGTERM (Job deadline or pod deletion) before the "
+                "workload started",
+                **base,
+            )
+            code = TIMEOUT_EXIT_CODE if command else 0
+        elif command:
+            result, code = _measure_command(spec, options, deadline, base)
+        else:
             result, code = _measure_synthetic(spec, options, deadline, base)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
     result.completed_at = _now()
     return result, code
 
@@ -304,21 +338,6 @@ def _measure_synthetic(
     return result, 0
 
 
-def _raise_on_sigterm() -> Any:
-    """Note SIGTERM (the Job's ``activeDeadlineSeconds``, a pod deletion) in
-    :data:`~gpu_sizer.probe.errors.TERMINATED`; the workload stops at its next check and a
-    ``Timeout`` result with the phases measured so far is still written. Returns the previous
-    handler (``None`` off the main thread, where handlers cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    TERMINATED.clear()
-
-    def on_term(signum: int, frame: object) -> None:
-        TERMINATED.set()
-
-    return signal.signal(signal.SIGTERM, on_term)
-
-
 def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
     """Weights plus KV cache the synthetic run would allocate (from the meta-device model)."""
     import torch
@@ -398,24 +417,51 @@ def write_outputs(result: ProbeResult, termination_log: str) -> None:
 
 
 def main_from_args(spec_source: str | None, options: Options) -> int:
-    """Read the spec, measure, write the outputs; the process exit status."""
+    """Read the spec, measure, write the outputs; the process exit status.
+
+    Every path past argument parsing writes one result document (stdout and the termination
+    log): an unreadable or invalid spec is ``Failed`` with exit 2, the probe's own error
+    (torch that cannot be imported, a bug) ``Failed`` with exit 1, SIGTERM at any point a
+    ``Timeout``, Ctrl-C (SIGINT) ``Failed`` with exit 130.
+    """
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s gpu-sizer probe: %(message)s"
     )
+    base: dict[str, Any] = {"gpu_class": options.gpu_class}
+    with sigterm_sets_terminated():
+        try:
+            return _read_and_measure(spec_source, options, base)
+        except KeyboardInterrupt:
+            write_outputs(
+                failed_result("interrupted by SIGINT (Ctrl-C) before a result", base),
+                options.termination_log,
+            )
+            return 130
+
+
+def _read_and_measure(spec_source: str | None, options: Options, base: dict[str, Any]) -> int:
     try:
         spec = read_spec(spec_source)
     except InvalidWorkload as exc:
-        write_outputs(failed_result(f"invalid spec: {exc}"), options.termination_log)
+        write_outputs(failed_result(f"invalid spec: {exc}", base), options.termination_log)
         return 2
+    except Exception as exc:  # stdin closed, a bug: still report it
+        return _report_own_failure(exc, None, options, base)
+    base["spec_hash"] = spec_hash(spec)
     try:
         result, code = measure(spec, options)
     except Exception as exc:  # the probe's own failure: still report it
-        traceback.print_exc(file=sys.stderr)
-        mode = spec.measurement.mode
-        result = failed_result(f"probe failed: {type(exc).__name__}: {exc}")
-        if mode is MeasurementMode.Command:
-            result.mode = "Command"
-        write_outputs(result, options.termination_log)
-        return 1
+        return _report_own_failure(exc, spec, options, base)
     write_outputs(result, options.termination_log)
     return code
+
+
+def _report_own_failure(
+    exc: Exception, spec: GPUWorkloadSpec | None, options: Options, base: dict[str, Any]
+) -> int:
+    traceback.print_exc(file=sys.stderr)
+    result = failed_result(f"probe failed: {type(exc).__name__}: {exc}", base)
+    if spec is not None and spec.measurement.mode is MeasurementMode.Command:
+        result.mode = "Command"
+    write_outputs(result, options.termination_log)
+    return 1
