@@ -17,6 +17,7 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -235,7 +236,7 @@ def _measure_synthetic(
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-    from gpu_sizer.probe.memory import OutOfMemory, Recorder
+    from gpu_sizer.probe.memory import OutOfMemory, Recorder, as_out_of_memory
 
     base["torch_version"] = torch.__version__
     if options.device == "cuda" and not torch.cuda.is_available():
@@ -286,8 +287,6 @@ def _measure_synthetic(
                 f"{options.cpu_max_bytes / _GIB:.1f} GiB); run it on a GPU node"
             )
         notes.append("no GPU: peakRssBytes is this process's peak RSS on the CPU, not a GPU figure")
-    if options.memory_limit_bytes is not None:
-        notes.append(_apply_memory_limit(options.memory_limit_bytes, device))
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
         spec.model.dtype.value
@@ -298,7 +297,11 @@ def _measure_synthetic(
     status: ResultStatus = "Succeeded"
     oom: OutOfMemory | None = None
     message = None
+    lift_cap = None
     try:
+        if options.memory_limit_bytes is not None:
+            note, lift_cap = _apply_memory_limit(options.memory_limit_bytes, device, dtype)
+            notes.append(note)
         if spec.inference is not None:
             from gpu_sizer.probe.inference import run_inference
 
@@ -310,9 +313,15 @@ def _measure_synthetic(
         notes.extend(figures.notes)
     except OutOfMemory as exc:
         status, oom, message = "OutOfMemory", exc, exc.message
+    except MemoryError as exc:  # Python's own allocation under the cap, outside a phase's body
+        oom = as_out_of_memory(exc, recorder.current)
+        assert oom is not None
+        status, message = "OutOfMemory", oom.message
     except DeadlineExceeded as exc:
         status, message = "Timeout", str(exc)
     finally:
+        if lift_cap is not None:
+            lift_cap()  # writing the result needs memory too
         sampler.stop()
     peaks = recorder.peaks()
     result = ProbeResult(
@@ -368,21 +377,52 @@ def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
     return total
 
 
-def _apply_memory_limit(limit: int, device: Any) -> str:
+def _apply_memory_limit(limit: int, device: Any, dtype: Any) -> tuple[str, Callable[[], None]]:
     """Cap what the workload may allocate beyond what the probe holds now (simulates a smaller
-    device; the tests use it to drive the real out-of-memory path)."""
+    device; the tests use it to drive the real out-of-memory path). Returns a note for the
+    result and the function that lifts the cap again.
+
+    CUDA: the caching allocator's per-process fraction (``set_per_process_memory_fraction``).
+    CPU: the soft ``RLIMIT_AS`` (``setrlimit(2)``; the hard limit is kept, so the cap can be
+    lifted to write the result). Before it is set, the runtime's thread pools are started with
+    a small matmul and elementwise op in the workload's dtype: libgomp aborts the whole process
+    (``Thread creation failed``) when it cannot map a thread's stack, whereas a tensor allocation
+    over the cap fails with an exception that becomes an ``OutOfMemory`` result. oneDNN is
+    switched off for the capped run (matmuls go to the BLAS path): its primitive creation
+    crashes (SIGSEGV) or fails with a generic "could not create a primitive" when an mmap is
+    refused. However small the cap, the outcome is a result.
+    """
     import torch
 
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
         fraction = min(1.0, (torch.cuda.memory_reserved(device) + limit) / total)
         torch.cuda.set_per_process_memory_fraction(fraction, device)
-        return f"memory limit: caching allocator capped at {fraction:.4f} of the device"
+        return (
+            f"memory limit: caching allocator capped at {fraction:.4f} of the device",
+            lambda: torch.cuda.set_per_process_memory_fraction(1.0, device),
+        )
+    mkldnn = bool(torch.backends.mkldnn.enabled)
+    torch.backends.mkldnn.set_flags(False)  # type: ignore[no-untyped-call]
+    warm = torch.ones(256, 256, dtype=dtype)
+    (warm @ warm).add_(1).sum()
+    torch.ones(1 << 20).add_(1).sum()
+    del warm
     with open("/proc/self/status") as f:
         vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     cap = vm + limit
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    return f"memory limit: address space capped at {cap} bytes (RLIMIT_AS, {limit} beyond start)"
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (min(cap, hard) if hard >= 0 else cap, hard))
+
+    def lift() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        torch.backends.mkldnn.set_flags(mkldnn)  # type: ignore[no-untyped-call]
+
+    return (
+        f"memory limit: address space capped at {cap} bytes (RLIMIT_AS, {limit} beyond start; "
+        "memory already mapped then counts as held); oneDNN off for the capped run",
+        lift,
+    )
 
 
 def failed_result(message: str, base: dict[str, Any] | None = None) -> ProbeResult:
