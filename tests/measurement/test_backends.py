@@ -30,6 +30,15 @@ assert "--gpu-class" in sys.argv and "--termination-log" not in sys.argv
 mode = os.environ.get("FAKE_MODE", "ok")
 if mode == "sleep":
     import time; time.sleep(30)
+if mode == "graceful":  # the real probe's SIGTERM handling: a Timeout result, exit 0
+    import signal, time
+    def on_term(*_):
+        print(ProbeResult(status="Timeout", mode="Synthetic", device="cpu",
+                          message="terminated by SIGTERM").model_dump_json(by_alias=True))
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    print("ready", file=sys.stderr, flush=True)
+    time.sleep(30)
 if mode == "crash":
     print("boom", file=sys.stderr); sys.exit(3)
 if mode == "garbage":
@@ -71,6 +80,13 @@ async def test_success_reads_stdout_with_the_result_parser(tmp_path, monkeypatch
 async def test_deadline_kills_the_process(tmp_path, monkeypatch) -> None:
     out, _ = await run(tmp_path, "sleep", monkeypatch, cap=0.5)
     assert out.kind is OutcomeKind.DeadlineExceeded and "deadline of 0.5 s" in out.message
+
+
+async def test_a_probe_stopped_at_the_deadline_can_still_report(tmp_path, monkeypatch) -> None:
+    # As the kubelet does: SIGTERM first, so the probe writes its Timeout result.
+    out, _ = await run(tmp_path, "graceful", monkeypatch, cap=3.0)
+    assert out.kind is OutcomeKind.Succeeded, out.message
+    assert out.result is not None and out.result.status == "Timeout"
 
 
 async def test_crash_and_garbage_are_failures(tmp_path, monkeypatch) -> None:
