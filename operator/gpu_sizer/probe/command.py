@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from gpu_sizer.probe.errors import sigterm_sets_terminated
 from gpu_sizer.probe.nvml import DEFAULT_HZ
 
 __all__ = ["add_arguments", "add_parsers", "handle"]
@@ -104,19 +105,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run the probe; the process exit status (see :func:`gpu_sizer.probe.run.measure`)."""
-    from gpu_sizer.probe.run import DEFAULT_CPU_MAX_BYTES, Options, main_from_args
+    """Run the probe; the process exit status (listed in :mod:`gpu_sizer.probe`)."""
+    with sigterm_sets_terminated():  # from here on, SIGTERM still ends in a Timeout result
+        from gpu_sizer.probe.run import DEFAULT_CPU_MAX_BYTES, Options, main_from_args
 
-    options = Options(
-        termination_log=args.termination_log,
-        deadline_seconds=args.deadline_seconds,
-        gpu_class=args.gpu_class,
-        sampler_hz=args.sampler_hz,
-        memory_limit_bytes=args.memory_limit_bytes,
-        cpu_max_bytes=args.cpu_max_bytes or DEFAULT_CPU_MAX_BYTES,
-        device=args.device,
-    )
-    return main_from_args(args.spec, options)
+        options = Options(
+            termination_log=args.termination_log,
+            deadline_seconds=args.deadline_seconds,
+            gpu_class=args.gpu_class,
+            sampler_hz=args.sampler_hz,
+            memory_limit_bytes=args.memory_limit_bytes,
+            cpu_max_bytes=args.cpu_max_bytes or DEFAULT_CPU_MAX_BYTES,
+            device=args.device,
+        )
+        return main_from_args(args.spec, options)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
