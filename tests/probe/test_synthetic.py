@@ -340,3 +340,4 @@ def test_prefill_follows_the_engine(
     assert str(prefill_tokens(parsed.inference)) in note
     if engine != "vllm":
         assert not any("vLLM V1" in n for n in result.notes), result.notes
+    assert any("DynamicCache" in n for n in result.notes) is (engine == "transformers")

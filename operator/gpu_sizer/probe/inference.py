@@ -192,6 +192,12 @@ def run_inference(
     batched = prefill_tokens(inf)
     if inf.max_num_batched_tokens is None:
         notes.append(default_prefill_note(inf, batched))
+    if inf.engine is Engine.transformers:
+        notes.append(
+            "transformers: the synthetic KV cache is allocated once for maxNumSeqs x maxModelLen "
+            "(like StaticCache); the default DynamicCache grows by concatenation per step "
+            "(torch.cat), which briefly holds a layer's old and new cache together"
+        )
     if arch.sliding_window is not None and arch.sliding_window < inf.max_model_len:
         notes.append(
             f"slidingWindow {arch.sliding_window} < maxModelLen {inf.max_model_len}: the synthetic "
