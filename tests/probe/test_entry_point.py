@@ -233,9 +233,27 @@ def test_an_error_before_measuring_is_a_failed_result(tmp_path: Path) -> None:
     assert json.loads(log)["status"] == "Failed"
 
 
+def _wait_until_reading_stdin(pid: int) -> None:
+    """Until the probe blocks in read(2) on fd 0, i.e. past its imports and into read_spec
+    (``/proc/PID/syscall``: syscall number, then arguments); a fixed wait where unavailable."""
+    import platform
+    import time
+
+    read = {"x86_64": "0", "aarch64": "63"}.get(platform.machine())
+    give_up = time.monotonic() + 60
+    while read is not None and time.monotonic() < give_up:
+        try:
+            fields = Path(f"/proc/{pid}/syscall").read_text().split()
+        except OSError:
+            break
+        if fields[:2] == [read, "0x0"]:
+            return
+        time.sleep(0.05)
+    time.sleep(3)
+
+
 def test_sigterm_before_the_model_is_built_is_a_timeout_result(tmp_path: Path) -> None:
     import signal
-    import time
 
     log = tmp_path / "log"
     # The spec comes from stdin, which stays open: the probe is still reading when SIGTERM comes.
@@ -257,7 +275,7 @@ def test_sigterm_before_the_model_is_built_is_a_timeout_result(tmp_path: Path) -
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
     )
-    time.sleep(3)  # past interpreter start-up and the probe's imports
+    _wait_until_reading_stdin(proc.pid)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(json.dumps(inference_spec()), timeout=60)
     assert proc.returncode == 0, err
@@ -269,7 +287,6 @@ def test_sigterm_before_the_model_is_built_is_a_timeout_result(tmp_path: Path) -
 
 def test_keyboard_interrupt_is_a_failed_result(tmp_path: Path) -> None:
     import signal
-    import time
 
     log = tmp_path / "log"
     proc = subprocess.Popen(
@@ -290,7 +307,7 @@ def test_keyboard_interrupt_is_a_failed_result(tmp_path: Path) -> None:
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
     )
-    time.sleep(3)
+    _wait_until_reading_stdin(proc.pid)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
