@@ -30,6 +30,15 @@ assert "--gpu-class" in sys.argv and "--termination-log" not in sys.argv
 mode = os.environ.get("FAKE_MODE", "ok")
 if mode == "sleep":
     import time; time.sleep(30)
+if mode == "graceful":  # the real probe's SIGTERM handling: a Timeout result, exit 0
+    import signal, time
+    def on_term(*_):
+        print(ProbeResult(status="Timeout", mode="Synthetic", device="cpu",
+                          message="terminated by SIGTERM").model_dump_json(by_alias=True))
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    print("ready", file=sys.stderr, flush=True)
+    time.sleep(30)
 if mode == "crash":
     print("boom", file=sys.stderr); sys.exit(3)
 if mode == "garbage":
@@ -73,6 +82,13 @@ async def test_deadline_kills_the_process(tmp_path, monkeypatch) -> None:
     assert out.kind is OutcomeKind.DeadlineExceeded and "deadline of 0.5 s" in out.message
 
 
+async def test_a_probe_stopped_at_the_deadline_can_still_report(tmp_path, monkeypatch) -> None:
+    # As the kubelet does: SIGTERM first, so the probe writes its Timeout result.
+    out, _ = await run(tmp_path, "graceful", monkeypatch, cap=3.0)
+    assert out.kind is OutcomeKind.Succeeded, out.message
+    assert out.result is not None and out.result.status == "Timeout"
+
+
 async def test_crash_and_garbage_are_failures(tmp_path, monkeypatch) -> None:
     crash, _ = await run(tmp_path, "crash", monkeypatch)
     assert (
@@ -86,3 +102,33 @@ async def test_delete_and_missing(tmp_path, monkeypatch) -> None:
     _, backend = await run(tmp_path, "ok", monkeypatch)
     await backend.delete("ns", "j1")
     assert backend.observe("ns", "j1", job=None, pods=[], now=NOW).kind is OutcomeKind.Missing
+
+
+async def test_a_probe_result_on_a_non_zero_exit_is_read(tmp_path, monkeypatch) -> None:
+    # Command mode passes the command's own status through: a result document is on stdout
+    # although the probe exits 3, exactly as the termination message carries it in a Job.
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", str(root / "operator"))
+    spec = parse_spec(
+        {
+            "model": {"name": "m", "parameterCount": 1_000_000, "dtype": "bfloat16"},
+            "inference": {"maxModelLen": 128, "maxNumSeqs": 1},
+            "measurement": {
+                "mode": "Command",
+                "command": [sys.executable, "-c", "import sys; sys.exit(3)"],
+                "timeoutSeconds": 60,
+            },
+        }
+    )
+    req = JobRequest("ns", "w", "uid", spec_hash(spec), DEFAULT_CATALOG[0], 1, 4 * GIB, "img", "j")
+    backend = LocalProcessBackend()
+    assert await backend.start(job_manifest(spec, req))
+    for _ in range(600):
+        out = backend.observe("ns", "j", job=None, pods=[], now=NOW)
+        if out.kind is not OutcomeKind.Running:
+            break
+        await asyncio.sleep(0.05)
+    assert out.kind is OutcomeKind.Succeeded, out.message  # a result was read
+    assert out.result is not None
+    assert out.result.status == "Failed" and out.result.exit_code == 3
+    assert out.result.spec_hash == spec_hash(spec)

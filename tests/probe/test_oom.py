@@ -81,3 +81,31 @@ def test_training_oom_names_the_phase(tmp_path: Path) -> None:
 )
 def test_requested_bytes_from_allocator_messages(message: str, expected: int | None) -> None:
     assert requested_bytes(message) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "limit"),
+    [(inference_spec(), 1000), (inference_spec(), 4 * MIB), (training_spec(), 1000)],
+    ids=["inference-1000", "inference-4MiB", "training-1000"],
+)
+def test_a_cap_too_small_for_the_runtime_still_ends_in_a_result(
+    tmp_path: Path, spec: dict[str, object], limit: int
+) -> None:
+    # Before the fix: libgomp "Thread creation failed" (exit 1) or a SIGSEGV in oneDNN, no
+    # result at all. The tiny model may still fit in memory the process had already mapped.
+    code, result, log, proc = run_probe(
+        spec, "--device", "cpu", "--memory-limit-bytes", str(limit), tmp_path=tmp_path
+    )
+    assert code == 0, proc.stderr[-2000:]
+    assert result["status"] in ("Succeeded", "OutOfMemory"), result
+    assert any("RLIMIT_AS" in n for n in result["notes"])
+    assert parse_result(log).status == result["status"]
+
+
+def test_a_kv_cache_over_a_tiny_cap_is_out_of_memory(tmp_path: Path) -> None:
+    spec = inference_spec(maxNumSeqs=256, maxNumBatchedTokens=256)  # 8 MiB of KV cache
+    code, result, _, proc = run_probe(
+        spec, "--device", "cpu", "--memory-limit-bytes", "1000", tmp_path=tmp_path
+    )
+    assert code == 0, proc.stderr[-2000:]
+    assert result["status"] == "OutOfMemory" and result["oomPhase"] == "kv-cache", result

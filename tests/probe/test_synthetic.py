@@ -303,3 +303,47 @@ def test_ddp_training_runs_one_rank_with_real_buckets() -> None:
     # The process group is torn down: a second run in the same process works too.
     again, _ = _measure(spec)
     assert again.status == "Succeeded", again.message
+
+
+@pytest.mark.parametrize(
+    ("engine", "words", "passes_at_4"),
+    [
+        # maxModelLen 128, 4 decode steps: prompts of 124 tokens.
+        ("vllm", ["vLLM", "chunked prefill of 8192 tokens"], [(4, 124)]),
+        ("sglang", ["SGLang", "chunked prefill of 8192 tokens"], [(4, 124)]),
+        # TGI's prefill budget is maxModelLen + 50 = 178 tokens: one prompt per forward pass.
+        ("tgi", ["TGI", "178 tokens"], [(1, 124)] * 4),
+        # transformers' generate prefills the whole batch at once, unchunked.
+        ("transformers", ["transformers", "no chunked prefill", "512 tokens"], [(4, 124)]),
+    ],
+)
+def test_prefill_follows_the_engine(
+    monkeypatch: pytest.MonkeyPatch, engine: str, words: list[str], passes_at_4: list[Any]
+) -> None:
+    from gpu_sizer.budget.activations import prefill_tokens
+    from gpu_sizer.probe import inference
+
+    calls: list[tuple[int, int]] = []
+    real = inference._forward
+
+    def spy(model: Any, batch: int, t: int, views: Any, start: int) -> None:
+        calls.append((batch, t))
+        real(model, batch, t, views, start)
+
+    monkeypatch.setattr(inference, "_forward", spy)
+    spec = inference_spec(engine=engine, maxNumBatchedTokens=None)
+    del spec["inference"]["maxNumBatchedTokens"]
+    spec["measurement"]["concurrencyLevels"] = [4]
+    parsed = parse_spec(spec)
+    assert parsed.inference is not None
+    result, code = measure(parsed, Options(device="cpu"))
+    assert code == 0 and result.status == "Succeeded", result.message
+    prefill = [c for c in calls if c[1] > 1]
+    assert prefill == passes_at_4
+    note = next(n for n in result.notes if n.startswith("maxNumBatchedTokens unset"))
+    for word in words:
+        assert word in note, note
+    assert str(prefill_tokens(parsed.inference)) in note
+    if engine != "vllm":
+        assert not any("vLLM V1" in n for n in result.notes), result.notes
+    assert any("DynamicCache" in n for n in result.notes) is (engine == "transformers")

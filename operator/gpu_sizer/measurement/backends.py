@@ -118,8 +118,11 @@ class LocalProcessBackend:
 
     ``probe_command`` replaces ``python -m gpu_sizer.probe`` (tests point it at a fake probe).
     The spec travels the same way as in the Job (env ``GPU_SIZER_SPEC``); the result is read
-    from the process's stdout with the same parser. ``activeDeadlineSeconds`` is enforced by
-    killing the process.
+    from the process's stdout with the same parser, whatever the exit status (as the Kubernetes
+    path reads the termination message); only a run without a result document is ``Failed``.
+    ``activeDeadlineSeconds`` is enforced as the kubelet does: SIGTERM, then SIGKILL after
+    ``grace_seconds`` (``terminationGracePeriodSeconds``, 30 by default), so that the probe can
+    still write its ``Timeout`` result, which is then read like any other.
     """
 
     def __init__(
@@ -127,11 +130,13 @@ class LocalProcessBackend:
         probe_command: Sequence[str] | None = None,
         *,
         deadline_cap_seconds: float | None = None,
+        grace_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._command = list(probe_command or [sys.executable, "-m", "gpu_sizer.probe"])
         self._runs: dict[tuple[str, str], _Run] = {}
         self._cap = deadline_cap_seconds
+        self._grace = grace_seconds
         self._node = f"local/{socket.gethostname()}"
         self._clock = clock
 
@@ -167,28 +172,48 @@ class LocalProcessBackend:
             stderr=asyncio.subprocess.PIPE,
             env=env,
         )
+        # Not wait_for: cancelling communicate() would drop what it had read so far.
+        talk = asyncio.ensure_future(proc.communicate())
+        stopped = False
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout=deadline)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            return Outcome(
-                OutcomeKind.DeadlineExceeded,
-                f"the local probe ran past its deadline of {deadline:g} s and was killed",
-                node_name=self._node,
-            )
+            done, _ = await asyncio.wait({talk}, timeout=deadline)
+            if not done:
+                stopped = True
+                proc.terminate()
+                done, _ = await asyncio.wait({talk}, timeout=self._grace)
+                if not done:
+                    proc.kill()
+            out, err = await talk
         except asyncio.CancelledError:
-            proc.kill()
+            if proc.returncode is None:
+                proc.kill()
+            talk.cancel()
             await proc.wait()
             raise
         text = out.decode(errors="replace").strip()
-        if proc.returncode == 0:
+        if stopped:
             try:
                 result = parse_result(_last_json(text))
-            except InvalidResult as exc:
+            except InvalidResult:
+                return Outcome(
+                    OutcomeKind.DeadlineExceeded,
+                    f"the local probe ran past its deadline of {deadline:g} s and was stopped "
+                    "without a result",
+                    node_name=self._node,
+                )
+            return Outcome(
+                OutcomeKind.Succeeded, result.status, result=result, node_name=self._node
+            )
+        # As with the termination message in a Job, a result document decides whatever the exit
+        # status: Command mode passes the command's own status through (124 at the deadline).
+        try:
+            result = parse_result(_last_json(text))
+        except InvalidResult as exc:
+            if proc.returncode == 0:
                 return Outcome(
                     OutcomeKind.Failed, f"probe exited 0 but {exc}", node_name=self._node
                 )
+        else:
             return Outcome(
                 OutcomeKind.Succeeded, result.status, result=result, node_name=self._node
             )

@@ -10,10 +10,23 @@
 - :mod:`gpu_sizer.probe.memory`: per-phase peaks, out-of-memory recognition;
   :mod:`gpu_sizer.probe.errors`: the deadline / SIGTERM signal.
 
-Exit status: 0 whenever a result was produced in Synthetic mode (Succeeded, OutOfMemory,
-Unsupported, Timeout); Command mode passes the command's own status through (``128 + N`` for
-signal N, 124 when the deadline stopped it); 1 when the probe itself failed and 2 for an invalid
-spec, both still with a ``Failed`` result on stdout and in the termination log.
+Every run that gets past argument parsing writes exactly one result document, to stdout and
+(compact) to the termination log; the operator reads that document whatever the exit status.
+
+Exit status:
+
+- 0: a measurement outcome in Synthetic mode (Succeeded, OutOfMemory, Unsupported, Timeout,
+  including a SIGTERM from the Job's ``activeDeadlineSeconds`` or a pod deletion);
+- Command mode: the command's own status (``128 + N`` for signal N, 124 when the deadline or a
+  SIGTERM stopped it);
+- 1: the probe itself failed (torch cannot be imported, a bug): ``Failed`` result;
+- 2: the input was wrong. An unreadable or invalid spec (not UTF-8, neither JSON nor YAML,
+  field errors as :func:`gpu_sizer.api.parse_spec` names them) is a ``Failed`` result, and
+  non-zero because nothing was measured: scripts see the failure, the operator reads the
+  message. An out-of-range option (``--deadline-seconds -5``) is an argparse usage error with
+  no result document; in a Job, ``terminationMessagePolicy: FallbackToLogsOnError`` carries
+  the usage message to the operator instead;
+- 130: interrupted with Ctrl-C (SIGINT): ``Failed`` result.
 
 Importing this package imports neither torch nor pynvml.
 """

@@ -11,10 +11,45 @@ Heavy imports (torch) stay inside the handler so that ``gpu-sizer estimate`` nev
 from __future__ import annotations
 
 import argparse
+import math
 
+from gpu_sizer.probe.errors import sigterm_sets_terminated
 from gpu_sizer.probe.nvml import DEFAULT_HZ
 
 __all__ = ["add_arguments", "add_parsers", "handle"]
+
+
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds greater than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number greater than 0")
+    return value
+
+
+def _sampler_hz(text: str) -> float:
+    """A finite rate in samples per second, 0 (sampler off) or greater."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate in Hz") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text} must be 0 (off) or a finite rate greater than 0")
+    return value
+
+
+def _positive_bytes(text: str) -> int:
+    """A whole number of bytes greater than 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a number of bytes greater than 0")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spec",
         metavar="FILE",
-        help="GPUWorkload spec as JSON (camelCase), - for stdin; default env GPU_SIZER_SPEC",
+        help="GPUWorkload spec, JSON or YAML (its .spec or the whole object), - for stdin; "
+        "default env GPU_SIZER_SPEC",
     )
     parser.add_argument(
         "--termination-log",
@@ -33,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--deadline-seconds",
-        type=float,
+        type=_positive_seconds,
         metavar="N",
         help="stop the workload after N seconds (default: spec timeoutSeconds less a margin)",
     )
@@ -42,21 +78,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sampler-hz",
-        type=float,
+        type=_sampler_hz,
         default=DEFAULT_HZ,
         metavar="HZ",
         help=f"NVML sampling rate per device (default {DEFAULT_HZ:g}; 0 disables the sampler)",
     )
     parser.add_argument(
         "--memory-limit-bytes",
-        type=int,
+        type=_positive_bytes,
         metavar="BYTES",
         help="cap what the workload may allocate beyond the probe's start (CUDA: caching "
         "allocator fraction; CPU: RLIMIT_AS), to check a smaller device or the OOM path",
     )
     parser.add_argument(
         "--cpu-max-bytes",
-        type=int,
+        type=_positive_bytes,
         metavar="BYTES",
         help="CPU runs: refuse workloads whose weights and KV cache exceed this (default 2 GiB)",
     )
@@ -69,19 +105,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run the probe; the process exit status (see :func:`gpu_sizer.probe.run.measure`)."""
-    from gpu_sizer.probe.run import DEFAULT_CPU_MAX_BYTES, Options, main_from_args
+    """Run the probe; the process exit status (listed in :mod:`gpu_sizer.probe`)."""
+    with sigterm_sets_terminated():  # from here on, SIGTERM still ends in a Timeout result
+        from gpu_sizer.probe.run import DEFAULT_CPU_MAX_BYTES, Options, main_from_args
 
-    options = Options(
-        termination_log=args.termination_log,
-        deadline_seconds=args.deadline_seconds,
-        gpu_class=args.gpu_class,
-        sampler_hz=args.sampler_hz,
-        memory_limit_bytes=args.memory_limit_bytes,
-        cpu_max_bytes=args.cpu_max_bytes or DEFAULT_CPU_MAX_BYTES,
-        device=args.device,
-    )
-    return main_from_args(args.spec, options)
+        options = Options(
+            termination_log=args.termination_log,
+            deadline_seconds=args.deadline_seconds,
+            gpu_class=args.gpu_class,
+            sampler_hz=args.sampler_hz,
+            memory_limit_bytes=args.memory_limit_bytes,
+            cpu_max_bytes=args.cpu_max_bytes or DEFAULT_CPU_MAX_BYTES,
+            device=args.device,
+        )
+        return main_from_args(args.spec, options)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

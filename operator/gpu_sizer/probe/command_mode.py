@@ -23,8 +23,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
+from gpu_sizer.probe.errors import TERMINATED, sigterm_sets_terminated
 from gpu_sizer.probe.nvml import NvmlSampler
 from gpu_sizer.probe.vllm_log import VllmLogParser
 
@@ -91,38 +92,31 @@ def run_command(
     """
     sink = sink or sys.stderr
     started = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return CommandOutcome(
-            exit_code=127 if isinstance(exc, FileNotFoundError) else 126,
-            timed_out=False,
-            seconds=0.0,
-            error=f"cannot run {command[0]!r}: {exc.strerror or exc}",
-        )
-    outcome = CommandOutcome(exit_code=0, timed_out=False, seconds=0.0)
-    assert proc.stdout is not None
-    pump = threading.Thread(target=_pump, args=(proc.stdout, outcome, sink), daemon=True)
-    pump.start()
-
-    stop_requested = threading.Event()
-    previous: Any = None
-    if threading.current_thread() is threading.main_thread():
-
-        def on_term(signum: int, frame: object) -> None:
-            stop_requested.set()
-
-        previous = signal.signal(signal.SIGTERM, on_term)
-    try:
+    with sigterm_sets_terminated():
+        if TERMINATED.is_set():  # SIGTERM came while the probe was starting: do not start
+            return CommandOutcome(exit_code=TIMEOUT_EXIT_CODE, timed_out=True, seconds=0.0)
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return CommandOutcome(
+                exit_code=127 if isinstance(exc, FileNotFoundError) else 126,
+                timed_out=False,
+                seconds=0.0,
+                error=f"cannot run {command[0]!r}: {exc.strerror or exc}",
+            )
+        outcome = CommandOutcome(exit_code=0, timed_out=False, seconds=0.0)
+        assert proc.stdout is not None
+        pump = threading.Thread(target=_pump, args=(proc.stdout, outcome, sink), daemon=True)
+        pump.start()
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
-            if stop_requested.is_set() or (remaining is not None and remaining <= 0):
+            if TERMINATED.is_set() or (remaining is not None and remaining <= 0):
                 outcome.timed_out = True
                 _signal_group(proc, signal.SIGTERM)
                 try:
@@ -136,9 +130,6 @@ def run_command(
                 break
             except subprocess.TimeoutExpired:
                 continue
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     pump.join(timeout=5)
     outcome.seconds = round(time.monotonic() - started, 3)
     outcome.exit_code = TIMEOUT_EXIT_CODE if outcome.timed_out else _exit_status(proc.returncode)

@@ -12,7 +12,10 @@ Shaped after vLLM's engine (``vllm/v1/worker/gpu_model_runner.py``, ``vllm/v1/co
   (PagedAttention paper, Kwon et al. 2023, section 3), with ``kvCacheDtype`` fp8 stored as
   ``float8_e4m3fn`` / ``float8_e5m2`` like vLLM's fp8 cache.
 - **Prefill**: ``c`` prompts of ``maxModelLen - decode steps`` tokens, in forward passes of at most
-  ``maxNumBatchedTokens`` tokens (chunked prefill; short prompts are batched together), logits
+  ``maxNumBatchedTokens`` tokens (chunked prefill; short prompts are batched together); unset,
+  the engine's own budget from :func:`gpu_sizer.budget.activations.prefill_tokens` (vLLM and
+  SGLang chunk at 8192 tokens, TGI batches up to ``maxModelLen + 50``, transformers prefills
+  the whole batch unchunked), the same figure the estimate plans for; logits
   only for each sequence's last position (vLLM's ``compute_logits`` on sampled positions), in
   float32 as its sampler does.
 - **Decode**: a few steps of one token per sequence for the ``c`` sequences.
@@ -26,7 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
+from gpu_sizer.api import Engine, GPUWorkloadSpec, Inference, KvCacheDtype
+from gpu_sizer.budget.activations import prefill_tokens
 from gpu_sizer.probe.memory import Recorder
 from gpu_sizer.probe.model import (
     KvCache,
@@ -36,13 +40,13 @@ from gpu_sizer.probe.model import (
     parameter_count,
     rank_architecture,
 )
-from gpu_sizer.probe.support import SYNTHETIC_DEFAULT_BATCHED_TOKENS
 
 __all__ = [
     "BLOCK_SIZE",
     "InferenceFigures",
     "allocate_kv_cache",
     "concurrency_levels",
+    "default_prefill_note",
     "kv_cache_dtype",
     "run_inference",
 ]
@@ -72,6 +76,33 @@ def kv_cache_dtype(spec_dtype: KvCacheDtype, model_dtype: torch.dtype) -> torch.
     if spec_dtype is KvCacheDtype.fp8_e5m2:
         return torch.float8_e5m2
     return torch.float8_e4m3fn
+
+
+def default_prefill_note(inference: Inference, tokens: int) -> str:
+    """What the synthetic prefill does when ``maxNumBatchedTokens`` is unset: the engine's own
+    default budget, as :func:`gpu_sizer.budget.activations.prefill_tokens` gives it (sources
+    there)."""
+    engine = inference.engine
+    if engine is Engine.transformers:
+        return (
+            f"maxNumBatchedTokens unset: no chunked prefill with transformers (generate prefills "
+            f"the whole batch in one forward pass): up to {tokens} tokens (maxNumSeqs x "
+            "maxModelLen)"
+        )
+    if engine is Engine.tgi:
+        return (
+            f"maxNumBatchedTokens unset: prefill batches of at most {tokens} tokens (TGI's "
+            "--max-batch-prefill-tokens default, maxModelLen + 50)"
+        )
+    if engine is Engine.sglang:
+        return (
+            f"maxNumBatchedTokens unset: chunked prefill of {tokens} tokens per forward pass "
+            "(SGLang --chunked-prefill-size; its default depends on GPU memory, 8192 planned)"
+        )
+    return (
+        f"maxNumBatchedTokens unset: chunked prefill of {tokens} tokens per forward pass "
+        "(vLLM V1 default for the OpenAI server)"
+    )
 
 
 def concurrency_levels(spec: GPUWorkloadSpec) -> tuple[list[int], list[str]]:
@@ -158,9 +189,15 @@ def run_inference(
             f"{end} end) built and run on one GPU with random inputs from the previous stage; "
             "NCCL send/receive buffers are not included"
         )
-    batched = inf.max_num_batched_tokens or SYNTHETIC_DEFAULT_BATCHED_TOKENS
+    batched = prefill_tokens(inf)
     if inf.max_num_batched_tokens is None:
-        notes.append(f"maxNumBatchedTokens unset: chunked prefill of {batched} tokens (vLLM V1)")
+        notes.append(default_prefill_note(inf, batched))
+    if inf.engine is Engine.transformers:
+        notes.append(
+            "transformers: the synthetic KV cache is allocated once for maxNumSeqs x maxModelLen "
+            "(like StaticCache); the default DynamicCache grows by concatenation per step "
+            "(torch.cat), which briefly holds a layer's old and new cache together"
+        )
     if arch.sliding_window is not None and arch.sliding_window < inf.max_model_len:
         notes.append(
             f"slidingWindow {arch.sliding_window} < maxModelLen {inf.max_model_len}: the synthetic "

@@ -13,12 +13,11 @@ import logging
 import math
 import os
 import resource
-import signal
 import sys
-import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,7 +32,8 @@ from gpu_sizer.api import (
     spec_hash,
 )
 from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
-from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded
+from gpu_sizer.probe.command_mode import TIMEOUT_EXIT_CODE
+from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded, sigterm_sets_terminated
 from gpu_sizer.probe.nvml import DEFAULT_HZ, NvmlSampler
 from gpu_sizer.probe.support import synthetic_unsupported_reason
 
@@ -81,30 +81,58 @@ def deadline_seconds(spec: GPUWorkloadSpec, given: float | None) -> float:
 
 
 def read_spec(source: str | None) -> GPUWorkloadSpec:
-    """The spec from a file, ``-`` (stdin) or env ``GPU_SIZER_SPEC``; JSON (the GPUWorkload
-    ``.spec`` as ``spec_to_wire`` writes it) or a whole GPUWorkload object.
+    """The spec from a file, ``-`` (stdin) or env ``GPU_SIZER_SPEC``: JSON (the GPUWorkload
+    ``.spec`` as ``spec_to_wire`` writes it, what the Job passes) or YAML (a file such as the
+    examples), either the ``.spec`` or a whole GPUWorkload object. JSON is tried first because
+    PyYAML (YAML 1.1) reads some JSON numbers, such as ``1e-05``, as strings.
 
-    :raises InvalidWorkload: missing, not JSON, or invalid (each problem names its field).
+    :raises InvalidWorkload: missing, unreadable, not UTF-8, neither JSON nor YAML, or invalid
+        (each problem names its field, ``spec.<path>``).
     """
+    where = "GPU_SIZER_SPEC" if source is None else "stdin" if source == "-" else source
+    raw: bytes
     if source is None:
         text = os.environ.get("GPU_SIZER_SPEC")
         if not text:
             raise _invalid("no spec: pass --spec FILE or set GPU_SIZER_SPEC")
+        raw = os.fsencode(text)
     elif source == "-":
-        text = sys.stdin.read()
+        raw = sys.stdin.buffer.read()
     else:
         try:
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
+            with open(source, "rb") as f:
+                raw = f.read()
         except OSError as exc:
-            raise _invalid(f"cannot read spec file {source}: {exc.strerror}") from None
+            raise _invalid(f"cannot read spec file {source}: {exc.strerror or exc}") from None
     try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _invalid(f"spec is not JSON: {exc.msg} at line {exc.lineno}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(
+            f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "the spec is JSON or YAML"
+        ) from None
+    data = _load_document(text, where)
     if isinstance(data, dict) and "spec" in data and "model" not in data:
         data = data["spec"]
     return parse_spec(data)
+
+
+def _load_document(text: str, where: str) -> Any:
+    import yaml
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        json_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise _invalid(
+            f"{where} is neither JSON nor YAML (JSON: {json_error}; YAML: {problem}{at})"
+        ) from None
 
 
 def _invalid(message: str) -> InvalidWorkload:
@@ -125,15 +153,22 @@ def measure(spec: GPUWorkloadSpec, options: Options) -> tuple[ProbeResult, int]:
         "spec_hash": spec_hash(spec),
         "started_at": started,
     }
-    if spec.measurement.mode is MeasurementMode.Command:
-        result, code = _measure_command(spec, options, deadline, base)
-    else:
-        previous = _raise_on_sigterm()
-        try:
+    command = spec.measurement.mode is MeasurementMode.Command
+    with sigterm_sets_terminated():
+        if TERMINATED.is_set():
+            result = ProbeResult(
+                status="Timeout",
+                mode="Command" if command else "Synthetic",
+                device="cpu",
+                message="terminated by SIGTERM (Job deadline or pod deletion) before the "
+                "workload started",
+                **base,
+            )
+            code = TIMEOUT_EXIT_CODE if command else 0
+        elif command:
+            result, code = _measure_command(spec, options, deadline, base)
+        else:
             result, code = _measure_synthetic(spec, options, deadline, base)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
     result.completed_at = _now()
     return result, code
 
@@ -201,7 +236,7 @@ def _measure_synthetic(
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
-    from gpu_sizer.probe.memory import OutOfMemory, Recorder
+    from gpu_sizer.probe.memory import OutOfMemory, Recorder, as_out_of_memory
 
     base["torch_version"] = torch.__version__
     if options.device == "cuda" and not torch.cuda.is_available():
@@ -252,8 +287,6 @@ def _measure_synthetic(
                 f"{options.cpu_max_bytes / _GIB:.1f} GiB); run it on a GPU node"
             )
         notes.append("no GPU: peakRssBytes is this process's peak RSS on the CPU, not a GPU figure")
-    if options.memory_limit_bytes is not None:
-        notes.append(_apply_memory_limit(options.memory_limit_bytes, device))
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
         spec.model.dtype.value
@@ -264,7 +297,11 @@ def _measure_synthetic(
     status: ResultStatus = "Succeeded"
     oom: OutOfMemory | None = None
     message = None
+    lift_cap = None
     try:
+        if options.memory_limit_bytes is not None:
+            note, lift_cap = _apply_memory_limit(options.memory_limit_bytes, device, dtype)
+            notes.append(note)
         if spec.inference is not None:
             from gpu_sizer.probe.inference import run_inference
 
@@ -276,9 +313,15 @@ def _measure_synthetic(
         notes.extend(figures.notes)
     except OutOfMemory as exc:
         status, oom, message = "OutOfMemory", exc, exc.message
+    except MemoryError as exc:  # Python's own allocation under the cap, outside a phase's body
+        oom = as_out_of_memory(exc, recorder.current)
+        assert oom is not None
+        status, message = "OutOfMemory", oom.message
     except DeadlineExceeded as exc:
         status, message = "Timeout", str(exc)
     finally:
+        if lift_cap is not None:
+            lift_cap()  # writing the result needs memory too
         sampler.stop()
     peaks = recorder.peaks()
     result = ProbeResult(
@@ -302,21 +345,6 @@ def _measure_synthetic(
         **base,
     )
     return result, 0
-
-
-def _raise_on_sigterm() -> Any:
-    """Note SIGTERM (the Job's ``activeDeadlineSeconds``, a pod deletion) in
-    :data:`~gpu_sizer.probe.errors.TERMINATED`; the workload stops at its next check and a
-    ``Timeout`` result with the phases measured so far is still written. Returns the previous
-    handler (``None`` off the main thread, where handlers cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    TERMINATED.clear()
-
-    def on_term(signum: int, frame: object) -> None:
-        TERMINATED.set()
-
-    return signal.signal(signal.SIGTERM, on_term)
 
 
 def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
@@ -349,21 +377,52 @@ def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
     return total
 
 
-def _apply_memory_limit(limit: int, device: Any) -> str:
+def _apply_memory_limit(limit: int, device: Any, dtype: Any) -> tuple[str, Callable[[], None]]:
     """Cap what the workload may allocate beyond what the probe holds now (simulates a smaller
-    device; the tests use it to drive the real out-of-memory path)."""
+    device; the tests use it to drive the real out-of-memory path). Returns a note for the
+    result and the function that lifts the cap again.
+
+    CUDA: the caching allocator's per-process fraction (``set_per_process_memory_fraction``).
+    CPU: the soft ``RLIMIT_AS`` (``setrlimit(2)``; the hard limit is kept, so the cap can be
+    lifted to write the result). Before it is set, the runtime's thread pools are started with
+    a small matmul and elementwise op in the workload's dtype: libgomp aborts the whole process
+    (``Thread creation failed``) when it cannot map a thread's stack, whereas a tensor allocation
+    over the cap fails with an exception that becomes an ``OutOfMemory`` result. oneDNN is
+    switched off for the capped run (matmuls go to the BLAS path): its primitive creation
+    crashes (SIGSEGV) or fails with a generic "could not create a primitive" when an mmap is
+    refused. However small the cap, the outcome is a result.
+    """
     import torch
 
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
         fraction = min(1.0, (torch.cuda.memory_reserved(device) + limit) / total)
         torch.cuda.set_per_process_memory_fraction(fraction, device)
-        return f"memory limit: caching allocator capped at {fraction:.4f} of the device"
+        return (
+            f"memory limit: caching allocator capped at {fraction:.4f} of the device",
+            lambda: torch.cuda.set_per_process_memory_fraction(1.0, device),
+        )
+    mkldnn = bool(torch.backends.mkldnn.enabled)
+    torch.backends.mkldnn.set_flags(False)  # type: ignore[no-untyped-call]
+    warm = torch.ones(256, 256, dtype=dtype)
+    (warm @ warm).add_(1).sum()
+    torch.ones(1 << 20).add_(1).sum()
+    del warm
     with open("/proc/self/status") as f:
         vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     cap = vm + limit
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    return f"memory limit: address space capped at {cap} bytes (RLIMIT_AS, {limit} beyond start)"
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (min(cap, hard) if hard >= 0 else cap, hard))
+
+    def lift() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        torch.backends.mkldnn.set_flags(mkldnn)  # type: ignore[no-untyped-call]
+
+    return (
+        f"memory limit: address space capped at {cap} bytes (RLIMIT_AS, {limit} beyond start; "
+        "memory already mapped then counts as held); oneDNN off for the capped run",
+        lift,
+    )
 
 
 def failed_result(message: str, base: dict[str, Any] | None = None) -> ProbeResult:
@@ -398,24 +457,51 @@ def write_outputs(result: ProbeResult, termination_log: str) -> None:
 
 
 def main_from_args(spec_source: str | None, options: Options) -> int:
-    """Read the spec, measure, write the outputs; the process exit status."""
+    """Read the spec, measure, write the outputs; the process exit status.
+
+    Every path past argument parsing writes one result document (stdout and the termination
+    log): an unreadable or invalid spec is ``Failed`` with exit 2, the probe's own error
+    (torch that cannot be imported, a bug) ``Failed`` with exit 1, SIGTERM at any point a
+    ``Timeout``, Ctrl-C (SIGINT) ``Failed`` with exit 130.
+    """
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s gpu-sizer probe: %(message)s"
     )
+    base: dict[str, Any] = {"gpu_class": options.gpu_class}
+    with sigterm_sets_terminated():
+        try:
+            return _read_and_measure(spec_source, options, base)
+        except KeyboardInterrupt:
+            write_outputs(
+                failed_result("interrupted by SIGINT (Ctrl-C) before a result", base),
+                options.termination_log,
+            )
+            return 130
+
+
+def _read_and_measure(spec_source: str | None, options: Options, base: dict[str, Any]) -> int:
     try:
         spec = read_spec(spec_source)
     except InvalidWorkload as exc:
-        write_outputs(failed_result(f"invalid spec: {exc}"), options.termination_log)
+        write_outputs(failed_result(f"invalid spec: {exc}", base), options.termination_log)
         return 2
+    except Exception as exc:  # stdin closed, a bug: still report it
+        return _report_own_failure(exc, None, options, base)
+    base["spec_hash"] = spec_hash(spec)
     try:
         result, code = measure(spec, options)
     except Exception as exc:  # the probe's own failure: still report it
-        traceback.print_exc(file=sys.stderr)
-        mode = spec.measurement.mode
-        result = failed_result(f"probe failed: {type(exc).__name__}: {exc}")
-        if mode is MeasurementMode.Command:
-            result.mode = "Command"
-        write_outputs(result, options.termination_log)
-        return 1
+        return _report_own_failure(exc, spec, options, base)
     write_outputs(result, options.termination_log)
     return code
+
+
+def _report_own_failure(
+    exc: Exception, spec: GPUWorkloadSpec | None, options: Options, base: dict[str, Any]
+) -> int:
+    traceback.print_exc(file=sys.stderr)
+    result = failed_result(f"probe failed: {type(exc).__name__}: {exc}", base)
+    if spec is not None and spec.measurement.mode is MeasurementMode.Command:
+        result.mode = "Command"
+    write_outputs(result, options.termination_log)
+    return 1

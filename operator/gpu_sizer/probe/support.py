@@ -18,10 +18,7 @@ from gpu_sizer.api import (
     ParallelStrategy,
 )
 
-__all__ = ["SYNTHETIC_DEFAULT_BATCHED_TOKENS", "synthetic_unsupported_reason"]
-
-#: vLLM's default ``max_num_batched_tokens`` for the OpenAI server with chunked prefill (V1).
-SYNTHETIC_DEFAULT_BATCHED_TOKENS = 8192
+__all__ = ["synthetic_unsupported_reason"]
 
 _USE_COMMAND = "use measurement.mode: Command with the real engine to measure it"
 
