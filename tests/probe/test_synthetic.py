@@ -308,9 +308,10 @@ def test_ddp_training_runs_one_rank_with_real_buckets() -> None:
 @pytest.mark.parametrize(
     ("engine", "words", "passes_at_4"),
     [
-        # maxModelLen 128, 4 decode steps: prompts of 124 tokens.
-        ("vllm", ["vLLM", "chunked prefill of 8192 tokens"], [(4, 124)]),
-        ("sglang", ["SGLang", "chunked prefill of 8192 tokens"], [(4, 124)]),
+        # maxModelLen 128, 4 decode steps: prompts of 124 tokens. The engines' 8192-token chunk
+        # is capped at the 4 x 128 = 512 tokens that can be resident (budget.prefill_tokens).
+        ("vllm", ["vLLM", "chunked prefill of 512 tokens"], [(4, 124)]),
+        ("sglang", ["SGLang", "chunked prefill of 512 tokens"], [(4, 124)]),
         # TGI's prefill budget is maxModelLen + 50 = 178 tokens: one prompt per forward pass.
         ("tgi", ["TGI", "178 tokens"], [(1, 124)] * 4),
         # transformers' generate prefills the whole batch at once, unchunked.
