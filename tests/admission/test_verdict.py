@@ -144,3 +144,22 @@ def test_any_document_gets_an_answer_never_an_exception(doc: Any) -> None:
     explicit = defaulted_spec(doc, policy=OPEN)
     if explicit is not None:
         assert review(explicit, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG) == answer
+
+
+def test_an_arithmetic_failure_in_sizing_is_a_named_500_not_a_bare_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gpu_sizer.admission.verdict as verdict
+
+    def overflow(*_: Any) -> None:
+        raise OverflowError("integer division result too large for a float")
+
+    monkeypatch.setattr(verdict, "assess", overflow)
+    answer = review(spec(4), namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG)
+    assert answer.outcome is Outcome.SizingFailed
+    assert answer.code == 500
+    assert answer.message == (
+        "gpu-sizer could not size this spec (OverflowError: integer division result too large "
+        "for a float); the spec passed validation, so this is a gpu-sizer bug: please report it "
+        "with the spec"
+    )
