@@ -13,15 +13,14 @@ from gpu_sizer.admission.verdict import Outcome, defaulted_spec, review
 from gpu_sizer.api import parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.sizing import Verdict, assess
-
-from .conftest import LLAMA3_8B
+from tests.architectures import LLAMA_3_8B
 
 OPEN = Policy().for_namespace({})
 
 
 def spec(seqs: int, length: int = 8192, **placement: Any) -> dict[str, Any]:
     return {
-        "model": {"revision": "abc", "architecture": LLAMA3_8B},
+        "model": {"revision": "abc", "architecture": LLAMA_3_8B},
         "inference": {"maxModelLen": length, "maxNumSeqs": seqs},
         "placement": placement,
     }
@@ -123,7 +122,7 @@ near_specs = st.fixed_dictionaries(
     {},
     optional={
         "model": st.fixed_dictionaries(
-            {}, optional={"architecture": st.just(LLAMA3_8B), "parameterCount": json_values}
+            {}, optional={"architecture": st.just(LLAMA_3_8B), "parameterCount": json_values}
         ),
         "inference": st.dictionaries(
             st.sampled_from(["maxModelLen", "maxNumSeqs", "engine", "kvCacheDtype", "x"]),

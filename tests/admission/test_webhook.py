@@ -18,8 +18,9 @@ from gpu_sizer.api import parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.metrics import ADMISSION_VERDICTS
 from gpu_sizer.sizing import Verdict, assess
+from tests.architectures import LLAMA_3_8B
 
-from .conftest import LLAMA3_8B, Webhook, admission_review, workload
+from .conftest import Webhook, admission_review, workload
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -30,7 +31,7 @@ def inference(**overrides: Any) -> dict[str, Any]:
         "model": {
             "name": "meta-llama/Meta-Llama-3-8B",
             "revision": "62bd457b6fe961a42a631306577e622c83876cb6",
-            "architecture": LLAMA3_8B,
+            "architecture": LLAMA_3_8B,
         },
         "inference": {"maxModelLen": 4096, "maxNumSeqs": 4, **overrides},
     }
