@@ -402,8 +402,12 @@ async def test_operations_the_webhook_does_not_judge_are_allowed_untouched(
     mutated = await webhook.mutate(review)
     assert mutated["allowed"] is True
     assert "patch" not in mutated
-    connect = admission_review(None, operation="CONNECT", old=old)
+    connect = admission_review(None, operation="CONNECT", old=workload(inference()))
     assert (await webhook.validate(connect))["allowed"] is True
+    # kopf would run the mutating handler for CONNECT (it skips only DELETE): no defaults patch.
+    mutated = await webhook.mutate(connect)
+    assert mutated["allowed"] is True
+    assert "patch" not in mutated
 
 
 async def test_create_or_update_without_object_is_a_400_naming_request_object(
