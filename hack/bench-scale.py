@@ -22,6 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
+sys.path.insert(0, str(ROOT))  # tests.architectures: the shared config.json figures
+
+from tests.architectures import LLAMA_3_8B  # noqa: E402
 
 from gpu_sizer.controller.emulator import LoopbackCluster, crd_document  # noqa: E402
 
@@ -33,16 +36,7 @@ def spec(i: int) -> dict:
         "model": {
             "name": f"bench/model-{i}",
             "dtype": "bfloat16",
-            "architecture": {
-                "modelType": "llama",
-                "numHiddenLayers": 32,
-                "hiddenSize": 4096,
-                "intermediateSize": 14336,
-                "numAttentionHeads": 32,
-                "numKeyValueHeads": 8,
-                "vocabSize": 128256,
-                "maxPositionEmbeddings": 8192,
-            },
+            "architecture": LLAMA_3_8B,
         },
         "inference": {
             "engine": "vllm",

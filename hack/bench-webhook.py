@@ -37,16 +37,11 @@ from typing import Any
 
 import aiohttp
 
-LLAMA3_8B = {
-    "modelType": "llama",
-    "numHiddenLayers": 32,
-    "hiddenSize": 4096,
-    "intermediateSize": 14336,
-    "numAttentionHeads": 32,
-    "numKeyValueHeads": 8,
-    "vocabSize": 128256,
-    "maxPositionEmbeddings": 8192,
-}
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.architectures: the shared config.json figures
+
+from tests.architectures import LLAMA_3_8B  # noqa: E402
+
 REQUEST_TIMEOUT_S = 10.0
 
 
@@ -149,7 +144,7 @@ def review(fits: bool) -> bytes:
         "kind": "GPUWorkload",
         "metadata": {"name": f"w-{uuid.uuid4().hex[:8]}", "namespace": "bench"},
         "spec": {
-            "model": {"revision": "62bd457", "architecture": LLAMA3_8B},
+            "model": {"revision": "62bd457", "architecture": LLAMA_3_8B},
             "inference": {"maxModelLen": 8192, "maxNumSeqs": seqs},
         },
     }

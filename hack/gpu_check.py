@@ -38,46 +38,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
+sys.path.insert(0, str(ROOT))  # tests.architectures: the shared config.json figures
+
+from tests.architectures import LLAMA_2_7B, LLAMA_3_2_1B, LLAMA_3_8B  # noqa: E402
 
 from gpu_sizer.api import EstimateStatus, GPUWorkloadSpec, parse_spec  # noqa: E402
 from gpu_sizer.budget import estimate  # noqa: E402
 
 GIB = float(1 << 30)
-
-# config.json of meta-llama/Meta-Llama-3-8B.
-LLAMA_3_8B = {
-    "modelType": "llama",
-    "numHiddenLayers": 32,
-    "hiddenSize": 4096,
-    "intermediateSize": 14336,
-    "numAttentionHeads": 32,
-    "numKeyValueHeads": 8,
-    "vocabSize": 128256,
-    "maxPositionEmbeddings": 8192,
-}
-# config.json of meta-llama/Llama-3.2-1B.
-LLAMA_3_2_1B = {
-    "modelType": "llama",
-    "numHiddenLayers": 16,
-    "hiddenSize": 2048,
-    "intermediateSize": 8192,
-    "numAttentionHeads": 32,
-    "numKeyValueHeads": 8,
-    "headDim": 64,
-    "vocabSize": 128256,
-    "maxPositionEmbeddings": 131072,
-    "tieWordEmbeddings": True,
-}
-# config.json of meta-llama/Llama-2-7b-hf.
-LLAMA_2_7B = {
-    "modelType": "llama",
-    "numHiddenLayers": 32,
-    "hiddenSize": 4096,
-    "intermediateSize": 11008,
-    "numAttentionHeads": 32,
-    "vocabSize": 32000,
-    "maxPositionEmbeddings": 4096,
-}
 
 
 def _inference(kv: str, levels: list[int]) -> dict[str, Any]:

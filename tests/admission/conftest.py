@@ -52,17 +52,6 @@ POLICY = {
     ],
 }
 
-LLAMA3_8B = {
-    "modelType": "llama",
-    "numHiddenLayers": 32,
-    "hiddenSize": 4096,
-    "intermediateSize": 14336,
-    "numAttentionHeads": 32,
-    "numKeyValueHeads": 8,
-    "vocabSize": 128256,
-    "maxPositionEmbeddings": 8192,
-}
-
 
 def workload(
     spec: dict[str, Any], *, name: str = "w", namespace: str = "default"

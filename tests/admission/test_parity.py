@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from gpu_sizer.cli import main
+from tests.architectures import LLAMA_3_8B
 
-from .conftest import LLAMA3_8B, Webhook, admission_review
+from .conftest import Webhook, admission_review
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -24,11 +25,11 @@ EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 
 CRAFTED: dict[str, dict[str, Any]] = {
     "too-many-seqs": {
-        "model": {"revision": "x", "architecture": LLAMA3_8B},
+        "model": {"revision": "x", "architecture": LLAMA_3_8B},
         "inference": {"maxModelLen": 8192, "maxNumSeqs": 512},
     },
     "unknown-class": {
-        "model": {"revision": "x", "architecture": LLAMA3_8B},
+        "model": {"revision": "x", "architecture": LLAMA_3_8B},
         "inference": {"maxModelLen": 8192, "maxNumSeqs": 4},
         "placement": {"gpuClasses": ["nvidia-h100-80gb", "nvidia-k80"]},
     },

@@ -132,3 +132,16 @@ def test_policy_fractions_are_numbers_not_strings() -> None:
     ):
         parse_policy({"defaultMinHeadroomFraction": "0.2"}, "policy.yaml")
     assert parse_policy({"maxMinHeadroomFraction": 0.5}, "p").max_min_headroom_fraction == 0.5
+
+
+def test_policy_fractions_must_be_finite() -> None:
+    # YAML's .nan and .inf load as floats; a NaN floor would make every comparison false.
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(
+            {"minHeadroomFractionFloor": float("nan"), "maxMinHeadroomFraction": float("inf")},
+            "policy.yaml",
+        )
+    assert caught.value.problems == [
+        "minHeadroomFractionFloor: must be a finite number",
+        "maxMinHeadroomFraction: must be a finite number",
+    ]

@@ -13,15 +13,14 @@ from gpu_sizer.admission.verdict import Outcome, defaulted_spec, review
 from gpu_sizer.api import parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.sizing import Verdict, assess
-
-from .conftest import LLAMA3_8B
+from tests.architectures import LLAMA_3_8B
 
 OPEN = Policy().for_namespace({})
 
 
 def spec(seqs: int, length: int = 8192, **placement: Any) -> dict[str, Any]:
     return {
-        "model": {"revision": "abc", "architecture": LLAMA3_8B},
+        "model": {"revision": "abc", "architecture": LLAMA_3_8B},
         "inference": {"maxModelLen": length, "maxNumSeqs": seqs},
         "placement": placement,
     }
@@ -123,7 +122,7 @@ near_specs = st.fixed_dictionaries(
     {},
     optional={
         "model": st.fixed_dictionaries(
-            {}, optional={"architecture": st.just(LLAMA3_8B), "parameterCount": json_values}
+            {}, optional={"architecture": st.just(LLAMA_3_8B), "parameterCount": json_values}
         ),
         "inference": st.dictionaries(
             st.sampled_from(["maxModelLen", "maxNumSeqs", "engine", "kvCacheDtype", "x"]),
@@ -144,3 +143,22 @@ def test_any_document_gets_an_answer_never_an_exception(doc: Any) -> None:
     explicit = defaulted_spec(doc, policy=OPEN)
     if explicit is not None:
         assert review(explicit, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG) == answer
+
+
+def test_an_arithmetic_failure_in_sizing_is_a_named_500_not_a_bare_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gpu_sizer.admission.verdict as verdict
+
+    def overflow(*_: Any) -> None:
+        raise OverflowError("integer division result too large for a float")
+
+    monkeypatch.setattr(verdict, "assess", overflow)
+    answer = review(spec(4), namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG)
+    assert answer.outcome is Outcome.SizingFailed
+    assert answer.code == 500
+    assert answer.message == (
+        "gpu-sizer could not size this spec (OverflowError: integer division result too large "
+        "for a float); the spec passed validation, so this is a gpu-sizer bug: please report it "
+        "with the spec"
+    )

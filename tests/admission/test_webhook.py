@@ -18,8 +18,9 @@ from gpu_sizer.api import parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.metrics import ADMISSION_VERDICTS
 from gpu_sizer.sizing import Verdict, assess
+from tests.architectures import LLAMA_3_8B
 
-from .conftest import LLAMA3_8B, Webhook, admission_review, workload
+from .conftest import Webhook, admission_review, workload
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -30,7 +31,7 @@ def inference(**overrides: Any) -> dict[str, Any]:
         "model": {
             "name": "meta-llama/Meta-Llama-3-8B",
             "revision": "62bd457b6fe961a42a631306577e622c83876cb6",
-            "architecture": LLAMA3_8B,
+            "architecture": LLAMA_3_8B,
         },
         "inference": {"maxModelLen": 4096, "maxNumSeqs": 4, **overrides},
     }
@@ -387,3 +388,90 @@ async def test_denials_are_logged_at_info_not_error(
         "pipelineParallelSize, enforceEager"
     )
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_operations_the_webhook_does_not_judge_are_allowed_untouched(
+    webhook: Webhook,
+) -> None:
+    # A DELETE carries only oldObject; even one that would fail sizing must not be refused.
+    old = workload(no_headroom_spec())
+    review = admission_review(None, operation="DELETE", old=old)
+    resp = await webhook.validate(review)
+    assert resp["allowed"] is True
+    assert "status" not in resp
+    mutated = await webhook.mutate(review)
+    assert mutated["allowed"] is True
+    assert "patch" not in mutated
+    connect = admission_review(None, operation="CONNECT", old=workload(inference()))
+    assert (await webhook.validate(connect))["allowed"] is True
+    # kopf would run the mutating handler for CONNECT (it skips only DELETE): no defaults patch.
+    mutated = await webhook.mutate(connect)
+    assert mutated["allowed"] is True
+    assert "patch" not in mutated
+
+
+async def test_create_or_update_without_object_is_a_400_naming_request_object(
+    webhook: Webhook,
+) -> None:
+    old = workload(inference())
+    for review in (
+        admission_review(None, operation="UPDATE", old=old),
+        admission_review(old, operation="CREATE"),
+    ):
+        review["request"]["object"] = None
+        resp = await webhook.post_raw("validate-gpuworkload", json.dumps(review).encode())
+        assert resp.status == 400
+        op = review["request"]["operation"]
+        assert await resp.text() == (
+            "malformed AdmissionReview:\n"
+            f"request.object: required for a {op} review, which must carry the object to "
+            "judge\n"
+        )
+
+
+async def test_overflowing_numbers_are_field_errors_not_server_errors(webhook: Webhook) -> None:
+    spec = comfortable_spec()
+    del spec["model"]["architecture"]
+    # JSON reads 1e400 as float inf; a 401-digit integer literal stays an exact int.
+    for literal in ("1e400", "1" + "0" * 400, "-1e400"):
+        review = admission_review(workload(spec))
+        review["request"]["object"]["spec"]["model"]["parameterCount"] = "@"
+        raw = json.dumps(review).replace('"@"', literal).encode()
+        resp = await webhook.post_raw("validate-gpuworkload", raw)
+        assert resp.status == 200, await resp.text()
+        resp = json.loads(await resp.text())["response"]
+        assert resp["allowed"] is False
+        assert resp["status"]["code"] == 422, resp
+        message = resp["status"]["message"]
+        assert message.startswith("spec.model.parameterCount: "), message
+        assert "division" not in message
+
+
+async def test_nan_and_infinite_fractions_must_be_finite(webhook: Webhook) -> None:
+    spec = comfortable_spec()
+    for value in (float("nan"), float("inf"), float("-inf")):
+        spec["placement"] = {"minHeadroomFraction": value}
+        resp = await webhook.validate(admission_review(workload(spec)))
+        assert resp["allowed"] is False
+        assert resp["status"]["message"] == (
+            "spec.placement.minHeadroomFraction: must be a finite number"
+        ), value
+
+
+async def test_over_deep_json_is_a_400_before_parsing(webhook: Webhook) -> None:
+    depth = 100_000
+    resp = await webhook.post_raw("validate-gpuworkload", b"[" * depth + b"]" * depth)
+    assert resp.status == 400
+    assert await resp.text() == ("malformed AdmissionReview: JSON nested deeper than 64 levels\n")
+    review = admission_review(workload(inference()))
+    nested: Any = 1
+    for _ in range(70):
+        nested = {"a": nested}
+    review["request"]["object"]["metadata"]["annotations"] = {"x": "y"}
+    review["request"]["object"]["spec"]["model"]["extra"] = nested
+    resp = await webhook.post_raw("validate-gpuworkload", json.dumps(review).encode())
+    assert resp.status == 400
+    # A string full of brackets is not nesting.
+    ok = admission_review(workload(inference()))
+    ok["request"]["object"]["metadata"]["annotations"] = {"x": "[" * 1000 + '"\\"{' * 100}
+    assert (await webhook.validate(ok))["allowed"] is True

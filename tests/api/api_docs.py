@@ -5,17 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-#: meta-llama/Meta-Llama-3-8B config.json (Hugging Face Hub), camelCased.
-LLAMA_3_8B: dict[str, Any] = {
-    "modelType": "llama",
-    "numHiddenLayers": 32,
-    "hiddenSize": 4096,
-    "intermediateSize": 14336,
-    "numAttentionHeads": 32,
-    "numKeyValueHeads": 8,
-    "vocabSize": 128256,
-    "maxPositionEmbeddings": 8192,
-}
+from tests.architectures import LLAMA_3_8B
 
 
 def inference_doc() -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from budget_architectures import GEMMA_7B, LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, MIXTRAL_8X7B
+from tests.architectures import GEMMA_7B, LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, MIXTRAL_8X7B
 
 from gpu_sizer.api import EstimateStatus, parse_spec
 from gpu_sizer.budget import estimate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from budget_architectures import GEMMA2_9B, LLAMA_3_8B, LLAMA_3_70B, MISTRAL_7B, OPT_13B, arch
+from tests.architectures import GEMMA2_9B, LLAMA_3_8B, LLAMA_3_70B, MISTRAL_7B, OPT_13B, arch
 
 from gpu_sizer.budget.kv_cache import kv_cache_bytes, kv_token_bytes
 

@@ -8,7 +8,7 @@ config (checked with transformers 5.24 on the meta device while writing these te
 from __future__ import annotations
 
 import pytest
-from budget_architectures import (
+from tests.architectures import (
     FALCON_7B,
     FALCON_40B,
     FALCON_RW_1B,
@@ -136,13 +136,13 @@ def test_family_defaults_survive_reserialisation(config: dict[str, object]) -> N
 
 def test_lora_target_names_cover_every_module_the_budget_knows() -> None:
     """The API's list of LoRA targets (validated on admission) names every adapted module."""
-    import budget_architectures
+    from tests import architectures
 
     from gpu_sizer.api import LORA_TARGET_MODULES
 
     archs = [
         Architecture.model_validate(v)
-        for v in vars(budget_architectures).values()
+        for v in vars(architectures).values()
         if isinstance(v, dict) and "modelType" in v
     ]
     assert len(archs) > 10

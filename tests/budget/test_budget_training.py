@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from budget_architectures import GPT_NEOX_20B, LLAMA_2_7B, LLAMA_3_8B, arch
+from tests.architectures import GPT_NEOX_20B, LLAMA_2_7B, LLAMA_3_8B, arch
 
 from gpu_sizer.api import Optimizer, ParallelStrategy, Precision, Training, parse_spec
 from gpu_sizer.budget import estimate

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from budget_architectures import LLAMA_3_8B, arch
+from tests.architectures import LLAMA_3_8B, arch
 
 from gpu_sizer.api import Model, Quantization, QuantizationMethod
 from gpu_sizer.budget.params import Linear, layout

@@ -11,6 +11,7 @@ import celpy
 import jsonschema
 import pytest
 import yaml
+from tests import architectures
 
 from gpu_sizer.api import parse_workload
 from gpu_sizer.api.crd import VALIDATION_RULES, build_crd
@@ -86,3 +87,24 @@ def test_example_is_accepted_by_the_crd(path: Path) -> None:
         for rule in rules:
             program = env.program(env.compile(rule["rule"]))
             assert program.evaluate({"self": celpy.json_to_cel(node)}), rule["message"]
+
+
+#: example -> the tests' architecture of the same checkpoint shape (tests/architectures.py). Left
+#: out: Llama-2-70B (no shared entry) and Qwen2-7B-Instruct (its config.json differs from the
+#: base Qwen2-7B's in maxPositionEmbeddings, 32768 vs 131072).
+SAME_SHAPE: dict[str, dict[str, Any]] = {
+    "llama-3-8b-vllm-bf16.yaml": architectures.LLAMA_3_8B,
+    "llama-3-8b-too-big-for-l4.yaml": architectures.LLAMA_3_8B,
+    "llama-3-70b-vllm-fp8-tp4.yaml": architectures.LLAMA_3_70B,
+    "llama-2-7b-full-fsdp-8gpu.yaml": architectures.LLAMA_2_7B,
+    "llama-2-13b-lora.yaml": architectures.LLAMA_2_13B,
+    "mixtral-8x7b-awq.yaml": architectures.MIXTRAL_8X7B,
+    "phi-3-mini-transformers-l4.yaml": architectures.PHI3_MINI,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_SHAPE))
+def test_example_architecture_matches_the_shared_test_figures(name: str) -> None:
+    # One set of config.json figures: the examples and the tests/benchmarks must not drift apart.
+    given = _load(ROOT / "examples" / name)["spec"]["model"]["architecture"]
+    assert architectures.arch(given) == architectures.arch(SAME_SHAPE[name])

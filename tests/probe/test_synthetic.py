@@ -6,12 +6,14 @@ import math
 from typing import Any
 
 import pytest
+import yaml
 
 from gpu_sizer.api import parse_spec
+from gpu_sizer.budget import estimate
 from gpu_sizer.measurement.result import ProbeResult, parse_result
 from gpu_sizer.probe.run import Options, measure
 
-from .conftest import TINY_LLAMA, inference_spec, training_spec
+from .conftest import ROOT, TINY_LLAMA, inference_spec, training_spec
 
 pytestmark = pytest.mark.probe
 
@@ -67,7 +69,12 @@ def test_fp8_kv_cache_halves_the_cache() -> None:
     fp8, _ = _measure(inference_spec(kvCacheDtype="fp8"))
     assert fp8.status == "Succeeded", fp8.message
     assert auto.kv_cache_bytes == 2 * (fp8.kv_cache_bytes or 0)
-    assert any("fp8 KV cache" in n for n in fp8.notes)
+    assert any("fp8 KV cache" in n and "vLLM's fp8" in n for n in fp8.notes)
+    # The notes speak of the engine the spec names, not vLLM.
+    sglang, _ = _measure(inference_spec(kvCacheDtype="fp8", engine="sglang"))
+    assert sglang.status == "Succeeded", sglang.message
+    assert any("fp8 KV cache" in n and "SGLang" in n for n in sglang.notes)
+    assert not any("vLLM" in n for n in sglang.notes), sglang.notes
 
 
 def test_chunked_prefill_handles_prompts_longer_than_the_chunk() -> None:
@@ -196,9 +203,38 @@ def test_large_model_on_cpu_is_refused_not_attempted() -> None:
         "numKeyValueHeads": 8,
         "vocabSize": 128256,
     }
-    result, _ = _measure(inference_spec(big))
+    spec = inference_spec(big)
+    result, _ = _measure(spec)
     assert result.status == "Unsupported"
-    assert "CPU fallback runs tiny models" in (result.message or "")
+    per_gpu = estimate(parse_spec(spec)).per_gpu
+    need = (per_gpu.weights_bytes + per_gpu.kv_cache_bytes) / 2**30
+    assert result.message == (
+        f"no GPU: the CPU fallback runs tiny models only; this workload needs about {need:.1f} "
+        "GiB of weights and KV cache (limit --cpu-max-bytes 2.0 GiB); run it on a GPU node"
+    )
+
+
+def test_large_training_on_cpu_is_refused_with_the_estimates_figure() -> None:
+    # A 13B LoRA holds the frozen bf16 base plus small adapters and their state (no KV cache):
+    # about 25 GiB, not the ~194 GiB of a full fine-tune's fp32 weights, gradients and AdamW.
+    doc = yaml.safe_load((ROOT / "examples" / "llama-2-13b-lora.yaml").read_text())
+    spec = parse_spec(doc["spec"])
+    assert spec.training is not None and spec.training.finetuning is not None
+    result, _ = measure(spec, Options(device="cpu"))
+    assert result.status == "Unsupported"
+    per_gpu = estimate(spec).per_gpu
+    need = (
+        per_gpu.weights_bytes
+        + per_gpu.gradient_bytes
+        + per_gpu.optimizer_state_bytes
+        + per_gpu.master_weight_bytes
+    )
+    assert 24 * 2**30 < need < per_gpu.total_bytes  # base weights dominate; activations excluded
+    assert result.message == (
+        f"no GPU: the CPU fallback runs tiny models only; this workload needs about "
+        f"{need / 2**30:.1f} GiB of weights, gradients and optimizer state (limit "
+        "--cpu-max-bytes 2.0 GiB); run it on a GPU node"
+    )
 
 
 def test_deadline_stops_between_steps() -> None:

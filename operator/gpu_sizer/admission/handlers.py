@@ -5,6 +5,11 @@ kopf serves each handler at ``/<handler id>`` on the webhook server that
 ``/validate-gpuworkload`` and ``/mutate-gpuworkload`` for ``gpuworkloads`` CREATE and UPDATE.
 Importing this module registers the handlers in kopf's default registry.
 
+Only CREATE and UPDATE are judged. kopf dispatches every operation to these handlers whatever
+their ``operations=`` says (it uses that list only for webhook configurations it manages, which
+this operator does not), so the handlers themselves allow anything else (DELETE, CONNECT)
+untouched: the server must not deny what it does not judge, whichever rules the chart registers.
+
 Status-only updates (the ``status`` subresource) pass untouched: they cannot change the sizing,
 and the operator itself writes them. Neither handler ever touches ``status``.
 """
@@ -50,6 +55,9 @@ class AdmissionConfig:
 
 
 _config = AdmissionConfig()
+
+#: The operations the webhooks judge; every other one is allowed untouched.
+JUDGED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
 
 
 class DenialLogFilter(logging.Filter):
@@ -105,7 +113,7 @@ async def validate_gpuworkload(
     :raises kopf.AdmissionError: the denial, with the message ``kubectl`` prints.
     """
     op = operation or "UNKNOWN"
-    if subresource:
+    if subresource or op not in JUDGED_OPERATIONS:
         ADMISSION_VERDICTS.labels(op, Outcome.Allowed.value).inc()
         return
     namespace = body.get("metadata", {}).get("namespace")
@@ -135,11 +143,12 @@ async def mutate_gpuworkload(
     patch: kopf.Patch,
     subresource: str | None,
     warnings: list[str],
+    operation: str | None = None,
     **_: Any,
 ) -> None:
     """Write every default into ``spec`` (a JSONPatch of additions) so the stored object is
     explicit. Invalid specs are left alone for the validating webhook to reject."""
-    if subresource:
+    if subresource or operation not in JUDGED_OPERATIONS:
         return
     namespace = body.get("metadata", {}).get("namespace")
     try:

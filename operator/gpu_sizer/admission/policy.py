@@ -26,12 +26,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from gpu_sizer.api import FieldError, problems_from
+from gpu_sizer.api.spec import Fraction
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.yamlio import UnreadableFile, YamlError, load, read_text
 
@@ -44,8 +45,6 @@ __all__ = [
     "load_policy",
     "parse_policy",
 ]
-
-Fraction = Annotated[float, Field(strict=True)]
 
 
 class PolicyError(ValueError):

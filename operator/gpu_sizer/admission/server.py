@@ -29,12 +29,15 @@ import asyncio
 import base64
 import functools
 import hashlib
+import json
 import logging
 import os
+import re
 import ssl
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,13 +45,25 @@ import aiohttp.web
 import kopf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpu_sizer.admission.handlers import AdmissionConfig, DenialLogFilter, configure_admission
+from gpu_sizer.admission.handlers import (
+    JUDGED_OPERATIONS,
+    AdmissionConfig,
+    DenialLogFilter,
+    configure_admission,
+)
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
 from gpu_sizer.admission.policy import PolicyError, load_policy, parse_policy
 from gpu_sizer.api import problems_from
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 
-__all__ = ["HANDLER_IDS", "MAX_BODY_BYTES", "AdmissionServer", "ReviewEnvelope", "configure"]
+__all__ = [
+    "HANDLER_IDS",
+    "MAX_BODY_BYTES",
+    "MAX_JSON_DEPTH",
+    "AdmissionServer",
+    "ReviewEnvelope",
+    "configure",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +72,15 @@ HANDLER_IDS: frozenset[str] = frozenset({"validate-gpuworkload", "mutate-gpuwork
 #: Largest accepted request body, in bytes: two 1.5 MiB objects (UPDATE) plus the envelope,
 #: with margin; the API server's own request limit is 3 MiB.
 MAX_BODY_BYTES = 8 << 20
+#: Deepest accepted JSON nesting of a request body, in levels (arrays and objects). A
+#: GPUWorkload AdmissionReview nests about 8 levels (annotations and labels are flat string
+#: maps; a spec's deepest field is 3 levels under ``spec``); 64 leaves room for any extra
+#: structure the API server adds while refusing bodies built to exhaust the parser's recursion.
+MAX_JSON_DEPTH = 64
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 
 
 class _Loose(BaseModel):
@@ -100,9 +124,28 @@ def envelope_problems(data: Any) -> list[str]:
         review = ReviewEnvelope.model_validate(data)
     except ValidationError as exc:
         return [str(p) for p in problems_from(exc)]
-    if review.request.object is None and review.request.old_object is None:
+    request = review.request
+    if request.operation in JUDGED_OPERATIONS and request.object is None:
+        return [
+            f"request.object: required for a {request.operation} review, which must carry the "
+            "object to judge"
+        ]
+    if request.object is None and request.old_object is None:
         return ["request.object: required field is missing (and so is request.oldObject)"]
     return []
+
+
+def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON ``text`` nests arrays/objects deeper than ``limit`` levels.
+
+    Run before :func:`json.loads`, whose decoder recurses once per level and fails with a
+    ``RecursionError`` near the interpreter's recursion limit. String literals are removed first
+    (brackets inside strings are not nesting), then the running depth over the remaining
+    brackets is computed with C-level iteration (regular expressions, ``accumulate``), so an
+    8 MiB body costs milliseconds. Malformed text is left to the parser to report.
+    """
+    brackets = _NOT_BRACKETS.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > limit
 
 
 def _digest(paths: Sequence[Path]) -> str:
@@ -174,9 +217,17 @@ class AdmissionServer:
                 + ", ".join(f"/{p}" for p in sorted(self.paths)),
             )
         try:
-            data = await request.json()
+            text = await request.text()
         except aiohttp.web.HTTPRequestEntityTooLarge:
             return _text(413, f"request body exceeds {self.max_body_bytes} bytes")
+        except UnicodeDecodeError as exc:
+            return _text(400, f"malformed AdmissionReview: body is not UTF-8 ({exc})")
+        if json_depth_exceeds(text):
+            return _text(
+                400, f"malformed AdmissionReview: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            )
+        try:
+            data = json.loads(text)
         except ValueError as exc:
             return _text(400, f"malformed AdmissionReview: body is not JSON ({exc})")
         problems = envelope_problems(data)

@@ -12,6 +12,7 @@ exactly the message ``gpu-sizer estimate`` prints. Spec errors are the lines
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,6 +27,8 @@ from gpu_sizer.sizing import Verdict, assess
 
 __all__ = ["Answer", "Outcome", "defaulted_spec", "review"]
 
+logger = logging.getLogger(__name__)
+
 
 class Outcome(StrEnum):
     """Label values of ``gpusizer_admission_verdicts_total{verdict}``."""
@@ -37,17 +40,20 @@ class Outcome(StrEnum):
     UnknownGpuClass = "UnknownGpuClass"
     PolicyViolation = "PolicyViolation"
     PolicyUnavailable = "PolicyUnavailable"
+    SizingFailed = "SizingFailed"
 
 
 #: HTTP status codes put in the AdmissionReview's ``response.status.code``: 422 for a spec that
 #: cannot be sized as written, 403 for one the namespace policy forbids, 503 (retry) when the
-#: namespace's labels, and so its policy, could not be read.
+#: namespace's labels, and so its policy, could not be read; 500 when sizing a valid spec failed
+#: (a gpu-sizer bug: the message names the cause instead of a bare arithmetic error).
 _CODES: dict[Outcome, int] = {
     Outcome.Invalid: 422,
     Outcome.NoSafeHeadroom: 422,
     Outcome.UnknownGpuClass: 422,
     Outcome.PolicyViolation: 403,
     Outcome.PolicyUnavailable: 503,
+    Outcome.SizingFailed: 500,
 }
 
 
@@ -139,7 +145,18 @@ def review(
         # speaks of "the largest allowed class" and the fixes stay within what may be used.
         allowed = [c.name for c in catalog if c.name in policy.allowed_classes]
         spec = _with_placement(spec, gpu_classes=allowed)
-    assessment = assess(spec, catalog)
+    try:
+        assessment = assess(spec, catalog)
+    except ArithmeticError as exc:
+        # The API's bounds keep every sizing input finite and small enough; reaching this is a
+        # bug, so deny (fail safe) with a message that says what failed rather than a bare
+        # "integer division result too large for a float".
+        logger.exception("Sizing failed for a valid spec in namespace %r", namespace)
+        return Answer(
+            Outcome.SizingFailed,
+            f"gpu-sizer could not size this spec ({type(exc).__name__}: {exc}); the spec passed "
+            "validation, so this is a gpu-sizer bug: please report it with the spec",
+        )
     if assessment.verdict is Verdict.UnknownGpuClass:
         return Answer(Outcome.UnknownGpuClass, assessment.message)
     if assessment.verdict is Verdict.NoSafeHeadroom:

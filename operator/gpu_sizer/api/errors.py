@@ -119,6 +119,8 @@ def _message(err: Any, model: type[BaseModel] | None) -> str:
         return "required field is missing"
     if kind == "enum" and "expected" in ctx:
         return f"must be one of {ctx['expected']}, not {_show(err.get('input'))}"
+    if kind == "finite_number":
+        return "must be a finite number"
     if kind in _BOUNDS:
         key, op = _BOUNDS[kind]
         return f"must be {op} {ctx.get(key)}, not {_show(err.get('input'))}"

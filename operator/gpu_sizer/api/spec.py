@@ -298,9 +298,11 @@ Gpus = Annotated[int, Field(ge=1, le=LIMITS["gpus"], strict=True)]
 Vocab = Annotated[int, Field(ge=1, le=LIMITS["vocab"], strict=True)]
 Rank = Annotated[int, Field(ge=1, le=LIMITS["rank"], strict=True)]
 MicroBatch = Annotated[int, Field(ge=1, le=LIMITS["microBatch"], strict=True)]
-Fraction = Annotated[float, Field(strict=True)]
-"""A float on the wire; strict mode still accepts an integer (JSON has one number type) but not a
-string or a boolean."""
+Fraction = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+"""A finite float on the wire; strict mode still accepts an integer (JSON has one number type) but
+not a string or a boolean. NaN and Infinity (which Python's and Go's JSON readers can produce
+from ``NaN`` literals or overflowing ones such as ``1e400``) are refused: every comparison with
+NaN is false, so a NaN bound would silently pass or fail range checks."""
 
 
 class RopeScaling(_Model):

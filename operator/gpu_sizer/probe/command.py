@@ -94,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cpu-max-bytes",
         type=_positive_bytes,
         metavar="BYTES",
-        help="CPU runs: refuse workloads whose weights and KV cache exceed this (default 2 GiB)",
+        help="CPU runs: refuse workloads whose resident bytes exceed this (inference: weights "
+        "and KV cache; training: weights, gradients and optimizer state; default 2 GiB)",
     )
     parser.add_argument(
         "--device",

@@ -47,6 +47,7 @@ __all__ = [
     "allocate_kv_cache",
     "concurrency_levels",
     "default_prefill_note",
+    "fp8_cache_note",
     "kv_cache_dtype",
     "run_inference",
 ]
@@ -76,6 +77,21 @@ def kv_cache_dtype(spec_dtype: KvCacheDtype, model_dtype: torch.dtype) -> torch.
     if spec_dtype is KvCacheDtype.fp8_e5m2:
         return torch.float8_e5m2
     return torch.float8_e4m3fn
+
+
+def fp8_cache_note(engine: Engine) -> str:
+    """The note on how the synthetic fp8 KV cache differs from the engine's."""
+    kernels = {
+        Engine.vllm: "vLLM's fp8 attention kernels read fp8 directly",
+        Engine.sglang: "SGLang's attention backends read the fp8 cache directly",
+        Engine.tgi: "TGI's attention kernels read the fp8 cache directly",
+        Engine.transformers: "transformers has no fp8 KV cache of its own: the figure is what "
+        "an fp8 cache of this size would hold",
+    }[engine]
+    return (
+        "fp8 KV cache: attention dequantizes each sequence's cached slice to the model dtype "
+        f"before the kernel ({kernels}): a small transient"
+    )
 
 
 def default_prefill_note(inference: Inference, tokens: int) -> str:
@@ -235,10 +251,7 @@ def run_inference(
                     recorder.check_deadline()
                     _forward(model, c, 1, views, prompt + step)
         if cache_dtype != dtype:
-            notes.append(
-                "fp8 KV cache: attention dequantizes each sequence's cached slice to the model "
-                "dtype before the kernel (vLLM's fp8 kernels read fp8 directly): a small transient"
-            )
+            notes.append(fp8_cache_note(inf.engine))
     return InferenceFigures(
         parameter_count=parameter_count(model),
         weights_bytes=weights,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import resource
 import sys
@@ -23,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpu_sizer.api import (
-    DTYPE_BYTES,
     GPUWorkloadSpec,
     InvalidWorkload,
     MeasurementMode,
@@ -31,6 +29,7 @@ from gpu_sizer.api import (
     parse_spec,
     spec_hash,
 )
+from gpu_sizer.budget import estimate
 from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
 from gpu_sizer.probe.command_mode import TIMEOUT_EXIT_CODE
 from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded, sigterm_sets_terminated
@@ -44,11 +43,13 @@ __all__ = [
     "deadline_seconds",
     "measure",
     "read_spec",
+    "resident_bytes",
     "write_outputs",
 ]
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-#: CPU runs are for tiny models (CI, laptops): refuse specs whose weights and KV cache exceed this.
+#: CPU runs are for tiny models (CI, laptops): refuse specs whose resident bytes (inference: weights
+#: and KV cache; training: weights, gradients and optimizer state) exceed this.
 DEFAULT_CPU_MAX_BYTES = 2 << 30
 _GIB = float(1 << 30)
 
@@ -279,11 +280,11 @@ def _measure_synthetic(
         return unsupported(reason)
     notes: list[str] = []
     if not use_cuda:
-        need = _synthetic_bytes(spec)
+        need, what = resident_bytes(spec)
         if need > options.cpu_max_bytes:
             return unsupported(
                 f"no GPU: the CPU fallback runs tiny models only; this workload needs about "
-                f"{need / _GIB:.1f} GiB of weights and KV cache (limit --cpu-max-bytes "
+                f"{need / _GIB:.1f} GiB of {what} (limit --cpu-max-bytes "
                 f"{options.cpu_max_bytes / _GIB:.1f} GiB); run it on a GPU node"
             )
         notes.append("no GPU: peakRssBytes is this process's peak RSS on the CPU, not a GPU figure")
@@ -298,17 +299,18 @@ def _measure_synthetic(
     oom: OutOfMemory | None = None
     message = None
     lift_cap = None
+    # Imported before the memory cap is applied: importing loads torch.nn and friends, which
+    # must not count against (or fail under) the workload's cap.
+    from gpu_sizer.probe.inference import run_inference
+    from gpu_sizer.probe.training import run_training
+
     try:
         if options.memory_limit_bytes is not None:
             note, lift_cap = _apply_memory_limit(options.memory_limit_bytes, device, dtype)
             notes.append(note)
         if spec.inference is not None:
-            from gpu_sizer.probe.inference import run_inference
-
             figures = run_inference(spec, dtype, device, recorder)
         else:
-            from gpu_sizer.probe.training import run_training
-
             figures = run_training(spec, device, recorder)
         notes.extend(figures.notes)
     except OutOfMemory as exc:
@@ -347,34 +349,22 @@ def _measure_synthetic(
     return result, 0
 
 
-def _synthetic_bytes(spec: GPUWorkloadSpec) -> int:
-    """Weights plus KV cache the synthetic run would allocate (from the meta-device model)."""
-    import torch
+def resident_bytes(spec: GPUWorkloadSpec) -> tuple[int, str]:
+    """Bytes the synthetic run holds for its whole length, and what they are, in words.
 
-    from gpu_sizer.probe.model import build_model, parameter_count, rank_architecture
-
-    assert spec.model.architecture is not None
-    tp = spec.inference.tensor_parallel_size if spec.inference is not None else 1
-    arch = rank_architecture(spec.model.architecture, tp)
-    params = parameter_count(build_model(arch, torch.float32, torch.device("meta")))
-    per_param = DTYPE_BYTES[spec.model.dtype]
+    Taken from :func:`gpu_sizer.budget.estimate` (the most loaded GPU: rank 0's shard under
+    tensor parallelism), so the figure the CPU fallback refuses with is the one ``status.estimate``
+    shows. Inference: weights (with quantization metadata) and the KV cache. Training: weights,
+    gradients, optimizer state and fp32 master weights, which follow the spec's method (LoRA: the
+    frozen base plus the adapters and their gradients and state; a full fine-tune: every
+    parameter's); training has no KV cache. Activations are left out: they come and go per step.
+    """
+    per_gpu = estimate(spec).per_gpu
+    weights = per_gpu.weights_bytes + per_gpu.quantization_overhead_bytes
     if spec.training is not None:
-        per_param = 16  # fp32 weights, gradients and two AdamW moments, order of magnitude
-    total = params * per_param
-    if spec.inference is not None:
-        inf = spec.inference
-        kv_bytes = 1 if inf.kv_cache_dtype.value.startswith("fp8") else per_param
-        total += (
-            2
-            * arch.num_hidden_layers
-            * arch.kv_heads
-            * arch.head_size
-            * kv_bytes
-            * inf.max_num_seqs
-            * math.ceil(inf.max_model_len / 16)
-            * 16
-        )
-    return total
+        state = per_gpu.gradient_bytes + per_gpu.optimizer_state_bytes + per_gpu.master_weight_bytes
+        return weights + state, "weights, gradients and optimizer state"
+    return weights + per_gpu.kv_cache_bytes, "weights and KV cache"
 
 
 def _apply_memory_limit(limit: int, device: Any, dtype: Any) -> tuple[str, Callable[[], None]]:

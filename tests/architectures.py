@@ -1,5 +1,9 @@
 """Architectures taken from the models' official config.json files on the Hugging Face Hub.
 
+The one source of these dicts for the tests and the hack/ scripts (import ``tests.architectures``
+with the repository root on ``sys.path``); tests/examples checks that examples/*.yaml use the
+same numbers.
+
 Each entry names its source (the repository whose config.json it copies) and keeps only the keys
 the memory model reads, camelCased as in ``spec.model.architecture``. Keys the config.json leaves
 to the ``transformers`` config class default (e.g. Falcon's ``tie_word_embeddings``, GPT-NeoX's
@@ -44,6 +48,19 @@ LLAMA_3_8B: dict[str, Any] = {
     "vocabSize": 128256,
     "tieWordEmbeddings": False,
     "maxPositionEmbeddings": 8192,
+}
+#: huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json
+LLAMA_3_2_1B: dict[str, Any] = {
+    "modelType": "llama",
+    "numHiddenLayers": 16,
+    "hiddenSize": 2048,
+    "intermediateSize": 8192,
+    "numAttentionHeads": 32,
+    "numKeyValueHeads": 8,
+    "headDim": 64,
+    "vocabSize": 128256,
+    "maxPositionEmbeddings": 131072,
+    "tieWordEmbeddings": True,
 }
 #: huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json
 LLAMA_3_70B: dict[str, Any] = {
@@ -219,6 +236,17 @@ OPT_350M: dict[str, Any] = {
     "maxPositionEmbeddings": 2048,
     "wordEmbedProjDim": 512,
     "doLayerNormBefore": False,
+}
+#: huggingface.co/facebook/opt-1.3b/blob/main/config.json
+OPT_1_3B: dict[str, Any] = {
+    "modelType": "opt",
+    "numHiddenLayers": 24,
+    "hiddenSize": 2048,
+    "intermediateSize": 8192,
+    "numAttentionHeads": 32,
+    "vocabSize": 50272,
+    "maxPositionEmbeddings": 2048,
+    "tieWordEmbeddings": True,
 }
 
 
