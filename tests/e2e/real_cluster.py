@@ -70,7 +70,8 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 #: Why each marker skips in real-cluster mode.
 SKIP_REASONS = {
     "emulated_kubelet": "real-cluster mode: the test plays kubelet, Job controller or GPU Feature "
-    "Discovery (writes pod/Job status or creates Nodes), which the cluster's own components own",
+    "Discovery (writes pod/Job status or creates Nodes), which the cluster's own components own, "
+    "or needs measurement pods that no kubelet runs",
     "emulated_api": "real-cluster mode: the test injects API faults or stores objects through "
     "kmock's emulator",
 }

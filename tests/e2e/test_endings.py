@@ -129,6 +129,7 @@ async def test_evicted_pod_is_retried_once(cluster, start_operator, kubelet: Kub
     assert condition(failed, "Measured")["reason"] == "Evicted"
 
 
+@pytest.mark.emulated_kubelet  # a real kubelet may end the recreated pod first (image pull)
 async def test_job_deleted_is_recreated_once(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("gone", spec()))
     start_operator()

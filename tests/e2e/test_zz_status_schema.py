@@ -82,4 +82,4 @@ def test_every_written_status_is_declared_in_the_crd() -> None:
     # Real-cluster mode (GPU_SIZER_E2E_KUBECONFIG): statuses come from a watch of each test's
     # namespace, the kubelet-playing tests are skipped (fewer statuses), and the API server has
     # already pruned undeclared fields (so the functional assertions catch those instead).
-    assert len(WRITTEN_STATUSES) > (10 if real_cluster.kubeconfig_from_env() else 50)
+    assert len(WRITTEN_STATUSES) > (5 if real_cluster.kubeconfig_from_env() else 50)
