@@ -5,6 +5,9 @@ operator is ``gpu-sizer operator -A --standalone`` in a subprocess with a kubeco
 it. There is no kubelet, scheduler or Job controller: :class:`Kubelet` plays them, writing the pod
 and Job status a real cluster would. Every status the operator wrote is collected (from kmock's
 object histories) for the schema test in ``test_zz_status_schema.py``.
+
+With ``GPU_SIZER_E2E_KUBECONFIG`` set, the same fixtures run against a real cluster instead
+(``real_cluster.py``; hack/e2e-real-cluster.md says what runs and what is skipped there).
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ async def cluster() -> AsyncIterator[LoopbackCluster]:
     if kubeconfig is not None:  # GPU_SIZER_E2E_KUBECONFIG: a real cluster (real_cluster.py)
         mode = real_cluster.operator_mode_from_env()
         async with real_cluster.RealCluster(kubeconfig, NS, mode) as real:
-            yield real  # type: ignore[misc]
+            yield real
             WRITTEN_STATUSES.extend(real.written_statuses)
         return
     async with LoopbackCluster() as c:

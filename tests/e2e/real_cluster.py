@@ -299,27 +299,34 @@ class RealCluster:
             await self._session.close()
 
     async def _record_statuses(self) -> None:
-        """Watch the test namespace's GPUWorkloads; keep every status the API server stored."""
-        path = path_of(GW, self.namespace)
+        """Watch the test namespace's GPUWorkloads; keep every status the API server stored.
+
+        A dropped connection or an ERROR event (410 Gone) lists again and watches from there.
+        """
         while True:
-            listing = await self.request("GET", path)
-            version = (listing.get("metadata") or {}).get("resourceVersion") or ""
-            params = {"watch": "true", "resourceVersion": version}
-            assert self._session is not None
-            async with self._session.get(
-                self.host + path, params=params, timeout=aiohttp.ClientTimeout(sock_read=None)
-            ) as resp:
-                async for line in resp.content:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    status = (event.get("object") or {}).get("status")
-                    if event.get("type") in ("ADDED", "MODIFIED") and status:
-                        if not self.written_statuses or self.written_statuses[-1] != status:
-                            self.written_statuses.append(status)
-                    elif event.get("type") == "ERROR":
-                        break  # 410 Gone or the like: list again and watch from there
+            with contextlib.suppress(aiohttp.ClientError, ApiStatus, ValueError):
+                await self._watch_once()
             await asyncio.sleep(0.2)
+
+    async def _watch_once(self) -> None:
+        path = path_of(GW, self.namespace)
+        listing = await self.request("GET", path)
+        version = (listing.get("metadata") or {}).get("resourceVersion") or ""
+        params = {"watch": "true", "resourceVersion": version}
+        assert self._session is not None
+        async with self._session.get(
+            self.host + path, params=params, timeout=aiohttp.ClientTimeout(sock_read=None)
+        ) as resp:
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                status = (event.get("object") or {}).get("status")
+                if event.get("type") in ("ADDED", "MODIFIED") and status:
+                    if not self.written_statuses or self.written_statuses[-1] != status:
+                        self.written_statuses.append(status)
+                elif event.get("type") == "ERROR":
+                    return
 
     # ------------------------------------------------------------------ namespace mapping
 
@@ -446,8 +453,6 @@ class RealCluster:
 
 class InstalledOperator:
     """Stands in for ``OperatorProcess`` when an installed operator serves the cluster."""
-
-    log = None
 
     def stop(self) -> None:
         """Nothing to stop: the suite did not start it."""
