@@ -19,7 +19,9 @@
 #   4. applies every examples/*.yaml with spec.measurement.mode=Disabled: a workload that
 #      `gpu-sizer estimate` says fits must become Ready; one it says has no safe headroom must be
 #      denied by the admission webhook at apply time;
-#   5. runs `pytest tests/e2e` with GPU_SIZER_E2E_KUBECONFIG (and KUBECONFIG) set to the cluster;
+#   5. runs `pytest tests/e2e` with GPU_SIZER_E2E_KUBECONFIG set to the cluster, first served by
+#      the chart's operator (GPU_SIZER_E2E_OPERATOR=installed), then, after `helm uninstall` (the
+#      CRD stays), by the operator the suite starts per test (hack/e2e-real-cluster.md);
 #   6. deletes the cluster (KEEP_CLUSTER=1 keeps it for a look around).
 #
 # Settings (environment): CLUSTER_NAME (gpu-sizer-e2e), KIND_NODE_IMAGE (kind's default),
@@ -161,7 +163,14 @@ for file in "${examples[@]}"; do
 done
 [[ $failures -eq 0 ]] || die "$failures example(s) failed"
 
-log "running the end-to-end suite against the cluster"
-GPU_SIZER_E2E_KUBECONFIG=$KUBECONFIG_FILE PYTHONPATH=operator \
-  "$PYTHON" -m pytest tests/e2e -q ${PYTEST_ARGS:-}
+log "running the end-to-end suite against the cluster, served by the chart's operator"
+# The chart's operator serves every namespace, so the suite must not start a second one.
+GPU_SIZER_E2E_KUBECONFIG=$KUBECONFIG_FILE GPU_SIZER_E2E_OPERATOR=installed PYTHONPATH=operator:. \
+  "$PYTHON" -m pytest tests/e2e -q -rs ${PYTEST_ARGS:-}
+
+log "uninstalling the chart (its CRD stays) and running the suite with the operator it starts"
+# Covers what needs the operator process in hand: SIGKILL and restart, the local backend.
+helm uninstall "$RELEASE" --kubeconfig "$KUBECONFIG_FILE" --namespace "$NAMESPACE" --wait
+GPU_SIZER_E2E_KUBECONFIG=$KUBECONFIG_FILE PYTHONPATH=operator:. \
+  "$PYTHON" -m pytest tests/e2e -q -rs ${PYTEST_ARGS:-}
 log "kind e2e passed"

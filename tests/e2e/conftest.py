@@ -5,6 +5,9 @@ operator is ``gpu-sizer operator -A --standalone`` in a subprocess with a kubeco
 it. There is no kubelet, scheduler or Job controller: :class:`Kubelet` plays them, writing the pod
 and Job status a real cluster would. Every status the operator wrote is collected (from kmock's
 object histories) for the schema test in ``test_zz_status_schema.py``.
+
+With ``GPU_SIZER_E2E_KUBECONFIG`` set, the same fixtures run against a real cluster instead
+(``real_cluster.py``; hack/e2e-real-cluster.md says what runs and what is skipped there).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, TypeVar
 import pytest
 
 from gpu_sizer.controller.emulator import LoopbackCluster, crd_document
+from tests.e2e import real_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -115,7 +119,7 @@ class OperatorProcess:
             "-m",
             "gpu_sizer.cli",
             "operator",
-            "-A",
+            *getattr(cluster, "operator_scope", ["-A"]),  # real cluster: the test's namespace
             "--standalone",
             "--metrics-port",
             "0",
@@ -152,6 +156,13 @@ class OperatorProcess:
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[LoopbackCluster]:
+    kubeconfig = real_cluster.kubeconfig_from_env()
+    if kubeconfig is not None:  # GPU_SIZER_E2E_KUBECONFIG: a real cluster (real_cluster.py)
+        mode = real_cluster.operator_mode_from_env()
+        async with real_cluster.RealCluster(kubeconfig, NS, mode) as real:
+            yield real
+            WRITTEN_STATUSES.extend(real.written_statuses)
+        return
     async with LoopbackCluster() as c:
         await c.create(CRDS, crd_document())
         await c.create(NODES, gpu_node("l4-1", "NVIDIA-L4", 23034))
@@ -178,6 +189,9 @@ def start_operator(
     cluster: LoopbackCluster, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., OperatorProcess]]:
     procs: list[OperatorProcess] = []
+    if real_cluster.uses_installed_operator(cluster):  # one already serves the cluster
+        yield lambda *args: real_cluster.InstalledOperator()
+        return
 
     def start(*args: str) -> OperatorProcess:
         proc = OperatorProcess(cluster, tmp_path / "operator.log", list(args))
@@ -375,3 +389,19 @@ class Kubelet:
 @pytest.fixture
 def kubelet(cluster: LoopbackCluster) -> Kubelet:
     return Kubelet(cluster)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip, with the reason, the tests that cannot run against a real cluster (markers)."""
+    real_cluster.apply_mode_skips(items)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_classes_required(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``@pytest.mark.gpu_classes(name, ...)``: on a real cluster, the ``cluster`` fixture skips
+    the test unless a node of each class is present. The loopback fixture's nodes (L4, A100
+    80GB) are always there."""
+    marker = request.node.get_closest_marker("gpu_classes")
+    real_cluster.REQUIRED_CLASSES = tuple(marker.args) if marker else ()
+    yield
+    real_cluster.REQUIRED_CLASSES = ()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
+
 from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, gpu_node, spec, workload
 from tests.e2e.probe_results import GIB, gpu_oom, gpu_success
 from tests.e2e.test_lifecycle import phase_is
 
 
+@pytest.mark.emulated_kubelet
 async def test_cuda_oom_moves_to_the_next_larger_class(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -31,6 +34,7 @@ async def test_cuda_oom_moves_to_the_next_larger_class(
     assert ready["status"]["recommendation"]["basis"] == "Measurement"
 
 
+@pytest.mark.emulated_kubelet
 async def test_cuda_oom_on_the_largest_allowed_class_rejects(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -48,6 +52,7 @@ async def _gone(kubelet: Kubelet, name: str) -> bool:
     return all(j["metadata"]["name"] != name for j in await kubelet.jobs())
 
 
+@pytest.mark.emulated_kubelet
 async def test_deadline_exceeded(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("slow", spec()))
     start_operator()
@@ -62,6 +67,7 @@ async def test_deadline_exceeded(cluster, start_operator, kubelet: Kubelet) -> N
     assert failed["status"]["recommendation"]["basis"] == "Estimate"
 
 
+@pytest.mark.emulated_kubelet
 async def test_unschedulable_keeps_the_estimate(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("nowhere", spec()))
     start_operator()
@@ -81,6 +87,7 @@ async def test_unschedulable_keeps_the_estimate(cluster, start_operator, kubelet
     await eventually(lambda: _gone(kubelet, job["metadata"]["name"]), what="Job deleted")
 
 
+@pytest.mark.emulated_kubelet
 async def test_host_oom_retries_once_with_more_memory(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -99,6 +106,7 @@ async def test_host_oom_retries_once_with_more_memory(
     assert condition(failed, "Measured")["reason"] == "HostOOMKilled"
 
 
+@pytest.mark.emulated_kubelet
 async def test_image_pull_failure(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("pull", spec()))
     start_operator()
@@ -109,6 +117,7 @@ async def test_image_pull_failure(cluster, start_operator, kubelet: Kubelet) -> 
     assert "ImagePullBackOff" in condition(failed, "Measured")["message"]
 
 
+@pytest.mark.emulated_kubelet
 async def test_evicted_pod_is_retried_once(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("evict", spec()))
     start_operator()
@@ -120,6 +129,7 @@ async def test_evicted_pod_is_retried_once(cluster, start_operator, kubelet: Kub
     assert condition(failed, "Measured")["reason"] == "Evicted"
 
 
+@pytest.mark.emulated_kubelet  # a real kubelet may end the recreated pod first (image pull)
 async def test_job_deleted_is_recreated_once(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("gone", spec()))
     start_operator()
@@ -157,6 +167,7 @@ async def _absent(cluster, name: str) -> bool:
     return await cluster.get(GW, NS, name) is None
 
 
+@pytest.mark.emulated_kubelet
 async def test_no_node_then_a_node_of_the_class_joins(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:

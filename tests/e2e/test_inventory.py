@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.conftest import GW, NODES, Kubelet, eventually, gpu_node, spec, workload
 
 
+@pytest.mark.emulated_kubelet
 async def test_ignored_nodes_are_logged_with_the_reason(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:

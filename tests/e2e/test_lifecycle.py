@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from gpu_sizer.controller.emulator import LoopbackCluster
 from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
 from tests.e2e.probe_results import GIB, gpu_success
@@ -15,6 +17,7 @@ async def phase_is(cluster: LoopbackCluster, name: str, phase: str) -> Any:
     return obj if obj and (obj.get("status") or {}).get("phase") == phase else None
 
 
+@pytest.mark.emulated_kubelet
 async def test_create_to_ready_on_measurement(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("llm", spec()))
     start_operator()
@@ -58,6 +61,7 @@ async def test_create_to_ready_on_measurement(cluster, start_operator, kubelet: 
     assert {"MeasurementStarted", "Measured"} <= reasons
 
 
+@pytest.mark.gpu_classes("nvidia-l4")
 async def test_job_manifest_fields(cluster, start_operator, kubelet: Kubelet) -> None:
     long_name = "a-very-long-workload-name-that-goes-on-and-on-beyond-the-label-limit"
     created = await cluster.create(

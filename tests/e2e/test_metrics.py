@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import GW, Kubelet, eventually, spec, workload
@@ -26,6 +27,7 @@ async def fetch(url: str) -> str | None:
         return None
 
 
+@pytest.mark.emulated_kubelet
 async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -> None:
     metrics, health = free_port(), free_port()
     await cluster.create(GW, workload("metered", spec()))

@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import GW, ROOT, Kubelet, condition, eventually, workload
 from tests.e2e.test_lifecycle import phase_is
 
@@ -51,6 +53,7 @@ async def run_probe_like_the_container(job: dict, tmp: Path) -> str:
     return log.read_text()
 
 
+@pytest.mark.emulated_kubelet
 async def test_job_success_with_the_real_probe(
     cluster, start_operator, kubelet: Kubelet, tmp_path
 ) -> None:
@@ -68,6 +71,7 @@ async def test_job_success_with_the_real_probe(
     assert ready["status"]["recommendation"]["basis"] == "Estimate"
 
 
+@pytest.mark.local_operator
 async def test_local_process_backend(cluster, start_operator) -> None:
     await cluster.create(GW, workload("local", TINY))
     start_operator("--measurement-backend", "local", "--local-deadline-cap", "60")

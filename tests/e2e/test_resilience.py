@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import kmock
+import pytest
 
 from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
 from tests.e2e.probe_results import GIB, gpu_success
 from tests.e2e.test_lifecycle import phase_is
 
 
+@pytest.mark.emulated_kubelet
 async def test_spec_change_mid_measurement(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("change", spec()))
     start_operator()
@@ -36,6 +38,7 @@ async def test_spec_change_mid_measurement(cluster, start_operator, kubelet: Kub
     assert ready["status"]["measurement"]["peakDeviceUsedBytes"] == 9 * GIB
 
 
+@pytest.mark.emulated_kubelet
 async def test_unchanged_spec_is_never_measured_twice(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -59,6 +62,7 @@ async def _generation_seen(cluster, name: str, generation: int):
     return obj if (obj.get("status") or {}).get("observedGeneration") == generation else None
 
 
+@pytest.mark.emulated_kubelet
 async def test_operator_killed_mid_measurement_adopts_the_job(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -77,6 +81,7 @@ async def test_operator_killed_mid_measurement_adopts_the_job(
     assert len(await kubelet.jobs()) == 1
 
 
+@pytest.mark.emulated_api
 async def test_killed_between_job_creation_and_status_write(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -100,6 +105,7 @@ async def test_killed_between_job_creation_and_status_write(
     assert [j["metadata"]["name"] for j in await kubelet.jobs()] == [job["metadata"]["name"]]
 
 
+@pytest.mark.emulated_api
 async def test_invalid_stored_object_is_stalled_and_others_are_served(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -128,6 +134,7 @@ async def _stalled(cluster, name: str):
     return obj if condition(obj, "Stalled").get("status") == "True" else None
 
 
+@pytest.mark.emulated_api
 async def test_api_errors_are_survived(cluster, start_operator, kubelet: Kubelet) -> None:
     gw = kmock.resource("gpusizer.dev", "v1alpha1", "gpuworkloads")
     calls = {"watch": 0, "create": 0, "status": 0}
@@ -174,6 +181,7 @@ async def test_api_errors_are_survived(cluster, start_operator, kubelet: Kubelet
     await eventually(lambda: phase_is(cluster, "flaky", "Ready"), timeout=30)
 
 
+@pytest.mark.emulated_api
 async def test_http_410_on_the_watch_request_exits_and_a_restart_carries_on(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:

@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.e2e import real_cluster
 from tests.e2e.conftest import ROOT, WRITTEN_STATUSES
 
 CRD = ROOT / "crds" / "gpuworkloads.gpusizer.dev.yaml"
@@ -78,4 +79,7 @@ def test_every_written_status_is_declared_in_the_crd() -> None:
     # The suite exercised the interesting parts of the schema.
     seen = {k for s in WRITTEN_STATUSES for k in s}
     assert {"phase", "conditions", "estimate", "recommendation", "measurement"} <= seen
-    assert len(WRITTEN_STATUSES) > 50
+    # Real-cluster mode (GPU_SIZER_E2E_KUBECONFIG): statuses come from a watch of each test's
+    # namespace, the kubelet-playing tests are skipped (fewer statuses), and the API server has
+    # already pruned undeclared fields (so the functional assertions catch those instead).
+    assert len(WRITTEN_STATUSES) > (5 if real_cluster.kubeconfig_from_env() else 50)

@@ -1,0 +1,187 @@
+"""The GPU_SIZER_E2E_KUBECONFIG switch, tested without a cluster.
+
+The real-cluster backend (``real_cluster.py``) speaks the Kubernetes REST API, and so does the
+loopback emulator: pointing the switch at the emulator's kubeconfig runs the real-cluster code
+path (fresh namespace per test, namespaced operator, node-derived GPU classes, watch-recorded
+statuses, mode skips) for every scenario that does not need the emulated kubelet. What this cannot
+show is a real API server's own semantics (CRD validation, pruning, garbage collection, the real
+Job controller): hack/e2e-real-cluster.md says how to run the suite on kind for those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import real_cluster
+from tests.e2e.conftest import ROOT
+
+REAL = real_cluster.kubeconfig_from_env() is not None
+not_nested = pytest.mark.skipif(REAL, reason="already running in real-cluster mode")
+
+RESTART = "test_operator_restart_keeps_exactly_one_job"
+#: The scenarios that must pass in real-cluster mode (the rest is skipped there, with reasons).
+BOTH_MODES = {
+    "test_cluster_semantics.py::test_spec_change_replaces_the_job",
+    "test_cluster_semantics.py::test_operator_restart_keeps_exactly_one_job",
+    "test_cluster_semantics.py::test_invalid_object_is_refused_or_stalled",
+    "test_lifecycle.py::test_job_manifest_fields",
+    "test_lifecycle.py::test_measurement_disabled_is_ready_on_the_estimate",
+    "test_endings.py::test_workload_deleted_deletes_its_job",
+    "test_real_probe.py::test_local_process_backend",
+    "test_startup.py::test_webhook_without_certificates_or_flags_exits_with_the_reason",
+    "test_zz_status_schema.py::test_every_written_status_is_declared_in_the_crd",
+}
+
+
+def test_mode_comes_from_the_environment(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("{}")
+    assert real_cluster.kubeconfig_from_env({}) is None
+    assert real_cluster.kubeconfig_from_env({real_cluster.ENV_KUBECONFIG: " "}) is None
+    env = {real_cluster.ENV_KUBECONFIG: str(kubeconfig)}
+    assert real_cluster.kubeconfig_from_env(env) == str(kubeconfig)
+    with pytest.raises(pytest.UsageError, match="no such file"):
+        real_cluster.kubeconfig_from_env({real_cluster.ENV_KUBECONFIG: str(tmp_path / "nope")})
+    assert real_cluster.operator_mode_from_env({}) == "local"
+    assert real_cluster.operator_mode_from_env({real_cluster.ENV_OPERATOR: "installed"}) == (
+        "installed"
+    )
+    with pytest.raises(pytest.UsageError, match="installed"):
+        real_cluster.operator_mode_from_env({real_cluster.ENV_OPERATOR: "chart"})
+
+
+def test_markers_skip_only_in_real_cluster_mode() -> None:
+    reason = real_cluster.skip_reason
+    assert reason({"emulated_kubelet"}, real=False, operator="local") is None
+    assert "kubelet" in (reason({"emulated_kubelet"}, real=True, operator="local") or "")
+    assert "kmock" in (reason({"emulated_api"}, real=True, operator="installed") or "")
+    assert reason({"local_operator"}, real=True, operator="local") is None
+    assert "installed" in (reason({"local_operator"}, real=True, operator="installed") or "")
+    assert reason({"gpu_classes"}, real=True, operator="installed") is None
+
+
+def test_gpu_classes_come_from_gfd_product_labels() -> None:
+    def node(name: str, product: str | None) -> dict[str, object]:
+        labels = {real_cluster.PRODUCT_LABEL: product} if product else {}
+        return {"metadata": {"name": name, "labels": labels}}
+
+    nodes = [
+        node("a", "NVIDIA-L4"),
+        node("b", "NVIDIA-L4-SHARED"),
+        node("c", "NVIDIA-H100-80GB-HBM3"),
+        node("cpu", None),
+        node("odd", "Some-Other-GPU"),
+    ]
+    assert real_cluster.classes_of_nodes(nodes) == {
+        "nvidia-l4": ["a", "b"],
+        "nvidia-h100-80gb": ["c"],
+    }
+
+
+def _pytest_env(kubeconfig: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "operator"), str(ROOT)]))
+    env[real_cluster.ENV_KUBECONFIG] = kubeconfig
+    env.pop(real_cluster.ENV_OPERATOR, None)
+    # kmock 0.8 answers 500 to every /api/v1/namespaces request (see real_cluster.ENV_KMOCK).
+    env[real_cluster.ENV_KMOCK] = "1"
+    return env
+
+
+@not_nested
+def test_unreachable_cluster_ends_the_session_fast(tmp_path: Path) -> None:
+    import subprocess
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "x", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    argv += ["tests/e2e/test_lifecycle.py", "tests/e2e/test_cluster_semantics.py"]
+    started = time.monotonic()
+    done = subprocess.run(
+        argv, cwd=ROOT, env=_pytest_env(str(kubeconfig)), capture_output=True, text=True, timeout=60
+    )
+    elapsed = time.monotonic() - started
+    out = done.stdout + done.stderr
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, out
+    assert "https://127.0.0.1:1 is not reachable" in out and real_cluster.ENV_KUBECONFIG in out
+    assert elapsed < 30, f"took {elapsed:.0f} s"
+    assert not re.search(r"\d+ (passed|failed)", out), "no test ran"
+
+
+async def _run_suite(kubeconfig: str, *args: str, operator: str | None = None) -> str:
+    """pytest in real-cluster mode in a subprocess (this loop keeps serving the emulator)."""
+    env = _pytest_env(kubeconfig)
+    if operator:
+        env[real_cluster.ENV_OPERATOR] = operator
+    argv = ["-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "--timeout", "60", *args]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *argv,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out = (await asyncio.wait_for(proc.communicate(), 240))[0].decode(errors="replace")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-6000:]
+    return out
+
+
+def _passed(out: str) -> set[str]:
+    return set(re.findall(r"^tests/e2e/(\S+) PASSED", out, re.MULTILINE))
+
+
+@not_nested
+async def test_real_cluster_backend_against_the_emulator(cluster) -> None:
+    """The whole suite in real-cluster mode, with the emulator as "the cluster"."""
+    out = await _run_suite(
+        cluster.kubeconfig, "tests/e2e", "--ignore", "tests/e2e/test_real_cluster_mode.py"
+    )
+    passed = _passed(out)
+    assert passed >= BOTH_MODES, sorted(BOTH_MODES - passed)
+    assert "real-cluster mode: the test plays kubelet" in out
+    assert "real-cluster mode: the test injects API faults" in out
+    # Every GPUWorkload of the run lived in a namespace the backend made, never in ml-team.
+    objects = cluster.emulator.objects
+    namespaces = {key[1] for key in objects if getattr(key[0], "plural", "") == "gpuworkloads"}
+    assert namespaces and all(ns.startswith("gse2e-") for ns in namespaces), namespaces
+
+
+@not_nested
+async def test_installed_operator_mode_against_the_emulator(cluster, start_operator) -> None:
+    """GPU_SIZER_E2E_OPERATOR=installed: the suite starts no operator; one serving every
+    namespace (here started by this test, as the chart's would be) handles its workloads."""
+    start_operator("--unschedulable-timeout", "600")
+    out = await _run_suite(
+        cluster.kubeconfig,
+        "tests/e2e/test_cluster_semantics.py",
+        "tests/e2e/test_lifecycle.py",
+        operator="installed",
+    )
+    semantics = {t for t in BOTH_MODES if t.startswith(("test_cluster_semantics", "test_lifec"))}
+    expected = semantics - {f"test_cluster_semantics.py::{RESTART}"}
+    assert _passed(out) >= expected, sorted(expected - _passed(out))
+    assert f"{RESTART} SKIPPED" in out
+    assert real_cluster.LOCAL_OPERATOR_REASON[:40] in out
