@@ -36,7 +36,7 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.controller.options import Options
 from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory, parse_node
-from gpu_sizer.measurement.backends import Backend, BackendError
+from gpu_sizer.measurement.backends import Backend, BackendError, JobConflict
 from gpu_sizer.measurement.job import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -44,6 +44,7 @@ from gpu_sizer.measurement.job import (
     host_memory_bytes,
     job_manifest,
     job_name,
+    owner_uid,
 )
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, parse_time
 from gpu_sizer.reconcile import (
@@ -108,6 +109,7 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
             "namespace": meta.get("namespace"),
             "creationTimestamp": meta.get("creationTimestamp"),
             "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": _plain(list(meta.get("ownerReferences") or [])),
         },
         "spec": {
             "nodeName": spec.get("nodeName"),
@@ -237,6 +239,12 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                     kopf.event(
                         body, type=action.type_, reason=action.reason, message=action.message[:1000]
                     )
+            except JobConflict as exc:
+                # Never adopt another object's Job; say so where the user looks, retry slowly
+                # (the other Job may be on its way out, e.g. a deleted workload's).
+                logger.error("%s; not adopting it", exc)
+                kopf.warn(body, reason="JobNameConflict", message=f"{exc}; not adopting it")
+                raise kopf.TemporaryError(str(exc), delay=60) from exc
             except BackendError as exc:
                 raise kopf.TemporaryError(str(exc), delay=min(opts.poll_interval, 5.0)) from exc
         old_phase = (status or {}).get("phase")
@@ -290,9 +298,10 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
             str(meta.get("name")), str(meta.get("namespace")), generation, parsed, hash_, prev
         )
         name = wl.name
+        uid = str(meta.get("uid") or "")
 
         def namer(gpu_class: str, mem: int, retry: int) -> str:
-            return job_name(name, hash_, gpu_class, mem, retry)
+            return job_name(name, hash_, gpu_class, mem, retry, namespace=wl.namespace, uid=uid)
 
         plan = plan_spec(
             wl,
@@ -378,9 +387,10 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         if outcome.kind is OutcomeKind.Missing and _just_started(m.started_at, now_dt, opts):
             return  # the watch has not shown our own new Job yet
         wl = Workload(name, namespace, meta.get("generation"), parsed, hash_, prev)
+        uid = str(meta.get("uid") or "")
 
         def namer(gpu_class: str, mem: int, retry: int) -> str:
-            return job_name(name, hash_, gpu_class, mem, retry)
+            return job_name(name, hash_, gpu_class, mem, retry, namespace=wl.namespace, uid=uid)
 
         plan = plan_outcome(
             wl, outcome, config, present=_present(gpu_nodes), now=now_rfc3339(), job_name=namer
@@ -415,6 +425,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
     async def forget(
         name: str | None,
         namespace: str | None,
+        meta: Mapping[str, Any],
         gpu_jobs: kopf.Index[tuple[str, str], Any],
         **_: Any,
     ) -> None:
@@ -424,6 +435,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
             return
         forget_metrics(namespace, name)
         # Snapshot first: deleting a Job changes the index while we would iterate it.
+        uid = str(meta.get("uid") or "")
         owned = [
             (ns, job)
             for (ns, job), items in list(gpu_jobs.items())
@@ -433,6 +445,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                 "gpusizer.dev/workload-name"
             )
             == name
+            and owner_uid(item) in (uid, None)  # only this object's Jobs, never a namesake's
         ]
         for ns, job in owned:
             try:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from gpu_sizer.measurement.job import adoptable
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
 from gpu_sizer.measurement.result import InvalidResult, parse_result
 
 __all__ = [
     "Backend",
     "BackendError",
+    "JobConflict",
     "KubernetesJobBackend",
     "LocalProcessBackend",
 ]
@@ -31,6 +33,13 @@ __all__ = [
 
 class BackendError(RuntimeError):
     """The API or the process could not be reached; the caller retries later."""
+
+
+class JobConflict(BackendError):
+    """A Job of the wanted name exists but is not ours (another owner, spec hash or manager).
+
+    Never adopted: the caller reports it (the message names the Job and its owner).
+    """
 
 
 class Backend(Protocol):
@@ -73,12 +82,26 @@ class KubernetesJobBackend:
                 self._batch.create_namespaced_job, meta["namespace"], dict(manifest)
             )
         except ApiException as exc:
-            if exc.status == 409:
-                return False
+            if exc.status != 409:
+                raise BackendError(
+                    f"creating Job {meta['name']}: HTTP {exc.status} {exc.reason}"
+                ) from exc
+        else:
+            return True
+        try:
+            existing = await asyncio.to_thread(
+                self._batch.read_namespaced_job, meta["name"], meta["namespace"]
+            )
+        except ApiException as exc:
             raise BackendError(
-                f"creating Job {meta['name']}: HTTP {exc.status} {exc.reason}"
+                f"reading existing Job {meta['name']}: HTTP {exc.status} {exc.reason}"
             ) from exc
-        return True
+        if not isinstance(existing, Mapping):
+            existing = self._batch.api_client.sanitize_for_serialization(existing)
+        why = adoptable(existing, manifest)
+        if why is not None:
+            raise JobConflict(why)
+        return False
 
     async def delete(self, namespace: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -110,6 +133,7 @@ class KubernetesJobBackend:
 @dataclass
 class _Run:
     task: asyncio.Task[Outcome]
+    manifest: Mapping[str, Any]
     started: float = field(default_factory=time.monotonic)
 
 
@@ -144,6 +168,9 @@ class LocalProcessBackend:
         meta = manifest["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
         if key in self._runs:
+            why = adoptable(self._runs[key].manifest, manifest)
+            if why is not None:
+                raise JobConflict(why)
             return False
         container = manifest["spec"]["template"]["spec"]["containers"][0]
         argv = list(container["command"])
@@ -160,7 +187,7 @@ class LocalProcessBackend:
         if self._cap is not None:
             deadline = min(deadline, self._cap)
         self._runs[key] = _Run(
-            asyncio.create_task(self._run([*self._command, *args], env, deadline))
+            asyncio.create_task(self._run([*self._command, *args], env, deadline)), manifest
         )
         return True
 
