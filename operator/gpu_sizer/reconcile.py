@@ -297,7 +297,25 @@ def invalid_plan(
     prev_job = _running_job(previous)
     actions: list[Action] = [DeleteJob(prev_job)] if prev_job else []
     actions.append(Emit("Warning", "InvalidSpec", text))
-    return Plan(status, tuple(actions))
+    return _quiet_if_unchanged(Plan(status, tuple(actions)), previous)
+
+
+def _quiet_if_unchanged(plan: Plan, previous: GPUWorkloadStatus | None) -> Plan:
+    """Drop the plan's Events when its Ready condition is the one already stored.
+
+    Events announce transitions. A resume (every operator restart) or a no-op re-run decides
+    the same verdict again; posting it again would add one Warning per restart per workload.
+    """
+    if previous is None:
+        return plan
+
+    def key(status: GPUWorkloadStatus) -> tuple[str, str | None, str | None] | None:
+        ready = next((c for c in status.conditions if c.type == "Ready"), None)
+        return None if ready is None else (str(ready.status), ready.reason, ready.message)
+
+    if key(previous) is None or key(previous) != key(plan.status):
+        return plan
+    return Plan(plan.status, tuple(a for a in plan.actions if not isinstance(a, Emit)))
 
 
 def _running_job(previous: GPUWorkloadStatus | None) -> str | None:
@@ -348,7 +366,7 @@ def plan_spec(
             actions.append(Emit("Warning", str(assessment.verdict), assessment.message))
         elif not (prev and prev.phase is Phase.Ready and same_hash):
             actions.append(Emit("Normal", "EstimateOnly", base.conditions[-1].message or ""))
-        return Plan(status, tuple(actions))
+        return _quiet_if_unchanged(Plan(status, tuple(actions)), prev)
 
     measured = prev.measurement if prev and same_hash else None
     if measured is not None and measured.spec_hash == wl.spec_hash:

@@ -127,6 +127,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _raw_spec(body: Mapping[str, Any]) -> Any:
+    """The stored ``spec`` as plain data, whatever its type.
+
+    Read from the body, not through kopf's ``spec`` kwarg: that is a mapping view which raises
+    ``TypeError`` when the stored spec is a string, a list or null (possible when the object was
+    stored without the CRD's schema or the webhook). :func:`parse_spec` turns those into
+    ``spec: must be an object``.
+    """
+    return _plain(body.get("spec"))
+
+
 def _previous(status: Mapping[str, Any]) -> GPUWorkloadStatus | None:
     if not status or not status.get("phase"):
         return None
@@ -266,7 +277,6 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     async def reconcile(
         body: kopf.Body,
-        spec: Mapping[str, Any],
         status: Mapping[str, Any],
         meta: Mapping[str, Any],
         patch: kopf.Patch,
@@ -278,7 +288,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         prev = _previous(status)
         now = now_rfc3339()
         try:
-            parsed = parse_spec(_plain(spec))
+            parsed = parse_spec(_raw_spec(body))
         except InvalidWorkload as exc:
             problems = [str(p) for p in exc.problems]
             logger.warning("invalid spec (stored without the webhook?): %s", "; ".join(problems))
@@ -348,7 +358,6 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     async def measurement(
         body: kopf.Body,
-        spec: Mapping[str, Any],
         status: Mapping[str, Any],
         meta: Mapping[str, Any],
         patch: kopf.Patch,
@@ -363,7 +372,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         if prev is None or prev.measurement is None or not prev.measurement.job_name:
             return
         try:
-            parsed = parse_spec(_plain(spec))
+            parsed = parse_spec(_raw_spec(body))
         except InvalidWorkload:
             return  # the spec handler turns this into Stalled
         hash_ = spec_hash(parsed)
@@ -489,7 +498,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 def _spec_changed(body: kopf.Body, hash_: str) -> bool:
     """Whether the live body's spec no longer hashes to ``hash_`` (invalid counts as changed)."""
     try:
-        return spec_hash(parse_spec(_plain(body.get("spec") or {}))) != hash_
+        return spec_hash(parse_spec(_raw_spec(body))) != hash_
     except InvalidWorkload:
         return True
 
