@@ -54,9 +54,9 @@ async def test_restarts_post_no_new_events_for_an_unchanged_verdict(
         proc = start_operator("-v")  # -v: kopf logs each handler's success
         await eventually(lambda: _stalled(cluster, "broken"), what="Stalled=True")
 
-        async def handled(n: int = restart) -> bool:
+        async def handled(n: int = restart, p: Any = proc) -> bool:
             # Both objects went through this run's create or resume handler.
-            log = proc.tail(10_000)
+            log = p.tail(10_000)
             return log.count("Handler 'resume' succeeded") + log.count(
                 "Handler 'create' succeeded"
             ) >= 2 * (n + 1)
