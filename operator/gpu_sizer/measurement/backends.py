@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from gpu_sizer.measurement.job import adoptable
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
-from gpu_sizer.measurement.result import InvalidResult, parse_result
+from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, parse_result
 
 __all__ = [
     "Backend",
@@ -235,6 +235,8 @@ class LocalProcessBackend:
         # status: Command mode passes the command's own status through (124 at the deadline).
         try:
             result = parse_result(_last_json(text))
+        except ImplausibleResult as exc:
+            return Outcome(OutcomeKind.Failed, str(exc), node_name=self._node)
         except InvalidResult as exc:
             if proc.returncode == 0:
                 return Outcome(
