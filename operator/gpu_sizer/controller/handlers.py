@@ -174,9 +174,12 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     def record_metrics(namespace: str, name: str, status: GPUWorkloadStatus) -> None:
         if status.estimate is not None:
-            for component, value in status.estimate.per_gpu.model_dump(by_alias=True).items():
-                comp = component.removesuffix("Bytes")
-                metrics.ESTIMATED_BYTES.labels(namespace, name, comp).set(value)
+            wire = status.estimate.per_gpu.model_dump(by_alias=True)
+            for component in _COMPONENTS:
+                # Byte fields only: perGpu also carries display-only figures (totalGiB).
+                value = wire.get(f"{component}Bytes")
+                if isinstance(value, int):
+                    metrics.ESTIMATED_BYTES.labels(namespace, name, component).set(value)
         m = status.measurement
         if m is not None and m.completed_at and m.device == "cuda":
             for kind, value in (
