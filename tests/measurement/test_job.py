@@ -32,7 +32,7 @@ SPEC = parse_spec(
 H100 = next(c for c in DEFAULT_CATALOG if c.name == "nvidia-h100-80gb")
 
 
-def manifest(name: str = "llama") -> dict:
+def manifest(name: str = "llama", pull_secrets: tuple[str, ...] = ("regcred",)) -> dict:
     h = spec_hash(SPEC)
     req = JobRequest(
         namespace="ml",
@@ -44,8 +44,15 @@ def manifest(name: str = "llama") -> dict:
         memory_bytes=18 * GIB,
         image="registry.example/gpu-sizer:1",
         name=job_name(name, h, H100.name, 18 * GIB),
+        image_pull_secrets=pull_secrets,
     )
     return job_manifest(SPEC, req)
+
+
+def test_image_pull_secrets_only_when_given() -> None:
+    pod = manifest()["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert "imagePullSecrets" not in manifest(pull_secrets=())["spec"]["template"]["spec"]
 
 
 def test_deserializes_into_the_official_models_without_loss() -> None:

@@ -239,6 +239,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                         memory_bytes=action.memory_bytes,
                         image=spec.measurement.image or opts.probe_image,
                         name=action.name,
+                        image_pull_secrets=opts.probe_image_pull_secrets,
                     )
                     created = await backend.start(job_manifest(spec, req))
                     log.info(

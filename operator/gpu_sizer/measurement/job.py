@@ -152,6 +152,8 @@ class JobRequest:
     memory_bytes: int
     image: str
     name: str
+    #: Secrets (in the workload's namespace) for pulling ``image``: ``imagePullSecrets``.
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
@@ -237,6 +239,8 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
     }
+    if req.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in req.image_pull_secrets]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
