@@ -169,7 +169,12 @@ def _present(index: Any) -> frozenset[str]:
 
 def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -> None:
     """Register every handler of the operator on ``registry`` (closures over the options)."""
-    config = Config(catalog=opts.catalog, unschedulable_timeout_seconds=opts.unschedulable_timeout)
+    runner = "local probe" if opts.measurement_backend == "local" else "Job"
+    config = Config(
+        catalog=opts.catalog,
+        unschedulable_timeout_seconds=opts.unschedulable_timeout,
+        runner=runner,
+    )
     headroom_labels: dict[tuple[str, str], tuple[str, str]] = {}
 
     def record_metrics(namespace: str, name: str, status: GPUWorkloadStatus) -> None:
@@ -242,11 +247,14 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                         image_pull_secrets=opts.probe_image_pull_secrets,
                     )
                     created = await backend.start(job_manifest(spec, req))
+                    verb = ("created" if created else "adopted existing") + " Job"
+                    if runner != "Job":
+                        verb = ("started" if created else "found running") + f" {runner}"
                     log.info(
-                        "%s/%s: %s Job %s on class %s",
+                        "%s/%s: %s %s on class %s",
                         namespace,
                         name,
-                        "created" if created else "adopted existing",
+                        verb,
                         action.name,
                         action.gpu_class.name,
                     )

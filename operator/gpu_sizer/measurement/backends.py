@@ -8,6 +8,7 @@ that already exists under the deterministic name is adopted, never duplicated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -135,6 +136,8 @@ class _Run:
     task: asyncio.Task[Outcome]
     manifest: Mapping[str, Any]
     started: float = field(default_factory=time.monotonic)
+    #: True once the run holds a concurrency slot and its process was started.
+    running: bool = False
 
 
 class LocalProcessBackend:
@@ -156,9 +159,17 @@ class LocalProcessBackend:
         deadline_cap_seconds: float | None = None,
         grace_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        max_concurrency: int = 1,
+        stop_grace_seconds: float = 3.0,
     ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
         self._command = list(probe_command or [sys.executable, "-m", "gpu_sizer.probe"])
         self._runs: dict[tuple[str, str], _Run] = {}
+        self._max = max_concurrency
+        self._slots: asyncio.Semaphore | None = None  # made in the running loop
+        self._stop_grace = stop_grace_seconds
+        self._procs: set[asyncio.subprocess.Process] = set()
         self._cap = deadline_cap_seconds
         self._grace = grace_seconds
         self._node = f"local/{socket.gethostname()}"
@@ -186,10 +197,24 @@ class LocalProcessBackend:
         deadline = float(manifest["spec"].get("activeDeadlineSeconds") or 900)
         if self._cap is not None:
             deadline = min(deadline, self._cap)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._max)
         self._runs[key] = _Run(
-            asyncio.create_task(self._run([*self._command, *args], env, deadline)), manifest
+            asyncio.create_task(self._queued(key, [*self._command, *args], env, deadline)),
+            manifest,
         )
         return True
+
+    async def _queued(
+        self, key: tuple[str, str], argv: list[str], env: dict[str, str], deadline: float
+    ) -> Outcome:
+        """Wait for a slot: probes sharing one GPU would spoil each other's peaks."""
+        assert self._slots is not None
+        async with self._slots:
+            run = self._runs.get(key)
+            if run is not None:
+                run.running = True
+            return await self._run(argv, env, deadline)
 
     async def _run(self, argv: list[str], env: dict[str, str], deadline: float) -> Outcome:
         proc = await asyncio.create_subprocess_exec(
@@ -199,6 +224,13 @@ class LocalProcessBackend:
             stderr=asyncio.subprocess.PIPE,
             env=env,
         )
+        self._procs.add(proc)
+        try:
+            return await self._talk(proc, deadline)
+        finally:
+            self._procs.discard(proc)
+
+    async def _talk(self, proc: asyncio.subprocess.Process, deadline: float) -> Outcome:
         # Not wait_for: cancelling communicate() would drop what it had read so far.
         talk = asyncio.ensure_future(proc.communicate())
         stopped = False
@@ -271,6 +303,15 @@ class LocalProcessBackend:
         run = self._runs.get((namespace, name))
         if run is None:
             return Outcome(OutcomeKind.Missing, "no local probe process for this Job")
+        if not run.task.done() and not run.running:
+            ahead = sum(1 for r in self._runs.values() if not r.task.done() and r.running)
+            return Outcome(
+                OutcomeKind.Pending,
+                f"queued: {ahead} local probe(s) running, at most {self._max} at once "
+                "(--local-max-concurrency); measurements sharing one GPU would spoil each "
+                "other's peaks",
+                queued=True,
+            )
         if not run.task.done():
             return Outcome(OutcomeKind.Running, "local probe running", node_name=self._node)
         if run.task.cancelled():
@@ -281,10 +322,27 @@ class LocalProcessBackend:
         return run.task.result()
 
     async def close(self) -> None:
-        """Kill every running probe process."""
-        for run in self._runs.values():
-            run.task.cancel()
+        """Stop every probe promptly (operator shutdown): SIGTERM, then SIGKILL after
+        ``stop_grace_seconds``; queued runs never start. Returns once the processes are gone."""
+        procs = [p for p in self._procs if p.returncode is None]
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        if procs:
+            waits = [asyncio.ensure_future(p.wait()) for p in procs]
+            _, pending = await asyncio.wait(waits, timeout=self._stop_grace)
+            for proc in procs:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+            if pending:
+                await asyncio.wait(pending, timeout=self._stop_grace)
+        tasks = [run.task for run in self._runs.values()]
+        for task in tasks:
+            task.cancel()
         self._runs.clear()
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._stop_grace)
 
 
 def _last_json(text: str) -> str:

@@ -49,6 +49,8 @@ class Outcome:
     result: ProbeResult | None = None
     node_name: str | None = None
     seconds_unschedulable: float = 0.0
+    #: Pending only because the backend queues runs (local backend at its concurrency limit).
+    queued: bool = False
 
     @property
     def finished(self) -> bool:
