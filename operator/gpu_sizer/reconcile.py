@@ -213,6 +213,9 @@ class Config:
 
     catalog: tuple[GPUClass, ...]
     unschedulable_timeout_seconds: float = 600.0
+    #: What runs a measurement, as people read it in messages: "Job" (Kubernetes) or
+    #: "local probe" (the local backend, where no Job exists).
+    runner: str = "Job"
 
 
 @dataclass(frozen=True)
@@ -297,7 +300,25 @@ def invalid_plan(
     prev_job = _running_job(previous)
     actions: list[Action] = [DeleteJob(prev_job)] if prev_job else []
     actions.append(Emit("Warning", "InvalidSpec", text))
-    return Plan(status, tuple(actions))
+    return _quiet_if_unchanged(Plan(status, tuple(actions)), previous)
+
+
+def _quiet_if_unchanged(plan: Plan, previous: GPUWorkloadStatus | None) -> Plan:
+    """Drop the plan's Events when its Ready condition is the one already stored.
+
+    Events announce transitions. A resume (every operator restart) or a no-op re-run decides
+    the same verdict again; posting it again would add one Warning per restart per workload.
+    """
+    if previous is None:
+        return plan
+
+    def key(status: GPUWorkloadStatus) -> tuple[str, str | None, str | None] | None:
+        ready = next((c for c in status.conditions if c.type == "Ready"), None)
+        return None if ready is None else (str(ready.status), ready.reason, ready.message)
+
+    if key(previous) is None or key(previous) != key(plan.status):
+        return plan
+    return Plan(plan.status, tuple(a for a in plan.actions if not isinstance(a, Emit)))
 
 
 def _running_job(previous: GPUWorkloadStatus | None) -> str | None:
@@ -348,7 +369,7 @@ def plan_spec(
             actions.append(Emit("Warning", str(assessment.verdict), assessment.message))
         elif not (prev and prev.phase is Phase.Ready and same_hash):
             actions.append(Emit("Normal", "EstimateOnly", base.conditions[-1].message or ""))
-        return Plan(status, tuple(actions))
+        return _quiet_if_unchanged(Plan(status, tuple(actions)), prev)
 
     measured = prev.measurement if prev and same_hash else None
     if measured is not None and measured.spec_hash == wl.spec_hash:
@@ -395,13 +416,13 @@ def plan_spec(
     if prev is not None and prev.spec_hash and not same_hash and (old_job or prev.measurement):
         msg = (
             f"spec changed (specHash {prev.spec_hash} -> {wl.spec_hash}); "
-            + (f"Job {old_job} deleted and its result ignored; " if old_job else "")
-            + f"measuring again with Job {name} on {where}"
+            + (f"{config.runner} {old_job} stopped and its result ignored; " if old_job else "")
+            + f"measuring again with {config.runner} {name} on {where}"
         )
         conds.put(ConditionType.Measured, F, "SpecChanged", msg)
         actions.append(Emit("Normal", "SpecChanged", msg))
     else:
-        msg = f"measuring with Job {name} on {where}"
+        msg = f"measuring with {config.runner} {name} on {where}"
         conds.put(ConditionType.Measured, ConditionStatus.unknown, "Measuring", msg)
     conds.kstatus((False, "Measuring", msg), True, False)
     actions.append(
@@ -609,6 +630,26 @@ def plan_outcome(
     job = m.job_name or ""
     kind = outcome.kind
     if kind in (OutcomeKind.Pending, OutcomeKind.Running):
+        measured = next((c for c in prev.conditions if c.type == "Measured"), None)
+        queued_before = measured is not None and measured.reason == "Queued"
+        if outcome.queued != queued_before:
+            # Say in the status that the run waits its turn (and when it started after all).
+            conds = _Conds(prev, wl.generation, now)
+            if outcome.queued:
+                conds.put(
+                    ConditionType.Measured, ConditionStatus.unknown, "Queued", outcome.message
+                )
+            else:
+                conds.put(
+                    ConditionType.Measured,
+                    ConditionStatus.unknown,
+                    "Measuring",
+                    f"measuring with {config.runner} {job}",
+                )
+            update: dict[str, object] = {"conditions": conds.items}
+            if outcome.node_name:
+                update["measurement"] = m.model_copy(update={"node_name": outcome.node_name})
+            return Plan(prev.model_copy(update=update))
         if outcome.node_name and outcome.node_name != m.node_name:
             return Plan(
                 prev.model_copy(
@@ -638,7 +679,7 @@ def plan_outcome(
         return _ended(wl, m, config, present, now, reason, text, [DeleteJob(job)], "Warning")
     if kind is OutcomeKind.Missing:
         if not m.recreated:
-            text = f"Job {job} was deleted before it finished; recreated it once"
+            text = f"{config.runner} {job} was deleted before it finished; recreated it once"
             conds = _Conds(prev, wl.generation, now)
             conds.put(ConditionType.Measured, ConditionStatus.unknown, "JobRecreated", text)
             status = prev.model_copy(
@@ -656,7 +697,10 @@ def plan_outcome(
                     Emit("Warning", "JobRecreated", text),
                 ),
             )
-        text = f"Job {job} was deleted again before it finished; not recreating it a second time"
+        text = (
+            f"{config.runner} {job} was deleted again before it finished; "
+            "not recreating it a second time"
+        )
         return _ended(wl, m, config, present, now, "JobDeleted", text, [], "Warning")
     if kind in (OutcomeKind.HostOOMKilled, OutcomeKind.Evicted) and not m.retried:
         mem = m.memory_request_bytes or 0
@@ -799,7 +843,8 @@ def _with_result(
         name = job_name(nxt.name, mem, 0)
         text = (
             f"CUDA out of memory on {m.gpu_class} ({failed} failed in phase {r.oom_phase or '?'}): "
-            f"the class is too small; measuring again on {_where(nxt, present)} with Job {name}"
+            f"the class is too small; measuring again on {_where(nxt, present)} "
+            f"with {config.runner} {name}"
         )
         new_m = MeasurementStatus(
             spec_hash=m.spec_hash,

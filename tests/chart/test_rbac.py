@@ -14,6 +14,9 @@ from .conftest import CHART, NAMESPACE, VALUES_DIR, Manifest, Render, by_kind, l
 FULLNAME = "gs-gpu-sizer"
 
 ALWAYS = "always"
+ALL_NS = "all namespaces"
+LISTED_NS = "listed namespaces"
+WATCHED_NS = "each watched namespace"
 SELF_SIGNED = "self-signed webhook TLS"
 PEERING_ALL = "peering, all namespaces"
 PEERING_LISTED = "peering, listed namespaces"
@@ -33,8 +36,10 @@ def row(scope: str, group: str, resource: str, verbs: str, names: str, when: str
 RBAC_TABLE: list[Row] = [
     row(CLUSTER, "gpusizer.dev", "gpuworkloads", "get, list, watch, patch", "", ALWAYS),
     row(CLUSTER, "gpusizer.dev", "gpuworkloads/status", "get, patch, update", "", ALWAYS),
-    row(CLUSTER, "batch", "jobs", "get, list, watch, create, delete", "", ALWAYS),
-    row(CLUSTER, "", "pods", GET_LIST_WATCH, "", ALWAYS),
+    row(CLUSTER, "batch", "jobs", "get, list, watch, create, delete", "", ALL_NS),
+    row(CLUSTER, "", "pods", GET_LIST_WATCH, "", ALL_NS),
+    row(WATCHED_NS, "batch", "jobs", "get, list, watch, create, delete", "", LISTED_NS),
+    row(WATCHED_NS, "", "pods", GET_LIST_WATCH, "", LISTED_NS),
     row(CLUSTER, "", "events", "create, patch", "", ALWAYS),
     row(CLUSTER, "events.k8s.io", "events", "create, patch", "", ALWAYS),
     row(CLUSTER, "", "nodes", GET_LIST_WATCH, "", ALWAYS),
@@ -64,17 +69,17 @@ RBAC_TABLE: list[Row] = [
 
 # Which "when" conditions hold for each test configuration.
 CONDITIONS: dict[str, tuple[dict[str, Any], set[str]]] = {
-    "defaults": ({}, {ALWAYS, SELF_SIGNED}),
-    "ha": ({"replicaCount": 3}, {ALWAYS, SELF_SIGNED, PEERING_ALL}),
-    "all-features": (load_values(VALUES_DIR / "all-features.yaml"), {ALWAYS, PEERING_ALL}),
+    "defaults": ({}, {ALWAYS, ALL_NS, SELF_SIGNED}),
+    "ha": ({"replicaCount": 3}, {ALWAYS, ALL_NS, SELF_SIGNED, PEERING_ALL}),
+    "all-features": (load_values(VALUES_DIR / "all-features.yaml"), {ALWAYS, ALL_NS, PEERING_ALL}),
     "namespaced-peering": (
         load_values(VALUES_DIR / "namespaced-peering.yaml"),
-        {ALWAYS, SELF_SIGNED, PEERING_LISTED},
+        {ALWAYS, LISTED_NS, SELF_SIGNED, PEERING_LISTED},
     ),
-    "no-webhook": (load_values(VALUES_DIR / "no-webhook.yaml"), {ALWAYS}),
+    "no-webhook": (load_values(VALUES_DIR / "no-webhook.yaml"), {ALWAYS, ALL_NS}),
     "cert-manager-cluster-issuer": (
         load_values(VALUES_DIR / "cert-manager-cluster-issuer.yaml"),
-        {ALWAYS},
+        {ALWAYS, ALL_NS},
     ),
 }
 
@@ -93,10 +98,14 @@ def expand_table(conditions: set[str]) -> set[Grant]:
 def expand_rules(docs: list[Manifest]) -> set[Grant]:
     """Every (scope, group, resource, verb, name) the rendered Roles and ClusterRoles grant."""
     grants = set()
-    for kind, scope in (("ClusterRole", "cluster"), ("Role", "release namespace")):
+    for kind in ("ClusterRole", "Role"):
         for role in by_kind(docs, kind):
+            scope = CLUSTER
             if kind == "Role":
-                assert role["metadata"]["namespace"] == NAMESPACE
+                is_measurement = role["metadata"]["name"].endswith("-measurement")
+                scope = WATCHED_NS if is_measurement else RELEASE_NS
+                if not is_measurement:
+                    assert role["metadata"]["namespace"] == NAMESPACE
             for rule in role["rules"]:
                 assert "nonResourceURLs" not in rule
                 for field in ("apiGroups", "resources", "verbs", "resourceNames"):
@@ -116,6 +125,25 @@ def test_rendered_rbac_is_exactly_the_documented_rules(render: Render, config: s
     expected = expand_table(conditions)
     assert rendered - expected == set(), "granted but not documented"
     assert expected - rendered == set(), "documented for this configuration but not granted"
+
+
+def test_listed_namespaces_get_job_rules_in_those_namespaces_only(render: Render) -> None:
+    values, _ = CONDITIONS["namespaced-peering"]
+    docs = render(values)
+    listed = set(values["watch"]["namespaces"])
+    roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-measurement")]
+    bindings = [
+        b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"].endswith("-measurement")
+    ]
+    assert {r["metadata"]["namespace"] for r in roles} == listed and len(roles) == len(listed)
+    assert {b["metadata"]["namespace"] for b in bindings} == listed
+    for b in bindings:
+        assert b["roleRef"]["name"] == f"{FULLNAME}-measurement"
+        assert b["subjects"][0]["namespace"] == NAMESPACE
+    cluster_resources = {
+        res for rule in one(docs, "ClusterRole")["rules"] for res in rule["resources"]
+    }
+    assert not cluster_resources & {"jobs", "pods"}
 
 
 def test_bindings_point_at_the_roles_and_service_account(render: Render) -> None:

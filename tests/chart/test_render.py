@@ -265,6 +265,16 @@ def test_operator_flags_with_defaults(render: Render) -> None:
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 
+def test_probe_image_pull_secrets_become_flags(render: Render) -> None:
+    assert not [a for a in args(render()) if a.startswith("--probe-image-pull-secret")]
+    docs = render({"measurement": {"probeImage": {"pullSecrets": ["regcred", "mirror"]}}})
+    given = [a for a in args(docs) if a.startswith("--probe-image-pull-secret=")]
+    assert given == ["--probe-image-pull-secret=regcred", "--probe-image-pull-secret=mirror"]
+    parser = argparse.ArgumentParser()
+    add_operator_arguments(parser)
+    assert parser.parse_args(given).probe_image_pull_secret == ["regcred", "mirror"]
+
+
 def test_named_objects_match_the_flags(render: Render) -> None:
     """The names the operator is given are the names of the objects the chart creates."""
     docs = render()

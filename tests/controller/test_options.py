@@ -35,6 +35,34 @@ def test_env_vars_are_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert opts.pod_namespace == "gpu-sizer-system"
 
 
+def test_all_namespaces_and_namespaces_conflict_names_both_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match=r"--all-namespaces/-A and --namespace/-n foo conflict"):
+        options_from(parse("-A", "-n", "foo"))
+    monkeypatch.setenv("GPU_SIZER_NAMESPACE", "foo")
+    # Through the command: a usage error (exit 2) naming the env var, not a kopf traceback.
+    from gpu_sizer.cli import main
+
+    assert main(["operator", "-A", "--standalone"]) == 2
+    err = capsys.readouterr().err
+    assert "--all-namespaces/-A" in err and "GPU_SIZER_NAMESPACE=foo" in err
+    assert "Traceback" not in err
+
+
+def test_pull_secrets_and_local_concurrency(monkeypatch: pytest.MonkeyPatch) -> None:
+    opts = options_from(
+        parse("-A", "--probe-image-pull-secret", "a", "--probe-image-pull-secret", "b")
+    )
+    assert opts.probe_image_pull_secrets == ("a", "b") and opts.local_max_concurrency == 1
+    monkeypatch.setenv("GPU_SIZER_PROBE_IMAGE_PULL_SECRET", "regcred,other")
+    monkeypatch.setenv("GPU_SIZER_LOCAL_MAX_CONCURRENCY", "3")
+    opts = options_from(parse("-A"))
+    assert opts.probe_image_pull_secrets == ("regcred", "other") and opts.local_max_concurrency == 3
+    with pytest.raises(ValueError, match="--local-max-concurrency"):
+        options_from(parse("-A", "--local-max-concurrency", "0"))
+
+
 def test_namespace_or_all_is_required() -> None:
     with pytest.raises(ValueError, match="--all-namespaces"):
         options_from(parse())

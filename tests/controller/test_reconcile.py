@@ -202,6 +202,15 @@ def test_invalid_spec_stalls_with_field_paths() -> None:
     assert any(isinstance(a, Emit) and a.reason == "InvalidSpec" for a in plan.actions)
 
 
+def test_unchanged_verdict_on_resume_posts_no_event_again() -> None:
+    problems = ["spec.inference.maxNumSeqs: must be >= 1"]
+    first = invalid_plan(problems, generation=3, now="T", previous=None)
+    again = invalid_plan(problems, generation=3, now="T2", previous=first.status)
+    assert not any(isinstance(a, Emit) for a in again.actions)
+    changed = invalid_plan(["spec.model.dtype: bad"], generation=4, now="T3", previous=again.status)
+    assert any(isinstance(a, Emit) and a.reason == "InvalidSpec" for a in changed.actions)
+
+
 def test_absent_class_waits_for_a_node_and_measures_again_when_one_joins() -> None:
     h100 = raw(placement={"gpuClasses": ["nvidia-h100-80gb"]})
     measuring = start(h100).status

@@ -67,7 +67,7 @@ async def test_job_manifest_fields(cluster, start_operator, kubelet: Kubelet) ->
     created = await cluster.create(
         GW, workload(long_name, spec(measurement={"timeoutSeconds": 120}))
     )
-    start_operator()
+    start_operator("--probe-image-pull-secret", "regcred", "--probe-image-pull-secret", "mirror")
     job = await kubelet.wait_job()
     meta = job["metadata"]
     assert len(meta["name"]) <= 63 and meta["name"].startswith("gpusizer-a-very-long")
@@ -88,6 +88,7 @@ async def test_job_manifest_fields(cluster, start_operator, kubelet: Kubelet) ->
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
     ]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
     (ctr,) = pod["containers"]
     assert ctr["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert int(ctr["resources"]["limits"]["memory"]) == 4 * GIB  # Synthetic: the runtime only

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import GW, Kubelet, eventually, spec, workload
+from tests.e2e.conftest import GW, NS, Kubelet, eventually, spec, workload
 from tests.e2e.probe_results import GIB, gpu_success
 from tests.e2e.test_lifecycle import phase_is
 
@@ -59,3 +59,32 @@ async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -
     assert samples[count] == 1
     healthz = await eventually(lambda: fetch(f"http://127.0.0.1:{health}/healthz"), what="/healthz")
     assert healthz is not None
+    # Byte components only (perGpu's display-only totalGiB is not a byte figure).
+    components = {
+        dict(labels)["component"]
+        for (metric, labels) in samples
+        if metric == "gpusizer_estimated_bytes" and dict(labels).get("name") == "metered"
+    }
+    assert components == {
+        "weights",
+        "quantizationOverhead",
+        "kvCache",
+        "activation",
+        "gradient",
+        "optimizerState",
+        "masterWeight",
+        "runtimeOverhead",
+        "total",
+    }
+    # Deleting the workload removes every series that names it.
+    await cluster.delete(GW, NS, "metered")
+
+    async def forgotten() -> bool:
+        text = await fetch(f"http://127.0.0.1:{metrics}/metrics")
+        return text is not None and not any(
+            s.labels.get("name") == "metered"
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        )
+
+    await eventually(forgotten, what="no series of the deleted workload")

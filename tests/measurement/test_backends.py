@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import sys
+import time
 from pathlib import Path
 
 from gpu_sizer.api import parse_spec, spec_hash
@@ -39,6 +40,11 @@ if mode == "graceful":  # the real probe's SIGTERM handling: a Timeout result, e
     signal.signal(signal.SIGTERM, on_term)
     print("ready", file=sys.stderr, flush=True)
     time.sleep(30)
+if mode == "stubborn":  # ignores SIGTERM: only SIGKILL stops it
+    import signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready", file=sys.stderr, flush=True)
+    time.sleep(60)
 if mode == "crash":
     print("boom", file=sys.stderr); sys.exit(3)
 if mode == "garbage":
@@ -64,7 +70,7 @@ async def run(tmp_path: Path, mode: str, monkeypatch, cap: float | None = None):
     assert await backend.start(manifest("j1")) is False, "a second start adopts the first"
     for _ in range(200):
         out = backend.observe("ns", "j1", job=None, pods=[], now=NOW)
-        if out.kind is not OutcomeKind.Running:
+        if out.kind not in (OutcomeKind.Running, OutcomeKind.Pending):
             return out, backend
         await asyncio.sleep(0.05)
     raise AssertionError("probe did not finish")
@@ -125,10 +131,56 @@ async def test_a_probe_result_on_a_non_zero_exit_is_read(tmp_path, monkeypatch) 
     assert await backend.start(job_manifest(spec, req))
     for _ in range(600):
         out = backend.observe("ns", "j", job=None, pods=[], now=NOW)
-        if out.kind is not OutcomeKind.Running:
+        if out.kind not in (OutcomeKind.Running, OutcomeKind.Pending):
             break
         await asyncio.sleep(0.05)
     assert out.kind is OutcomeKind.Succeeded, out.message  # a result was read
     assert out.result is not None
     assert out.result.status == "Failed" and out.result.exit_code == 3
     assert out.result.spec_hash == spec_hash(spec)
+
+
+async def _until(backend: LocalProcessBackend, name: str, kind: OutcomeKind) -> None:
+    for _ in range(200):
+        if backend.observe("ns", name, job=None, pods=[], now=NOW).kind is kind:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} never reached {kind}")
+
+
+async def test_runs_beyond_the_concurrency_limit_wait_their_turn(tmp_path, monkeypatch) -> None:
+    script = tmp_path / "fake_probe.py"
+    script.write_text(FAKE_PROBE)
+    monkeypatch.setenv("FAKE_MODE", "sleep")
+    backend = LocalProcessBackend([sys.executable, str(script)], deadline_cap_seconds=1.0)
+    assert await backend.start(manifest("j1")) and await backend.start(manifest("j2"))
+    await _until(backend, "j1", OutcomeKind.Running)
+    queued = backend.observe("ns", "j2", job=None, pods=[], now=NOW)
+    assert queued.kind is OutcomeKind.Pending and queued.queued
+    assert "at most 1 at once" in queued.message and "--local-max-concurrency" in queued.message
+    await _until(backend, "j1", OutcomeKind.DeadlineExceeded)
+    await _until(backend, "j2", OutcomeKind.Running)
+    await backend.close()
+
+
+async def test_close_stops_probes_promptly_even_if_they_ignore_sigterm(
+    tmp_path, monkeypatch
+) -> None:
+    script = tmp_path / "fake_probe.py"
+    script.write_text(FAKE_PROBE)
+    monkeypatch.setenv("FAKE_MODE", "stubborn")
+    backend = LocalProcessBackend(
+        [sys.executable, str(script)], max_concurrency=2, stop_grace_seconds=0.5
+    )
+    await backend.start(manifest("j1"))
+    await backend.start(manifest("j2"))
+    await backend.start(manifest("j3"))  # queued: never started by close()
+    await _until(backend, "j2", OutcomeKind.Running)
+    await asyncio.sleep(0.5)  # give the probes time to ignore SIGTERM, so SIGKILL is needed
+    procs = list(backend._procs)
+    assert len(procs) == 2
+    started = time.monotonic()
+    await backend.close()
+    assert time.monotonic() - started < 5
+    assert all(p.returncode is not None for p in procs)
+    assert backend.observe("ns", "j1", job=None, pods=[], now=NOW).kind is OutcomeKind.Missing

@@ -4,6 +4,7 @@ client models and kubernetes-validate's OpenAPI schemas."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import kubernetes_validate
 import pytest
@@ -11,7 +12,15 @@ from kubernetes import client
 
 from gpu_sizer.api import parse_spec, spec_hash
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.measurement.job import GIB, JobRequest, host_memory_bytes, job_manifest, job_name
+from gpu_sizer.measurement.job import (
+    GIB,
+    JobRequest,
+    adoptable,
+    host_memory_bytes,
+    job_manifest,
+    job_name,
+    owner_uid,
+)
 
 SPEC = parse_spec(
     {
@@ -23,7 +32,7 @@ SPEC = parse_spec(
 H100 = next(c for c in DEFAULT_CATALOG if c.name == "nvidia-h100-80gb")
 
 
-def manifest(name: str = "llama") -> dict:
+def manifest(name: str = "llama", pull_secrets: tuple[str, ...] = ("regcred",)) -> dict:
     h = spec_hash(SPEC)
     req = JobRequest(
         namespace="ml",
@@ -35,8 +44,15 @@ def manifest(name: str = "llama") -> dict:
         memory_bytes=18 * GIB,
         image="registry.example/gpu-sizer:1",
         name=job_name(name, h, H100.name, 18 * GIB),
+        image_pull_secrets=pull_secrets,
     )
     return job_manifest(SPEC, req)
+
+
+def test_image_pull_secrets_only_when_given() -> None:
+    pod = manifest()["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert "imagePullSecrets" not in manifest(pull_secrets=())["spec"]["template"]["spec"]
 
 
 def test_deserializes_into_the_official_models_without_loss() -> None:
@@ -101,6 +117,43 @@ def test_name_is_deterministic_short_and_changes_with_what_is_measured() -> None
         job_name("a", "0" * 16, "nvidia-l4", GIB),
     }
     assert len(names) == 5
+
+
+def test_name_digest_covers_full_name_namespace_and_uid() -> None:
+    # Two names equal in their first 42 characters once shared a Job (and its deletion).
+    h = spec_hash(SPEC)
+    one, two = "x" * 44 + "-team-one", "x" * 44 + "-team-two"
+    names = {
+        job_name(one, h, "nvidia-l4", GIB, namespace="ml", uid="u1"),
+        job_name(two, h, "nvidia-l4", GIB, namespace="ml", uid="u1"),
+        job_name(one, h, "nvidia-l4", GIB, namespace="other", uid="u1"),
+        job_name(one, h, "nvidia-l4", GIB, namespace="ml", uid="u2"),
+    }
+    assert len(names) == 4
+
+
+def test_adoption_requires_same_owner_uid_manager_and_spec_hash() -> None:
+    req = JobRequest(
+        namespace="ml",
+        workload="w",
+        workload_uid="uid-1",
+        spec_hash=spec_hash(SPEC),
+        gpu_class=H100,
+        gpus=1,
+        memory_bytes=4 * GIB,
+        image="probe:1",
+        name="gpusizer-w-0123456789",
+    )
+    ours = job_manifest(SPEC, req)
+    assert owner_uid(ours) == "uid-1"
+    assert adoptable(ours, ours) is None
+    theirs = job_manifest(SPEC, replace(req, workload_uid="uid-2"))
+    why = adoptable(theirs, ours)
+    assert why is not None and "uid-2" in why and "gpusizer-w-0123456789" in why
+    other_hash = job_manifest(SPEC, replace(req, spec_hash="0" * 16))
+    assert "gpusizer.dev/spec-hash" in (adoptable(other_hash, ours) or "")
+    unowned = {**ours, "metadata": {**ours["metadata"], "ownerReferences": []}}
+    assert adoptable(unowned, ours) is not None
 
 
 def test_host_memory_synthetic_is_the_runtime_command_adds_the_weights() -> None:

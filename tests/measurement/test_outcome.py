@@ -6,8 +6,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import pytest
+
 from gpu_sizer.measurement.outcome import OutcomeKind, classify
-from gpu_sizer.measurement.result import ProbeResult
+from gpu_sizer.measurement.result import NvmlInfo, PhaseResult, ProbeResult, implausibilities
 
 NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 JOB: dict[str, Any] = {
@@ -129,3 +131,56 @@ def test_newest_pod_decides() -> None:
     }
     new = terminated(exitCode=0, message=RESULT)
     assert classify(job(("Complete", "Completed")), [new, old], NOW).kind is OutcomeKind.Succeeded
+
+
+def _gpu_result(**fields: Any) -> ProbeResult:
+    base: dict[str, Any] = {
+        "status": "Succeeded",
+        "mode": "Synthetic",
+        "device": "cuda",
+        "peak_allocated_bytes": 8 << 30,
+        "peak_reserved_bytes": 9 << 30,
+        "peak_device_used_bytes": 10 << 30,
+        "nvml": NvmlInfo(available=True, total_bytes=24 << 30),
+    }
+    return ProbeResult(**{**base, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"peak_device_used_bytes": -5}, "peakDeviceUsedBytes is -5"),
+        ({"peak_reserved_bytes": -5}, "peakReservedBytes is -5"),
+        ({"peak_allocated_bytes": -5}, "peakAllocatedBytes is -5"),
+        (
+            {
+                "peak_allocated_bytes": None,
+                "peak_reserved_bytes": None,
+                "peak_device_used_bytes": None,
+            },
+            "none of peakAllocatedBytes",
+        ),
+        ({"peak_device_used_bytes": 30 << 30}, "above the device's memory"),
+        ({"phases": [PhaseResult(name="load", seconds=1, peak_reserved_bytes=-1)]}, "phases[0]"),
+    ],
+)
+def test_implausible_figures_fail_the_measurement_naming_the_field(
+    fields: dict[str, Any], named: str
+) -> None:
+    result = _gpu_result(**fields)
+    assert any(named in p for p in implausibilities(result))
+    message = result.model_dump_json(by_alias=True, exclude_none=True)
+    for code in (0, 1):
+        out = classify(
+            job(("Complete", "Completed")), [terminated(exitCode=code, message=message)], NOW
+        )
+        assert out.kind is OutcomeKind.Failed and out.result is None
+        assert named in out.message
+
+
+def test_plausible_results_pass_and_oom_may_exceed_the_device() -> None:
+    assert implausibilities(_gpu_result()) == []
+    oom = _gpu_result(status="OutOfMemory", out_of_memory=True, peak_reserved_bytes=25 << 30)
+    assert implausibilities(oom) == []
+    cpu = ProbeResult(status="Succeeded", mode="Synthetic", device="cpu", peak_rss_bytes=1 << 30)
+    assert implausibilities(cpu) == []

@@ -36,7 +36,7 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.controller.options import Options
 from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory, parse_node
-from gpu_sizer.measurement.backends import Backend, BackendError
+from gpu_sizer.measurement.backends import Backend, BackendError, JobConflict
 from gpu_sizer.measurement.job import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -44,6 +44,7 @@ from gpu_sizer.measurement.job import (
     host_memory_bytes,
     job_manifest,
     job_name,
+    owner_uid,
 )
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, parse_time
 from gpu_sizer.reconcile import (
@@ -108,6 +109,7 @@ def _slim(body: Mapping[str, Any]) -> dict[str, Any]:
             "namespace": meta.get("namespace"),
             "creationTimestamp": meta.get("creationTimestamp"),
             "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": _plain(list(meta.get("ownerReferences") or [])),
         },
         "spec": {
             "nodeName": spec.get("nodeName"),
@@ -123,6 +125,17 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def _raw_spec(body: Mapping[str, Any]) -> Any:
+    """The stored ``spec`` as plain data, whatever its type.
+
+    Read from the body, not through kopf's ``spec`` kwarg: that is a mapping view which raises
+    ``TypeError`` when the stored spec is a string, a list or null (possible when the object was
+    stored without the CRD's schema or the webhook). :func:`parse_spec` turns those into
+    ``spec: must be an object``.
+    """
+    return _plain(body.get("spec"))
 
 
 def _previous(status: Mapping[str, Any]) -> GPUWorkloadStatus | None:
@@ -156,14 +169,22 @@ def _present(index: Any) -> frozenset[str]:
 
 def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -> None:
     """Register every handler of the operator on ``registry`` (closures over the options)."""
-    config = Config(catalog=opts.catalog, unschedulable_timeout_seconds=opts.unschedulable_timeout)
+    runner = "local probe" if opts.measurement_backend == "local" else "Job"
+    config = Config(
+        catalog=opts.catalog,
+        unschedulable_timeout_seconds=opts.unschedulable_timeout,
+        runner=runner,
+    )
     headroom_labels: dict[tuple[str, str], tuple[str, str]] = {}
 
     def record_metrics(namespace: str, name: str, status: GPUWorkloadStatus) -> None:
         if status.estimate is not None:
-            for component, value in status.estimate.per_gpu.model_dump(by_alias=True).items():
-                comp = component.removesuffix("Bytes")
-                metrics.ESTIMATED_BYTES.labels(namespace, name, comp).set(value)
+            wire = status.estimate.per_gpu.model_dump(by_alias=True)
+            for component in _COMPONENTS:
+                # Byte fields only: perGpu also carries display-only figures (totalGiB).
+                value = wire.get(f"{component}Bytes")
+                if isinstance(value, int):
+                    metrics.ESTIMATED_BYTES.labels(namespace, name, component).set(value)
         m = status.measurement
         if m is not None and m.completed_at and m.device == "cuda":
             for kind, value in (
@@ -223,13 +244,17 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                         memory_bytes=action.memory_bytes,
                         image=spec.measurement.image or opts.probe_image,
                         name=action.name,
+                        image_pull_secrets=opts.probe_image_pull_secrets,
                     )
                     created = await backend.start(job_manifest(spec, req))
+                    verb = ("created" if created else "adopted existing") + " Job"
+                    if runner != "Job":
+                        verb = ("started" if created else "found running") + f" {runner}"
                     log.info(
-                        "%s/%s: %s Job %s on class %s",
+                        "%s/%s: %s %s on class %s",
                         namespace,
                         name,
-                        "created" if created else "adopted existing",
+                        verb,
                         action.name,
                         action.gpu_class.name,
                     )
@@ -237,6 +262,12 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                     kopf.event(
                         body, type=action.type_, reason=action.reason, message=action.message[:1000]
                     )
+            except JobConflict as exc:
+                # Never adopt another object's Job; say so where the user looks, retry slowly
+                # (the other Job may be on its way out, e.g. a deleted workload's).
+                logger.error("%s; not adopting it", exc)
+                kopf.warn(body, reason="JobNameConflict", message=f"{exc}; not adopting it")
+                raise kopf.TemporaryError(str(exc), delay=60) from exc
             except BackendError as exc:
                 raise kopf.TemporaryError(str(exc), delay=min(opts.poll_interval, 5.0)) from exc
         old_phase = (status or {}).get("phase")
@@ -258,7 +289,6 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     async def reconcile(
         body: kopf.Body,
-        spec: Mapping[str, Any],
         status: Mapping[str, Any],
         meta: Mapping[str, Any],
         patch: kopf.Patch,
@@ -270,7 +300,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         prev = _previous(status)
         now = now_rfc3339()
         try:
-            parsed = parse_spec(_plain(spec))
+            parsed = parse_spec(_raw_spec(body))
         except InvalidWorkload as exc:
             problems = [str(p) for p in exc.problems]
             logger.warning("invalid spec (stored without the webhook?): %s", "; ".join(problems))
@@ -290,9 +320,10 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
             str(meta.get("name")), str(meta.get("namespace")), generation, parsed, hash_, prev
         )
         name = wl.name
+        uid = str(meta.get("uid") or "")
 
         def namer(gpu_class: str, mem: int, retry: int) -> str:
-            return job_name(name, hash_, gpu_class, mem, retry)
+            return job_name(name, hash_, gpu_class, mem, retry, namespace=wl.namespace, uid=uid)
 
         plan = plan_spec(
             wl,
@@ -339,7 +370,6 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     async def measurement(
         body: kopf.Body,
-        spec: Mapping[str, Any],
         status: Mapping[str, Any],
         meta: Mapping[str, Any],
         patch: kopf.Patch,
@@ -354,7 +384,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         if prev is None or prev.measurement is None or not prev.measurement.job_name:
             return
         try:
-            parsed = parse_spec(_plain(spec))
+            parsed = parse_spec(_raw_spec(body))
         except InvalidWorkload:
             return  # the spec handler turns this into Stalled
         hash_ = spec_hash(parsed)
@@ -378,9 +408,10 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         if outcome.kind is OutcomeKind.Missing and _just_started(m.started_at, now_dt, opts):
             return  # the watch has not shown our own new Job yet
         wl = Workload(name, namespace, meta.get("generation"), parsed, hash_, prev)
+        uid = str(meta.get("uid") or "")
 
         def namer(gpu_class: str, mem: int, retry: int) -> str:
-            return job_name(name, hash_, gpu_class, mem, retry)
+            return job_name(name, hash_, gpu_class, mem, retry, namespace=wl.namespace, uid=uid)
 
         plan = plan_outcome(
             wl, outcome, config, present=_present(gpu_nodes), now=now_rfc3339(), job_name=namer
@@ -415,6 +446,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
     async def forget(
         name: str | None,
         namespace: str | None,
+        meta: Mapping[str, Any],
         gpu_jobs: kopf.Index[tuple[str, str], Any],
         **_: Any,
     ) -> None:
@@ -424,6 +456,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
             return
         forget_metrics(namespace, name)
         # Snapshot first: deleting a Job changes the index while we would iterate it.
+        uid = str(meta.get("uid") or "")
         owned = [
             (ns, job)
             for (ns, job), items in list(gpu_jobs.items())
@@ -433,6 +466,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
                 "gpusizer.dev/workload-name"
             )
             == name
+            and owner_uid(item) in (uid, None)  # only this object's Jobs, never a namesake's
         ]
         for ns, job in owned:
             try:
@@ -476,7 +510,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 def _spec_changed(body: kopf.Body, hash_: str) -> bool:
     """Whether the live body's spec no longer hashes to ``hash_`` (invalid counts as changed)."""
     try:
-        return spec_hash(parse_spec(_plain(body.get("spec") or {}))) != hash_
+        return spec_hash(parse_spec(_raw_spec(body))) != hash_
     except InvalidWorkload:
         return True
 

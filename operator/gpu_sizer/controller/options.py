@@ -50,6 +50,8 @@ class Options:
     poll_interval: float = 5.0
     local_probe_command: tuple[str, ...] = ()
     local_deadline_cap: float | None = None
+    local_max_concurrency: int = 1
+    probe_image_pull_secrets: tuple[str, ...] = ()
     webhook: bool = True
     webhook_port: int = 9443
     webhook_listen: str = "0.0.0.0"
@@ -63,6 +65,13 @@ class Options:
 
 def _env(flag: str, default: Any) -> Any:
     return os.environ.get("GPU_SIZER_" + flag.upper().replace("-", "_"), default)
+
+
+def _source(flag: str, spelled: str) -> str:
+    """How a setting was given, for error messages: the flag, plus its env var when set."""
+    var = "GPU_SIZER_" + flag.upper().replace("-", "_")
+    value = os.environ.get(var)
+    return f"{spelled} (env {var}={value})" if value else spelled
 
 
 def _bool_env(flag: str) -> bool:
@@ -104,6 +113,15 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--catalog", default=_env("catalog", None), metavar="FILE")
     p.add_argument("--policy", default=_env("policy", None), metavar="FILE")
     p.add_argument("--probe-image", default=_env("probe-image", DEFAULT_PROBE_IMAGE))
+    p.add_argument(
+        "--probe-image-pull-secret",
+        action="append",
+        default=[n for n in str(_env("probe-image-pull-secret", "")).split(",") if n],
+        metavar="NAME",
+        help="Secret for pulling the probe image (repeatable); becomes the measurement Job's "
+        "imagePullSecrets, so it must exist in each workload's namespace; env "
+        "GPU_SIZER_PROBE_IMAGE_PULL_SECRET, comma-separated",
+    )
     p.add_argument("--default-headroom", type=float, default=float(_env("default-headroom", 0.10)))
     p.add_argument(
         "--measurement-backend",
@@ -136,6 +154,14 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         default=_env("local-deadline-cap", None),
         metavar="SECONDS",
         help="local backend: upper bound on a probe run, whatever the spec's timeout (seconds)",
+    )
+    p.add_argument(
+        "--local-max-concurrency",
+        type=int,
+        default=int(_env("local-max-concurrency", 1)),
+        metavar="N",
+        help="local backend: probes run at once (default 1: measurements sharing one GPU would "
+        "spoil each other's peaks); the others wait their turn",
     )
     p.add_argument("--webhook-port", type=int, default=int(_env("webhook-port", 9443)))
     p.add_argument("--webhook-listen", default=_env("webhook-listen", "0.0.0.0"))
@@ -181,6 +207,16 @@ def options_from(
     """
     if not args.all_namespaces and not args.namespace:
         raise ValueError("give --namespace NS (repeatable) or --all-namespaces/-A")
+    if args.all_namespaces and args.namespace:
+        raise ValueError(
+            f"{_source('all-namespaces', '--all-namespaces/-A')} and "
+            f"{_source('namespace', '--namespace/-n ' + ','.join(args.namespace))} conflict: "
+            "serve either every namespace or the listed ones (unset one of them)"
+        )
+    if args.local_max_concurrency < 1:
+        raise ValueError(
+            f"--local-max-concurrency must be at least 1, not {args.local_max_concurrency}"
+        )
     catalog = tuple(argv_catalog) if argv_catalog is not None else load_catalog(args.catalog)
     cap = args.local_deadline_cap
     return Options(
@@ -200,6 +236,8 @@ def options_from(
         poll_interval=args.poll_interval,
         local_probe_command=tuple(args.local_probe_command.split()),
         local_deadline_cap=float(cap) if cap not in (None, "") else None,
+        local_max_concurrency=int(args.local_max_concurrency),
+        probe_image_pull_secrets=tuple(args.probe_image_pull_secret),
         webhook=not args.no_webhook,
         webhook_port=args.webhook_port,
         webhook_listen=args.webhook_listen,

@@ -53,7 +53,9 @@ def make_backend(opts: Options) -> Backend:
     """The measurement backend named by ``--measurement-backend``."""
     if opts.measurement_backend == "local":
         return LocalProcessBackend(
-            opts.local_probe_command or None, deadline_cap_seconds=opts.local_deadline_cap
+            opts.local_probe_command or None,
+            deadline_cap_seconds=opts.local_deadline_cap,
+            max_concurrency=opts.local_max_concurrency,
         )
     from kubernetes import client, config
 
@@ -87,6 +89,15 @@ def run(opts: Options) -> int:
             opts.measurement_backend,
             len(opts.catalog),
         )
+
+    close = getattr(backend, "close", None)
+    if close is not None:
+
+        @kopf.on.cleanup(registry=registry, id="stop-local-probes")
+        async def cleanup(**_: Any) -> None:
+            # Stop running probes now (SIGTERM, then SIGKILL after a short grace) instead of
+            # leaving them to run on, or to asyncio's teardown.
+            await close()
 
     if opts.webhook:
         try:  # importing registers kopf.on.validate / kopf.on.mutate on the default registry

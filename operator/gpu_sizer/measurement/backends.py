@@ -8,6 +8,7 @@ that already exists under the deterministic name is adopted, never duplicated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -18,12 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from gpu_sizer.measurement.job import adoptable
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
-from gpu_sizer.measurement.result import InvalidResult, parse_result
+from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, parse_result
 
 __all__ = [
     "Backend",
     "BackendError",
+    "JobConflict",
     "KubernetesJobBackend",
     "LocalProcessBackend",
 ]
@@ -31,6 +34,13 @@ __all__ = [
 
 class BackendError(RuntimeError):
     """The API or the process could not be reached; the caller retries later."""
+
+
+class JobConflict(BackendError):
+    """A Job of the wanted name exists but is not ours (another owner, spec hash or manager).
+
+    Never adopted: the caller reports it (the message names the Job and its owner).
+    """
 
 
 class Backend(Protocol):
@@ -73,12 +83,26 @@ class KubernetesJobBackend:
                 self._batch.create_namespaced_job, meta["namespace"], dict(manifest)
             )
         except ApiException as exc:
-            if exc.status == 409:
-                return False
+            if exc.status != 409:
+                raise BackendError(
+                    f"creating Job {meta['name']}: HTTP {exc.status} {exc.reason}"
+                ) from exc
+        else:
+            return True
+        try:
+            existing = await asyncio.to_thread(
+                self._batch.read_namespaced_job, meta["name"], meta["namespace"]
+            )
+        except ApiException as exc:
             raise BackendError(
-                f"creating Job {meta['name']}: HTTP {exc.status} {exc.reason}"
+                f"reading existing Job {meta['name']}: HTTP {exc.status} {exc.reason}"
             ) from exc
-        return True
+        if not isinstance(existing, Mapping):
+            existing = self._batch.api_client.sanitize_for_serialization(existing)
+        why = adoptable(existing, manifest)
+        if why is not None:
+            raise JobConflict(why)
+        return False
 
     async def delete(self, namespace: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -110,7 +134,10 @@ class KubernetesJobBackend:
 @dataclass
 class _Run:
     task: asyncio.Task[Outcome]
+    manifest: Mapping[str, Any]
     started: float = field(default_factory=time.monotonic)
+    #: True once the run holds a concurrency slot and its process was started.
+    running: bool = False
 
 
 class LocalProcessBackend:
@@ -132,9 +159,17 @@ class LocalProcessBackend:
         deadline_cap_seconds: float | None = None,
         grace_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        max_concurrency: int = 1,
+        stop_grace_seconds: float = 3.0,
     ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
         self._command = list(probe_command or [sys.executable, "-m", "gpu_sizer.probe"])
         self._runs: dict[tuple[str, str], _Run] = {}
+        self._max = max_concurrency
+        self._slots: asyncio.Semaphore | None = None  # made in the running loop
+        self._stop_grace = stop_grace_seconds
+        self._procs: set[asyncio.subprocess.Process] = set()
         self._cap = deadline_cap_seconds
         self._grace = grace_seconds
         self._node = f"local/{socket.gethostname()}"
@@ -144,6 +179,9 @@ class LocalProcessBackend:
         meta = manifest["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
         if key in self._runs:
+            why = adoptable(self._runs[key].manifest, manifest)
+            if why is not None:
+                raise JobConflict(why)
             return False
         container = manifest["spec"]["template"]["spec"]["containers"][0]
         argv = list(container["command"])
@@ -159,10 +197,24 @@ class LocalProcessBackend:
         deadline = float(manifest["spec"].get("activeDeadlineSeconds") or 900)
         if self._cap is not None:
             deadline = min(deadline, self._cap)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._max)
         self._runs[key] = _Run(
-            asyncio.create_task(self._run([*self._command, *args], env, deadline))
+            asyncio.create_task(self._queued(key, [*self._command, *args], env, deadline)),
+            manifest,
         )
         return True
+
+    async def _queued(
+        self, key: tuple[str, str], argv: list[str], env: dict[str, str], deadline: float
+    ) -> Outcome:
+        """Wait for a slot: probes sharing one GPU would spoil each other's peaks."""
+        assert self._slots is not None
+        async with self._slots:
+            run = self._runs.get(key)
+            if run is not None:
+                run.running = True
+            return await self._run(argv, env, deadline)
 
     async def _run(self, argv: list[str], env: dict[str, str], deadline: float) -> Outcome:
         proc = await asyncio.create_subprocess_exec(
@@ -172,6 +224,13 @@ class LocalProcessBackend:
             stderr=asyncio.subprocess.PIPE,
             env=env,
         )
+        self._procs.add(proc)
+        try:
+            return await self._talk(proc, deadline)
+        finally:
+            self._procs.discard(proc)
+
+    async def _talk(self, proc: asyncio.subprocess.Process, deadline: float) -> Outcome:
         # Not wait_for: cancelling communicate() would drop what it had read so far.
         talk = asyncio.ensure_future(proc.communicate())
         stopped = False
@@ -208,6 +267,8 @@ class LocalProcessBackend:
         # status: Command mode passes the command's own status through (124 at the deadline).
         try:
             result = parse_result(_last_json(text))
+        except ImplausibleResult as exc:
+            return Outcome(OutcomeKind.Failed, str(exc), node_name=self._node)
         except InvalidResult as exc:
             if proc.returncode == 0:
                 return Outcome(
@@ -242,6 +303,15 @@ class LocalProcessBackend:
         run = self._runs.get((namespace, name))
         if run is None:
             return Outcome(OutcomeKind.Missing, "no local probe process for this Job")
+        if not run.task.done() and not run.running:
+            ahead = sum(1 for r in self._runs.values() if not r.task.done() and r.running)
+            return Outcome(
+                OutcomeKind.Pending,
+                f"queued: {ahead} local probe(s) running, at most {self._max} at once "
+                "(--local-max-concurrency); measurements sharing one GPU would spoil each "
+                "other's peaks",
+                queued=True,
+            )
         if not run.task.done():
             return Outcome(OutcomeKind.Running, "local probe running", node_name=self._node)
         if run.task.cancelled():
@@ -252,10 +322,27 @@ class LocalProcessBackend:
         return run.task.result()
 
     async def close(self) -> None:
-        """Kill every running probe process."""
-        for run in self._runs.values():
-            run.task.cancel()
+        """Stop every probe promptly (operator shutdown): SIGTERM, then SIGKILL after
+        ``stop_grace_seconds``; queued runs never start. Returns once the processes are gone."""
+        procs = [p for p in self._procs if p.returncode is None]
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        if procs:
+            waits = [asyncio.ensure_future(p.wait()) for p in procs]
+            _, pending = await asyncio.wait(waits, timeout=self._stop_grace)
+            for proc in procs:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+            if pending:
+                await asyncio.wait(pending, timeout=self._stop_grace)
+        tasks = [run.task for run in self._runs.values()]
+        for task in tasks:
+            task.cancel()
         self._runs.clear()
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._stop_grace)
 
 
 def _last_json(text: str) -> str:

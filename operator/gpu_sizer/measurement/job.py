@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -24,9 +25,11 @@ __all__ = [
     "LABEL_WORKLOAD",
     "MANAGED_BY",
     "JobRequest",
+    "adoptable",
     "host_memory_bytes",
     "job_manifest",
     "job_name",
+    "owner_uid",
 ]
 
 GIB: Final = 1 << 30
@@ -57,18 +60,64 @@ def _slug(text: str, limit: int) -> str:
 
 
 def job_name(
-    workload: str, spec_hash: str, gpu_class: str, memory_bytes: int, retry: int = 0
+    workload: str,
+    spec_hash: str,
+    gpu_class: str,
+    memory_bytes: int,
+    retry: int = 0,
+    *,
+    namespace: str = "",
+    uid: str = "",
 ) -> str:
     """Deterministic Job name (a DNS-1123 label, at most 63 characters).
 
-    Built from the workload name and a digest of (spec hash, class, memory request, retry), so
-    that a restarted operator computes the same name and adopts the Job instead of creating a
-    second one, and a retry on another class or with more host memory gets a new name.
+    The readable part is the workload name cut to 42 characters; the digest covers what makes
+    the Job unique: the namespace, the *full* workload name and its uid (so two workloads whose
+    names share the first 42 characters never share a Job), and the spec hash, class, memory
+    request and retry (so a retry on another class or with more memory gets a new name). A
+    restarted operator computes the same name (the uid does not change while the object lives)
+    and adopts its Job. The uid is included on purpose: a workload deleted and re-created under
+    the same name is a new object, and must not adopt the old object's Job, which the garbage
+    collector is about to delete.
     """
-    digest = hashlib.sha256(f"{spec_hash}/{gpu_class}/{memory_bytes}/{retry}".encode()).hexdigest()[
-        :10
-    ]
+    key = f"{namespace}/{workload}/{uid}/{spec_hash}/{gpu_class}/{memory_bytes}/{retry}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"gpusizer-{_slug(workload, 42)}-{digest}"
+
+
+def owner_uid(job: Mapping[str, Any]) -> str | None:
+    """The uid of the GPUWorkload that controls ``job`` (its controller ownerReference)."""
+    for ref in (job.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("controller"):
+            return str(ref.get("uid") or "")
+    return None
+
+
+def adoptable(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | None:
+    """Why the ``existing`` Job may not be adopted for the ``wanted`` manifest (None: it may).
+
+    Adoption is for our own Job found again after a restart: same controlling owner (uid),
+    same managed-by label, same spec hash. Anything else is a name collision and is reported,
+    never adopted (adopting another workload's Job would report its numbers as ours, and its
+    deletion would take our Job with it).
+    """
+    have_meta = existing.get("metadata") or {}
+    want_meta = wanted.get("metadata") or {}
+    have_labels = have_meta.get("labels") or {}
+    want_labels = want_meta.get("labels") or {}
+    name = want_meta.get("name")
+    if owner_uid(existing) != owner_uid(wanted):
+        return (
+            f"Job {name} already exists and is controlled by another object "
+            f"(owner uid {owner_uid(existing)!r}, ours {owner_uid(wanted)!r})"
+        )
+    for label in (LABEL_MANAGED_BY, LABEL_SPEC_HASH):
+        if have_labels.get(label) != want_labels.get(label):
+            return (
+                f"Job {name} already exists with label {label}={have_labels.get(label)!r}, "
+                f"expected {want_labels.get(label)!r}"
+            )
+    return None
 
 
 def host_memory_bytes(spec: GPUWorkloadSpec, weights_bytes_per_replica: int) -> int:
@@ -103,6 +152,8 @@ class JobRequest:
     memory_bytes: int
     image: str
     name: str
+    #: Secrets (in the workload's namespace) for pulling ``image``: ``imagePullSecrets``.
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
@@ -188,6 +239,8 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
     }
+    if req.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in req.image_pull_secrets]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from gpu_sizer.measurement.result import InvalidResult, ProbeResult, parse_result
+from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, ProbeResult, parse_result
 
 __all__ = ["Outcome", "OutcomeKind", "classify", "parse_time"]
 
@@ -49,6 +49,8 @@ class Outcome:
     result: ProbeResult | None = None
     node_name: str | None = None
     seconds_unschedulable: float = 0.0
+    #: Pending only because the backend queues runs (local backend at its concurrency limit).
+    queued: bool = False
 
     @property
     def finished(self) -> bool:
@@ -112,6 +114,8 @@ def _from_terminated(term: Mapping[str, Any], node: str | None) -> Outcome:
     if message:
         try:
             result = parse_result(message.strip())
+        except ImplausibleResult as exc:
+            return Outcome(OutcomeKind.Failed, str(exc), node_name=node)
         except InvalidResult as exc:
             if code == 0:
                 return Outcome(OutcomeKind.Failed, f"probe exited 0 but {exc}", node_name=node)

@@ -29,6 +29,7 @@ from pydantic.alias_generators import to_camel
 __all__ = [
     "MAX_TERMINATION_MESSAGE_BYTES",
     "RESULT_SCHEMA",
+    "ImplausibleResult",
     "InvalidResult",
     "NvmlDevice",
     "NvmlInfo",
@@ -37,6 +38,7 @@ __all__ = [
     "ResultStatus",
     "VllmReport",
     "compact_message",
+    "implausibilities",
     "parse_result",
 ]
 
@@ -158,10 +160,67 @@ class InvalidResult(ValueError):
     """The termination message is not a probe result (truncated, empty, another program's)."""
 
 
+class ImplausibleResult(InvalidResult):
+    """A well-formed probe result whose figures cannot be true (negative bytes, no peak on a
+    GPU run, a peak above the device's memory without an out-of-memory). Never trusted."""
+
+
+_BYTE_FIELDS: Final = (
+    ("peak_allocated_bytes", "peakAllocatedBytes"),
+    ("peak_reserved_bytes", "peakReservedBytes"),
+    ("peak_device_used_bytes", "peakDeviceUsedBytes"),
+    ("peak_rss_bytes", "peakRssBytes"),
+    ("weights_bytes", "weightsBytes"),
+    ("kv_cache_bytes", "kvCacheBytes"),
+    ("oom_requested_bytes", "oomRequestedBytes"),
+)
+_GPU_PEAKS: Final = _BYTE_FIELDS[:3]
+
+
+def implausibilities(result: ProbeResult) -> list[str]:
+    """What makes ``result``'s figures impossible, each naming its field (empty: plausible).
+
+    - byte counts are never negative (top level and per phase);
+    - a ``cuda`` run that succeeded reports at least one GPU peak;
+    - no GPU peak exceeds the device's memory (``nvml.totalBytes``, or the largest
+      ``nvml.devices[].totalBytes``) unless the run ran out of memory.
+    """
+    problems: list[str] = []
+    for attr, wire in _BYTE_FIELDS:
+        value = getattr(result, attr)
+        if value is not None and value < 0:
+            problems.append(f"{wire} is {value}, a byte count cannot be negative")
+    for i, phase in enumerate(result.phases):
+        for attr, wire in (*_GPU_PEAKS, _BYTE_FIELDS[3]):
+            value = getattr(phase, attr)
+            if value is not None and value < 0:
+                problems.append(f"phases[{i}].{wire} is {value}, a byte count cannot be negative")
+    if result.device != "cuda":
+        return problems
+    peaks = {wire: getattr(result, attr) for attr, wire in _GPU_PEAKS}
+    if result.status == "Succeeded" and all(v is None for v in peaks.values()):
+        problems.append(
+            "a GPU run reported none of peakAllocatedBytes, peakReservedBytes, peakDeviceUsedBytes"
+        )
+    total = None
+    if result.nvml is not None:
+        totals = [d.total_bytes for d in result.nvml.devices]
+        total = result.nvml.total_bytes or (max(totals) if totals else None)
+    if total and not result.out_of_memory:
+        for wire, value in peaks.items():
+            if value is not None and value > total:
+                problems.append(
+                    f"{wire} is {value}, above the device's memory of {total} bytes "
+                    "(nvml.totalBytes) without an out-of-memory"
+                )
+    return problems
+
+
 def parse_result(message: str) -> ProbeResult:
     """Parse a termination message.
 
     :raises InvalidResult: not JSON, wrong schema, or missing fields; the text says which.
+    :raises ImplausibleResult: well-formed but impossible figures (:func:`implausibilities`).
     """
     try:
         data = json.loads(message)
@@ -170,9 +229,13 @@ def parse_result(message: str) -> ProbeResult:
     if not isinstance(data, dict) or data.get("schema") != RESULT_SCHEMA:
         raise InvalidResult(f"termination message is not a {RESULT_SCHEMA} document")
     try:
-        return ProbeResult.model_validate(data)
+        result = ProbeResult.model_validate(data)
     except ValidationError as exc:
         raise InvalidResult(f"invalid probe result: {exc.errors(include_url=False)}") from None
+    problems = implausibilities(result)
+    if problems:
+        raise ImplausibleResult("implausible probe result: " + "; ".join(problems))
+    return result
 
 
 def _dump(result: ProbeResult) -> str:
