@@ -19,6 +19,7 @@ async def _invalid_events(cluster: LoopbackCluster) -> list[dict[str, Any]]:
     return [e for e in await cluster.list(EVENTS, NS) if e.get("reason") == "InvalidSpec"]
 
 
+@pytest.mark.emulated_api  # a real API server refuses a non-object spec at create (CRD schema)
 @pytest.mark.parametrize("body", ["hello", None, [1, 2]], ids=["string", "null", "list"])
 async def test_a_spec_that_is_not_an_object_is_stalled_not_retried(
     cluster: LoopbackCluster, start_operator, body: Any
@@ -42,6 +43,8 @@ async def _stalled_or_ready(cluster: LoopbackCluster, name: str) -> Any:
     return obj if condition(obj, "Ready").get("status") == "True" else None
 
 
+@pytest.mark.emulated_api  # stores a spec the CRD schema refuses (dtype float7)
+@pytest.mark.local_operator  # restarts the operator process the suite starts
 async def test_restarts_post_no_new_events_for_an_unchanged_verdict(
     cluster: LoopbackCluster, start_operator
 ) -> None:

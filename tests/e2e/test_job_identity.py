@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpu_sizer.api import parse_spec, spec_hash
 from gpu_sizer.controller.emulator import LoopbackCluster
 from gpu_sizer.measurement.job import GIB, job_name
@@ -44,6 +46,7 @@ async def _two_jobs(kubelet: Kubelet) -> list[dict[str, Any]] | None:
     return jobs if len(jobs) == 2 else None
 
 
+@pytest.mark.emulated_api  # plants a Job with a fake owner uid, which a real cluster's GC removes
 async def test_a_job_of_our_name_owned_by_another_object_is_reported_not_adopted(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:

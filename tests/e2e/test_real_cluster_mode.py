@@ -131,7 +131,7 @@ async def _run_suite(kubeconfig: str, *args: str, operator: str | None = None) -
     env = _pytest_env(kubeconfig)
     if operator:
         env[real_cluster.ENV_OPERATOR] = operator
-    argv = ["-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "--timeout", "60", *args]
+    argv = ["-m", "pytest", "-v", "-rfs", "-p", "no:cacheprovider", "--timeout", "60", *args]
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *argv,
