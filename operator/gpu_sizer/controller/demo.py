@@ -171,7 +171,10 @@ async def _run(args: argparse.Namespace) -> int:
             f"GPUWorkloads: {where}the built-in tiny-llama-cpu-smoke"
         )
         log = Path(tempfile.mkstemp(prefix="gpu-sizer-demo-", suffix=".log")[1])
-        env = dict(os.environ, KUBECONFIG=cluster.kubeconfig)
+        # The demo's operator gets its settings from the flags below only: a stray GPU_SIZER_*
+        # variable in the user's shell (say GPU_SIZER_NAMESPACE) must not reconfigure it.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SIZER_")}
+        env["KUBECONFIG"] = cluster.kubeconfig
         src = Path(__file__).resolve().parents[2]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
         argv = [
