@@ -11,29 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from gpu_sizer.controller import demo
 from tests.e2e.conftest import GW, ROOT, Kubelet, condition, eventually, workload
 from tests.e2e.test_lifecycle import phase_is
 
-#: Small enough for the probe's CPU fallback (under its 2 GiB limit); shape from a Llama config.
-TINY = {
-    "model": {
-        "name": "tiny/llama",
-        "dtype": "float32",
-        "architecture": {
-            "modelType": "llama",
-            "numHiddenLayers": 2,
-            "hiddenSize": 256,
-            "intermediateSize": 688,
-            "numAttentionHeads": 4,
-            "numKeyValueHeads": 2,
-            "vocabSize": 1024,
-            "maxPositionEmbeddings": 2048,
-            "tieWordEmbeddings": False,
-        },
-    },
-    "inference": {"engine": "transformers", "maxModelLen": 512, "maxNumSeqs": 2},
-    "measurement": {"timeoutSeconds": 60},
-}
+#: The demo's built-in CPU smoke workload: small enough for the probe's CPU fallback (under its
+#: 2 GiB limit), shaped like a Llama config.
+TINY = demo.TINY["spec"]
 
 
 async def run_probe_like_the_container(job: dict, tmp: Path) -> str:
