@@ -7,7 +7,7 @@ before measuring.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from gpu_sizer.api import (
@@ -537,15 +537,8 @@ def _from_measurement(
     what = f"measured peak {_fmt(peak)} per GPU on {m.gpu_class} ({_fmt(capacity)})"
     conds.put(ConditionType.Measured, T, "Measured", what)
     if room >= floor and cls is not None:
-        rec = RecommendationStatus(
-            gpu_class=cls.name,
-            gpu_count=gpus,
-            gpu_memory_bytes=cls.memory_bytes,
-            required_bytes_per_gpu=peak,
-            headroom_fraction=round(headroom_fraction(cls.memory_bytes, peak), 4),
-            basis=Basis.Measurement,
-            present_in_cluster=None if present is None else cls.name in present,
-            cheapest_fitting_class=est_rec.cheapest_fitting_class if est_rec else None,
+        rec = _measured_recommendation(
+            cls, gpus, peak, present, est_rec.cheapest_fitting_class if est_rec else None
         )
         text = f"{what}: {room:.0%} headroom (at least {floor:.0%} required)"
         conds.put(ConditionType.HeadroomSufficient, T, "MeasuredFits", text)
@@ -582,16 +575,7 @@ def _from_measurement(
                 ),
             }
         )
-    rec = RecommendationStatus(
-        gpu_class=target.name,
-        gpu_count=gpus,
-        gpu_memory_bytes=target.memory_bytes,
-        required_bytes_per_gpu=peak,
-        headroom_fraction=round(headroom_fraction(target.memory_bytes, peak), 4),
-        basis=Basis.Measurement,
-        present_in_cluster=None if present is None else target.name in present,
-        cheapest_fitting_class=target.name,
-    )
+    rec = _measured_recommendation(target, gpus, peak, present, target.name)
     text = f"{short}; recommendation moved to {target.name}"
     conds.put(ConditionType.HeadroomSufficient, F, "MovedToLargerClass", text)
     return base.model_copy(
@@ -883,3 +867,23 @@ def _with_result(
     status = _from_measurement(wl, prev, filled, config, present, now)
     ready = next((c for c in status.conditions if c.type == "Ready"), None)
     return Plan(status, (Emit("Normal", "Measured", ready.message if ready else ""),))
+
+
+def _measured_recommendation(
+    cls: GPUClass,
+    gpus: int,
+    peak: int,
+    present: Collection[str] | None,
+    cheapest: str | None,
+) -> RecommendationStatus:
+    """A recommendation resting on a measured ``peak`` (bytes per GPU) on class ``cls``."""
+    return RecommendationStatus(
+        gpu_class=cls.name,
+        gpu_count=gpus,
+        gpu_memory_bytes=cls.memory_bytes,
+        required_bytes_per_gpu=peak,
+        headroom_fraction=round(headroom_fraction(cls.memory_bytes, peak), 4),
+        basis=Basis.Measurement,
+        present_in_cluster=None if present is None else cls.name in present,
+        cheapest_fitting_class=cheapest,
+    )
