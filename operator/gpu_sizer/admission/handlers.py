@@ -5,13 +5,12 @@ kopf serves each handler at ``/<handler id>`` on the webhook server that
 ``/validate-gpuworkload`` and ``/mutate-gpuworkload`` for ``gpuworkloads`` CREATE and UPDATE.
 Importing this module registers the handlers in kopf's default registry.
 
-Only CREATE and UPDATE are judged. kopf dispatches every operation to these handlers whatever
-their ``operations=`` says (it uses that list only for webhook configurations it manages, which
-this operator does not), so the handlers themselves allow anything else (DELETE, CONNECT)
-untouched: the server must not deny what it does not judge, whichever rules the chart registers.
-
-Status-only updates (the ``status`` subresource) pass untouched: they cannot change the sizing,
-and the operator itself writes them. Neither handler ever touches ``status``.
+Only new specs are judged (:func:`gpu_sizer.admission.changes.judged`): CREATE, and an UPDATE
+that changes ``spec``. kopf dispatches every operation to these handlers whatever their
+``operations=`` says (it uses that list only for webhook configurations it manages, which this
+operator does not), so the handlers themselves allow anything else (DELETE, CONNECT, metadata-only
+and status updates, updates of an object being deleted) untouched: the server must not deny what
+it does not judge, whichever rules the chart registers. Neither handler ever touches ``status``.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from typing import Any
 
 import kopf
 
+from gpu_sizer.admission.changes import judged
 from gpu_sizer.admission.namespaces import (
     NamespaceLabels,
     NamespaceLookupError,
@@ -55,9 +55,6 @@ class AdmissionConfig:
 
 
 _config = AdmissionConfig()
-
-#: The operations the webhooks judge; every other one is allowed untouched.
-JUDGED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
 
 
 class DenialLogFilter(logging.Filter):
@@ -106,6 +103,8 @@ async def validate_gpuworkload(
     subresource: str | None,
     warnings: list[str],
     operation: str | None = None,
+    old: kopf.Body | None = None,
+    new: kopf.Body | None = None,
     **_: Any,
 ) -> None:
     """Deny specs that are invalid, break the namespace policy or have no safe headroom.
@@ -113,7 +112,7 @@ async def validate_gpuworkload(
     :raises kopf.AdmissionError: the denial, with the message ``kubectl`` prints.
     """
     op = operation or "UNKNOWN"
-    if subresource or op not in JUDGED_OPERATIONS:
+    if not judged(op, subresource, old, new):
         ADMISSION_VERDICTS.labels(op, Outcome.Allowed.value).inc()
         return
     namespace = body.get("metadata", {}).get("namespace")
@@ -144,11 +143,13 @@ async def mutate_gpuworkload(
     subresource: str | None,
     warnings: list[str],
     operation: str | None = None,
+    old: kopf.Body | None = None,
+    new: kopf.Body | None = None,
     **_: Any,
 ) -> None:
     """Write every default into ``spec`` (a JSONPatch of additions) so the stored object is
     explicit. Invalid specs are left alone for the validating webhook to reject."""
-    if subresource or operation not in JUDGED_OPERATIONS:
+    if not judged(operation, subresource, old, new):
         return
     namespace = body.get("metadata", {}).get("namespace")
     try:

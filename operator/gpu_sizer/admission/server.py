@@ -45,8 +45,8 @@ import aiohttp.web
 import kopf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpu_sizer.admission.changes import JUDGED_OPERATIONS
 from gpu_sizer.admission.handlers import (
-    JUDGED_OPERATIONS,
     AdmissionConfig,
     DenialLogFilter,
     configure_admission,
