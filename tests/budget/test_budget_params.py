@@ -103,10 +103,10 @@ def test_tensor_parallel_rank_holds_its_share() -> None:
     """Llama-3-70B over 8 ranks: 64/8 query heads, 8/8 KV heads, MLP and vocabulary split."""
     whole = layout(arch(LLAMA_3_70B))
     rank = layout(arch(LLAMA_3_70B), tp=8)
-    assert rank.layer_matrix_params * 8 == whole.layer_matrix_params
+    assert rank.groups[0].matrix_params * 8 == whole.groups[0].matrix_params
     assert rank.embedding * 8 == whole.embedding
     # norms replicated
-    assert rank.layer_vectors == whole.layer_vectors
+    assert rank.groups[0].vectors == whole.groups[0].vectors
 
 
 def test_kv_heads_replicate_when_fewer_than_ranks() -> None:

@@ -242,7 +242,7 @@ def test_more_tensor_parallel_ranks_never_need_more_per_gpu(doc: dict[str, Any])
 def _no_huge_module(doc: dict[str, Any]) -> None:
     """Keep to models whose gathered ZeRO-3 working set is at most a quarter of the model."""
     lay = layout(parse_spec(doc).model.architecture)  # type: ignore[arg-type]
-    unit = max(lay.layer_params, lay.embedding + lay.head) + lay.layer_params
+    unit = max(lay.largest_layer, lay.embedding + lay.head) + lay.largest_layer
     assume(4 * unit <= lay.total)
 
 

@@ -12,7 +12,7 @@ from gpu_sizer.budget import estimate
 from gpu_sizer.budget.params import layout
 from gpu_sizer.budget.training import (
     activation_bytes,
-    adapter_params_per_layer,
+    adapter_params,
     model_states,
     optimizer_state_bytes,
     trainable_parameter_count,
@@ -129,9 +129,9 @@ def test_lora_on_llama_2_7b_q_and_v() -> None:
 def test_lora_names_select_fused_projections() -> None:
     """On GPT-NeoX, q/k/v targets select the one fused query_key_value projection, once."""
     lay = layout(arch(GPT_NEOX_20B))
-    per_layer, _, _ = adapter_params_per_layer(lay, 8, ["q_proj", "k_proj", "v_proj"])
-    assert per_layer == 8 * (6144 + 3 * 6144)
-    assert adapter_params_per_layer(lay, 8, ["query_key_value"])[0] == per_layer
+    adapters, _, _ = adapter_params(lay, 8, ["q_proj", "k_proj", "v_proj"])
+    assert adapters == 44 * 8 * (6144 + 3 * 6144)
+    assert adapter_params(lay, 8, ["query_key_value"])[0] == adapters
 
 
 @pytest.mark.parametrize(
@@ -235,7 +235,7 @@ def test_fsdp_full_shard_shards_everything_and_gathers_units() -> None:
     psi = 6_738_415_616
     g = estimate(_spec(parallelism={"strategy": "fsdp-full-shard", "dataParallelSize": 8})).per_gpu
     lay = layout(arch(LLAMA_2_7B))
-    gathered = (lay.embedding + lay.head + 2 * lay.layer_params) * 2
+    gathered = (lay.embedding + lay.head + 2 * lay.largest_layer) * 2
     assert g.weights_bytes == -(-2 * psi // 8) + gathered
     assert g.optimizer_state_bytes == -(-8 * psi // 8)
     assert g.master_weight_bytes == -(-4 * psi // 8)

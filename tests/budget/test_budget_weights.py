@@ -94,9 +94,7 @@ def test_embeddings_lm_head_and_norms_stay_16_bit(method: str) -> None:
     a = arch(LLAMA_3_8B)
     lay = layout(a)
     q = quant(method)
-    weights, _ = weight_bytes(
-        lay, Model(architecture=a, quantization=q), 32, lay.embedding + lay.head
-    )
+    weights, _ = weight_bytes(lay, Model(architecture=a, quantization=q), lay.embedding + lay.head)
     payload = sum(linear_bytes(lin, q)[0] for lin in lay.linears)
     high_precision = 2 * (2 * 128256 * 4096 + 4096) + 32 * 2 * 2 * 4096
     assert weights == 32 * payload + high_precision
@@ -105,7 +103,7 @@ def test_embeddings_lm_head_and_norms_stay_16_bit(method: str) -> None:
 def test_unquantized_bf16_weights_are_two_bytes_per_parameter() -> None:
     a = arch(LLAMA_3_8B)
     lay = layout(a)
-    weights, overhead = weight_bytes(lay, Model(architecture=a), 32, lay.embedding + lay.head)
+    weights, overhead = weight_bytes(lay, Model(architecture=a), lay.embedding + lay.head)
     assert (weights, overhead) == (2 * 8_030_261_248, 0)
 
 

@@ -19,6 +19,7 @@ from gpu_sizer.api import Architecture, GPUWorkloadSpec, parse_spec, parse_workl
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.estimate import stage_outer_params
 from gpu_sizer.budget.params import layout as budget_layout
+from gpu_sizer.budget.params import stage_layers
 from gpu_sizer.probe.inference import BLOCK_SIZE, allocate_kv_cache, kv_cache_dtype
 from gpu_sizer.probe.model import (
     build_model,
@@ -159,13 +160,13 @@ def test_tensor_parallel_rank_matches_budget_per_rank(name: str, tp: int) -> Non
 def test_pipeline_stage_matches_budget(name: str, pp: int) -> None:
     arch_doc, _ = REFERENCE[name]
     arch = Architecture.model_validate(arch_doc)
-    lay = budget_layout(arch)
     layers = -(-arch.num_hidden_layers // pp)
+    lay = budget_layout(arch, 1, stage_layers(arch, pp))
     stage = heaviest_stage(arch, pp)
     built = parameter_count(build_model(arch, torch.bfloat16, META, stage))
     outer = stage_outer_params(lay, pp, arch.word_embed_proj_dim or arch.hidden_size)
     assert stage.layers == layers
-    assert built == layers * lay.layer_params + outer
+    assert built == lay.layer_total + outer
     spec = parse_spec(
         {
             "model": {"architecture": arch_doc},

@@ -163,8 +163,10 @@ VALIDATION_RULES: Final[dict[str, list[dict[str, str]]]] = {
             "fieldPath": ".numKeyValueHeads",
         },
         {
-            "rule": "has(self.numLocalExperts) == has(self.numExpertsPerTok)",
-            "message": "MoE needs both numLocalExperts and numExpertsPerTok, or neither",
+            "rule": "(has(self.numLocalExperts) || has(self.numExperts) || "
+            "has(self.nRoutedExperts)) == has(self.numExpertsPerTok)",
+            "message": "MoE needs both an expert count (numLocalExperts, numExperts or "
+            "nRoutedExperts) and numExpertsPerTok, or neither",
             "fieldPath": ".numExpertsPerTok",
         },
     ],

@@ -16,11 +16,25 @@ Key names differ by family (``transformers`` config classes, by ``model_type``):
 
 ``tie_word_embeddings``, ``attention_bias`` (Falcon: ``bias``) and ``mlp_bias`` are written only
 when config.json has them; unset, the memory model applies the family's config-class default.
+
+Every other key the architecture knows is copied when config.json has it, under its own name
+camelCased (``kv_lora_rank`` -> ``kvLoraRank``, ``n_routed_experts`` -> ``nRoutedExperts``,
+``layer_types`` -> ``layerTypes``, ``hybrid_override_pattern`` -> ``hybridOverridePattern``).
+Vision-language configs (Gemma 3, Mistral 3, Llama 4, and Qwen2.5-VL's newer layout) nest the
+language model in ``text_config``: its keys are read at the architecture's level, the top-level
+``model_type`` names the family, and ``vision_config`` becomes ``visionConfig`` (its keys
+camelCased the same way). Mistral 3's lm_head follows ``text_config.tie_word_embeddings`` as vLLM
+reads it (``transformers`` 5.24's ``Mistral3Config`` defaults to tied, the published checkpoints
+are not).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
+
+from pydantic.alias_generators import to_camel
+
+from gpu_sizer.api.spec import Architecture, VisionConfig
 
 __all__ = ["UnsupportedConfig", "model_from_hf_config"]
 
@@ -85,6 +99,61 @@ def _quantization(qc: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+#: Keys read above with family-specific rules, never copied as they are.
+_HANDLED: Final = frozenset(
+    {
+        "model_type",
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "vocab_size",
+        "intermediate_size",
+        "num_key_value_heads",
+        "head_dim",
+        "tie_word_embeddings",
+        "max_position_embeddings",
+        "attention_bias",
+        "mlp_bias",
+        "num_experts_per_tok",
+        "word_embed_proj_dim",
+        "sliding_window",
+        "rope_scaling",
+        "new_decoder_architecture",
+        "parallel_attn",
+        "do_layer_norm_before",
+        "vision_config",
+    }
+)
+#: Vision-language families and the ``vision_config.model_type`` their config class defaults to.
+_VISION_LANGUAGE: Final = {
+    "gemma3": "siglip_vision_model",
+    "mistral3": "pixtral",
+    "qwen2_5_vl": "qwen2_5_vl",
+    "llama4": "llama4_vision_model",
+}
+#: Text-config keys published configs leave to the config class default (``Gemma3TextConfig``:
+#: vocab_size 262208, max_position_embeddings 131072).
+_TEXT_DEFAULTS: Final = {"gemma3": {"vocab_size": 262208, "max_position_embeddings": 131072}}
+
+
+def _copy_known(
+    config: dict[str, Any], out: dict[str, Any], model: type[Any], skip: frozenset[str]
+) -> dict[str, Any]:
+    """Copy every config key ``model`` has a field for, camelCased, skipping ``skip`` and
+    ``null`` values (``null`` is the config class default). Lists stay lists; a zero expert
+    count (a dense config of an MoE class) is left out."""
+    for key in model.model_fields:
+        if key in skip or config.get(key) is None:
+            continue
+        value = config[key]
+        if key in ("num_local_experts", "num_experts", "n_routed_experts") and not value:
+            continue
+        if key == "model_type" and model is VisionConfig:
+            value = str(value)
+        out[to_camel(key)] = value
+    return out
+
+
 def model_from_hf_config(
     config: dict[str, Any], warnings: list[str] | None = None
 ) -> dict[str, Any]:
@@ -95,6 +164,12 @@ def model_from_hf_config(
     model_type = str(_require(config, "model_type"))
     if model_type == "RefinedWeb" or model_type == "RefinedWebModel":
         model_type = "falcon"
+    outer = config
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        config = {**_TEXT_DEFAULTS.get(model_type, {}), **config, **text}
+        if model_type == "mistral3":
+            config["tie_word_embeddings"] = bool(text.get("tie_word_embeddings", False))
     hidden = int(_require(config, "hidden_size", "n_embd", "d_model"))
     heads = int(_require(config, "num_attention_heads", "n_head"))
     arch: dict[str, Any] = {
@@ -142,17 +217,15 @@ def model_from_hf_config(
     for key, wire in bias_keys:
         if config.get(key) is not None:
             arch[wire] = bool(config[key])
-    experts = _first(config, "num_local_experts", "num_experts")
-    if experts is not None:
-        arch["numLocalExperts"] = int(experts)
+    if any(config.get(k) for k in ("num_local_experts", "num_experts", "n_routed_experts")):
         arch["numExpertsPerTok"] = int(_require(config, "num_experts_per_tok"))
-    for key, wire in (
-        ("moe_intermediate_size", "moeIntermediateSize"),
-        ("shared_expert_intermediate_size", "sharedExpertIntermediateSize"),
-        ("word_embed_proj_dim", "wordEmbedProjDim"),
-    ):
-        if config.get(key) is not None and (key != "word_embed_proj_dim" or config[key] != hidden):
-            arch[wire] = int(config[key])
+    if config.get("word_embed_proj_dim") not in (None, hidden):
+        arch["wordEmbedProjDim"] = int(config["word_embed_proj_dim"])
+    _copy_known(config, arch, Architecture, skip=_HANDLED)
+    vision = outer.get("vision_config")
+    if isinstance(vision, dict) and model_type in _VISION_LANGUAGE:
+        encoder = {"modelType": _VISION_LANGUAGE[model_type]}
+        arch["visionConfig"] = _copy_known(vision, encoder, VisionConfig, skip=frozenset())
     window = config.get("sliding_window")
     if window is not None and config.get("use_sliding_window", True):
         arch["slidingWindow"] = int(window)

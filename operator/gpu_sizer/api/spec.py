@@ -33,10 +33,13 @@ __all__ = [
     "DTYPE_BYTES",
     "KNOWN_MODEL_TYPES",
     "KNOWN_ROPE_TYPES",
+    "LAYER_TYPES",
     "LIMITS",
     "LORA_TARGET_MODULES",
     "MOE_MODEL_TYPES",
     "QUANTIZATION_BITS",
+    "VISION_LANGUAGE_MODEL_TYPES",
+    "VISION_MODEL_TYPES",
     "Architecture",
     "Dtype",
     "Engine",
@@ -58,6 +61,7 @@ __all__ = [
     "QuantizationMethod",
     "RopeScaling",
     "Training",
+    "VisionConfig",
     "spec_to_wire",
 ]
 
@@ -221,10 +225,48 @@ KNOWN_MODEL_TYPES: tuple[str, ...] = (
     "gpt_neox",
     "falcon",
     "opt",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+    "gemma3",
+    "gemma3_text",
+    "llama4",
+    "mistral3",
+    "qwen2_5_vl",
+    "granite",
+    "olmo2",
+    "glm4_moe",
+    "nemotron_h",
+    "jamba",
 )
 
 #: Model families that are mixture-of-experts: their architecture must say how many experts.
-MOE_MODEL_TYPES: tuple[str, ...] = ("mixtral", "qwen2_moe")
+MOE_MODEL_TYPES: tuple[str, ...] = (
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+    "llama4",
+    "glm4_moe",
+    "jamba",
+)
+
+#: Per-layer kinds of ``layerTypes`` (``transformers``' ``layer_types`` values; Nemotron-H's
+#: ``layers_block_type`` and Jamba's ``layers_block_type`` use the same words).
+LAYER_TYPES: tuple[str, ...] = (
+    "full_attention",
+    "sliding_attention",
+    "chunked_attention",
+    "attention",
+    "linear_attention",
+    "mamba",
+    "mlp",
+    "moe",
+)
 
 #: RoPE scaling types of ``transformers``' ``ROPE_INIT_FUNCTIONS`` (``modeling_rope_utils.py``),
 #: plus ``su`` (Phi-3's early name for longrope) and ``default`` (no scaling).
@@ -236,6 +278,7 @@ KNOWN_ROPE_TYPES: tuple[str, ...] = (
     "longrope",
     "su",
     "llama3",
+    "mrope",
 )
 
 #: LoRA target module names the sizing engine knows (PEFT ``target_modules``): the Llama names of
@@ -261,6 +304,13 @@ LORA_TARGET_MODULES: tuple[str, ...] = (
     "w1",
     "w2",
     "w3",
+    "q_a_proj",
+    "q_b_proj",
+    "kv_a_proj_with_mqa",
+    "kv_b_proj",
+    "in_proj",
+    "x_proj",
+    "dt_proj",
     "all-linear",
 )
 
@@ -276,6 +326,7 @@ LIMITS: dict[str, int] = {
     "heads": 16_384,
     "vocab": 4_194_304,
     "experts": 1024,
+    "state": 65_536,
     "tokens": 16_777_216,
     "batchedTokens": 134_217_728,
     "seqs": 65_536,
@@ -354,6 +405,99 @@ class RopeScaling(_Model):
         return self
 
 
+Count = Annotated[int, Field(ge=0, le=LIMITS["layers"], strict=True)]
+State = Annotated[int, Field(ge=1, le=LIMITS["state"], strict=True)]
+
+
+class VisionConfig(_Model):
+    """A vision-language model's image encoder: config.json's ``vision_config``, camelCased.
+
+    The keys are those of the vision config class of each supported family, spelled as that
+    class spells them (Qwen2.5-VL says ``depth``/``numHeads`` where SigLIP, Pixtral and Llama 4
+    say ``numHiddenLayers``/``numAttentionHeads``); either spelling is accepted.
+    """
+
+    model_type: str = Field(
+        description="Vision config model_type: siglip_vision_model (Gemma 3), pixtral "
+        "(Mistral 3), qwen2_5_vl (Qwen2.5-VL), llama4_vision_model (Llama 4)."
+    )
+    hidden_size: Width = Field(description="Encoder width.")
+    intermediate_size: Inner = Field(description="Encoder MLP inner width.")
+    num_hidden_layers: Layers | None = Field(None, description="Encoder blocks (SigLIP, Pixtral).")
+    depth: Layers | None = Field(None, description="Encoder blocks (Qwen2.5-VL's name).")
+    num_attention_heads: Heads | None = Field(None, description="Encoder heads.")
+    num_heads: Heads | None = Field(None, description="Encoder heads (Qwen2.5-VL's name).")
+    head_dim: Width | None = Field(None, description="Per-head width (Pixtral).")
+    patch_size: Width = Field(14, description="Patch side in pixels.")
+    image_size: Annotated[int, Field(ge=1, le=LIMITS["width"], strict=True)] | None = Field(
+        None, description="Image side in pixels the encoder was trained at (learned positions)."
+    )
+    num_channels: Width | None = Field(None, description="Image channels (default 3).")
+    in_chans: Width | None = Field(None, description="Image channels (Qwen2.5-VL's name).")
+    temporal_patch_size: Width | None = Field(
+        None, description="Qwen2.5-VL: frames per 3-D patch (default 2)."
+    )
+    spatial_merge_size: Width | None = Field(
+        None, description="Qwen2.5-VL: patches merged per side by the merger (default 2)."
+    )
+    out_hidden_size: Width | None = Field(
+        None, description="Qwen2.5-VL: merger output width (the language model's hiddenSize)."
+    )
+    vision_use_head: StrictBool | None = Field(
+        None, description="SigLIP: attention-pooling head (false in Gemma 3)."
+    )
+    vision_output_dim: Width | None = Field(None, description="Llama 4: adapter output width.")
+    projector_input_dim: Width | None = Field(None, description="Llama 4: projector input.")
+    projector_output_dim: Width | None = Field(None, description="Llama 4: projector output.")
+    pixel_shuffle_ratio: Fraction | None = Field(
+        None, gt=0.0, le=1.0, description="Llama 4: pixel-shuffle ratio (0.5 merges 2 x 2)."
+    )
+
+    @property
+    def layers(self) -> int:
+        """Encoder blocks, whichever key the config uses."""
+        return self.num_hidden_layers or self.depth or 1
+
+    @property
+    def heads(self) -> int:
+        """Encoder attention heads, whichever key the config uses."""
+        return self.num_attention_heads or self.num_heads or 1
+
+    @property
+    def channels(self) -> int:
+        """Image channels, whichever key the config uses."""
+        return self.num_channels or self.in_chans or 3
+
+    @model_validator(mode="after")
+    def _check(self) -> VisionConfig:
+        problems = _Problems()
+        if self.model_type not in VISION_MODEL_TYPES:
+            problems.add(
+                "modelType",
+                f"unknown vision model type {self.model_type!r}; supported: "
+                + ", ".join(VISION_MODEL_TYPES),
+            )
+        if self.num_hidden_layers is None and self.depth is None:
+            problems.add("numHiddenLayers", "give numHiddenLayers (or depth)")
+        if self.num_attention_heads is None and self.num_heads is None:
+            problems.add("numAttentionHeads", "give numAttentionHeads (or numHeads)")
+        problems.raise_if_any()
+        return self
+
+
+#: Vision encoders the sizing engine knows (``vision_config.model_type``), by the family that
+#: uses them.
+VISION_MODEL_TYPES: tuple[str, ...] = (
+    "siglip_vision_model",
+    "pixtral",
+    "qwen2_5_vl",
+    "llama4_vision_model",
+)
+
+#: Families whose config.json nests a ``vision_config`` (vision-language models).
+VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("gemma3", "mistral3", "qwen2_5_vl", "llama4")
+
+
 class Architecture(_Model):
     """The model's shape: Hugging Face config.json keys, camelCased.
 
@@ -428,6 +572,107 @@ class Architecture(_Model):
         True,
         description="OPT: pre-layer-norm blocks with a final layer norm (false for OPT-350m).",
     )
+    num_experts: Experts | None = Field(
+        None, description="MoE: experts per layer, as Qwen-MoE and Jamba name it (num_experts)."
+    )
+    n_routed_experts: Experts | None = Field(
+        None, description="MoE: routed experts per layer, as DeepSeek and GLM name it."
+    )
+    n_shared_experts: Count | None = Field(
+        None, description="MoE: always-on shared experts of moeIntermediateSize (DeepSeek, GLM)."
+    )
+    first_k_dense_replace: Count | None = Field(
+        None, description="MoE: the first k layers have a dense MLP (DeepSeek, GLM)."
+    )
+    moe_layer_freq: Layers | None = Field(
+        None, description="DeepSeek: every n-th layer after the first k is MoE (default 1)."
+    )
+    decoder_sparse_step: Layers | None = Field(
+        None, description="Qwen-MoE: every n-th layer is MoE (default 1)."
+    )
+    mlp_only_layers: (
+        tuple[Annotated[int, Field(ge=0, lt=LIMITS["layers"], strict=True)], ...] | None
+    ) = Field(None, description="Qwen-MoE: layer indices with a dense MLP.")
+    interleave_moe_layer_step: Layers | None = Field(
+        None, description="Llama 4: every n-th layer is MoE (1: all; 2: Maverick)."
+    )
+    intermediate_size_mlp: Inner | None = Field(
+        None, description="Llama 4: MLP width of the dense (non-MoE) layers."
+    )
+    q_lora_rank: Width | None = Field(
+        None, description="MLA: query compression rank (unset: a full q_proj, DeepSeek-V2-Lite)."
+    )
+    kv_lora_rank: Width | None = Field(
+        None,
+        description="MLA (multi-head latent attention): the compressed KV width cached per "
+        "token and layer, with qkRopeHeadDim (DeepSeek-V2/V3).",
+    )
+    qk_rope_head_dim: Width | None = Field(None, description="MLA: rotary part of a q/k head.")
+    qk_nope_head_dim: Width | None = Field(None, description="MLA: non-rotary part of a q/k head.")
+    v_head_dim: Width | None = Field(None, description="MLA: value head width.")
+    layer_types: tuple[str, ...] | None = Field(
+        None,
+        description="Per-layer kind, as transformers reads it: " + ", ".join(LAYER_TYPES) + ".",
+    )
+    sliding_window_pattern: Layers | None = Field(
+        None,
+        description="Gemma 3: every n-th layer is global, the others slide (default 6); used when "
+        "layerTypes is unset.",
+    )
+    attention_chunk_size: Tokens | None = Field(
+        None, description="Llama 4: chunked local attention span in tokens (default 8192)."
+    )
+    no_rope_layers: tuple[Annotated[int, Field(ge=0, le=1, strict=True)], ...] | None = Field(
+        None,
+        description="Llama 4: 1 per RoPE (chunked) layer, 0 per NoPE (global) layer; default "
+        "every fourth layer global.",
+    )
+    use_qk_norm: StrictBool | None = Field(
+        None, description="q/k RMSNorm per head (GLM-4.5: weights; Llama 4: weightless L2 norm)."
+    )
+    hybrid_override_pattern: str | None = Field(
+        None,
+        description="Nemotron-H: one character per layer: M Mamba-2, * attention, - MLP, E MoE.",
+        max_length=LIMITS["layers"],
+    )
+    mamba_num_heads: Heads | None = Field(None, description="Nemotron-H: Mamba-2 heads.")
+    mamba_head_dim: Width | None = Field(None, description="Nemotron-H: Mamba-2 head width.")
+    ssm_state_size: State | None = Field(None, description="Nemotron-H: SSM state per head.")
+    n_groups: Heads | None = Field(None, description="Nemotron-H: Mamba-2 B/C groups.")
+    conv_kernel: State | None = Field(None, description="Nemotron-H: causal conv width.")
+    expand: Width | None = Field(None, description="Nemotron-H: Mamba inner width / hidden.")
+    use_conv_bias: StrictBool | None = Field(None, description="Nemotron-H: conv1d bias.")
+    use_bias: StrictBool | None = Field(
+        None, description="Nemotron-H: Mamba-2 in_proj/out_proj biases."
+    )
+    attn_layer_period: Layers | None = Field(None, description="Jamba: attention layer period.")
+    attn_layer_offset: Count | None = Field(None, description="Jamba: attention layer offset.")
+    expert_layer_period: Layers | None = Field(None, description="Jamba: MoE layer period.")
+    expert_layer_offset: Count | None = Field(None, description="Jamba: MoE layer offset.")
+    mamba_d_state: State | None = Field(None, description="Jamba: SSM state per channel.")
+    mamba_d_conv: State | None = Field(None, description="Jamba: causal conv width.")
+    mamba_expand: Width | None = Field(None, description="Jamba: Mamba inner width / hidden.")
+    mamba_dt_rank: Width | None = Field(None, description="Jamba: time-step projection rank.")
+    mamba_conv_bias: StrictBool | None = Field(None, description="Jamba: conv1d bias.")
+    mamba_proj_bias: StrictBool | None = Field(
+        None, description="Jamba: Mamba in_proj/out_proj biases."
+    )
+    vision_config: VisionConfig | None = Field(
+        None,
+        description="Vision-language models (" + ", ".join(VISION_LANGUAGE_MODEL_TYPES) + "): "
+        "config.json's vision_config; the language model's keys (text_config) sit at this level.",
+    )
+    multimodal_projector_bias: StrictBool | None = Field(
+        None, description="Mistral 3: biases on the multimodal projector (default false)."
+    )
+    spatial_merge_size: Width | None = Field(
+        None, description="Mistral 3: image patches merged per side (default 2)."
+    )
+
+    @property
+    def experts(self) -> int | None:
+        """Routed experts per MoE layer, whichever config key names them."""
+        return self.num_local_experts or self.num_experts or self.n_routed_experts
 
     @property
     def kv_heads(self) -> int:
@@ -469,31 +714,111 @@ class Architecture(_Model):
                 f"hiddenSize ({self.hidden_size}) is not divisible by numAttentionHeads "
                 f"({self.num_attention_heads}); set headDim explicitly",
             )
-        if self.model_type in MOE_MODEL_TYPES and self.num_local_experts is None:
-            key = "num_experts" if self.model_type == "qwen2_moe" else "num_local_experts"
+        named = [
+            wire
+            for wire, value in (
+                ("numLocalExperts", self.num_local_experts),
+                ("numExperts", self.num_experts),
+                ("nRoutedExperts", self.n_routed_experts),
+            )
+            if value is not None
+        ]
+        experts = self.experts
+        if len(named) > 1:
+            problems.add(named[1], f"give one of {' and '.join(named)}: they name the same count")
+        if self.model_type in MOE_MODEL_TYPES and experts is None:
             problems.add(
                 "numLocalExperts",
-                f"{self.model_type} is a mixture-of-experts family: set numLocalExperts "
-                f"(config.json {key}) and numExpertsPerTok (num_experts_per_tok); without "
-                "them it would be sized as a dense model",
+                f"{self.model_type} is a mixture-of-experts family: set the expert count as "
+                "config.json names it (numLocalExperts, numExperts or nRoutedExperts) and "
+                "numExpertsPerTok (num_experts_per_tok); without them it would be sized as a "
+                "dense model",
             )
-        elif (self.num_local_experts is None) != (self.num_experts_per_tok is None):
+        elif (experts is None) != (self.num_experts_per_tok is None):
             problems.add(
                 "numExpertsPerTok",
-                "MoE needs both numLocalExperts and numExpertsPerTok, or neither",
+                "MoE needs both an expert count and numExpertsPerTok, or neither",
             )
         if (
-            self.num_local_experts is not None
+            experts is not None
             and self.num_experts_per_tok is not None
-            and self.num_experts_per_tok > self.num_local_experts
+            and self.num_experts_per_tok > experts
         ):
             problems.add(
                 "numExpertsPerTok",
-                f"numExpertsPerTok ({self.num_experts_per_tok}) cannot exceed numLocalExperts "
-                f"({self.num_local_experts})",
+                f"numExpertsPerTok ({self.num_experts_per_tok}) cannot exceed the expert count "
+                f"({experts})",
             )
+        self._check_layers(problems)
         problems.raise_if_any()
         return self
+
+    def _check_layers(self, problems: _Problems) -> None:
+        """Per-layer patterns, MLA and the families that need a nested vision config."""
+        layers = self.num_hidden_layers
+        if self.layer_types is not None:
+            unknown = sorted({t for t in self.layer_types if t not in LAYER_TYPES})
+            if unknown:
+                problems.add(
+                    "layerTypes",
+                    f"unknown layer types {unknown}; known: " + ", ".join(LAYER_TYPES),
+                )
+            if len(self.layer_types) != layers:
+                problems.add(
+                    "layerTypes",
+                    f"{len(self.layer_types)} entries for numHiddenLayers {layers}: give one "
+                    "per layer",
+                )
+        for name, wire in (("no_rope_layers", "noRopeLayers"),):
+            values = getattr(self, name)
+            if values is not None and len(values) not in (0, layers):
+                problems.add(wire, f"{len(values)} entries for numHiddenLayers {layers}")
+        pattern = self.hybrid_override_pattern
+        if pattern is not None:
+            bad = sorted(set(pattern) - set("M*-E"))
+            if bad:
+                problems.add(
+                    "hybridOverridePattern",
+                    f"unknown layer codes {bad}: M (Mamba-2), * (attention), - (MLP), E (MoE)",
+                )
+            if len(pattern) != layers:
+                problems.add(
+                    "hybridOverridePattern",
+                    f"{len(pattern)} characters for numHiddenLayers {layers}: give one per layer",
+                )
+        if self.model_type == "nemotron_h" and pattern is None and self.layer_types is None:
+            problems.add(
+                "hybridOverridePattern",
+                "nemotron_h needs its layer pattern: hybridOverridePattern (or layerTypes) "
+                "from config.json",
+            )
+        if self.mlp_only_layers is not None and any(i >= layers for i in self.mlp_only_layers):
+            problems.add("mlpOnlyLayers", f"layer indices must be below numHiddenLayers {layers}")
+        mla = (self.kv_lora_rank, self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim)
+        if any(v is not None for v in mla) and any(v is None for v in mla):
+            problems.add(
+                "kvLoraRank",
+                "multi-head latent attention needs kvLoraRank, qkRopeHeadDim, qkNopeHeadDim and "
+                "vHeadDim together",
+            )
+        if self.model_type in ("deepseek_v2", "deepseek_v3") and self.kv_lora_rank is None:
+            problems.add(
+                "kvLoraRank",
+                f"{self.model_type} uses multi-head latent attention: set kvLoraRank, "
+                "qkRopeHeadDim, qkNopeHeadDim and vHeadDim from config.json",
+            )
+        if self.model_type in VISION_LANGUAGE_MODEL_TYPES and self.vision_config is None:
+            problems.add(
+                "visionConfig",
+                f"{self.model_type} is a vision-language model: give config.json's "
+                "vision_config as visionConfig (and its text_config keys at this level)",
+            )
+        if self.vision_config is not None and self.model_type not in VISION_LANGUAGE_MODEL_TYPES:
+            problems.add(
+                "visionConfig",
+                f"{self.model_type} has no vision encoder; visionConfig applies to "
+                + ", ".join(VISION_LANGUAGE_MODEL_TYPES),
+            )
 
 
 class Quantization(_Model):

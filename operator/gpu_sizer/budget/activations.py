@@ -36,7 +36,8 @@ All results are bytes on the most loaded GPU.
 from __future__ import annotations
 
 from gpu_sizer.api import Architecture, Engine, Inference
-from gpu_sizer.budget.params import GATED_FAMILIES
+from gpu_sizer.budget.families import FAMILIES, Family
+from gpu_sizer.budget.params import LayerKind, config_value, layer_plan
 
 __all__ = [
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
@@ -72,24 +73,79 @@ def prefill_tokens(inference: Inference) -> int:
 
 
 def activation_token_elements(arch: Architecture, tp: int) -> int:
-    """Peak live elements per token inside one decoder layer on one tensor-parallel rank."""
+    """Peak live elements per token inside one decoder layer on one tensor-parallel rank.
+
+    The largest over the model's layer kinds (:func:`gpu_sizer.budget.params.layer_plan`) of the
+    token mixer's and the feed-forward's live set:
+
+    - attention: residual + normed hidden, q, k, v and the attention output;
+    - MLA (vLLM's prefill path decompresses the latent with ``kv_b_proj``): residual + normed
+      hidden, q (and the qLoraRank bottleneck), the latent ``kvLoraRank + qkRopeHeadDim``, the
+      decompressed ``heads x (qkNope + vHead)`` and the attention output;
+    - Mamba-2 (vLLM ``MambaMixer2.forward``): residual + normed hidden, ``in_proj``'s output, the
+      conv output over ``inner + 2 x groups x state`` channels, the scan output and the gated
+      norm's output; Mamba-1: ``in_proj`` (2 x inner), conv, ``x_proj``, ``dt_proj`` and scan
+      outputs;
+    - dense MLP: residual + normed hidden and 3 (gated) or 2 intermediate-wide tensors;
+    - MoE: residual + normed hidden, router logits, and per routed expert the gated
+      intermediate and the expert output, plus the shared experts' gated intermediate.
+    """
+    fam = FAMILIES[arch.model_type]
+    return max(
+        max(_mixer_elements(arch, fam, kind, tp), _ffn_elements(arch, fam, kind, tp))
+        for kind in set(layer_plan(arch))
+    )
+
+
+def _mixer_elements(arch: Architecture, fam: Family, kind: LayerKind, tp: int) -> int:
     h = arch.hidden_size
-    hd = arch.head_size
-    q = max(1, arch.num_attention_heads // tp) * hd
-    kv = max(1, arch.kv_heads // tp) * hd
-    attention = 2 * h + q + 2 * kv + q
-    gated = arch.model_type in GATED_FAMILIES
-    width = 3 if gated else 2
-    experts = arch.num_local_experts
-    if experts is not None and arch.num_experts_per_tok is not None:
-        e_inter = -(-(arch.moe_intermediate_size or arch.intermediate_size) // tp)
-        k = arch.num_experts_per_tok
-        mlp = 2 * h + experts + k * (width * e_inter + h)
-        if arch.shared_expert_intermediate_size is not None:
-            mlp += width * -(-arch.shared_expert_intermediate_size // tp)
-    else:
-        mlp = 2 * h + width * -(-arch.intermediate_size // tp)
-    return max(attention, mlp)
+    if kind.mixer == "attention":
+        hd = arch.head_size
+        q = max(1, arch.num_attention_heads // tp) * hd
+        kv = max(1, arch.kv_heads // tp) * hd
+        return 2 * h + q + 2 * kv + q
+    if kind.mixer == "mla":
+        heads = arch.num_attention_heads // tp
+        rope = arch.qk_rope_head_dim or 0
+        nope = arch.qk_nope_head_dim or 0
+        v = arch.v_head_dim or 0
+        latent = (arch.kv_lora_rank or 0) + rope
+        q = heads * (nope + rope) + (arch.q_lora_rank or 0)
+        return 2 * h + q + latent + heads * (nope + v) + heads * v
+    if kind.mixer == "mamba":
+        assert fam.mamba is not None
+        if fam.mamba.version == 2:
+            heads = config_value(arch, "mamba_num_heads") // tp
+            inner = heads * config_value(arch, "mamba_head_dim")
+            groups = config_value(arch, "n_groups")
+            groups = groups // tp if groups % tp == 0 else groups
+            conv = inner + 2 * groups * config_value(arch, "ssm_state_size")
+            return 2 * h + (inner + conv + heads) + conv + 2 * inner
+        inner = config_value(arch, "mamba_expand") * h // tp
+        rank = arch.mamba_dt_rank or -(-h // 16)
+        return (
+            2 * h + 2 * inner + inner + rank + 2 * config_value(arch, "mamba_d_state") + 2 * inner
+        )
+    return 0
+
+
+def _ffn_elements(arch: Architecture, fam: Family, kind: LayerKind, tp: int) -> int:
+    h = arch.hidden_size
+    if kind.ffn == "dense":
+        width = getattr(arch, fam.mlp.width_key, None) or arch.intermediate_size
+        return 2 * h + (3 if fam.mlp.gated else 2) * -(-width // tp)
+    if kind.ffn == "moe" and fam.moe is not None:
+        experts = arch.experts or 1
+        k = arch.num_experts_per_tok or 1
+        e_inter = -(-(getattr(arch, fam.moe.width_key, None) or arch.intermediate_size) // tp)
+        mlp = 2 * h + experts + k * (3 * e_inter + h)
+        shared = arch.shared_expert_intermediate_size or 0
+        if fam.moe.shared == "deepseek":
+            shared = (arch.n_shared_experts or 0) * (arch.moe_intermediate_size or 0)
+        elif fam.moe.shared == "llama4":
+            shared = arch.intermediate_size
+        return mlp + 3 * -(-shared // tp)
+    return 0
 
 
 def logits_bytes(arch: Architecture, rows: int, act_bytes: int) -> int:

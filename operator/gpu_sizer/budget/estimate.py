@@ -35,8 +35,13 @@ from gpu_sizer.budget.activations import (
     inference_activation_bytes,
     prefill_tokens,
 )
-from gpu_sizer.budget.kv_cache import kv_cache_bytes, kv_element_bytes, kv_token_bytes
-from gpu_sizer.budget.params import Layout, layout
+from gpu_sizer.budget.kv_cache import (
+    kv_cache_bytes,
+    kv_element_bytes,
+    kv_geometry,
+    state_element_bytes,
+)
+from gpu_sizer.budget.params import Layout, layout, stage_layers
 from gpu_sizer.budget.runtime import (
     CUDA_GRAPH_BASE_BYTES,
     allocator_reserve_bytes,
@@ -69,14 +74,15 @@ def stage_outer_params(lay: Layout, pp: int, proj: int) -> int:
 
     One stage holds everything; with stages, the first holds the embedding, the last lm_head and
     the final norm, and a tied lm_head is a copy of the embedding there (vLLM and Megatron-LM
-    keep a separate output matrix on the last stage).
+    keep a separate output matrix on the last stage). A vision encoder is on every stage (vLLM
+    builds it on each).
 
     :param proj: lm_head input width (``wordEmbedProjDim`` for OPT, else ``hiddenSize``).
     """
     if pp == 1:
-        return lay.embedding + lay.head
+        return lay.embedding + lay.head + lay.encoder
     last = lay.head + (lay.vocab * proj if lay.tied else 0)
-    return max(lay.embedding, last)
+    return max(lay.embedding, last) + lay.encoder
 
 
 def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
@@ -96,8 +102,7 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
         par = spec.training.parallelism
         tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
     whole = layout(arch)
-    lay = whole if tp == 1 else layout(arch, tp)
-    layers = -(-arch.num_hidden_layers // pp)
+    lay = whole if tp == 1 and pp == 1 else layout(arch, tp, stage_layers(arch, pp))
     outer = stage_outer_params(lay, pp, arch.word_embed_proj_dim or arch.hidden_size)
     notes: list[str] = []
     params = whole.total
@@ -107,10 +112,11 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
             f"{params} parameters of spec.model.architecture; the architecture's count is used"
         )
     if inf is not None:
-        weights, quant = weight_bytes(lay, spec.model, layers, outer)
+        weights, quant = weight_bytes(lay, spec.model, outer)
         element = kv_element_bytes(spec.model, inf)
-        per_token = kv_token_bytes(arch, element, tp, pp)
-        kv, kv_tokens = kv_cache_bytes(arch, per_token, inf.max_model_len, inf.max_num_seqs, pp)
+        geometry = kv_geometry(arch, element, tp, pp, state_element_bytes(spec.model))
+        per_token = geometry.bytes_per_token
+        kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
         acts = inference_activation_bytes(
             arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
@@ -138,7 +144,7 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
             "full fine-tuning trains dense weights: spec.model.quantization is ignored "
             "(use lora or qlora to train adapters on a quantized base)"
         )
-    tb = training_budget(spec, lay, layers, outer)
+    tb = training_budget(spec, lay, outer)
     par = tr.parallelism
     groups = (par.strategy is not ParallelStrategy.none and par.data_parallel_size > 1) + (
         (tp > 1) + (pp > 1)

@@ -1,30 +1,108 @@
-"""Inference KV cache: bytes per token and for the configured sequences. Pure.
+"""Inference KV cache as engines store it: per-token bytes and per-sequence state, by layer group.
 
-Per token, every attention layer keeps one key and one value vector per KV head
-(Kwon et al. 2023, "Efficient Memory Management for Large Language Model Serving with
-PagedAttention", section 3: OPT-13B needs 2 x 40 layers x 5120 x 2 bytes = 800 KiB per token):
+:func:`kv_geometry` is the one description of what a model caches on the most loaded GPU; the
+estimate (:func:`kv_cache_bytes`) and the engines' pre-allocated pools read it. Layers are
+grouped by what they cache:
 
-    bytes/token = 2 x layers x kv_heads x head_dim x bytes(kvCacheDtype)
+- ``full``: every attention layer keeps one key and one value vector per KV head per token
+  (Kwon et al. 2023, "Efficient Memory Management for Large Language Model Serving with
+  PagedAttention", section 3: OPT-13B needs 2 x 40 layers x 5120 x 2 bytes = 800 KiB per token):
+  ``2 x kv_heads x head_dim x bytes(kvCacheDtype)`` per layer. GQA/MQA store only
+  ``numKeyValueHeads`` heads (Ainslie et al. 2023; Shazeer 2019); tensor parallelism splits KV
+  heads across ranks, and with fewer KV heads than ranks each rank keeps one replicated head
+  (vLLM ``QKVParallelLinear``: ``num_kv_head_replicas``).
+- ``sliding``: the same per token, but a sequence never holds more than the window (vLLM's
+  ``SlidingWindowSpec`` frees blocks outside it; Mistral-7B-v0.1, Gemma 2/3's local layers,
+  gpt-oss's 128-token layers).
+- ``chunked``: Llama 4's chunked local attention holds at most one ``attentionChunkSize`` chunk
+  (vLLM ``ChunkedLocalAttentionSpec``).
+- ``mla``: multi-head latent attention caches one latent vector of ``kvLoraRank +
+  qkRopeHeadDim`` per token per layer, shared by all heads and replicated on every
+  tensor-parallel rank (vLLM ``MLAAttentionSpec`` with one KV head; vLLM issue 15871:
+  DeepSeek-V2-Lite, 576 x 2 bytes x 27 layers = 31,104 bytes per token in bf16, where counting it
+  as multi-head attention gives 221,184).
+- ``state``: state-space (Mamba) layers keep a fixed state per sequence, whatever its length:
+  the causal-conv state and the SSM state (vLLM ``MambaStateShapeCalculator``: Mamba-2
+  ``(conv_kernel - 1) x (inner + 2 x groups x state) / tp`` plus ``heads / tp x head_dim x
+  state``; Mamba-1 ``inner / tp x (conv_kernel - 1)`` plus ``inner / tp x state``), in the model
+  dtype (vLLM's ``mamba_cache_dtype`` and ``mamba_ssm_cache_dtype`` default ``auto``;
+  ``kvCacheDtype`` does not apply). In hybrid models vLLM pads each Mamba layer's state to the
+  page size of the attention layers (``HybridAttentionMambaModelConfig``: the attention block
+  size grows in steps of 16 tokens until one attention page holds a Mamba state, and Mamba pages
+  are padded to it); that padding is included.
 
-- GQA/MQA store only ``numKeyValueHeads`` heads (Ainslie et al. 2023; Shazeer 2019).
-- Tensor parallelism splits KV heads across ranks; with fewer KV heads than ranks each rank keeps
-  one replicated head (vLLM ``QKVParallelLinear``: ``num_kv_head_replicas``).
-- Pipeline parallelism splits layers; the most loaded stage holds ``ceil(layers / pp)``.
-- ``kvCacheDtype`` ``fp8``/``fp8_e4m3``/``fp8_e5m2`` store one byte per element (vLLM docs,
-  "Quantized KV Cache"); ``auto`` uses the model's activation dtype (16-bit when the weights are
-  8-bit).
-- Sliding-window attention (Mistral-7B-v0.1, Gemma 2's local layers) never needs more than the
-  window per sequence (vLLM frees blocks outside the window). Gemma 2 alternates local and global
-  layers (``modeling_gemma2.py``: even layers slide), so only half its layers are capped.
+Pipeline parallelism: the most loaded stage's layers (:func:`gpu_sizer.budget.params.stage_layers`
+partition, the stage with the most cached bytes per token). ``kvCacheDtype``
+``fp8``/``fp8_e4m3``/``fp8_e5m2`` store one byte per element (vLLM docs, "Quantized KV Cache");
+``auto`` uses the model's activation dtype (16-bit when the weights are 8-bit).
 
 All results are bytes or tokens, on the most loaded GPU.
 """
 
 from __future__ import annotations
 
-from gpu_sizer.api import DTYPE_BYTES, Architecture, Inference, KvCacheDtype, Model
+from dataclasses import dataclass
+from typing import Literal
 
-__all__ = ["kv_cache_bytes", "kv_element_bytes", "kv_layers_per_gpu", "kv_token_bytes"]
+from gpu_sizer.api import DTYPE_BYTES, Architecture, Inference, KvCacheDtype, Model
+from gpu_sizer.budget.families import FAMILIES
+from gpu_sizer.budget.params import LayerKind, config_value, layer_plan
+
+__all__ = [
+    "KvGeometry",
+    "KvGroup",
+    "kv_cache_bytes",
+    "kv_element_bytes",
+    "kv_geometry",
+    "kv_token_bytes",
+    "state_element_bytes",
+]
+
+#: vLLM's attention block alignment used when it grows the block size of hybrid models.
+_HYBRID_BLOCK_STEP = 16
+
+KvKind = Literal["full", "sliding", "chunked", "mla", "state"]
+
+
+@dataclass(frozen=True, slots=True)
+class KvGroup:
+    """Layers on the GPU that cache alike.
+
+    :ivar kind: what they cache (see the module docstring).
+    :ivar layers: how many such layers the GPU holds.
+    :ivar bytes_per_token: cached bytes per token of one sequence, all ``layers`` together (0 for
+        ``state``).
+    :ivar token_cap: most tokens a sequence keeps (the window or chunk); ``None``: all of them.
+    :ivar bytes_per_sequence: fixed bytes per sequence, all ``layers`` together (``state``).
+    """
+
+    kind: KvKind
+    layers: int
+    bytes_per_token: int
+    token_cap: int | None
+    bytes_per_sequence: int
+
+    def bytes_for(self, tokens: int, sequences: int) -> int:
+        """Bytes for ``sequences`` sequences of ``tokens`` tokens each."""
+        kept = tokens if self.token_cap is None else min(tokens, self.token_cap)
+        return sequences * (kept * self.bytes_per_token + self.bytes_per_sequence)
+
+
+@dataclass(frozen=True, slots=True)
+class KvGeometry:
+    """What the most loaded GPU caches, by layer group."""
+
+    groups: tuple[KvGroup, ...]
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Cached bytes per token of one sequence, every layer, windows not applied."""
+        return sum(g.bytes_per_token for g in self.groups)
+
+    @property
+    def bytes_per_sequence(self) -> int:
+        """Fixed per-sequence bytes (state-space layers)."""
+        return sum(g.bytes_per_sequence for g in self.groups)
 
 
 def kv_element_bytes(model: Model, inference: Inference) -> int:
@@ -34,33 +112,119 @@ def kv_element_bytes(model: Model, inference: Inference) -> int:
     return max(2, DTYPE_BYTES[model.dtype])
 
 
-def kv_layers_per_gpu(arch: Architecture, pp: int) -> int:
-    """Decoder layers on the most loaded pipeline stage."""
-    return -(-arch.num_hidden_layers // pp)
+def state_element_bytes(model: Model) -> int:
+    """Bytes per element of a Mamba state (vLLM ``mamba_cache_dtype`` ``auto``: model dtype)."""
+    return max(2, DTYPE_BYTES[model.dtype])
+
+
+def _attention_layer_bytes(arch: Architecture, kind: LayerKind, element: int, tp: int) -> int:
+    if kind.mixer == "mla":
+        assert arch.kv_lora_rank is not None and arch.qk_rope_head_dim is not None
+        return (arch.kv_lora_rank + arch.qk_rope_head_dim) * element
+    return 2 * max(1, arch.kv_heads // tp) * arch.head_size * element
+
+
+def _state_layer_bytes(arch: Architecture, tp: int, element: int) -> int:
+    """One Mamba layer's conv + SSM state per sequence on one rank (vLLM's state shapes)."""
+    fam = FAMILIES[arch.model_type]
+    assert fam.mamba is not None
+    if fam.mamba.version == 2:
+        heads = config_value(arch, "mamba_num_heads")
+        inner = heads * config_value(arch, "mamba_head_dim")
+        groups = config_value(arch, "n_groups")
+        if groups % tp:
+            groups = tp  # vLLM extra_groups_for_head_shards: replicated up to one per rank
+        state = config_value(arch, "ssm_state_size")
+        conv = (config_value(arch, "conv_kernel") - 1) * ((inner + 2 * groups * state) // tp)
+        ssm = heads // tp * config_value(arch, "mamba_head_dim") * state
+        return (conv + ssm) * element
+    inner = config_value(arch, "mamba_expand") * arch.hidden_size // tp
+    conv = inner * (config_value(arch, "mamba_d_conv") - 1)
+    return (conv + inner * config_value(arch, "mamba_d_state")) * element
+
+
+def _stages(n: int, pp: int) -> list[range]:
+    size = -(-n // pp)
+    return [range(s, min(n, s + size)) for s in range(0, n, size)]
+
+
+def kv_geometry(
+    arch: Architecture, element_bytes: int, tp: int, pp: int, state_bytes: int = 2
+) -> KvGeometry:
+    """What one GPU of ``tp x pp`` caches per token and per sequence, by layer group.
+
+    :param arch: the model's shape.
+    :param element_bytes: bytes per cached attention element (:func:`kv_element_bytes`).
+    :param tp: tensor-parallel degree; :param pp: pipeline-parallel degree (the stage with the
+        most bytes per token is described).
+    :param state_bytes: bytes per Mamba state element (:func:`state_element_bytes`).
+    """
+    plan = layer_plan(arch)
+    stages = _stages(len(plan), pp)
+    best: tuple[int, KvGeometry] | None = None
+    for stage in stages:
+        geometry = _stage_geometry(arch, plan, stage, element_bytes, tp, state_bytes)
+        key = geometry.bytes_per_token + geometry.bytes_per_sequence
+        if best is None or key > best[0]:
+            best = (key, geometry)
+    assert best is not None
+    return best[1]
+
+
+def _stage_geometry(
+    arch: Architecture,
+    plan: tuple[LayerKind, ...],
+    stage: range,
+    element: int,
+    tp: int,
+    state_bytes: int,
+) -> KvGeometry:
+    counts: dict[KvKind, int] = {}
+    per_layer: dict[KvKind, int] = {}
+    states = 0
+    for i in stage:
+        kind = plan[i]
+        if kind.mixer == "mamba":
+            states += 1
+            continue
+        if kind.mixer == "none":
+            continue
+        group: KvKind = "mla" if kind.mixer == "mla" else kind.window
+        per_layer[group] = _attention_layer_bytes(arch, kind, element, tp)
+        counts[group] = counts.get(group, 0) + 1
+    groups = []
+    for group, layers in counts.items():
+        cap: int | None = None
+        if group == "sliding":
+            cap = config_value(arch, "sliding_window")
+        elif group == "chunked":
+            cap = config_value(arch, "attention_chunk_size")
+        groups.append(KvGroup(group, layers, layers * per_layer[group], cap, 0))
+    if states:
+        state = _state_layer_bytes(arch, tp, state_bytes)
+        attention_page = max(per_layer.values(), default=0)
+        if attention_page:
+            step = _HYBRID_BLOCK_STEP * attention_page
+            state = -(-state // step) * step
+        groups.append(KvGroup("state", states, 0, None, states * state))
+    return KvGeometry(groups=tuple(groups))
 
 
 def kv_token_bytes(arch: Architecture, element_bytes: int, tp: int, pp: int) -> int:
-    """KV cache bytes per token on the most loaded GPU (all its layers, uncapped)."""
-    kv_heads = max(1, arch.kv_heads // tp)
-    return 2 * kv_layers_per_gpu(arch, pp) * kv_heads * arch.head_size * element_bytes
+    """KV cache bytes per token on the most loaded GPU (all its attention layers, uncapped)."""
+    return kv_geometry(arch, element_bytes, tp, pp).bytes_per_token
 
 
-def kv_cache_bytes(
-    arch: Architecture, token_bytes: int, max_model_len: int, max_num_seqs: int, pp: int
-) -> tuple[int, int]:
-    """(bytes, tokens) of the KV cache for ``maxNumSeqs`` sequences of ``maxModelLen`` tokens.
+def kv_cache_bytes(geometry: KvGeometry, max_model_len: int, max_num_seqs: int) -> tuple[int, int]:
+    """(bytes, tokens) of the cache for ``maxNumSeqs`` sequences of ``maxModelLen`` tokens.
 
-    ``tokens`` is the per-layer token capacity (window-capped when every layer slides); bytes
-    account for Gemma 2's mixed local/global layers exactly.
+    ``tokens`` is the largest per-layer token capacity (window-capped when every attention layer
+    is capped; 0 for a model with no attention layer on the GPU).
     """
-    window = arch.sliding_window
-    full_tokens = max_model_len * max_num_seqs
-    if window is None or window >= max_model_len:
-        return token_bytes * full_tokens, full_tokens
-    capped = window * max_num_seqs
-    if arch.model_type == "gemma2":
-        layers = kv_layers_per_gpu(arch, pp)
-        per_layer = token_bytes // layers
-        local = layers // 2
-        return per_layer * (local * capped + (layers - local) * full_tokens), full_tokens
-    return token_bytes * capped, capped
+    nbytes = sum(g.bytes_for(max_model_len, max_num_seqs) for g in geometry.groups)
+    caps = [
+        max_model_len if g.token_cap is None else min(max_model_len, g.token_cap)
+        for g in geometry.groups
+        if g.kind != "state"
+    ]
+    return nbytes, max(caps, default=0) * max_num_seqs

@@ -1,78 +1,133 @@
-"""Parameter layout of a decoder-only transformer, per tensor-parallel rank. Pure.
+"""Parameter layout of a decoder model, per tensor-parallel rank and pipeline stage. Pure.
 
-The layout lists every weight matrix of one decoder layer (with its input and output width, how
-many copies a layer holds, and whether a quantized format packs it), the per-layer vectors (norms,
-biases), and the tensors outside the layers (embeddings, learned positions, projections, lm_head,
-final norm). Weights, quantization metadata, LoRA adapters, Adafactor's factored states, ZeRO-3's
-gathered working set and pipeline stages are all derived from it, so the parameter count is the
-single thing that must be exact.
+The layout lists every weight matrix of the decoder layers, grouped by layer structure (a
+:class:`LayerGroup` per distinct structure, with how many layers have it), with each matrix's
+input and output width, copies (MoE experts), bias, whether quantized formats pack it, and its
+module path as the checkpoint names it (so quantization ``ignore`` lists and LoRA targets can
+match). Outside the layers: embeddings, lm_head, the final norm and a vision encoder. Weights,
+quantization metadata, LoRA adapters, Adafactor's factored states, ZeRO-3's gathered working set
+and pipeline stages are all derived from it, so the parameter count is the one thing that must
+be exact; tests compare it with ``transformers``' model built on the meta device, per family.
 
-Each family follows its Hugging Face ``transformers`` modeling file (``modeling_<family>.py``):
+One generic function, :func:`layout`, turns a family's parts (:mod:`gpu_sizer.budget.families`)
+and the config's sizes and per-layer pattern (:func:`layer_plan`) into the layout:
 
-- ``llama``/``mistral``/``mixtral``/``qwen2``/``qwen2_moe``/``gemma``/``gemma2``/``phi3``: RMSNorm
-  (one weight vector of ``hidden_size``), gated MLP (``gate_proj``, ``up_proj``, ``down_proj``;
-  Phi-3 fuses ``gate_up_proj`` and ``qkv_proj``), no position parameters (RoPE).
-- ``qwen2``/``qwen2_moe``: q/k/v projections always carry biases (``Qwen2Attention``).
-- ``mixtral``: ``block_sparse_moe`` = router ``gate`` (hidden -> experts, no bias) and ``experts``
-  of ``w1``/``w3``/``w2``. ``qwen2_moe`` adds ``shared_expert`` (a gated MLP of
-  ``shared_expert_intermediate_size``) and ``shared_expert_gate`` (hidden -> 1).
-- ``gemma2``: four RMSNorms per layer (input, post-attention, pre- and post-feedforward).
-- ``gpt_neox``: LayerNorm with bias (2 x hidden each), fused ``query_key_value`` and ``dense`` with
-  biases (``attention_bias``, default true in ``GPTNeoXConfig``), MLP ``dense_h_to_4h`` and
-  ``dense_4h_to_h`` with biases, separate ``embed_out`` unless tied.
-- ``falcon``: LayerNorm with bias; fused ``query_key_value`` of (heads + 2 x kv heads) x head_dim
-  (multi-query: 1 kv head; ``new_decoder_architecture``: ``num_kv_heads``), two LayerNorms per
-  layer with the new architecture, one with ``parallel_attn`` and two without; config.json's
-  ``bias`` switches biases on every linear (given here as ``attentionBias``/``mlpBias``); lm_head
-  tied by default (``FalconConfig.tie_word_embeddings=True``).
-- ``opt``: learned positions with ``max_position_embeddings + 2`` rows (``OPTLearnedPositional
-  Embedding``'s offset of 2), biases on every linear, LayerNorms with bias, ``project_in`` /
-  ``project_out`` (no bias) when ``word_embed_proj_dim`` differs from ``hidden_size``, final
-  LayerNorm only with ``do_layer_norm_before``, lm_head tied to ``embed_tokens``.
-
-Flags whose default differs by family (``tieWordEmbeddings``: true for gemma, gemma2, falcon and
-opt; ``attentionBias``: true for gpt_neox and opt) take the family default when the spec leaves
-them unset, as ``transformers``' config classes do.
+- attention: q/k/v/o (or a fused qkv) of ``numAttentionHeads x headDim`` and
+  ``numKeyValueHeads x headDim``; q/k norms; gpt-oss sinks (``numAttentionHeads`` scalars);
+- multi-head latent attention (DeepSeek-V2/V3, ``DeepseekV3Attention``): ``q_a_proj`` hidden ->
+  qLoraRank, ``q_a_layernorm``, ``q_b_proj`` qLoraRank -> heads x (qkNope + qkRope) (or one
+  ``q_proj`` without qLoraRank), ``kv_a_proj_with_mqa`` hidden -> kvLoraRank + qkRope,
+  ``kv_a_layernorm``, ``kv_b_proj`` kvLoraRank -> heads x (qkNope + vHead), ``o_proj``;
+- dense MLP, MoE (router, experts, shared experts), Mamba-2 (``in_proj`` hidden -> 2 x inner +
+  2 x groups x state + heads, ``conv1d`` over inner + 2 x groups x state channels, ``dt_bias``,
+  ``A_log``, ``D`` per head, gated RMSNorm over inner, ``out_proj``) and Mamba-1 (Jamba:
+  ``in_proj`` hidden -> 2 x inner, ``conv1d``, ``x_proj`` inner -> dtRank + 2 x state,
+  ``dt_proj`` dtRank -> inner with bias, ``A_log`` inner x state, ``D``, the dt/B/C RMSNorms,
+  ``out_proj``).
 
 Under tensor parallelism (Megatron-LM, Shoeybi et al. 2019, section 3; vLLM's
-``ColumnParallelLinear``/``RowParallelLinear``/``VocabParallelEmbedding``): q/k/v, gate/up and
-the vocabulary split by output, o/down split by input, KV heads split or replicated when fewer
-than ranks (vLLM ``QKVParallelLinear``), norms, routers and row-parallel biases replicated, MoE
-experts split along their intermediate width (vLLM ``FusedMoE`` tensor-parallel mode).
+``ColumnParallelLinear``/``RowParallelLinear``/``QKVParallelLinear``/``VocabParallelEmbedding``/
+``FusedMoE``): q/k/v, gate/up and the vocabulary split by output, o/down split by input, KV heads
+split or replicated when fewer than ranks, norms, routers and row-parallel biases replicated, MoE
+experts split along their intermediate width. MLA's ``q_a_proj`` and ``kv_a_proj_with_mqa`` are
+replicated (vLLM ``deepseek_v2.py``: ``ReplicatedLinear``/``disable_tp``), its ``q_b_proj``,
+``kv_b_proj`` split by heads. Mamba's heads, inner width and groups split (vLLM
+``MambaMixer2``: one group per rank is replicated when groups do not divide), OLMo 2's full-width
+q/k norms replicated (vLLM ``olmo2.py`` normalises the gathered q and k), sinks split by heads.
 
 All counts are numbers of parameters (elements), not bytes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from gpu_sizer.api import Architecture
+from gpu_sizer.budget.families import FAMILIES, Family, Mlp, Moe
 
 __all__ = [
     "GATED_FAMILIES",
+    "LayerGroup",
+    "LayerKind",
     "Layout",
     "Linear",
+    "config_value",
+    "layer_plan",
     "layout",
     "parameter_count",
+    "stage_layers",
 ]
 
-#: Families whose MLP is gated (SwiGLU/GeGLU: three matrices, act(gate) * up).
-GATED_FAMILIES = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "gemma2", "phi3"}
-)
+#: Families whose dense MLP is gated (SwiGLU/GeGLU: three matrices, act(gate) * up).
+GATED_FAMILIES = frozenset(name for name, fam in FAMILIES.items() if fam.mlp.gated)
 
-_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "falcon", "opt"})
-_BIASED_BY_DEFAULT = frozenset({"gpt_neox", "opt"})
+Mixer = Literal["attention", "mla", "mamba", "none"]
+Window = Literal["full", "sliding", "chunked"]
+Ffn = Literal["dense", "moe", "none"]
+
+#: ``transformers``' config-class defaults that decide the layer pattern or a size when the
+#: config leaves the key out, by family (e.g. ``Gemma3TextConfig.sliding_window`` 4096,
+#: ``GptOssConfig.sliding_window`` 128, ``Llama4TextConfig.attention_chunk_size`` 8192,
+#: ``JambaConfig``'s periods and Mamba sizes, ``NemotronHConfig``'s Mamba-2 sizes).
+_DEFAULTS: dict[str, dict[str, int | bool]] = {
+    "gemma2": {"sliding_window": 4096},
+    "gemma3": {"sliding_window": 4096, "sliding_window_pattern": 6},
+    "gemma3_text": {"sliding_window": 4096, "sliding_window_pattern": 6},
+    "gpt_oss": {"sliding_window": 128},
+    "llama4": {"attention_chunk_size": 8192, "interleave_moe_layer_step": 1},
+    "jamba": {
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+    },
+    "nemotron_h": {
+        "ssm_state_size": 128,
+        "mamba_num_heads": 128,
+        "mamba_head_dim": 64,
+        "n_groups": 8,
+        "conv_kernel": 4,
+        "use_conv_bias": True,
+        "use_bias": False,
+    },
+}
+
+
+def config_value(arch: Architecture, key: str) -> int:
+    """``arch``'s value of config key ``key`` (snake_case), or its family's config-class default.
+
+    :raises KeyError: neither the spec nor the family gives it (a programming error: callers ask
+        only for keys their family declares).
+    """
+    value = getattr(arch, key, None)
+    if value is None:
+        value = _DEFAULTS.get(arch.model_type, {})[key]
+    return int(value)
+
+
+def _optional(arch: Architecture, key: str) -> int | None:
+    value = getattr(arch, key, None)
+    if value is None:
+        value = _DEFAULTS.get(arch.model_type, {}).get(key)
+    return None if value is None else int(value)
 
 
 class Linear(NamedTuple):
-    """One weight matrix in a decoder layer, on one tensor-parallel rank.
+    """One weight matrix on one tensor-parallel rank.
 
-    ``role`` is canonical (q, k, v, o, qkv, gate, up, down, gate_up, router); ``name`` is the
-    module name in the family's modeling file (used to match LoRA target modules). Widths are in
-    elements; ``copies`` is the number of copies per layer (MoE experts).
+    ``role`` is canonical (q, k, v, o, qkv, gate, up, down, gate_up, router, q_a, q_b, kv_a,
+    kv_b, in_proj, out_proj, x_proj, dt_proj, projector); ``name`` is the module name in the
+    checkpoint (used to match LoRA target modules); ``path`` is the module path inside a layer
+    (``self_attn.q_proj``, ``mlp.experts.down_proj``; prefix it with :attr:`Layout.prefix` and
+    the layer index for the full checkpoint name). Widths are in elements; ``copies`` is the
+    number of copies per layer (MoE experts).
     """
 
     role: str
@@ -82,6 +137,7 @@ class Linear(NamedTuple):
     copies: int
     bias: bool
     quantizable: bool
+    path: str = ""
 
     @property
     def weight_params(self) -> int:
@@ -94,39 +150,88 @@ class Linear(NamedTuple):
         return self.out_features * self.copies if self.bias else 0
 
 
+class LayerKind(NamedTuple):
+    """What one decoder layer is made of: its token mixer, attention span and feed-forward."""
+
+    mixer: Mixer
+    window: Window
+    ffn: Ffn
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    """Decoder layers of one structure on one rank: ``count`` layers (at ``indices``) alike.
+
+    ``vectors`` are one layer's parameters outside the matrices: norms, biases, sinks, Mamba's
+    conv weights and per-head scalars (elements).
+    """
+
+    kind: LayerKind
+    indices: tuple[int, ...]
+    linears: tuple[Linear, ...]
+    vectors: int
+
+    @property
+    def count(self) -> int:
+        """Layers of this structure."""
+        return len(self.indices)
+
+    @property
+    def matrix_params(self) -> int:
+        """Matrix elements of one layer."""
+        return sum(lin.weight_params for lin in self.linears)
+
+    @property
+    def params(self) -> int:
+        """All parameters of one layer."""
+        return self.matrix_params + self.vectors
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Parameters of one tensor-parallel rank, by where they live (all in elements).
 
+    ``groups`` are the decoder layers held (all of them, or a pipeline stage's range);
     ``embedding`` holds the input embedding and whatever sits before the first layer (learned
     positions, OPT's ``project_in``); ``head`` holds lm_head (0 when tied), the final norm and
-    OPT's ``project_out``. ``layer_vectors`` are a layer's norms and biases.
+    OPT's ``project_out``; ``encoder`` the vision encoder and its projector (vision-language
+    models; vLLM builds it on every rank).
     """
 
     family: str
-    layers: int
-    linears: tuple[Linear, ...]
-    layer_vectors: int
+    groups: tuple[LayerGroup, ...]
     embedding: int
     head: int
+    encoder: int
     vocab: int
     hidden: int
     tied: bool
+    prefix: str
 
     @property
-    def layer_matrix_params(self) -> int:
-        """Matrix elements of one decoder layer."""
-        return sum(lin.weight_params for lin in self.linears)
+    def layers(self) -> int:
+        """Decoder layers held."""
+        return sum(g.count for g in self.groups)
 
     @property
-    def layer_params(self) -> int:
-        """All parameters of one decoder layer (matrices, biases, norms)."""
-        return self.layer_matrix_params + self.layer_vectors
+    def layer_total(self) -> int:
+        """Parameters of all decoder layers held."""
+        return sum(g.count * g.params for g in self.groups)
+
+    @property
+    def largest_layer(self) -> int:
+        """Parameters of the largest decoder layer (FSDP and ZeRO-3 gather one at a time)."""
+        return max((g.params for g in self.groups), default=0)
+
+    @property
+    def linears(self) -> tuple[Linear, ...]:
+        """Every distinct matrix shape of the layers held (one entry per group and module)."""
+        return tuple(lin for g in self.groups for lin in g.linears)
 
     @property
     def total(self) -> int:
         """All parameters of the rank (tied lm_head counted once)."""
-        return self.layers * self.layer_params + self.embedding + self.head
+        return self.layer_total + self.embedding + self.head + self.encoder
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -134,7 +239,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _flag(arch: Architecture, name: str, family_default: bool) -> bool:
-    """A boolean the spec may leave unset (``None``), in which case the family default applies.
+    """A boolean the spec may leave unset (``None``): then the family's config default applies.
 
     Unset is ``None`` rather than "absent from the input" so that a spec re-serialised with its
     defaults filled (the mutating webhook, ``model_dump``) keeps the same meaning and hash.
@@ -143,144 +248,402 @@ def _flag(arch: Architecture, name: str, family_default: bool) -> bool:
     return family_default if value is None else bool(value)
 
 
-def layout(arch: Architecture, tp: int = 1) -> Layout:
+def _window(arch: Architecture, fam: Family, i: int) -> Window:
+    """Attention span of layer ``i`` when the config has no ``layerTypes``."""
+    if fam.pattern == "nope_every_4th":
+        nope = arch.no_rope_layers or [int((j + 1) % 4 != 0) for j in range(arch.num_hidden_layers)]
+        return "chunked" if nope[i] else "full"
+    if _optional(arch, "sliding_window") is None:
+        return "full"
+    if fam.pattern in ("gemma2", "alternate"):
+        return "sliding" if i % 2 == 0 else "full"
+    if fam.pattern == "every_nth_global":
+        every = config_value(arch, "sliding_window_pattern")
+        return "sliding" if (i + 1) % every else "full"
+    return "sliding"
+
+
+_WINDOWS: dict[str, Window] = {
+    "full_attention": "full",
+    "attention": "full",
+    "sliding_attention": "sliding",
+    "chunked_attention": "chunked",
+}
+_HYBRID_CODES: dict[str, tuple[Mixer, Ffn]] = {
+    "M": ("mamba", "none"),
+    "*": ("attention", "none"),
+    "-": ("none", "dense"),
+    "E": ("none", "moe"),
+}
+_HYBRID_TYPES: dict[str, str] = {
+    "linear_attention": "M",
+    "mamba": "M",
+    "full_attention": "*",
+    "attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+
+
+def _is_moe(arch: Architecture, fam: Family, i: int) -> bool:
+    """Whether layer ``i`` routes to experts, as each family's modeling code decides it.
+
+    DeepSeek/GLM: ``i >= firstKDenseReplace and i % moeLayerFreq == 0``; Qwen-MoE: ``i not in
+    mlpOnlyLayers and (i + 1) % decoderSparseStep == 0``; Llama 4: ``(i + 1) %
+    interleaveMoeLayerStep == 0`` (``moe_layers = range(step - 1, layers, step)``); Jamba: ``i %
+    expertLayerPeriod == expertLayerOffset``. Keys a config leaves out are neutral.
+    """
+    if fam.moe is None or arch.experts is None:
+        return False
+    if i < (arch.first_k_dense_replace or 0) or i % (arch.moe_layer_freq or 1):
+        return False
+    if arch.mlp_only_layers and i in arch.mlp_only_layers:
+        return False
+    if (i + 1) % (arch.decoder_sparse_step or 1):
+        return False
+    if (i + 1) % (_optional(arch, "interleave_moe_layer_step") or 1):
+        return False
+    period = _optional(arch, "expert_layer_period")
+    return period is None or i % period == config_value(arch, "expert_layer_offset")
+
+
+def layer_plan(arch: Architecture) -> tuple[LayerKind, ...]:
+    """The kind of every decoder layer, read from the config as ``transformers`` reads it.
+
+    ``layerTypes`` when given; else Nemotron-H's ``hybridOverridePattern``, Jamba's attention
+    period and offset, and the family's default pattern (Gemma 2 and gpt-oss alternate sliding
+    and full layers; Gemma 3 makes every ``slidingWindowPattern``-th layer global; Llama 4's
+    ``noRopeLayers`` are chunked, every fourth layer global; a ``slidingWindow`` on other
+    families slides every layer). Layers with ``kvLoraRank`` use MLA.
+    """
+    fam = FAMILIES[arch.model_type]
+    n = arch.num_hidden_layers
+    if fam.pattern == "hybrid_pattern":
+        codes = arch.hybrid_override_pattern
+        if codes is None:
+            codes = "".join(_HYBRID_TYPES.get(t, "*") for t in arch.layer_types or ())
+        return tuple(LayerKind(_HYBRID_CODES[c][0], "full", _HYBRID_CODES[c][1]) for c in codes)
+    if fam.pattern == "jamba":
+        kinds = []
+        for i in range(n):
+            if arch.layer_types is not None:
+                attention = arch.layer_types[i] in _WINDOWS
+            else:
+                period = config_value(arch, "attn_layer_period")
+                attention = i % period == config_value(arch, "attn_layer_offset")
+            ffn: Ffn = "moe" if _is_moe(arch, fam, i) else "dense"
+            kinds.append(LayerKind("attention" if attention else "mamba", "full", ffn))
+        return tuple(kinds)
+    mixer: Mixer = "mla" if arch.kv_lora_rank is not None else "attention"
+    types = arch.layer_types
+    return tuple(
+        LayerKind(
+            mixer,
+            _WINDOWS.get(types[i], "full") if types is not None else _window(arch, fam, i),
+            "moe" if _is_moe(arch, fam, i) else "dense",
+        )
+        for i in range(n)
+    )
+
+
+def stage_layers(arch: Architecture, pp: int) -> range:
+    """The decoder layers of the most loaded of ``pp`` pipeline stages.
+
+    Stages hold ``ceil(layers / pp)`` consecutive layers at most (vLLM's ``get_pp_indices``
+    gives each stage ``layers // pp`` and one more to some: never more than the ceiling); among
+    the windows ``[k x n, (k + 1) x n)`` the one with the most parameters is returned, which for
+    uniform layers is the first.
+    """
+    layers = arch.num_hidden_layers
+    size = _ceil_div(layers, pp)
+    if pp == 1:
+        return range(layers)
+    plan = layer_plan(arch)
+    if len(set(plan)) == 1:
+        return range(size)
+    whole = layout(arch)
+    per_kind = {g.kind: g.params for g in whole.groups}
+    windows = [range(s, min(layers, s + size)) for s in range(0, layers, size)]
+    return max(windows, key=lambda w: sum(per_kind[plan[i]] for i in w))
+
+
+def layout(arch: Architecture, tp: int = 1, layers: Sequence[int] | None = None) -> Layout:
     """The parameter layout of one tensor-parallel rank of ``arch`` (``tp`` ranks in all).
 
     :param arch: the model's shape (config.json keys).
     :param tp: tensor-parallel degree; 1 gives the whole model, whose ``total`` is the exact
         parameter count.
+    :param layers: the decoder layer indices held (a pipeline stage, see :func:`stage_layers`);
+        ``None`` holds all of them. Embeddings, lm_head and the encoder are always listed.
     """
-    family = arch.model_type
+    from gpu_sizer.budget.vision import encoder_params
+
+    fam = FAMILIES[arch.model_type]
+    h = arch.hidden_size
+    vocab = _ceil_div(arch.vocab_size, tp)
+    tied = _flag(arch, "tie_word_embeddings", fam.tied)
+    attn_bias = _flag(arch, "attention_bias", fam.attention_bias)
+    norm = 2 * h if fam.layer_norm else h
+    plan = layer_plan(arch)
+    indices: dict[LayerKind, list[int]] = {}
+    for i in range(len(plan)) if layers is None else layers:
+        indices.setdefault(plan[i], []).append(i)
+    groups = tuple(
+        _group(arch, fam, kind, tuple(idx), tp, attn_bias, norm) for kind, idx in indices.items()
+    )
+    embedding = vocab * h
+    head = (0 if tied else vocab * h) + norm
+    if arch.model_type == "opt":
+        embedding, head = _opt_outer(arch, vocab, tied)
+    return Layout(
+        family=arch.model_type,
+        groups=groups,
+        embedding=embedding,
+        head=head,
+        encoder=encoder_params(arch, tp),
+        vocab=vocab,
+        hidden=h,
+        tied=tied,
+        prefix=fam.layers_prefix,
+    )
+
+
+def _opt_outer(arch: Architecture, vocab: int, tied: bool) -> tuple[int, int]:
+    """OPT's embedding side (learned positions with ``OPTLearnedPositionalEmbedding``'s offset of
+    2, ``project_in``) and head side (lm_head, ``project_out``, the final LayerNorm only with
+    ``do_layer_norm_before``)."""
+    h = arch.hidden_size
+    proj = arch.word_embed_proj_dim or h
+    embedding = vocab * proj + (arch.max_position_embeddings + 2) * h
+    head = 0 if tied else vocab * proj
+    if proj != h:
+        embedding += proj * h
+        head += h * proj
+    if arch.do_layer_norm_before:
+        head += 2 * h
+    return embedding, head
+
+
+def _path(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _group(
+    arch: Architecture,
+    fam: Family,
+    kind: LayerKind,
+    indices: tuple[int, ...],
+    tp: int,
+    attn_bias: bool,
+    norm: int,
+) -> LayerGroup:
+    linears: list[Linear] = []
+    vectors = 0
+    if kind.mixer == "attention":
+        vectors += _attention(arch, fam, tp, attn_bias, linears)
+    elif kind.mixer == "mla":
+        vectors += _mla(arch, tp, attn_bias, linears)
+    elif kind.mixer == "mamba":
+        vectors += _mamba(arch, fam, tp, linears)
+    if kind.ffn == "dense":
+        _dense(arch, fam, tp, attn_bias, linears)
+    elif kind.ffn == "moe":
+        _moe(arch, fam, tp, linears)
+    both = kind.mixer != "none" and kind.ffn != "none"
+    norms = fam.norms if both else fam.block_norms
+    if arch.model_type == "falcon":
+        # FalconDecoderLayer: ln_attn + ln_mlp (new architecture), input + post-attention
+        # (sequential), one shared input_layernorm with parallel_attn.
+        norms = 2 if arch.new_decoder_architecture or not arch.parallel_attn else 1
+    vectors += norms * norm + sum(lin.bias_params for lin in linears)
+    return LayerGroup(kind=kind, indices=indices, linears=tuple(linears), vectors=vectors)
+
+
+def _attention(arch: Architecture, fam: Family, tp: int, attn_bias: bool, out: list[Linear]) -> int:
+    """q/k/v/o (or fused qkv) into ``out``; returns the layer's extra vectors (q/k norms, sinks)."""
+    part = fam.attention
     h = arch.hidden_size
     hd = arch.head_size
     q_heads = max(1, arch.num_attention_heads // tp)
-    kv_heads = max(1, arch.kv_heads // tp)
     q_out = q_heads * hd
-    kv_out = kv_heads * hd
-    inter = _ceil_div(arch.intermediate_size, tp)
-    vocab = _ceil_div(arch.vocab_size, tp)
-    tied = _flag(arch, "tie_word_embeddings", family in _TIED_BY_DEFAULT)
-    attn_bias = _flag(arch, "attention_bias", family in _BIASED_BY_DEFAULT)
-    mlp_bias = arch.mlp_bias
-    linears: list[Linear] = []
+    kv_out = max(1, arch.kv_heads // tp) * hd
+    qkv_bias = part.qkv_bias == "always" or (part.qkv_bias == "flag" and attn_bias)
+    o_bias = part.o_bias == "always" or (part.o_bias == "flag" and attn_bias)
+    if arch.model_type == "falcon":
+        qkv_bias = o_bias = attn_bias or arch.mlp_bias
+    if arch.model_type == "nemotron_h":
+        qkv_bias = o_bias = False  # NemotronHAttention: bias=False on every projection
+    p = part.prefix
+    if part.fused_qkv is not None:
+        name = part.fused_qkv
+        out.append(Linear("qkv", name, h, q_out + 2 * kv_out, 1, qkv_bias, True, _path(p, name)))
+    else:
+        out += [
+            Linear("q", part.q, h, q_out, 1, qkv_bias, True, _path(p, part.q)),
+            Linear("k", part.k, h, kv_out, 1, qkv_bias, True, _path(p, part.k)),
+            Linear("v", part.v, h, kv_out, 1, qkv_bias, True, _path(p, part.v)),
+        ]
+    out.append(Linear("o", part.o, q_out, h, 1, o_bias, True, _path(p, part.o)))
     vectors = 0
-    embedding = vocab * h
-    head = 0 if tied else vocab * h
+    if part.qk_norm == "head" or (part.qk_norm == "head_if_flag" and arch.use_qk_norm):
+        vectors += 2 * hd
+    elif part.qk_norm == "width":
+        vectors += (arch.num_attention_heads + arch.kv_heads) * hd
+    if part.sinks:
+        vectors += q_heads
+    return vectors
 
-    if family in ("gpt_neox", "falcon", "opt"):
-        # LayerNorm with weight and bias.
-        norm = 2 * h
-        if family == "gpt_neox":
-            linears += [
-                Linear("qkv", "query_key_value", h, q_out + 2 * kv_out, 1, attn_bias, True),
-                Linear("o", "dense", q_heads * hd, h, 1, attn_bias, True),
-                Linear("up", "dense_h_to_4h", h, inter, 1, True, True),
-                Linear("down", "dense_4h_to_h", inter, h, 1, True, True),
-            ]
-            vectors += 2 * norm
-        elif family == "falcon":
-            bias = attn_bias or mlp_bias
-            linears += [
-                Linear("qkv", "query_key_value", h, q_out + 2 * kv_out, 1, bias, True),
-                Linear("o", "dense", q_out, h, 1, bias, True),
-                Linear("up", "dense_h_to_4h", h, inter, 1, bias, True),
-                Linear("down", "dense_4h_to_h", inter, h, 1, bias, True),
-            ]
-            two_norms = arch.new_decoder_architecture or not arch.parallel_attn
-            vectors += (2 if two_norms else 1) * norm
-        else:  # opt
-            linears += [
-                Linear("q", "q_proj", h, q_out, 1, attn_bias, True),
-                Linear("k", "k_proj", h, kv_out, 1, attn_bias, True),
-                Linear("v", "v_proj", h, kv_out, 1, attn_bias, True),
-                Linear("o", "out_proj", q_out, h, 1, attn_bias, True),
-                Linear("up", "fc1", h, inter, 1, attn_bias, True),
-                Linear("down", "fc2", inter, h, 1, attn_bias, True),
-            ]
-            vectors += 2 * norm
-            proj = arch.word_embed_proj_dim or h
-            embedding = vocab * proj + (arch.max_position_embeddings + 2) * h
-            head = 0 if tied else vocab * proj
-            if proj != h:
-                embedding += proj * h  # project_in
-                head += h * proj  # project_out
-            if arch.do_layer_norm_before:
-                head += norm  # final_layer_norm
-            norm = 0  # the final norm is accounted above
-        head += norm
-        return _finish(family, arch, linears, vectors, embedding, head, vocab, h, tied)
 
-    # RMSNorm families (one weight vector per norm), gated MLPs.
-    qkv_bias = attn_bias or family in ("qwen2", "qwen2_moe")
-    if family == "phi3":
-        linears += [
-            Linear("qkv", "qkv_proj", h, q_out + 2 * kv_out, 1, qkv_bias, True),
-            Linear("o", "o_proj", q_out, h, 1, attn_bias, True),
-        ]
+def _mla(arch: Architecture, tp: int, attn_bias: bool, out: list[Linear]) -> int:
+    """Multi-head latent attention (DeepSeek-V2/V3) into ``out``; returns its norm vectors."""
+    assert arch.kv_lora_rank is not None and arch.qk_rope_head_dim is not None
+    assert arch.qk_nope_head_dim is not None and arch.v_head_dim is not None
+    h = arch.hidden_size
+    heads = arch.num_attention_heads // tp
+    rope, nope, v = arch.qk_rope_head_dim, arch.qk_nope_head_dim, arch.v_head_dim
+    latent = arch.kv_lora_rank
+    vectors = latent  # kv_a_layernorm
+    q_lora = arch.q_lora_rank
+    a = "self_attn"
+    if q_lora is None:
+        out.append(Linear("q", "q_proj", h, heads * (nope + rope), 1, False, True, f"{a}.q_proj"))
     else:
-        linears += [
-            Linear("q", "q_proj", h, q_out, 1, qkv_bias, True),
-            Linear("k", "k_proj", h, kv_out, 1, qkv_bias, True),
-            Linear("v", "v_proj", h, kv_out, 1, qkv_bias, True),
-            Linear("o", "o_proj", q_out, h, 1, attn_bias, True),
+        out += [
+            Linear("q_a", "q_a_proj", h, q_lora, 1, attn_bias, True, f"{a}.q_a_proj"),
+            Linear(
+                "q_b", "q_b_proj", q_lora, heads * (nope + rope), 1, False, True, f"{a}.q_b_proj"
+            ),
         ]
-    experts = arch.num_local_experts
-    if experts is not None:
-        e_inter = _ceil_div(arch.moe_intermediate_size or arch.intermediate_size, tp)
-        names = ("w1", "w3", "w2") if family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
-        linears += [
-            Linear("router", "gate", h, experts, 1, False, False),
-            Linear("gate", names[0], h, e_inter, experts, mlp_bias, True),
-            Linear("up", names[1], h, e_inter, experts, mlp_bias, True),
-            Linear("down", names[2], e_inter, h, experts, mlp_bias, True),
-        ]
-        if arch.shared_expert_intermediate_size is not None:
-            s_inter = _ceil_div(arch.shared_expert_intermediate_size, tp)
-            linears += [
-                Linear("gate", "gate_proj", h, s_inter, 1, mlp_bias, True),
-                Linear("up", "up_proj", h, s_inter, 1, mlp_bias, True),
-                Linear("down", "down_proj", s_inter, h, 1, mlp_bias, True),
-                Linear("router", "shared_expert_gate", h, 1, 1, False, False),
-            ]
-    elif family == "phi3":
-        linears += [
-            Linear("gate_up", "gate_up_proj", h, 2 * inter, 1, mlp_bias, True),
-            Linear("down", "down_proj", inter, h, 1, mlp_bias, True),
-        ]
-    else:
-        linears += [
-            Linear("gate", "gate_proj", h, inter, 1, mlp_bias, True),
-            Linear("up", "up_proj", h, inter, 1, mlp_bias, True),
-            Linear("down", "down_proj", inter, h, 1, mlp_bias, True),
-        ]
-    vectors += (4 if family == "gemma2" else 2) * h
-    head += h  # final norm
-    return _finish(family, arch, linears, vectors, embedding, head, vocab, h, tied)
+        vectors += q_lora  # q_a_layernorm
+    out += [
+        Linear(
+            "kv_a",
+            "kv_a_proj_with_mqa",
+            h,
+            latent + rope,
+            1,
+            attn_bias,
+            True,
+            f"{a}.kv_a_proj_with_mqa",
+        ),
+        Linear("kv_b", "kv_b_proj", latent, heads * (nope + v), 1, False, True, f"{a}.kv_b_proj"),
+        Linear("o", "o_proj", heads * v, h, 1, attn_bias, True, f"{a}.o_proj"),
+    ]
+    return vectors
 
 
-def _finish(
-    family: str,
-    arch: Architecture,
-    linears: list[Linear],
-    vectors: int,
-    embedding: int,
-    head: int,
-    vocab: int,
-    hidden: int,
-    tied: bool,
-) -> Layout:
-    vectors += sum(lin.bias_params for lin in linears)
-    return Layout(
-        family=family,
-        layers=arch.num_hidden_layers,
-        linears=tuple(linears),
-        layer_vectors=vectors,
-        embedding=embedding,
-        head=head,
-        vocab=vocab,
-        hidden=hidden,
-        tied=tied,
+def _mamba(arch: Architecture, fam: Family, tp: int, out: list[Linear]) -> int:
+    """A Mamba mixer into ``out``; returns its non-matrix parameters (conv, A, D, norms)."""
+    assert fam.mamba is not None
+    h = arch.hidden_size
+    p = fam.mamba.prefix
+    if fam.mamba.version == 2:
+        heads = config_value(arch, "mamba_num_heads") // tp
+        inner = heads * config_value(arch, "mamba_head_dim")
+        groups = config_value(arch, "n_groups")
+        groups = groups // tp if groups % tp == 0 else groups
+        state = config_value(arch, "ssm_state_size")
+        conv_dim = inner + 2 * groups * state
+        bias = bool(config_value(arch, "use_bias"))
+        out += [
+            Linear(
+                "in_proj",
+                "in_proj",
+                h,
+                2 * inner + 2 * groups * state + heads,
+                1,
+                bias,
+                True,
+                f"{p}.in_proj",
+            ),
+            Linear("out_proj", "out_proj", inner, h, 1, bias, True, f"{p}.out_proj"),
+        ]
+        conv = conv_dim * config_value(arch, "conv_kernel")
+        conv += conv_dim if config_value(arch, "use_conv_bias") else 0
+        return conv + 3 * heads + inner  # dt_bias, A_log, D; gated RMSNorm over inner
+    inner = config_value(arch, "mamba_expand") * h // tp
+    state = config_value(arch, "mamba_d_state")
+    rank = arch.mamba_dt_rank or _ceil_div(h, 16)
+    bias = bool(config_value(arch, "mamba_proj_bias"))
+    out += [
+        Linear("in_proj", "in_proj", h, 2 * inner, 1, bias, True, f"{p}.in_proj"),
+        Linear("x_proj", "x_proj", inner, rank + 2 * state, 1, False, True, f"{p}.x_proj"),
+        Linear("dt_proj", "dt_proj", rank, inner, 1, True, True, f"{p}.dt_proj"),
+        Linear("out_proj", "out_proj", inner, h, 1, bias, True, f"{p}.out_proj"),
+    ]
+    conv = inner * config_value(arch, "mamba_d_conv")
+    conv += inner if config_value(arch, "mamba_conv_bias") else 0
+    # A_log [inner, state], D [inner]; Jamba's dt/B/C RMSNorms (replicated).
+    return conv + inner * state + inner + rank + 2 * state
+
+
+def _mlp_bias(arch: Architecture, fam: Family, attn_bias: bool) -> bool:
+    rule = fam.mlp.bias
+    if rule == "always":
+        return True
+    if rule == "attention":
+        return attn_bias or arch.mlp_bias
+    return arch.mlp_bias
+
+
+def _dense(arch: Architecture, fam: Family, tp: int, attn_bias: bool, out: list[Linear]) -> None:
+    part = fam.mlp
+    width = getattr(arch, part.width_key, None) or arch.intermediate_size
+    _gated(
+        arch.hidden_size,
+        _ceil_div(width, tp),
+        part.prefix,
+        part,
+        _mlp_bias(arch, fam, attn_bias),
+        out,
     )
+
+
+def _gated(
+    h: int, width: int, prefix: str, part: Mlp | Moe, bias: bool, out: list[Linear], copies: int = 1
+) -> None:
+    """Gate, up and down (or fused gate_up and down; or up and down when not gated)."""
+    gated = not isinstance(part, Mlp) or part.gated
+    fused = part.fused_gate_up
+    if not gated:
+        out.append(Linear("up", part.up, h, width, copies, bias, True, _path(prefix, part.up)))
+    elif fused is not None:
+        out.append(Linear("gate_up", fused, h, 2 * width, copies, bias, True, _path(prefix, fused)))
+    else:
+        out += [
+            Linear("gate", part.gate, h, width, copies, bias, True, _path(prefix, part.gate)),
+            Linear("up", part.up, h, width, copies, bias, True, _path(prefix, part.up)),
+        ]
+    out.append(Linear("down", part.down, width, h, copies, bias, True, _path(prefix, part.down)))
+
+
+def _moe(arch: Architecture, fam: Family, tp: int, out: list[Linear]) -> None:
+    part = fam.moe
+    experts = arch.experts
+    assert part is not None and experts is not None
+    h = arch.hidden_size
+    width = getattr(arch, part.width_key, None) or arch.intermediate_size
+    p = part.prefix
+    router = Linear("router", part.router, h, experts, 1, part.router_bias, False)
+    out.append(router._replace(path=_path(p, part.router)))
+    bias = part.expert_bias or arch.mlp_bias
+    _gated(h, _ceil_div(width, tp), _path(p, part.experts_path), part, bias, out, copies=experts)
+    shared_width = 0
+    if part.shared == "qwen2":
+        shared_width = arch.shared_expert_intermediate_size or 0
+        name = "shared_expert"
+    elif part.shared == "deepseek":
+        shared_width = (arch.n_shared_experts or 0) * (arch.moe_intermediate_size or width)
+        name = "shared_experts"
+    elif part.shared == "llama4":
+        shared_width = arch.intermediate_size
+        name = "shared_expert"
+    if shared_width:
+        dense = Mlp()
+        _gated(h, _ceil_div(shared_width, tp), _path(p, name), dense, arch.mlp_bias, out)
+    if part.shared == "qwen2" and shared_width:
+        gate = Linear("router", "shared_expert_gate", h, 1, 1, False, False)
+        out.append(gate._replace(path=_path(p, "shared_expert_gate")))
 
 
 def parameter_count(arch: Architecture) -> int:

@@ -87,7 +87,7 @@ __all__ = [
     "ModelStates",
     "TrainingBudget",
     "activation_bytes",
-    "adapter_params_per_layer",
+    "adapter_params",
     "communication_buffer_bytes",
     "gradient_bytes_per_param",
     "logits_bytes",
@@ -238,8 +238,8 @@ def model_states(
     return ModelStates(weights, grads, opt, master)
 
 
-def adapter_params_per_layer(lay: Layout, rank: int, targets: list[str]) -> tuple[int, int, int]:
-    """LoRA adapters of one layer: (parameters, Adafactor state elements, largest adapter).
+def adapter_params(lay: Layout, rank: int, targets: list[str]) -> tuple[int, int, int]:
+    """LoRA adapters of ``lay``'s layers: (parameters, Adafactor state elements, largest adapter).
 
     A target selects modules by their name in the family (e.g. ``dense_h_to_4h``) or by the
     Llama name of the same role (``_TARGET_ROLES``); ``all-linear`` selects every linear layer.
@@ -251,17 +251,23 @@ def adapter_params_per_layer(lay: Layout, rank: int, targets: list[str]) -> tupl
     params = 0
     factored = 0
     largest = 0
-    for lin in lay.linears:
-        if lin.role in roles or lin.name in names:
-            one = rank * (lin.in_features + lin.out_features)
-            params += one * lin.copies
-            factored += (2 * rank + lin.in_features + lin.out_features) * lin.copies
-            largest = max(largest, rank * max(lin.in_features, lin.out_features))
+    for group in lay.groups:
+        for lin in group.linears:
+            if lin.role in roles or lin.name in names:
+                one = rank * (lin.in_features + lin.out_features)
+                params += group.count * one * lin.copies
+                factored += (
+                    group.count * (2 * rank + lin.in_features + lin.out_features) * lin.copies
+                )
+                largest = max(largest, rank * max(lin.in_features, lin.out_features))
     return params, factored, largest
 
 
 def _layer_factored(lay: Layout) -> int:
-    return sum((lin.in_features + lin.out_features) * lin.copies for lin in lay.linears)
+    return sum(
+        g.count * sum((lin.in_features + lin.out_features) * lin.copies for lin in g.linears)
+        for g in lay.groups
+    )
 
 
 def _outer_factored(lay: Layout) -> int:
@@ -285,7 +291,7 @@ def activation_bytes(arch: Architecture, tr: Training, layers: int) -> int:
     inter = arch.moe_intermediate_size or arch.intermediate_size
     tensors = 4 if arch.model_type in GATED_FAMILIES else 2
     mlp = 2 * tensors * inter
-    if arch.num_local_experts is not None and arch.num_experts_per_tok is not None:
+    if arch.experts is not None and arch.num_experts_per_tok is not None:
         mlp *= arch.num_experts_per_tok
         if arch.shared_expert_intermediate_size is not None:
             mlp += 2 * tensors * arch.shared_expert_intermediate_size
@@ -339,14 +345,14 @@ class TrainingBudget:
 
 def _largest_unit(lay: Layout, stage_outer: int) -> int:
     """Largest module ZeRO-3 gathers at once: a layer, the embedding or lm_head (parameters)."""
-    return max(lay.layer_params, min(stage_outer, max(lay.embedding, lay.head)))
+    return max(lay.largest_layer, min(stage_outer, max(lay.embedding, lay.head)))
 
 
-def training_budget(spec: GPUWorkloadSpec, lay: Layout, layers: int, outer: int) -> TrainingBudget:
+def training_budget(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> TrainingBudget:
     """Per-GPU training bytes of ``spec`` on the most loaded pipeline stage.
 
-    :param lay: the tensor-parallel rank's layout.
-    :param layers: decoder layers on the stage; ``outer``: its embedding/lm_head parameters.
+    :param lay: the tensor-parallel rank's layout of the stage's decoder layers.
+    :param outer: the stage's parameters outside the layers (embedding, lm_head, encoder).
     """
     tr = spec.training
     assert tr is not None
@@ -359,24 +365,22 @@ def training_budget(spec: GPUWorkloadSpec, lay: Layout, layers: int, outer: int)
     precision = tr.precision
     w_per = weight_bytes_per_param(precision)
     g_per = gradient_bytes_per_param(precision, strategy)
-    stage_params = layers * lay.layer_params + outer
+    layers = lay.layers
+    vectors = sum(g.count * g.vectors for g in lay.groups)
+    stage_params = lay.layer_total + outer
     ft = tr.finetuning
     overhead = 0
     extra_activation = 0
     if ft.method is FinetuningMethod.full:
         trainable = stage_params
         weights = stage_params * w_per
-        factored = layers * (_layer_factored(lay) + lay.layer_vectors) + _outer_factored(lay)
-        small = layers * lay.layer_vectors if lay.hidden < _ADAM8_MIN_SIZE else 0
+        factored = _layer_factored(lay) + vectors + _outer_factored(lay)
+        small = vectors if lay.hidden < _ADAM8_MIN_SIZE else 0
         bytes_per_weight = float(w_per)
     else:
-        per_layer, per_layer_factored, largest = adapter_params_per_layer(
-            lay, ft.lora_rank, ft.lora_target_modules
-        )
-        trainable = layers * per_layer
-        factored = layers * per_layer_factored
+        trainable, factored, largest = adapter_params(lay, ft.lora_rank, ft.lora_target_modules)
         small = trainable if largest < _ADAM8_MIN_SIZE else 0
-        base, overhead = weight_bytes(lay, model, layers, outer)
+        base, overhead = weight_bytes(lay, model, outer)
         weights = base + trainable * w_per
         bytes_per_weight = (base + overhead) / max(1, stage_params)
         extra_activation = dequantization_workspace_bytes(lay, model.quantization, training=True)
@@ -387,15 +391,15 @@ def training_budget(spec: GPUWorkloadSpec, lay: Layout, layers: int, outer: int)
     weights_out = states.weights
     grads_out = states.gradients
     if strategy is ParallelStrategy.zero3:
-        unit = _largest_unit(lay, outer) + lay.layer_params
+        unit = _largest_unit(lay, outer) + lay.largest_layer
         weights_out += int(min(unit, stage_params) * bytes_per_weight)
     elif strategy is ParallelStrategy.fsdp_full_shard:
-        unit = outer + 2 * lay.layer_params
+        unit = outer + 2 * lay.largest_layer
         weights_out += int(min(unit, stage_params) * bytes_per_weight)
-        grads_out += min(lay.layer_params, trainable) * g_per
+        grads_out += min(lay.largest_layer, trainable) * g_per
     elif strategy is ParallelStrategy.fsdp_shard_grad_op:
         weights_out += int(stage_params * bytes_per_weight)
-        grads_out += min(lay.layer_params, trainable) * g_per
+        grads_out += min(lay.largest_layer, trainable) * g_per
     grads_out += communication_buffer_bytes(strategy, trainable, g_per)
     acts = activation_bytes(arch, tr, layers) + logits_bytes(arch, tr) + extra_activation
     return TrainingBudget(
@@ -414,5 +418,4 @@ def trainable_parameter_count(lay: Layout, training: Training) -> int:
     ft = training.finetuning
     if ft.method is FinetuningMethod.full:
         return lay.total
-    per_layer, _, _ = adapter_params_per_layer(lay, ft.lora_rank, ft.lora_target_modules)
-    return lay.layers * per_layer
+    return adapter_params(lay, ft.lora_rank, ft.lora_target_modules)[0]

@@ -100,30 +100,32 @@ def linear_bytes(lin: Linear, quant: Quantization) -> tuple[int, int]:
     return payload * lin.copies, meta * lin.copies
 
 
-def weight_bytes(lay: Layout, model: Model, layers: int, outer: int) -> tuple[int, int]:
-    """(weights, quantization overhead) bytes of ``layers`` decoder layers plus ``outer`` params.
+def weight_bytes(lay: Layout, model: Model, outer: int) -> tuple[int, int]:
+    """(weights, quantization overhead) bytes of ``lay``'s decoder layers plus ``outer`` params.
 
-    :param lay: the rank's parameter layout.
+    :param lay: the rank's parameter layout, holding the decoder layers on this GPU (a pipeline
+        stage's share).
     :param model: dtype and quantization.
-    :param layers: decoder layers held on this GPU (a pipeline stage's share).
     :param outer: parameters outside the layers held on this GPU (embeddings, lm_head, final
-        norm), always in high precision.
+        norm, vision encoder), always in high precision.
     """
     hp = high_precision_bytes(model)
     quant = model.quantization
     if quant is None:
-        return (layers * lay.layer_params + outer) * hp, 0
+        return (lay.layer_total + outer) * hp, 0
     payload = 0
     meta = 0
-    plain = lay.layer_vectors
-    for lin in lay.linears:
-        if lin.quantizable:
-            p, m = linear_bytes(lin, quant)
-            payload += p
-            meta += m
-        else:
-            plain += lin.weight_params
-    return layers * (payload + plain * hp) + outer * hp, layers * meta
+    plain = 0
+    for group in lay.groups:
+        plain += group.count * group.vectors
+        for lin in group.linears:
+            if lin.quantizable:
+                p, m = linear_bytes(lin, quant)
+                payload += group.count * p
+                meta += group.count * m
+            else:
+                plain += group.count * lin.weight_params
+    return payload + plain * hp + outer * hp, meta
 
 
 def flat_weight_bytes(params: int, model: Model) -> tuple[int, int]:
