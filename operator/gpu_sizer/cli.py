@@ -5,8 +5,10 @@ operator and probe packages register theirs through ``add_parsers(subparsers)``,
 stays a dispatcher for them and ``gpu-sizer estimate`` never imports kopf, kmock or torch.
 
 Exit status: 0 success / every workload fits, 1 some workload has no safe headroom, 2 invalid
-input or usage. Problems print one per line as ``FILE: NAME: spec.path: message`` on stderr;
-no traceback reaches the user.
+input or usage, 3 some workload's estimate is incomplete (a component it needs cannot be counted,
+so it is a lower bound). When several apply the strongest wins: 2, then 1 (a definite rejection:
+even the lower bound has no safe headroom, or another workload has none), then 3. Problems print
+one per line as ``FILE: NAME: spec.path: message`` on stderr; no traceback reaches the user.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ Handler = Callable[[argparse.Namespace], int]
 EXIT_OK = 0
 EXIT_NO_HEADROOM = 1
 EXIT_INVALID = 2
+EXIT_INCOMPLETE = 3
 GIB = 1 << 30
 
 
@@ -57,7 +60,10 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="estimate GPUWorkload files without a cluster",
         description="Estimate the GPU memory of GPUWorkload documents and choose a GPU class, "
         "exactly as the admission webhook and the operator do before measuring. "
-        "Exit 0: all fit; 1: some have no safe headroom; 2: invalid input.",
+        "Exit 0: all fit; 1: some have no safe headroom; 2: invalid input; 3: some estimates "
+        "are incomplete (a component the workload needs, such as the KV cache without "
+        "spec.model.architecture, is not counted, so the figure is a lower bound and never a "
+        "fit). Precedence when several apply: 2, then 1 (a definite rejection), then 3.",
     )
     p.add_argument(
         "files",
@@ -351,8 +357,10 @@ def _estimate(args: argparse.Namespace) -> int:
             yaml.safe_dump(doc_out, out, sort_keys=False, width=100)
     if invalid:
         return EXIT_INVALID
-    if any(a.verdict is not Verdict.Fits for _, a in rows):
+    if any(a.verdict is Verdict.NoSafeHeadroom for _, a in rows):
         return EXIT_NO_HEADROOM
+    if any(a.verdict is Verdict.Incomplete for _, a in rows):
+        return EXIT_INCOMPLETE
     return EXIT_OK
 
 

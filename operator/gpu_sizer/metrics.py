@@ -62,7 +62,8 @@ RECONCILE_ERRORS = Counter(
 ADMISSION_VERDICTS = Counter(
     "gpusizer_admission_verdicts_total",
     "Admission webhook answers by operation (CREATE/UPDATE) and verdict (Allowed, "
-    "AllowedWithWarnings, NoSafeHeadroom, Invalid, UnknownGpuClass, PolicyViolation).",
+    "AllowedWithWarnings, AllowedIncomplete, NoSafeHeadroom, Incomplete, Invalid, "
+    "UnknownGpuClass, PolicyViolation, PolicyUnavailable, SizingFailed).",
     ["operation", "verdict"],
     registry=REGISTRY,
 )

@@ -108,9 +108,38 @@ def estimated_status(
         nonlocal conds
         conds = set_condition(conds, t, s, reason, msg, gen, now)
 
-    put(ConditionType.Estimated, T, "Estimated", assessment.message)
+    incomplete = assessment.verdict is Verdict.Incomplete
+    put(ConditionType.Estimated, T, str(Verdict.Incomplete) if incomplete else "Estimated",
+        assessment.message)  # fmt: skip
     disabled = spec.measurement.mode is MeasurementMode.Disabled
-    if assessment.verdict is not Verdict.Fits:
+    if incomplete:
+        # A lower bound never makes a workload Ready: only a measurement can (see
+        # _from_measurement); with measurement disabled nothing will, so it is Stalled.
+        phase = Phase.Estimated
+        put(ConditionType.HeadroomSufficient, ConditionStatus.unknown, "Incomplete",
+            assessment.message)  # fmt: skip
+        if disabled:
+            text = (
+                f"not ready: {assessment.message}; spec.measurement.mode is Disabled, so no "
+                "measurement can complete it (or set spec.measurement.mode to Synthetic or Command)"
+            )
+            put(
+                ConditionType.Measured,
+                F,
+                "MeasurementDisabled",
+                "spec.measurement.mode is Disabled",
+            )
+            put(ConditionType.Ready, F, "Incomplete", text)
+            put(ConditionType.Reconciling, F, "Incomplete", "")
+            put(ConditionType.Stalled, T, "Incomplete", text)
+        else:
+            put(ConditionType.Measured, ConditionStatus.unknown, "MeasurementPending",
+                "waiting for the measurement Job")  # fmt: skip
+            put(ConditionType.Ready, F, "MeasurementPending",
+                "incomplete estimate; only a measurement can make it Ready")  # fmt: skip
+            put(ConditionType.Reconciling, T, "MeasurementPending", "measurement pending")
+            put(ConditionType.Stalled, F, "MeasurementPending", "")
+    elif assessment.verdict is not Verdict.Fits:
         phase = Phase.Rejected
         put(ConditionType.HeadroomSufficient, F, str(assessment.verdict), assessment.message)
         put(ConditionType.Measured, F, "NotMeasured", "no allowed GPU class fits the estimate")
@@ -351,17 +380,15 @@ def plan_spec(
         now=now,
         previous=prev,
     )
-    rec = base.recommendation
+    rec = base.recommendation or assessment.lower_bound
     old_job = _running_job(prev)
     same_hash = prev is not None and prev.spec_hash == wl.spec_hash
     actions: list[Action] = []
     if old_job and not same_hash:
         actions.append(DeleteJob(old_job))
 
-    if (
-        assessment.verdict is not Verdict.Fits
-        or wl.spec.measurement.mode is MeasurementMode.Disabled
-    ):
+    measurable = assessment.verdict in (Verdict.Fits, Verdict.Incomplete)
+    if not measurable or wl.spec.measurement.mode is MeasurementMode.Disabled:
         status = base.model_copy(update={"measurement": None})
         if old_job and same_hash:
             actions.append(DeleteJob(old_job))
@@ -497,6 +524,15 @@ def _from_measurement(
                     "conditions": _finish(conds, False, "OutOfMemory", m.message or ""),
                 }
             )
+        if m.reason == "Unsupported" and _incomplete(base):
+            text = _not_ready_incomplete(base, m.message or "the probe cannot measure this spec")
+            return base.model_copy(
+                update={
+                    "phase": Phase.Estimated,
+                    "measurement": m,
+                    "conditions": _finish(conds, False, "Incomplete", text),
+                }
+            )
         if m.reason == "Unsupported":
             text = f"ready on the estimate: {m.message or 'the probe cannot measure this spec'}"
             return base.model_copy(
@@ -521,6 +557,16 @@ def _from_measurement(
             + (f" ({m.message})" if m.message else "")
         )
         conds.put(ConditionType.Measured, T, "CpuSmokeRun", text)
+        if _incomplete(base):
+            return base.model_copy(
+                update={
+                    "phase": Phase.Estimated,
+                    "measurement": m,
+                    "conditions": _finish(
+                        conds, False, "Incomplete", _not_ready_incomplete(base, "CPU smoke run")
+                    ),
+                }
+            )
         return base.model_copy(
             update={
                 "phase": Phase.Ready,
@@ -585,6 +631,23 @@ def _from_measurement(
             "recommendation": rec,
             "conditions": _finish(conds, True, "MovedToLargerClass", text),
         }
+    )
+
+
+def _incomplete(status: GPUWorkloadStatus) -> bool:
+    """Whether the status's estimate misses a component (a lower bound, never Ready alone)."""
+    return status.estimate is not None and not status.estimate.complete
+
+
+def _not_ready_incomplete(status: GPUWorkloadStatus, why: str) -> str:
+    """Ready's message when a measurement gave no GPU figure for an incomplete estimate."""
+    assert status.estimate is not None
+    missing = status.estimate.missing_components
+    fields = ", ".join(dict.fromkeys(f for m in missing for f in m.fields))
+    fixes = "; ".join(dict.fromkeys(m.fix for m in missing if m.fix))
+    return (
+        f"not ready: the measurement gave no GPU figure ({why}) and the estimate is incomplete "
+        f"(missing {fields}); {fixes}, or measure with spec.measurement.mode Command on a GPU"
     )
 
 

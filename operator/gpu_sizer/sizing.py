@@ -70,10 +70,17 @@ _COMPONENTS: Final = (
 
 
 class Verdict(StrEnum):
-    """Outcome of an assessment."""
+    """Outcome of an assessment.
+
+    ``Incomplete``: the estimate leaves out a component the workload needs
+    (``EstimateStatus.missingComponents``), so what it counts is a lower bound; it is never
+    ``Fits``. A lower bound that already fits no allowed class is ``NoSafeHeadroom``: that
+    rejection holds whatever the missing components add.
+    """
 
     Fits = "Fits"
     NoSafeHeadroom = "NoSafeHeadroom"
+    Incomplete = "Incomplete"
     UnknownGpuClass = "UnknownGpuClass"
 
 
@@ -108,7 +115,9 @@ class Assessment:
     """Everything decided about one spec before measuring.
 
     ``message`` is one or two lines, as ``kubectl`` prints an admission denial or a condition.
-    ``fixes`` is empty unless the verdict is ``NoSafeHeadroom``.
+    ``fixes`` is empty unless the verdict is ``NoSafeHeadroom``. ``recommendation`` is set only
+    for ``Fits``; for ``Incomplete``, ``lower_bound`` names the first class the counted components
+    fit (where a measurement starts), which is never published as a recommendation.
     """
 
     estimate: EstimateStatus
@@ -117,6 +126,7 @@ class Assessment:
     recommendation: RecommendationStatus | None = None
     fixes: list[Fix] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    lower_bound: RecommendationStatus | None = None
 
 
 def _gib(n: int | float) -> str:
@@ -143,8 +153,10 @@ def assess(
     cheapest catalog class that fits. ``gpuCount`` is only the parallelism the spec declares.
 
     Verdicts: ``Fits``; ``NoSafeHeadroom`` (no allowed class leaves
-    ``spec.placement.minHeadroomFraction`` free; computed fixes attached);
-    ``UnknownGpuClass`` (``spec.placement.gpuClasses`` names a class not in ``catalog``).
+    ``spec.placement.minHeadroomFraction`` free; computed fixes attached); ``Incomplete`` (the
+    estimate misses a component the workload needs and what it counts fits some class: a lower
+    bound, see :class:`Verdict`); ``UnknownGpuClass`` (``spec.placement.gpuClasses`` names a
+    class not in ``catalog``).
     """
     est, capped = _capped(estimate(spec))
     names = spec.placement.gpu_classes
@@ -178,11 +190,15 @@ def assess(
         weak = [str(f) for f in fixes if not f.fits]
         parts = []
         if good:
-            parts.append("Fits with any of: " + "; ".join(good) + ".")
+            # An incomplete estimate stays a lower bound after a fix: say what the fix fits.
+            lead = "What is counted fits with" if est.missing_components else "Fits with"
+            parts.append(f"{lead} any of: " + "; ".join(good) + ".")
         if weak:
             parts.append("Not enough alone: " + "; ".join(weak) + ".")
         if parts:
             message += "\n" + " ".join(parts)
+        if est.missing_components:
+            message += "\nThe real need is higher: " + _incomplete_text(est) + "."
         return Assessment(est, Verdict.NoSafeHeadroom, message, None, fixes, warnings)
     cls = choice.gpu_class
     rec = RecommendationStatus(
@@ -195,6 +211,13 @@ def assess(
         present_in_cluster=choice.present_in_cluster,
         cheapest_fitting_class=choice.cheapest.name if choice.cheapest else cls.name,
     )
+    if est.missing_components:
+        message = (
+            _incomplete_text(est)
+            + f"; what is counted needs {_gib(required)} per GPU x{est.gpu_count} "
+            f"({_largest_components(est)}), a lower bound: at least {cls.name}"
+        )
+        return Assessment(est, Verdict.Incomplete, message, None, [], warnings, rec)
     if choice.headroom_fraction < 2 * min_room:
         warnings.append(
             f"headroom on {cls.name} is {choice.headroom_fraction:.0%}, under twice the required "
@@ -212,6 +235,13 @@ def assess(
     if choice.cheapest is not None and choice.cheapest.name != cls.name:
         message += f"; cheapest fitting class {choice.cheapest.name} has no nodes in the cluster"
     return Assessment(est, Verdict.Fits, message, rec, [], warnings)
+
+
+def _incomplete_text(est: EstimateStatus) -> str:
+    """``incomplete estimate: <what> not counted: needs <fields>; <fix>`` for every missing part."""
+    parts = [m.message for m in est.missing_components]
+    fixes = list(dict.fromkeys(m.fix for m in est.missing_components if m.fix))
+    return "incomplete estimate: " + "; ".join(parts + fixes)
 
 
 def _capped(est: EstimateStatus) -> tuple[EstimateStatus, bool]:
@@ -257,13 +287,6 @@ def _warnings(spec: GPUWorkloadSpec) -> list[str]:
     if spec.measurement.mode is MeasurementMode.Disabled:
         out.append(
             "spec.measurement.mode is Disabled: the recommendation rests on the estimate alone"
-        )
-    if spec.model.architecture is None:
-        missing = "the KV cache and activations" if spec.inference else "activations"
-        out.append(
-            f"spec.model.architecture is not set: {missing} are not counted, so the verdict "
-            "rests on the weights and model states alone; add the config.json keys "
-            "(gpu-sizer import-hf-config)"
         )
     return out
 
@@ -320,7 +343,9 @@ def _fixes(
     out: list[Fix] = []
     inf, tr = spec.inference, spec.training
     arch = spec.model.architecture
-    if inf is not None:
+    # A fix that acts only on an uncounted component would change nothing in the figures.
+    missing = {m.component for m in est.missing_components}
+    if inf is not None and "kvCacheBytes" not in missing:
         seqs = _largest_fitting(
             1,
             inf.max_num_seqs - 1,
@@ -358,6 +383,7 @@ def _fixes(
                     f"maxModelLen {length}",
                 )
             )
+    if inf is not None:
         if (
             inf.kv_cache_dtype is KvCacheDtype.auto
             and spec.model.dtype not in (Dtype.float8_e4m3fn, Dtype.float8_e5m2)
@@ -387,7 +413,7 @@ def _fixes(
                     )
                     break
     if tr is not None:
-        if not tr.activation_checkpointing:
+        if not tr.activation_checkpointing and "activationBytes" not in missing:
             out.append(
                 fix(
                     "spec.training.activationCheckpointing",

@@ -48,6 +48,7 @@ POLICY = {
             "namespaceSelector": {"matchLabels": {"team": "research"}},
             "allowedGpuClasses": ["nvidia-l4", "nvidia-a100-40gb"],
             "defaultMinHeadroomFraction": 0.15,
+            "incompleteEstimates": "Deny",
         }
     ],
 }

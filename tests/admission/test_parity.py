@@ -33,6 +33,11 @@ CRAFTED: dict[str, dict[str, Any]] = {
         "inference": {"maxModelLen": 8192, "maxNumSeqs": 4},
         "placement": {"gpuClasses": ["nvidia-h100-80gb", "nvidia-k80"]},
     },
+    # issue 10: only a parameter count, so the KV cache is not counted (Incomplete)
+    "bare-parameter-count": {
+        "model": {"revision": "x", "parameterCount": 15_700_000_000},
+        "inference": {"maxModelLen": 32768, "maxNumSeqs": 16},
+    },
     "invalid": {
         "model": {"dtype": "bfloat17"},
         "inference": {"maxModelLen": 0, "maxNumSeqs": 8, "maxNumSeq": 1},
@@ -80,7 +85,11 @@ async def test_webhook_and_estimate_agree(
         ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
         if code == 0:
             assert resp["allowed"] is True, (path.name, resp)
+        elif code == 3:  # incomplete: admitted (policy Warn) with the Estimated message first
+            estimated = next(c for c in obj["status"]["conditions"] if c["type"] == "Estimated")
+            assert resp["allowed"] is True, (path.name, resp)
+            assert resp["warnings"][0] == estimated["message"], path.name
         else:
             assert resp["allowed"] is False, path.name
             assert resp["status"]["message"] == ready["message"], path.name
-    assert codes == {0, 1, 2}  # fits, no safe headroom and invalid were all compared
+    assert codes == {0, 1, 2, 3}  # fits, no safe headroom, invalid, incomplete all compared

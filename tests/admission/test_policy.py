@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from gpu_sizer.admission.policy import Policy, PolicyError, load_policy, parse_policy
+from gpu_sizer.admission.policy import (
+    IncompleteEstimates,
+    Policy,
+    PolicyError,
+    load_policy,
+    parse_policy,
+)
 from gpu_sizer.catalog import DEFAULT_CATALOG
 
 
@@ -145,3 +151,23 @@ def test_policy_fractions_must_be_finite() -> None:
         "minHeadroomFractionFloor: must be a finite number",
         "maxMinHeadroomFraction: must be a finite number",
     ]
+
+
+def test_incomplete_estimates_default_to_warn_and_rules_may_deny() -> None:
+    policy = parse_policy(
+        {
+            "namespaceRules": [
+                {"namespaceSelector": {"matchLabels": {"tier": "prod"}},
+                 "incompleteEstimates": "Deny"},
+                {"namespaceSelector": {"matchLabels": {"tier": "dev"}}},
+            ]
+        }
+    )  # fmt: skip
+    assert policy.for_namespace({}).incomplete_estimates is IncompleteEstimates.Warn
+    assert policy.for_namespace({"tier": "prod"}).incomplete_estimates is IncompleteEstimates.Deny
+    assert policy.for_namespace({"tier": "dev"}).incomplete_estimates is IncompleteEstimates.Warn
+    strict = parse_policy({"incompleteEstimates": "Deny"})
+    assert strict.for_namespace({}).incomplete_estimates is IncompleteEstimates.Deny
+    with pytest.raises(PolicyError) as err:
+        parse_policy({"incompleteEstimates": "warn"})
+    assert err.value.problems[0].startswith("incompleteEstimates: ")

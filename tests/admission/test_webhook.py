@@ -152,14 +152,28 @@ async def test_unpinned_revision_and_disabled_measurement_warn(webhook: Webhook)
     ]
 
 
-async def test_missing_architecture_warns(webhook: Webhook) -> None:
+async def test_incomplete_estimate_warns_or_is_denied_as_the_namespace_policy_says(
+    webhook: Webhook,
+) -> None:
+    """Without the architecture the KV cache is not counted: the default policy (Warn) admits
+    the spec with the incomplete-estimate message first; the research namespace's rule (Deny)
+    refuses it with the same text and a line naming the policy."""
     spec = comfortable_spec()
     del spec["model"]["architecture"]
     spec["model"]["parameterCount"] = 8_000_000_000
+    a = assess(parse_spec(spec))
     resp = await webhook.validate(admission_review(workload(spec)))
     assert resp["allowed"] is True
-    assert resp["warnings"] == assess(parse_spec(spec)).warnings
-    assert resp["warnings"][-1].startswith("spec.model.architecture is not set: the KV cache")
+    assert resp["warnings"] == [a.message, *a.warnings]
+    assert resp["warnings"][0].startswith("incomplete estimate: KV cache not counted: needs ")
+    resp = await webhook.validate(admission_review(workload(spec, namespace="research")))
+    assert resp["allowed"] is False and resp["status"]["code"] == 422
+    first, policy = resp["status"]["message"].split("\n")
+    assert first.startswith("incomplete estimate: KV cache not counted: needs ")
+    assert "spec.model.architecture (numHiddenLayers, numKeyValueHeads, headDim)" in first
+    assert policy == (
+        "namespace 'research' admits only complete estimates (policy incompleteEstimates: Deny)"
+    )
 
 
 async def test_unknown_gpu_class_is_rejected(webhook: Webhook) -> None:
@@ -273,9 +287,12 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
         "needs 1200.1 GiB per GPU x1 (optimizer state 521.5 GiB, gradients 260.8 GiB, master "
         "weights 260.8 GiB); the largest class in the catalog, amd-mi300x (191.7 GiB usable), "
         "is 1008.4 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
-        "Fits with any of: parallelism zero3 with dataParallelSize 8 (133.9 GiB per GPU, "
-        "amd-mi300x x8). Not enough alone: activationCheckpointing true (1200.1 GiB per GPU, "
-        "still too big for amd-mi300x)."
+        "What is counted fits with any of: parallelism zero3 with dataParallelSize 8 (133.9 GiB "
+        "per GPU, amd-mi300x x8).\n"
+        "The real need is higher: incomplete estimate: activations and logits not counted: "
+        "needs spec.model.architecture (numHiddenLayers, hiddenSize, intermediateSize, "
+        "numAttentionHeads, vocabSize); set spec.model.architecture from the model's "
+        "config.json (gpu-sizer import-hf-config CONFIG_JSON writes it)."
     )
 
 

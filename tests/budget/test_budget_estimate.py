@@ -57,7 +57,8 @@ def test_seed_example_through_estimate() -> None:
     assert f"{est.per_gpu.weights_bytes / GIB:.1f} GiB" == "24.2 GiB"
 
 
-def test_without_architecture_the_kv_cache_is_a_note_not_a_guess() -> None:
+def test_without_architecture_the_kv_cache_is_missing_not_a_guess() -> None:
+    """The KV cache and activations are 0 and listed as missing data, with the fields they need."""
     est = estimate(
         parse_spec(
             {
@@ -66,9 +67,37 @@ def test_without_architecture_the_kv_cache_is_a_note_not_a_guess() -> None:
             }
         )
     )
-    assert est.per_gpu.kv_cache_bytes == 0
+    assert est.per_gpu.kv_cache_bytes == 0 and est.per_gpu.activation_bytes == 0
     assert est.kv_cache_bytes_per_token == 0
-    assert any("KV cache not computed" in n for n in est.notes)
+    assert not est.complete
+    missing = {m.component: m for m in est.missing_components}
+    assert set(missing) == {"kvCacheBytes", "activationBytes"}
+    assert missing["kvCacheBytes"].fields == [
+        "spec.model.architecture.numHiddenLayers",
+        "spec.model.architecture.numKeyValueHeads",
+        "spec.model.architecture.headDim",
+    ]
+    assert all("import-hf-config" in m.fix for m in missing.values())
+    # the component names are perGpu fields: consumers can look the figure up
+    wire = est.per_gpu.model_dump(by_alias=True)
+    assert all(wire[m] == 0 for m in missing)
+
+
+def test_training_without_architecture_misses_only_activations() -> None:
+    est = estimate(
+        parse_spec(
+            {
+                "model": {"parameterCount": 7_000_000_000},
+                "training": {"microBatchSize": 1, "sequenceLength": 2048},
+            }
+        )
+    )
+    assert [m.component for m in est.missing_components] == ["activationBytes"]
+    assert est.per_gpu.optimizer_state_bytes > 0  # model states follow from the count
+
+
+def test_an_architecture_makes_the_estimate_complete() -> None:
+    assert _serve(LLAMA_3_8B).complete
 
 
 def test_llama_3_8b_on_vllm_bf16() -> None:

@@ -347,15 +347,60 @@ def test_any_valid_training_spec_gets_a_verdict(
     assert a.estimate.gpu_count == dp
 
 
-def test_without_architecture_the_verdict_warns_it_rests_on_weights() -> None:
+#: deepseek-ai/DeepSeek-V2-Lite, 15.7B parameters (model card). Issue 10: given as a bare
+#: parameterCount at 16 x 32k tokens, it "fitted" an RTX A6000 at 30 GiB while its MLA KV cache
+#: alone is 31,104 B/token (vLLM issue 15871) x 16 x 32,768 tokens = 15.2 GiB more.
+DEEPSEEK_V2_LITE_BARE: dict[str, Any] = {
+    "model": {"name": "deepseek-ai/DeepSeek-V2-Lite", "revision": "x",
+              "parameterCount": 15_700_000_000},
+    "inference": {"maxModelLen": 32768, "maxNumSeqs": 16},
+}  # fmt: skip
+
+
+def test_deepseek_v2_lite_with_only_a_parameter_count_is_incomplete_not_a_fit() -> None:
+    a = assess(parse_spec(copy.deepcopy(DEEPSEEK_V2_LITE_BARE)))
+    assert a.verdict is Verdict.Incomplete
+    assert a.recommendation is None  # a lower bound is never published as a recommendation
+    # what is counted is the old, silent "fit": about 30 GiB, first fitting an RTX A6000
+    assert a.lower_bound is not None and a.lower_bound.gpu_class == "nvidia-rtx-a6000"
+    assert 29 * GIB < a.estimate.per_gpu.total_bytes < 31 * GIB
+    kv = 31_104 * 16 * 32_768
+    assert a.estimate.per_gpu.total_bytes + kv > BY_NAME["nvidia-rtx-a6000"].memory_bytes * 0.9
+    assert {m.component for m in a.estimate.missing_components} == {
+        "kvCacheBytes", "activationBytes"
+    }  # fmt: skip
+    assert a.message.startswith("incomplete estimate: KV cache not counted: ")
+    for name in ("numHiddenLayers", "numKeyValueHeads", "headDim", "import-hf-config"):
+        assert name in a.message
+    assert "a lower bound: at least nvidia-rtx-a6000" in a.message
+
+
+def test_incomplete_training_estimate_misses_activations() -> None:
     s = parse_spec(
-        {"model": {"parameterCount": 8_000_000_000, "revision": "x"},
-         "inference": {"maxModelLen": 8192, "maxNumSeqs": 16}}
+        {"model": {"parameterCount": 1_000_000_000, "revision": "x"},
+         "training": {"microBatchSize": 1, "sequenceLength": 2048}}
     )  # fmt: skip
     a = assess(s)
-    assert a.verdict is Verdict.Fits
-    assert [w for w in a.warnings if w.startswith("spec.model.architecture is not set")]
-    assert not [w for w in assess(spec()).warnings if "architecture" in w]
+    assert a.verdict is Verdict.Incomplete and "activations and logits not counted" in a.message
+
+
+def test_a_lower_bound_that_fits_nothing_is_a_definite_rejection() -> None:
+    """Missing components only add memory: if what is counted already fits no allowed class,
+    the verdict is NoSafeHeadroom, and the message says the real need is higher still."""
+    s = parse_spec(
+        {"model": {"parameterCount": 70_000_000_000, "revision": "x"},
+         "inference": {"maxModelLen": 8192, "maxNumSeqs": 4},
+         "placement": {"gpuClasses": ["nvidia-l4"]}}
+    )  # fmt: skip
+    a = assess(s)
+    assert a.verdict is Verdict.NoSafeHeadroom
+    assert "The real need is higher: incomplete estimate: KV cache not counted" in a.message
+
+
+def test_incomplete_is_no_warning_but_the_verdict() -> None:
+    a = assess(parse_spec(copy.deepcopy(DEEPSEEK_V2_LITE_BARE)))
+    assert not [w for w in a.warnings if "architecture" in w]
+    assert assess(spec()).verdict is Verdict.Fits
 
 
 def test_every_reported_integer_fits_int64_even_at_the_field_maxima() -> None:

@@ -482,6 +482,7 @@ def test_config_defaults(render: Render) -> None:
         "defaultMinHeadroomFraction": DEFAULTS["defaultHeadroom"],
         "minHeadroomFractionFloor": 0.05,
         "maxMinHeadroomFraction": 0.5,
+        "incompleteEstimates": "Warn",
         "namespaceRules": [],
     }
 

@@ -163,6 +163,10 @@ def test_estimate_notes_are_printed_as_warnings(
     path = tmp_path / "bare.yaml"
     path.write_text(yaml.safe_dump(doc))
     code, _, err = run(capsys, "estimate", str(path))
-    assert code == 0
-    assert "Warning: inference/llama-3-8b-chat: KV cache not computed" in err
-    assert "Warning: inference/llama-3-8b-chat: spec.model.architecture is not set" in err
+    assert code == 3  # incomplete: the KV cache is not counted
+    assert "inference/llama-3-8b-chat: incomplete estimate: KV cache not counted" in err
+    doc["spec"]["model"]["quantization"] = {"method": "awq"}
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 3
+    assert "Warning: inference/llama-3-8b-chat: quantized weights are approximate" in err

@@ -77,6 +77,50 @@ def test_several_documents_make_a_list(capsys: pytest.CaptureFixture[str]) -> No
     assert [i["status"]["phase"] for i in doc["items"]] == ["Estimated", "Rejected"]
 
 
+def _bare(tmp_path: Path) -> Path:
+    """DeepSeek-V2-Lite with only its parameter count at 16 x 32k (issue 10): Incomplete."""
+    doc = yaml.safe_load(FITS.read_text())
+    doc["metadata"]["name"] = "deepseek-v2-lite"
+    doc["spec"]["model"] = {"name": "deepseek-ai/DeepSeek-V2-Lite", "revision": "x",
+                            "parameterCount": 15_700_000_000}  # fmt: skip
+    doc["spec"]["inference"] = {"maxModelLen": 32768, "maxNumSeqs": 16}
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_incomplete_exits_3_and_never_says_fits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bare = _bare(tmp_path)
+    code, out, err = run(capsys, "estimate", str(bare))
+    assert code == 3
+    row = out.splitlines()[1]
+    assert row.rstrip().endswith("Incomplete") and "Fits" not in row
+    assert "inference/deepseek-v2-lite: incomplete estimate: KV cache not counted" in err
+    code, out, _ = run(capsys, "estimate", "-o", "json", str(bare))
+    status = json.loads(out)["status"]
+    assert code == 3 and status["phase"] == "Estimated" and "recommendation" not in status
+    missing = status["estimate"]["missingComponents"]
+    assert [m["component"] for m in missing] == ["kvCacheBytes", "activationBytes"]
+    assert "spec.model.architecture.numHiddenLayers" in missing[0]["fields"]
+    estimated = next(c for c in status["conditions"] if c["type"] == "Estimated")
+    assert estimated["reason"] == "Incomplete"
+
+
+def test_exit_status_precedence_invalid_then_no_headroom_then_incomplete(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A definite rejection (1) is stronger than an incomplete estimate (3); invalid input (2)
+    is stronger than both."""
+    bare = str(_bare(tmp_path))
+    assert run(capsys, "estimate", bare, str(FITS))[0] == 3
+    assert run(capsys, "estimate", bare, str(TOO_BIG))[0] == 1
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: GPUWorkload\nspec: 3\n")
+    assert run(capsys, "estimate", bare, str(broken))[0] == 2
+
+
 def test_multi_document_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: Any) -> None:
     text = FITS.read_text() + "\n---\n" + TOO_BIG.read_text() + "\n---\n"
     monkeypatch.setattr(sys, "stdin", io.StringIO(text))

@@ -20,6 +20,7 @@ from gpu_sizer.reconcile import (
     plan_spec,
 )
 from gpu_sizer.sizing import assess
+from tests.architectures import LLAMA_3_2_1B
 
 GIB = 1 << 30
 CONFIG = Config(catalog=DEFAULT_CATALOG, unschedulable_timeout_seconds=600)
@@ -27,12 +28,18 @@ PRESENT = frozenset({"nvidia-l4", "nvidia-a100-80gb"})
 
 
 def raw(**extra: Any) -> dict[str, Any]:
+    """A small complete inference spec (Llama-3.2-1B) that fits the smallest class."""
     doc: dict[str, Any] = {
-        "model": {"name": "m", "parameterCount": 1_000_000_000, "dtype": "bfloat16"},
+        "model": {"name": "m", "architecture": LLAMA_3_2_1B, "dtype": "bfloat16"},
         "inference": {"engine": "vllm", "maxModelLen": 2048, "maxNumSeqs": 4},
     }
     doc.update(extra)
     return doc
+
+
+def bare(**extra: Any) -> dict[str, Any]:
+    """The same with only parameterCount: the estimate misses the KV cache (Incomplete)."""
+    return raw(model={"name": "m", "parameterCount": 1_235_814_400, "dtype": "bfloat16"}, **extra)
 
 
 def namer(cls: str, mem: int, retry: int) -> str:
@@ -236,3 +243,64 @@ def test_absent_class_waits_for_a_node_and_measures_again_when_one_joins() -> No
     (job,) = [a for a in joined.actions if isinstance(a, StartJob)]
     assert measuring.measurement is not None and job.name != measuring.measurement.job_name
     assert joined.status.phase is Phase.Measuring
+
+
+# --- Incomplete estimates: never Ready on the estimate alone -----------------------------------
+
+
+def probe_result(status: str, device: str, message: str = "") -> Outcome:
+    r = ProbeResult(status=status, mode="Synthetic", device=device, message=message or None)
+    return Outcome(OutcomeKind.Succeeded, result=r, node_name="n1")
+
+
+def test_incomplete_with_measurement_disabled_is_stalled_naming_the_missing_fields() -> None:
+    plan = start(bare(measurement={"mode": "Disabled"}))
+    st = plan.status
+    assert st.phase is Phase.Estimated and st.recommendation is None
+    assert not any(isinstance(a, StartJob) for a in plan.actions)
+    assert st.estimate is not None and not st.estimate.complete
+    assert cond(st, "Estimated").status == "True" and cond(st, "Estimated").reason == "Incomplete"
+    ready = cond(st, "Ready")
+    assert ready.status == "False" and ready.reason == "Incomplete"
+    assert "numHiddenLayers" in ready.message and "import-hf-config" in ready.message
+    assert "spec.measurement.mode is Disabled" in ready.message
+    assert cond(st, "Stalled").status == "True" and cond(st, "Reconciling").status == "False"
+    assert cond(st, "HeadroomSufficient").status == "Unknown"
+    assert [a.reason for a in plan.actions if isinstance(a, Emit)] == ["Incomplete"]
+
+
+def test_incomplete_is_measured_on_the_lower_bound_class_without_a_recommendation() -> None:
+    plan = start(bare())
+    (job,) = [a for a in plan.actions if isinstance(a, StartJob)]
+    assert job.gpu_class.name == "nvidia-l4"  # what the counted components fit
+    st = plan.status
+    assert st.phase is Phase.Measuring and st.recommendation is None
+    assert cond(st, "Ready").status == "False"
+    assert cond(st, "Estimated").reason == "Incomplete"
+
+
+def test_a_gpu_measurement_makes_an_incomplete_estimate_ready() -> None:
+    measuring = start(bare()).status
+    done = observe(bare(), measuring, gpu_result(12 * GIB)).status
+    assert done.phase is Phase.Ready and cond(done, "Ready").status == "True"
+    assert done.recommendation is not None and done.recommendation.basis == "Measurement"
+
+
+def test_no_gpu_figure_leaves_an_incomplete_estimate_not_ready() -> None:
+    """The probe cannot build a synthetic model without the architecture (Unsupported), or ran
+    on a CPU: nothing measured the missing KV cache, so the workload does not become Ready."""
+    measuring = start(bare()).status
+    for outcome in (
+        probe_result("Unsupported", "cuda", "synthetic mode needs spec.model.architecture"),
+        probe_result("Succeeded", "cpu"),
+    ):
+        st = observe(bare(), measuring, outcome).status
+        ready = cond(st, "Ready")
+        assert st.phase is Phase.Estimated, outcome
+        assert ready.status == "False" and ready.reason == "Incomplete", outcome
+        assert "spec.model.architecture.numKeyValueHeads" in ready.message
+        assert cond(st, "Stalled").status == "True"
+    # the same outcomes leave a complete estimate Ready on the estimate, as before
+    complete = start(raw()).status
+    st = observe(raw(), complete, probe_result("Unsupported", "cuda", "too big for CPU")).status
+    assert st.phase is Phase.Ready and cond(st, "Ready").reason == "EstimateOnly"

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import pytest
 
 from gpu_sizer.controller.emulator import LoopbackCluster, crd_document
+from tests.architectures import LLAMA_3_2_1B
 from tests.e2e import real_cluster
 
 pytestmark = pytest.mark.e2e
@@ -45,10 +46,18 @@ WRITTEN_STATUSES: list[dict[str, Any]] = []
 T = TypeVar("T")
 
 
-def spec(params: int = 1_000_000_000, **extra: Any) -> dict[str, Any]:
-    """A small inference spec (1 B parameters, bf16) that fits the smallest class."""
+def spec(params: int | None = None, **extra: Any) -> dict[str, Any]:
+    """A small inference spec (Llama-3.2-1B, bf16) that fits the smallest class.
+
+    ``params`` replaces the architecture with a bare ``parameterCount``: the estimate then
+    cannot count the KV cache, so its verdict is Incomplete (or NoSafeHeadroom when even the
+    weights fit no class).
+    """
+    model: dict[str, Any] = {"name": "test/model", "architecture": LLAMA_3_2_1B}
+    if params is not None:
+        model = {"name": "test/model", "parameterCount": params}
     doc: dict[str, Any] = {
-        "model": {"name": "test/model", "parameterCount": params, "dtype": "bfloat16"},
+        "model": {**model, "dtype": "bfloat16"},
         "inference": {"engine": "vllm", "maxModelLen": 2048, "maxNumSeqs": 4},
         "measurement": {"timeoutSeconds": 60},
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,14 @@ async def test_cuda_oom_moves_to_the_next_larger_class(
     second = await kubelet.wait_job(not_named={first["metadata"]["name"]})
     # Present classes first: the A100 80 GB node exists, the A100 40 GB does not.
     assert second["metadata"]["labels"]["gpusizer.dev/gpu-class"] == "nvidia-a100-80gb"
-    obj = await cluster.get(GW, NS, "oom")
+
+    async def remeasuring() -> Any:
+        # The Job is created before the status naming it is written: wait for the status.
+        obj = await cluster.get(GW, NS, "oom")
+        m = ((obj or {}).get("status") or {}).get("measurement") or {}
+        return obj if m.get("jobName") == second["metadata"]["name"] else None
+
+    obj = await eventually(remeasuring, what="status of the second measurement")
     assert obj["status"]["phase"] == "Measuring"
     assert obj["status"]["measurement"]["outOfMemoryClasses"] == ["nvidia-l4"]
     assert "CUDA out of memory on nvidia-l4" in condition(obj, "Measured")["message"]
@@ -99,7 +107,13 @@ async def test_host_oom_retries_once_with_more_memory(
     mem1 = int(first["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"])
     mem2 = int(second["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"])
     assert mem2 == 2 * mem1
-    obj = await cluster.get(GW, NS, "ram")
+
+    async def retrying() -> Any:
+        # The new Job is created before the status saying why is written: wait for the status.
+        obj = await cluster.get(GW, NS, "ram")
+        return obj if condition(obj, "Measured").get("reason") == "HostOOMKilled" else None
+
+    obj = await eventually(retrying, what="Measured reason HostOOMKilled")
     assert "host memory (RAM, not GPU memory" in condition(obj, "Measured")["message"]
     await kubelet.oom_killed(second)
     failed = await eventually(lambda: phase_is(cluster, "ram", "Failed"))
@@ -138,8 +152,14 @@ async def test_job_deleted_is_recreated_once(cluster, start_operator, kubelet: K
     await cluster.delete(("batch", "v1", "jobs"), NS, name)
     again = await eventually(lambda: _recreated(cluster, name), what="recreated Job")
     assert again["metadata"]["uid"] != job["metadata"]["uid"]
-    obj = await cluster.get(GW, NS, "gone")
-    assert obj["status"]["measurement"]["recreated"] is True
+
+    async def marked() -> Any:
+        # The Job is recreated before the status saying so is written: wait for the status.
+        obj = await cluster.get(GW, NS, "gone")
+        m = ((obj or {}).get("status") or {}).get("measurement") or {}
+        return obj if m.get("recreated") is True else None
+
+    await eventually(marked, what="measurement.recreated")
     await cluster.delete(("batch", "v1", "jobs"), NS, name)
     failed = await eventually(lambda: phase_is(cluster, "gone", "Failed"))
     assert condition(failed, "Measured")["reason"] == "JobDeleted"

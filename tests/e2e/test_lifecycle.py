@@ -106,7 +106,7 @@ async def test_job_manifest_fields(cluster, start_operator, kubelet: Kubelet) ->
     assert {"name": "tmp", "mountPath": "/tmp"} in ctr["volumeMounts"]
     assert any(v.get("emptyDir") is not None for v in pod["volumes"])
     env = {e["name"]: e["value"] for e in ctr["env"]}
-    assert json.loads(env["GPU_SIZER_SPEC"])["model"]["parameterCount"] == 1_000_000_000
+    assert json.loads(env["GPU_SIZER_SPEC"])["model"]["architecture"]["numHiddenLayers"] == 16
     assert ctr["command"][:3] == ["python", "-m", "gpu_sizer.probe"]
 
 
@@ -118,3 +118,50 @@ async def test_measurement_disabled_is_ready_on_the_estimate(cluster, start_oper
     assert "measurement disabled" in condition(ready, "Ready")["message"]
     assert condition(ready, "Measured")["reason"] == "MeasurementDisabled"
     assert ready["status"]["recommendation"]["basis"] == "Estimate"
+
+
+async def test_incomplete_estimate_with_measurement_disabled_is_never_ready(
+    cluster, start_operator
+) -> None:
+    """Issue 10: a bare parameterCount leaves the KV cache uncounted. The operator says so in
+    Estimated (reason Incomplete), publishes no recommendation and, with nothing to measure,
+    stalls with the missing fields and the fix instead of calling it Ready."""
+    body = spec(params=1_000_000_000, measurement={"mode": "Disabled"})
+    await cluster.create(GW, workload("bare", body))
+    start_operator()
+
+    async def stalled() -> Any:
+        obj = await cluster.get(GW, NS, "bare")
+        return obj if condition(obj, "Stalled").get("status") == "True" else None
+
+    obj = await eventually(stalled, timeout=60, what="Stalled")
+    st = obj["status"]
+    assert st["phase"] == "Estimated" and "recommendation" not in st
+    assert [m["component"] for m in st["estimate"]["missingComponents"]] == [
+        "kvCacheBytes",
+        "activationBytes",
+    ]
+    assert condition(obj, "Estimated")["reason"] == "Incomplete"
+    ready = condition(obj, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "Incomplete"
+    assert "numKeyValueHeads" in ready["message"] and "import-hf-config" in ready["message"]
+
+
+@pytest.mark.emulated_kubelet
+async def test_a_measurement_makes_an_incomplete_estimate_ready(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    await cluster.create(GW, workload("bare-measured", spec(params=1_000_000_000)))
+    start_operator()
+    measuring = await eventually(
+        lambda: phase_is(cluster, "bare-measured", "Measuring"), timeout=60, what="Measuring"
+    )
+    assert "recommendation" not in measuring["status"]
+    assert condition(measuring, "Ready")["status"] == "False"
+    job = await kubelet.wait_job()
+    await kubelet.succeed(job, gpu_success(6 * GIB, total=23034 << 20), node="l4-1")
+    ready = await eventually(
+        lambda: phase_is(cluster, "bare-measured", "Ready"), timeout=60, what="Ready"
+    )
+    assert ready["status"]["recommendation"]["basis"] == "Measurement"
+    assert condition(ready, "Estimated")["reason"] == "Incomplete"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import kmock
 import pytest
@@ -21,7 +22,13 @@ async def test_spec_change_mid_measurement(cluster, start_operator, kubelet: Kub
     await cluster.change_spec(GW, NS, "change", {"inference": {"maxNumSeqs": 8}})
     new = await kubelet.wait_job(not_named={old["metadata"]["name"]})
     assert new["metadata"]["labels"]["gpusizer.dev/spec-hash"] != old_hash
-    obj = await cluster.get(GW, NS, "change")
+
+    async def respec() -> Any:
+        # The new Job is created before the status saying why is written: wait for the status.
+        obj = await cluster.get(GW, NS, "change")
+        return obj if condition(obj, "Measured").get("reason") == "SpecChanged" else None
+
+    obj = await eventually(respec, what="Measured reason SpecChanged")
     measured = condition(obj, "Measured")
     assert measured["status"] == "False" and measured["reason"] == "SpecChanged"
     assert measured["observedGeneration"] == 2 and obj["status"]["observedGeneration"] == 2

@@ -7,24 +7,31 @@ operator as ``--policy``. Shape (every key optional; fractions are 0..1 of a GPU
     defaultMinHeadroomFraction: 0.10   # filled into spec.placement.minHeadroomFraction when unset
     minHeadroomFractionFloor: 0.05     # a spec asking for less is rejected
     maxMinHeadroomFraction: 0.5        # a spec asking for more is rejected (it would waste GPUs)
+    incompleteEstimates: Warn          # Warn: admit with a warning | Deny: refuse (see below)
     namespaceRules:
       - namespaceSelector: {matchLabels: {team: research}}
         allowedGpuClasses: [nvidia-l4, nvidia-a100-40gb]
         defaultMinHeadroomFraction: 0.15
         minHeadroomFractionFloor: 0.10
+        incompleteEstimates: Deny
 
 Rules are tried in order and the first whose ``namespaceSelector`` matches the namespace's labels
 applies (an empty selector matches every namespace, so it makes a catch-all last rule); a
 namespace no rule matches gets the top-level settings and every class. A rule's floor can only
 raise the top-level floor, never lower it; ``maxMinHeadroomFraction`` is cluster-wide.
 ``defaultMinHeadroomFraction`` absent or null at the top level means the operator's
-``--default-headroom``. Pure: no Kubernetes access here (the handlers read the labels).
+``--default-headroom``. ``incompleteEstimates`` says what happens to a spec whose estimate is
+``Incomplete`` (a component it needs, such as the KV cache, cannot be counted, so the estimate is
+a lower bound): ``Warn`` (default) admits it with an admission warning naming the missing fields,
+``Deny`` refuses it with the same text; a rule's value replaces the top-level one. Pure: no
+Kubernetes access here (the handlers read the labels).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,7 @@ from gpu_sizer.yamlio import UnreadableFile, YamlError, load, read_text
 
 __all__ = [
     "EffectivePolicy",
+    "IncompleteEstimates",
     "NamespaceRule",
     "NamespaceSelector",
     "Policy",
@@ -62,6 +70,13 @@ class _Model(BaseModel):
     )
 
 
+class IncompleteEstimates(StrEnum):
+    """What admission does with a spec whose estimate is ``Incomplete`` (a lower bound)."""
+
+    Warn = "Warn"
+    Deny = "Deny"
+
+
 class NamespaceSelector(_Model):
     """A Kubernetes label selector on the Namespace object (``matchLabels`` only)."""
 
@@ -81,6 +96,9 @@ class NamespaceRule(_Model):
     )
     default_min_headroom_fraction: Fraction | None = Field(None, ge=0.0, lt=1.0)
     min_headroom_fraction_floor: Fraction | None = Field(None, ge=0.0, lt=1.0)
+    incomplete_estimates: IncompleteEstimates | None = Field(
+        None, description="Warn or Deny for Incomplete estimates; unset takes the top level's."
+    )
 
 
 class Policy(_Model):
@@ -89,6 +107,7 @@ class Policy(_Model):
     default_min_headroom_fraction: Fraction = Field(0.10, ge=0.0, lt=1.0)
     min_headroom_fraction_floor: Fraction = Field(0.0, ge=0.0, lt=1.0)
     max_min_headroom_fraction: Fraction = Field(0.5, gt=0.0, lt=1.0)
+    incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
     namespace_rules: list[NamespaceRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -173,12 +192,14 @@ class Policy(_Model):
                 min_headroom_fraction_floor=floor,
                 max_min_headroom_fraction=self.max_min_headroom_fraction,
                 matched_rule=i,
+                incomplete_estimates=rule.incomplete_estimates or self.incomplete_estimates,
             )
         return EffectivePolicy(
             allowed_classes=None,
             default_min_headroom_fraction=self.default_min_headroom_fraction,
             min_headroom_fraction_floor=self.min_headroom_fraction_floor,
             max_min_headroom_fraction=self.max_min_headroom_fraction,
+            incomplete_estimates=self.incomplete_estimates,
         )
 
 
@@ -191,6 +212,7 @@ class EffectivePolicy:
     min_headroom_fraction_floor: float
     max_min_headroom_fraction: float
     matched_rule: int | None = None
+    incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
 
 
 def parse_policy(data: Any, source: str = "policy", *, default_headroom: float = 0.10) -> Policy:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gpu_sizer.admission.policy import EffectivePolicy
+from gpu_sizer.admission.policy import EffectivePolicy, IncompleteEstimates
 from gpu_sizer.api import Engine, GPUWorkloadSpec, InvalidWorkload, parse_spec
 from gpu_sizer.api.spec import spec_to_wire
 from gpu_sizer.budget.activations import prefill_tokens
@@ -37,6 +37,8 @@ class Outcome(StrEnum):
     AllowedWithWarnings = "AllowedWithWarnings"
     Invalid = "Invalid"
     NoSafeHeadroom = "NoSafeHeadroom"
+    AllowedIncomplete = "AllowedIncomplete"
+    Incomplete = "Incomplete"
     UnknownGpuClass = "UnknownGpuClass"
     PolicyViolation = "PolicyViolation"
     PolicyUnavailable = "PolicyUnavailable"
@@ -44,12 +46,14 @@ class Outcome(StrEnum):
 
 
 #: HTTP status codes put in the AdmissionReview's ``response.status.code``: 422 for a spec that
-#: cannot be sized as written, 403 for one the namespace policy forbids, 503 (retry) when the
+#: cannot be sized as written (an incomplete estimate under ``incompleteEstimates: Deny``
+#: included), 403 for one the namespace policy forbids, 503 (retry) when the
 #: namespace's labels, and so its policy, could not be read; 500 when sizing a valid spec failed
 #: (a gpu-sizer bug: the message names the cause instead of a bare arithmetic error).
 _CODES: dict[Outcome, int] = {
     Outcome.Invalid: 422,
     Outcome.NoSafeHeadroom: 422,
+    Outcome.Incomplete: 422,
     Outcome.UnknownGpuClass: 422,
     Outcome.PolicyViolation: 403,
     Outcome.PolicyUnavailable: 503,
@@ -67,7 +71,11 @@ class Answer:
 
     @property
     def allowed(self) -> bool:
-        return self.outcome in (Outcome.Allowed, Outcome.AllowedWithWarnings)
+        return self.outcome in (
+            Outcome.Allowed,
+            Outcome.AllowedWithWarnings,
+            Outcome.AllowedIncomplete,
+        )
 
     @property
     def code(self) -> int:
@@ -125,7 +133,8 @@ def review(
     allowed classes), then :func:`gpu_sizer.sizing.assess`, where a spec that allows every class
     is limited to the classes its namespace allows. Allowed answers carry the assessment's
     warnings (headroom under twice the minimum, revision unpinned, measurement disabled), as
-    ``gpu-sizer estimate`` prints them.
+    ``gpu-sizer estimate`` prints them. An ``Incomplete`` assessment is denied or admitted with
+    its message as the first warning, as the namespace's ``incompleteEstimates`` says.
     """
     try:
         spec = parse_spec(spec_doc)
@@ -161,6 +170,14 @@ def review(
         return Answer(Outcome.UnknownGpuClass, assessment.message)
     if assessment.verdict is Verdict.NoSafeHeadroom:
         return Answer(Outcome.NoSafeHeadroom, assessment.message)
+    if assessment.verdict is Verdict.Incomplete:
+        if policy.incomplete_estimates is IncompleteEstimates.Deny:
+            return Answer(
+                Outcome.Incomplete,
+                f"{assessment.message}\nnamespace {namespace!r} admits only complete estimates "
+                "(policy incompleteEstimates: Deny)",
+            )
+        return Answer(Outcome.AllowedIncomplete, "", (assessment.message, *assessment.warnings))
 
     warnings = assessment.warnings
     outcome = Outcome.AllowedWithWarnings if warnings else Outcome.Allowed

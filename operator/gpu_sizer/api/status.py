@@ -24,6 +24,7 @@ __all__ = [
     "EstimateStatus",
     "GPUWorkloadStatus",
     "MeasurementStatus",
+    "MissingComponent",
     "PerGpuBreakdown",
     "Phase",
     "RecommendationStatus",
@@ -119,6 +120,24 @@ class PerGpuBreakdown(_Status):
         return round(self.total_bytes / GIB, 1)
 
 
+class MissingComponent(_Status):
+    """A component the workload needs that the estimate could not count (it is 0 in ``perGpu``).
+
+    An estimate with any missing component is ``Incomplete``: it is a lower bound and never says
+    that the workload fits. Consumers decide from this list, not from ``notes``.
+    """
+
+    component: str = Field(
+        description="The perGpu field left uncounted: kvCacheBytes, activationBytes, ..."
+    )
+    fields: list[str] = Field(
+        default_factory=list,
+        description="Spec field paths that would let the estimate count it.",
+    )
+    message: str = Field("", description="What is not counted and the fields it needs.")
+    fix: str = Field("", description="How to supply the missing fields.")
+
+
 class EstimateStatus(_Status):
     """The memory model's planning figure."""
 
@@ -136,9 +155,19 @@ class EstimateStatus(_Status):
     )
     notes: list[str] = Field(
         default_factory=list,
-        description="Caveats of this estimate (e.g. components that could not be computed "
-        "without spec.model.architecture).",
+        description="Caveats of this estimate (approximations; missing components are "
+        "listed in missingComponents).",
     )
+    missing_components: list[MissingComponent] = Field(
+        default_factory=list,
+        description="Components the workload needs that could not be counted; non-empty means "
+        "the estimate is a lower bound (verdict Incomplete), never a fit.",
+    )
+
+    @property
+    def complete(self) -> bool:
+        """Whether every component the workload needs is counted."""
+        return not self.missing_components
 
 
 class MeasurementStatus(_Status):

@@ -14,9 +14,10 @@ data x tensor x pipeline for training): the model never invents sharding.
 
 Without ``spec.model.architecture`` only ``parameterCount`` is known: weights are exact for
 unquantized dtypes, model states are exact for full training, but the KV cache and activations
-depend on the shape and are reported as 0 with an explanatory entry in ``notes``; quantized
+depend on the shape: they are reported as 0 and listed in ``missingComponents``
+(``budget.missing``), which makes the estimate a lower bound that never reads as a fit; quantized
 weights are approximated (metadata as for 4096-wide rows) and tensor/pipeline splits are taken as
-even. All figures are bytes.
+even (both in ``notes``). All figures are bytes.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from gpu_sizer.budget.kv_cache import (
     kv_geometry,
     state_element_bytes,
 )
+from gpu_sizer.budget.missing import missing_without_architecture
 from gpu_sizer.budget.params import Layout, layout, stage_layers
 from gpu_sizer.budget.runtime import (
     CUDA_GRAPH_BASE_BYTES,
@@ -88,8 +90,9 @@ def stage_outer_params(lay: Layout, pp: int, proj: int) -> int:
 def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
     """Per-GPU memory budget of ``spec`` in bytes, on the most loaded GPU of one replica.
 
-    Every ``PerGpuBreakdown`` field is filled and ``totalBytes`` is their sum. Never raises for a
-    spec that passed validation.
+    Every ``PerGpuBreakdown`` field is filled and ``totalBytes`` is their sum; a component the
+    spec does not give enough to count is 0 and named in ``missingComponents``. Never raises for
+    a spec that passed validation.
     """
     arch = spec.model.architecture
     if arch is None:
@@ -208,10 +211,6 @@ def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
         tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
         shard = -(-params // (tp * pp))
         weights, quant = flat_weight_bytes(shard, spec.model)
-        notes.append(
-            f"KV cache not computed {_NO_ARCH}: it depends on layers, KV heads and head size"
-        )
-        notes.append(f"activations not computed {_NO_ARCH}: they depend on hidden and MLP widths")
         if tp * pp > 1:
             notes.append(f"weights split evenly over {tp * pp} GPUs {_NO_ARCH}")
         batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
@@ -223,6 +222,7 @@ def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
             kv_cache_tokens=0,
             per_gpu=_breakdown(weights, quant, 0, 0, 0, 0, 0, runtime),
             notes=notes,
+            missing_components=missing_without_architecture(spec),
         )
     tr = spec.training
     assert tr is not None
@@ -230,7 +230,6 @@ def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
     tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
     shard = -(-params // (tp * pp))
     precision = tr.precision
-    notes.append(f"activations and logits not computed {_NO_ARCH}")
     if tr.optimizer is Optimizer.adafactor:
         notes.append(f"Adafactor's factored state taken as unfactored {_NO_ARCH}")
     if tp * pp > 1:
@@ -268,4 +267,5 @@ def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
         ),
         trainable_parameter_count=params,
         notes=notes,
+        missing_components=missing_without_architecture(spec),
     )
