@@ -18,9 +18,15 @@ import yaml
 from gpu_sizer.api import Architecture, GPUWorkloadSpec, parse_spec, parse_workload
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.estimate import stage_outer_params
+from gpu_sizer.budget.kv_cache import kv_geometry
 from gpu_sizer.budget.params import layout as budget_layout
 from gpu_sizer.budget.params import stage_layers
-from gpu_sizer.probe.inference import BLOCK_SIZE, allocate_kv_cache, kv_cache_dtype
+from gpu_sizer.probe.inference import (
+    BLOCK_SIZE,
+    allocate_kv_cache,
+    allocate_layer_caches,
+    kv_cache_dtype,
+)
 from gpu_sizer.probe.model import (
     build_model,
     heaviest_stage,
@@ -30,6 +36,7 @@ from gpu_sizer.probe.model import (
 
 from .conftest import ROOT, TINY_LLAMA
 from .reference_models import REFERENCE
+from .test_synthetic import NEW_FAMILIES
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 META = torch.device("meta")
@@ -106,31 +113,60 @@ def _inference_examples() -> list[Any]:
     return [p for p in _example_specs() if p.values[0].inference is not None]
 
 
+def _cache_bytes(spec: GPUWorkloadSpec) -> tuple[int, int]:
+    """(probe's cache bytes, the estimate's geometry for the same slots) on the meta device."""
+    inf, whole = spec.inference, spec.model.architecture
+    assert inf is not None and whole is not None
+    tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
+    arch = rank_architecture(whole, tp)  # one GPU's share
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+        spec.model.dtype.value, torch.bfloat16
+    )
+    model = build_model(arch, dtype, META, heaviest_stage(arch, pp, tp), tp)
+    cache_dtype = kv_cache_dtype(inf.kv_cache_dtype, dtype)
+    caches = allocate_layer_caches(
+        model, whole, tp, inf.max_num_seqs, inf.max_model_len, cache_dtype, dtype, META
+    )
+    nbytes = sum(c.tensor.numel() * c.tensor.element_size() for c in caches)
+    element = torch.empty((), dtype=cache_dtype).element_size()
+    geometry = kv_geometry(
+        whole, element, tp, pp, max(2, torch.empty((), dtype=dtype).element_size())
+    )
+    slots = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
+    expected = geometry.bytes_per_token * slots + geometry.bytes_per_sequence * inf.max_num_seqs
+    assert geometry.bytes_per_token == estimate(spec).kv_cache_bytes_per_token
+    return nbytes, expected
+
+
 @pytest.mark.parametrize("spec", _inference_examples())
 @pytest.mark.parametrize("kv", ["auto", "fp8"])
 def test_kv_cache_bytes_equal_bytes_per_token_times_slots(spec: GPUWorkloadSpec, kv: str) -> None:
     spec = spec.model_copy(
         update={"inference": spec.inference.model_copy(update={"kv_cache_dtype": kv})}  # type: ignore[union-attr]
     )
-    inf, whole = spec.inference, spec.model.architecture
-    assert inf is not None and whole is not None
-    arch = rank_architecture(whole, inf.tensor_parallel_size)  # one GPU's share
-    layers = -(-arch.num_hidden_layers // inf.pipeline_parallel_size)  # heaviest stage
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-        spec.model.dtype.value, torch.bfloat16
+    nbytes, expected = _cache_bytes(spec)
+    assert nbytes == expected
+
+
+@pytest.mark.parametrize("arch_doc", NEW_FAMILIES, ids=lambda a: a["modelType"])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_new_families_agree_per_rank(arch_doc: dict[str, Any], tp: int) -> None:
+    """MLA, sinks, shared experts, Mamba-1/2 state and a vision tower: the synthetic rank's
+    parameters and cache equal the estimate's."""
+    spec = parse_spec(
+        {
+            "model": {"architecture": arch_doc},
+            "inference": {"maxModelLen": 64, "maxNumSeqs": 3, "tensorParallelSize": tp},
+        }
     )
-    cache = allocate_kv_cache(
-        layers,
-        inf.max_num_seqs,
-        inf.max_model_len,
-        arch.kv_heads,
-        arch.head_size,
-        kv_cache_dtype(inf.kv_cache_dtype, dtype),
-        META,
+    arch = spec.model.architecture
+    assert arch is not None
+    rank = rank_architecture(arch, tp)
+    assert parameter_count(build_model(rank, torch.bfloat16, META, tp=tp)) == (
+        budget_layout(arch, tp).total
     )
-    nbytes = sum(t.numel() * t.element_size() for t in cache)
-    slots = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
-    assert nbytes == estimate(spec).kv_cache_bytes_per_token * slots
+    nbytes, expected = _cache_bytes(spec)
+    assert nbytes == expected
 
 
 @pytest.mark.parametrize("tp", [2, 4, 8])

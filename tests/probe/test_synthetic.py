@@ -30,6 +30,79 @@ TINY_GEMMA2 = {**TINY_LLAMA, "modelType": "gemma2", "headDim": 32, "tieWordEmbed
 TINY_OPT = {**TINY_LLAMA, "modelType": "opt", "numKeyValueHeads": 4, "wordEmbedProjDim": 32}
 TINY_NEOX = {**TINY_LLAMA, "modelType": "gpt_neox", "numKeyValueHeads": 4}
 TINY_FALCON = {**TINY_LLAMA, "modelType": "falcon", "numKeyValueHeads": 1}
+TINY_QWEN3_MOE = {
+    **TINY_LLAMA,
+    "modelType": "qwen3_moe",
+    "headDim": 16,
+    "numExperts": 4,
+    "numExpertsPerTok": 2,
+    "moeIntermediateSize": 32,
+}
+TINY_DEEPSEEK_V3 = {
+    **TINY_LLAMA,
+    "modelType": "deepseek_v3",
+    "numKeyValueHeads": 4,
+    "qLoraRank": 24,
+    "kvLoraRank": 16,
+    "qkRopeHeadDim": 8,
+    "qkNopeHeadDim": 16,
+    "vHeadDim": 16,
+    "nRoutedExperts": 4,
+    "numExpertsPerTok": 2,
+    "nSharedExperts": 1,
+    "moeIntermediateSize": 32,
+    "firstKDenseReplace": 1,
+}
+TINY_GPT_OSS = {
+    **TINY_LLAMA,
+    "modelType": "gpt_oss",
+    "numLocalExperts": 4,
+    "numExpertsPerTok": 2,
+    "slidingWindow": 16,
+    "attentionBias": True,
+}
+TINY_NEMOTRON_H = {
+    **TINY_LLAMA,
+    "modelType": "nemotron_h",
+    "numHiddenLayers": 4,
+    "hybridOverridePattern": "M-*-",
+    "mambaNumHeads": 8,
+    "mambaHeadDim": 16,
+    "ssmStateSize": 16,
+    "nGroups": 2,
+}
+TINY_JAMBA = {
+    **TINY_LLAMA,
+    "modelType": "jamba",
+    "numHiddenLayers": 4,
+    "numExperts": 4,
+    "numExpertsPerTok": 2,
+    "attnLayerPeriod": 4,
+    "attnLayerOffset": 2,
+}
+TINY_GEMMA3 = {
+    **TINY_LLAMA,
+    "modelType": "gemma3",
+    "headDim": 16,
+    "slidingWindow": 16,
+    "visionConfig": {
+        "modelType": "siglip_vision_model",
+        "hiddenSize": 32,
+        "intermediateSize": 64,
+        "numHiddenLayers": 2,
+        "numAttentionHeads": 2,
+        "imageSize": 56,
+        "patchSize": 14,
+    },
+}
+NEW_FAMILIES = [
+    TINY_QWEN3_MOE,
+    TINY_DEEPSEEK_V3,
+    TINY_GPT_OSS,
+    TINY_NEMOTRON_H,
+    TINY_JAMBA,
+    TINY_GEMMA3,
+]
 
 
 def _measure(spec: dict[str, Any], **options: Any) -> tuple[ProbeResult, int]:
@@ -38,7 +111,16 @@ def _measure(spec: dict[str, Any], **options: Any) -> tuple[ProbeResult, int]:
 
 @pytest.mark.parametrize(
     "arch",
-    [TINY_LLAMA, TINY_MIXTRAL, TINY_QWEN_MOE, TINY_GEMMA2, TINY_OPT, TINY_NEOX, TINY_FALCON],
+    [
+        TINY_LLAMA,
+        TINY_MIXTRAL,
+        TINY_QWEN_MOE,
+        TINY_GEMMA2,
+        TINY_OPT,
+        TINY_NEOX,
+        TINY_FALCON,
+        *NEW_FAMILIES,
+    ],
     ids=lambda a: a["modelType"],
 )
 def test_inference_runs_every_family(arch: dict[str, Any]) -> None:

@@ -55,7 +55,9 @@ __all__ = [
     "kv_element_bytes",
     "kv_geometry",
     "kv_token_bytes",
+    "mamba_state_shapes",
     "state_element_bytes",
+    "state_page_bytes",
 ]
 
 #: vLLM's attention block alignment used when it grows the block size of hybrid models.
@@ -124,23 +126,57 @@ def _attention_layer_bytes(arch: Architecture, kind: LayerKind, element: int, tp
     return 2 * max(1, arch.kv_heads // tp) * arch.head_size * element
 
 
-def _state_layer_bytes(arch: Architecture, tp: int, element: int) -> int:
-    """One Mamba layer's conv + SSM state per sequence on one rank (vLLM's state shapes)."""
+def mamba_state_shapes(arch: Architecture, tp: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(conv state, SSM state) shapes of one Mamba layer's state for one sequence on one rank.
+
+    vLLM ``MambaStateShapeCalculator``: Mamba-2 ``(inner + 2 x groups x state) / tp`` channels x
+    ``conv_kernel - 1`` and ``heads / tp x head_dim x state`` (groups that do not divide are
+    replicated to one per rank, ``extra_groups_for_head_shards``); Mamba-1 ``inner / tp`` x
+    ``conv_kernel - 1`` and ``inner / tp x state``.
+    """
     fam = FAMILIES[arch.model_type]
     assert fam.mamba is not None
     if fam.mamba.version == 2:
         heads = config_value(arch, "mamba_num_heads")
-        inner = heads * config_value(arch, "mamba_head_dim")
+        head_dim = config_value(arch, "mamba_head_dim")
         groups = config_value(arch, "n_groups")
         if groups % tp:
             groups = tp  # vLLM extra_groups_for_head_shards: replicated up to one per rank
         state = config_value(arch, "ssm_state_size")
-        conv = (config_value(arch, "conv_kernel") - 1) * ((inner + 2 * groups * state) // tp)
-        ssm = heads // tp * config_value(arch, "mamba_head_dim") * state
-        return (conv + ssm) * element
+        conv_dim = (heads * head_dim + 2 * groups * state) // tp
+        return (conv_dim, config_value(arch, "conv_kernel") - 1), (heads // tp, head_dim, state)
     inner = config_value(arch, "mamba_expand") * arch.hidden_size // tp
-    conv = inner * (config_value(arch, "mamba_d_conv") - 1)
-    return (conv + inner * config_value(arch, "mamba_d_state")) * element
+    return (inner, config_value(arch, "mamba_d_conv") - 1), (
+        inner,
+        config_value(arch, "mamba_d_state"),
+    )
+
+
+def _state_layer_bytes(arch: Architecture, tp: int, element: int) -> int:
+    """One Mamba layer's conv + SSM state per sequence on one rank, unpadded."""
+    total = 0
+    for shape in mamba_state_shapes(arch, tp):
+        n = 1
+        for d in shape:
+            n *= d
+        total += n
+    return total * element
+
+
+def state_page_bytes(arch: Architecture, tp: int, element_bytes: int, state_bytes: int) -> int:
+    """Bytes vLLM reserves per sequence for one Mamba layer: the state padded to the attention
+    page of a hybrid model (see the module docstring); the bare state without attention layers.
+
+    :param element_bytes: bytes per cached attention element; :param state_bytes: per state
+        element.
+    """
+    state = _state_layer_bytes(arch, tp, state_bytes)
+    kinds = {k for k in layer_plan(arch) if k.mixer in ("attention", "mla")}
+    page = max((_attention_layer_bytes(arch, k, element_bytes, tp) for k in kinds), default=0)
+    if not page:
+        return state
+    step = _HYBRID_BLOCK_STEP * page
+    return -(-state // step) * step
 
 
 def _stages(n: int, pp: int) -> list[range]:
@@ -201,11 +237,7 @@ def _stage_geometry(
             cap = config_value(arch, "attention_chunk_size")
         groups.append(KvGroup(group, layers, layers * per_layer[group], cap, 0))
     if states:
-        state = _state_layer_bytes(arch, tp, state_bytes)
-        attention_page = max(per_layer.values(), default=0)
-        if attention_page:
-            step = _HYBRID_BLOCK_STEP * attention_page
-            state = -(-state // step) * step
+        state = state_page_bytes(arch, tp, element, state_bytes)
         groups.append(KvGroup("state", states, 0, None, states * state))
     return KvGeometry(groups=tuple(groups))
 

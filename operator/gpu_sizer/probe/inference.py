@@ -10,7 +10,11 @@ Shaped after vLLM's engine (``vllm/v1/worker/gpu_model_runner.py``, ``vllm/v1/co
   identity block table), so attention reads views of the cache and never copies it. Bytes:
   ``2 x layers x kv_heads x head_size x dtype_bytes x slots`` = ``kvCacheBytesPerToken x slots``
   (PagedAttention paper, Kwon et al. 2023, section 3), with ``kvCacheDtype`` fp8 stored as
-  ``float8_e4m3fn`` / ``float8_e5m2`` like vLLM's fp8 cache.
+  ``float8_e4m3fn`` / ``float8_e5m2`` like vLLM's fp8 cache. Layers cache as the estimate's
+  :func:`gpu_sizer.budget.kv_cache.kv_geometry` says: MLA layers one ``[num_blocks, block_size,
+  kvLoraRank + qkRopeHeadDim]`` latent tensor, Mamba layers one page per sequence holding the
+  conv and SSM state in the model dtype, padded to the attention page as vLLM pads hybrid models;
+  sliding-window and chunked layers are allocated for every position (noted).
 - **Prefill**: ``c`` prompts of ``maxModelLen - decode steps`` tokens, in forward passes of at most
   ``maxNumBatchedTokens`` tokens (chunked prefill; short prompts are batched together); unset,
   the engine's own budget from :func:`gpu_sizer.budget.activations.prefill_tokens` (vLLM and
@@ -29,8 +33,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from gpu_sizer.api import Engine, GPUWorkloadSpec, Inference, KvCacheDtype
+from gpu_sizer.api import Architecture, Engine, GPUWorkloadSpec, Inference, KvCacheDtype
 from gpu_sizer.budget.activations import prefill_tokens
+from gpu_sizer.budget.kv_cache import kv_geometry, mamba_state_shapes, state_page_bytes
 from gpu_sizer.probe.memory import Recorder
 from gpu_sizer.probe.model import (
     KvCache,
@@ -44,7 +49,9 @@ from gpu_sizer.probe.model import (
 __all__ = [
     "BLOCK_SIZE",
     "InferenceFigures",
+    "LayerCache",
     "allocate_kv_cache",
+    "allocate_layer_caches",
     "concurrency_levels",
     "default_prefill_note",
     "fp8_cache_note",
@@ -158,16 +165,82 @@ def allocate_kv_cache(
     ]
 
 
-def _views(cache: list[Tensor], num_seqs: int, first: int, count: int) -> list[KvCache]:
-    """Per-layer (K, V) views ``[count, capacity, kv_heads, head_dim]`` of sequences
-    ``first .. first + count`` (no copy: each sequence's blocks are consecutive)."""
-    views = []
+@dataclass
+class LayerCache:
+    """One layer's cache tensor and how to view it: ``kv`` ``[2, blocks, BLOCK_SIZE, kv_heads,
+    head_dim]``, ``mla`` ``[blocks, BLOCK_SIZE, latent]``, ``state`` ``[num_seqs, page]`` holding
+    the conv state then the SSM state, ``none`` for a layer without a mixer."""
+
+    kind: str
+    tensor: Tensor
+    conv: tuple[int, ...] = ()
+    ssm: tuple[int, ...] = ()
+
+
+def allocate_layer_caches(
+    model: SyntheticDecoder,
+    whole: Architecture,
+    tp: int,
+    num_seqs: int,
+    max_len: int,
+    dtype: torch.dtype,
+    state_dtype: torch.dtype,
+    device: torch.device,
+) -> list[LayerCache]:
+    """The cache of every layer ``model`` holds, by what the layer caches.
+
+    :param whole: the model's whole architecture (``model`` is built from one rank's share).
+    :param dtype: the KV cache dtype; :param state_dtype: the Mamba state dtype (model dtype).
+    """
+    arch = model.arch
+    blocks = num_seqs * math.ceil(max_len / BLOCK_SIZE)
+    element = torch.empty((), dtype=dtype).element_size()
+    state_element = torch.empty((), dtype=state_dtype).element_size()
+    caches = []
+    for kind in model.layer_kinds:
+        if kind.mixer == "attention":
+            shape: tuple[int, ...] = (2, blocks, BLOCK_SIZE, arch.kv_heads, arch.head_size)
+            caches.append(LayerCache("kv", torch.empty(shape, dtype=dtype, device=device)))
+        elif kind.mixer == "mla":
+            width = (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0)
+            tensor = torch.empty(blocks, BLOCK_SIZE, width, dtype=dtype, device=device)
+            caches.append(LayerCache("mla", tensor))
+        elif kind.mixer == "mamba":
+            conv, ssm = mamba_state_shapes(whole, tp)
+            page = state_page_bytes(whole, tp, element, state_element) // state_element
+            tensor = torch.empty(num_seqs, page, dtype=state_dtype, device=device)
+            caches.append(LayerCache("state", tensor, conv, ssm))
+        else:
+            caches.append(LayerCache("none", torch.empty(0, dtype=dtype, device=device)))
+    return caches
+
+
+def _views(cache: list[LayerCache], num_seqs: int, first: int, count: int) -> list[KvCache]:
+    """Per-layer views of sequences ``first .. first + count`` (no copy: each sequence's blocks
+    are consecutive): K and V ``[count, capacity, kv_heads, head_dim]``, MLA's latent
+    ``[count, capacity, latent]`` (twice), a Mamba layer's conv and SSM state."""
+    views: list[KvCache] = []
     for layer in cache:
-        _, blocks, block, heads, dim = layer.shape
-        capacity = blocks // num_seqs * block
-        k = layer[0].view(num_seqs, capacity, heads, dim)[first : first + count]
-        v = layer[1].view(num_seqs, capacity, heads, dim)[first : first + count]
-        views.append((k, v))
+        t = layer.tensor
+        if layer.kind == "kv":
+            _, blocks, block, heads, dim = t.shape
+            capacity = blocks // num_seqs * block
+            k = t[0].view(num_seqs, capacity, heads, dim)[first : first + count]
+            v = t[1].view(num_seqs, capacity, heads, dim)[first : first + count]
+            views.append((k, v))
+        elif layer.kind == "mla":
+            blocks, block, width = t.shape
+            latent = t.view(num_seqs, blocks // num_seqs * block, width)[first : first + count]
+            views.append((latent, latent))
+        elif layer.kind == "state":
+            rows = t[first : first + count]
+            conv_n = math.prod(layer.conv)
+            ssm_n = math.prod(layer.ssm)
+            conv = rows[:, :conv_n].view(count, *layer.conv)
+            ssm = rows[:, conv_n : conv_n + ssm_n].view(count, *layer.ssm)
+            views.append((conv, ssm))
+        else:
+            views.append((t, t))
     return views
 
 
@@ -190,8 +263,9 @@ def run_inference(
     assert spec.inference is not None and spec.model.architecture is not None
     inf = spec.inference
     tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
-    arch = rank_architecture(spec.model.architecture, tp)
-    stage = heaviest_stage(arch, pp)
+    whole = spec.model.architecture
+    arch = rank_architecture(whole, tp)
+    stage = heaviest_stage(arch, pp, tp)
     levels, notes = concurrency_levels(spec)
     if tp > 1:
         notes.append(
@@ -214,30 +288,37 @@ def run_inference(
             "(like StaticCache); the default DynamicCache grows by concatenation per step "
             "(torch.cat), which briefly holds a layer's old and new cache together"
         )
-    if arch.sliding_window is not None and arch.sliding_window < inf.max_model_len:
+    capped = [
+        g
+        for g in kv_geometry(whole, 2, tp, pp).groups
+        if g.token_cap is not None and g.token_cap < inf.max_model_len
+    ]
+    if capped:
+        spans = ", ".join(f"{g.layers} {g.kind} layers of {g.token_cap} tokens" for g in capped)
         notes.append(
-            f"slidingWindow {arch.sliding_window} < maxModelLen {inf.max_model_len}: the synthetic "
-            "cache holds every position for every layer; engines that cap sliding-window layers "
-            "(vLLM's hybrid KV cache manager) hold less"
+            f"{spans} (maxModelLen {inf.max_model_len}): the synthetic cache holds every "
+            "position for every layer; engines that cap them (vLLM's hybrid KV cache manager) "
+            "hold less"
         )
     torch.manual_seed(0)
 
     with torch.inference_mode():
         with recorder.phase("load"):
-            model = build_model(arch, dtype, device, stage).eval()
+            model = build_model(arch, dtype, device, stage, tp).eval()
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         cache_dtype = kv_cache_dtype(inf.kv_cache_dtype, dtype)
         with recorder.phase("kv-cache"):
-            cache = allocate_kv_cache(
-                len(model.layers),
+            cache = allocate_layer_caches(
+                model,
+                whole,
+                tp,
                 inf.max_num_seqs,
                 inf.max_model_len,
-                arch.kv_heads,
-                arch.head_size,
                 cache_dtype,
+                dtype,
                 device,
             )
-        kv_bytes = sum(t.numel() * t.element_size() for t in cache)
+        kv_bytes = sum(c.tensor.numel() * c.tensor.element_size() for c in cache)
         kv_tokens = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
 
         steps = min(DECODE_STEPS, max(1, inf.max_model_len // 4))
@@ -265,7 +346,7 @@ def run_inference(
 def _prefill(
     recorder: Recorder,
     model: SyntheticDecoder,
-    cache: list[Tensor],
+    cache: list[LayerCache],
     num_seqs: int,
     count: int,
     prompt: int,

@@ -18,27 +18,9 @@ from gpu_sizer.api import (
     ParallelStrategy,
 )
 
-__all__ = ["SYNTHETIC_FAMILIES", "synthetic_unsupported_reason"]
+__all__ = ["synthetic_unsupported_reason"]
 
 _USE_COMMAND = "use measurement.mode: Command with the real engine to measure it"
-
-#: Families whose layers the synthetic decoder (``probe/model.py``) builds.
-SYNTHETIC_FAMILIES = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "gemma",
-        "gemma2",
-        "phi3",
-        "gpt_neox",
-        "falcon",
-        "opt",
-    }
-)
-
 
 def _importable(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
@@ -51,11 +33,6 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
         return (
             "synthetic mode needs spec.model.architecture (config.json keys): a bare "
             f"parameterCount has no shape to build; {_USE_COMMAND}"
-        )
-    if model.architecture.model_type not in SYNTHETIC_FAMILIES:
-        return (
-            f"synthetic mode does not build {model.architecture.model_type} layers (its "
-            f"attention, MoE or state-space parts); {_USE_COMMAND}"
         )
     if model.quantization is not None:
         q = model.quantization
