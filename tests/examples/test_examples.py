@@ -31,6 +31,23 @@ EXPECTED: dict[str, tuple[Verdict, int]] = {
     "llama-2-70b-qlora-48gb.yaml": (Verdict.Fits, 1),
     "llama-2-7b-full-fsdp-8gpu.yaml": (Verdict.Fits, 8),
     "llama-3-8b-too-big-for-l4.yaml": (Verdict.NoSafeHeadroom, 1),
+    "qwen3-8b-vllm.yaml": (Verdict.Fits, 1),
+    "qwen3-30b-a3b-vllm-tp2.yaml": (Verdict.Fits, 2),
+    "deepseek-v2-lite-vllm.yaml": (Verdict.Fits, 1),
+    "deepseek-v3-fp8-vllm-tp8.yaml": (Verdict.Fits, 8),
+    "gpt-oss-20b-vllm.yaml": (Verdict.Fits, 1),
+    "gemma-3-27b-it-vllm.yaml": (Verdict.Fits, 1),
+    "gemma-3-1b-it-l4.yaml": (Verdict.Fits, 1),
+    "llama-4-scout-vllm-tp4.yaml": (Verdict.Fits, 4),
+    "mistral-small-3.1-24b-vllm.yaml": (Verdict.Fits, 1),
+    "qwen2.5-vl-72b-a100-40gb-tp4.yaml": (Verdict.NoSafeHeadroom, 4),
+    "qwen2.5-vl-7b-vllm.yaml": (Verdict.Fits, 1),
+    "granite-3.3-8b-vllm.yaml": (Verdict.Fits, 1),
+    "olmo-2-7b-vllm.yaml": (Verdict.Fits, 1),
+    "glm-4.5-air-vllm-tp4.yaml": (Verdict.Fits, 4),
+    "phi-4-vllm.yaml": (Verdict.Fits, 1),
+    "nemotron-nano-9b-v2-vllm.yaml": (Verdict.Fits, 1),
+    "jamba-v0.1-vllm-tp2.yaml": (Verdict.Fits, 2),
 }
 
 
@@ -108,3 +125,41 @@ def test_example_architecture_matches_the_shared_test_figures(name: str) -> None
     # One set of config.json figures: the examples and the tests/benchmarks must not drift apart.
     given = _load(ROOT / "examples" / name)["spec"]["model"]["architecture"]
     assert architectures.arch(given) == architectures.arch(SAME_SHAPE[name])
+
+
+#: example -> the published config.json it was read from (tests/budget/configs/).
+FROM_CONFIG: dict[str, str] = {
+    "qwen3-8b-vllm.yaml": "qwen3-8b",
+    "qwen3-30b-a3b-vllm-tp2.yaml": "qwen3-30b-a3b",
+    "deepseek-v2-lite-vllm.yaml": "deepseek-v2-lite",
+    "deepseek-v3-fp8-vllm-tp8.yaml": "deepseek-v3",
+    "gpt-oss-20b-vllm.yaml": "gpt-oss-20b",
+    "gemma-3-27b-it-vllm.yaml": "gemma-3-27b-it",
+    "gemma-3-1b-it-l4.yaml": "gemma-3-1b-it",
+    "llama-4-scout-vllm-tp4.yaml": "llama-4-scout-17b-16e-instruct",
+    "mistral-small-3.1-24b-vllm.yaml": "mistral-small-3.1-24b-instruct-2503",
+    "qwen2.5-vl-72b-a100-40gb-tp4.yaml": "qwen2.5-vl-72b-instruct",
+    "qwen2.5-vl-7b-vllm.yaml": "qwen2.5-vl-7b-instruct",
+    "granite-3.3-8b-vllm.yaml": "granite-3.3-8b-instruct",
+    "olmo-2-7b-vllm.yaml": "olmo-2-1124-7b",
+    "glm-4.5-air-vllm-tp4.yaml": "glm-4.5-air",
+    "phi-4-vllm.yaml": "phi-4",
+    "nemotron-nano-9b-v2-vllm.yaml": "nvidia-nemotron-nano-9b-v2",
+    "jamba-v0.1-vllm-tp2.yaml": "jamba-v0.1",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FROM_CONFIG))
+def test_example_architecture_is_import_hf_configs_reading(name: str) -> None:
+    """The example's architecture is what ``import-hf-config`` writes for the published file."""
+    import json
+
+    from gpu_sizer.api.hf import model_from_hf_config
+
+    config = json.loads((ROOT / "tests/budget/configs" / f"{FROM_CONFIG[name]}.json").read_text())
+    config.pop("_source")
+    config.pop("quantization_config", None)
+    given = _load(ROOT / "examples" / name)["spec"]["model"]["architecture"]
+    assert architectures.arch(given) == architectures.arch(
+        model_from_hf_config(config)["architecture"]
+    )

@@ -30,6 +30,8 @@ Default ``maxNumBatchedTokens`` when the spec leaves it unset:
 - transformers: no chunking; ``generate`` prefills every sequence at once
   (``maxNumSeqs x maxModelLen`` tokens).
 
+Vision-language models add the encoder's pass over the largest image (``budget.vision``).
+
 All results are bytes on the most loaded GPU.
 """
 
@@ -38,6 +40,7 @@ from __future__ import annotations
 from gpu_sizer.api import Architecture, Engine, Inference
 from gpu_sizer.budget.families import FAMILIES, Family
 from gpu_sizer.budget.params import LayerKind, config_value, layer_plan
+from gpu_sizer.budget.vision import encoder_activation_bytes, encoder_output_bytes
 
 __all__ = [
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
@@ -156,6 +159,17 @@ def logits_bytes(arch: Architecture, rows: int, act_bytes: int) -> int:
 def inference_activation_bytes(
     arch: Architecture, inference: Inference, act_bytes: int, tokens: int, rows: int
 ) -> int:
-    """Peak activation bytes of a forward pass over ``tokens`` tokens sampling ``rows`` rows."""
-    per_token = activation_token_elements(arch, inference.tensor_parallel_size) * act_bytes
-    return tokens * per_token + logits_bytes(arch, rows, act_bytes)
+    """Peak activation bytes of a forward pass over ``tokens`` tokens sampling ``rows`` rows.
+
+    With a vision encoder, the larger of that pass plus the largest image's embeddings (vLLM's
+    ``profile_run`` keeps the encoder outputs for the dummy language-model pass) and the
+    encoder's own peak on that image (:func:`gpu_sizer.budget.vision.encoder_activation_bytes`).
+    """
+    tp = inference.tensor_parallel_size
+    per_token = activation_token_elements(arch, tp) * act_bytes
+    text = tokens * per_token + logits_bytes(arch, rows, act_bytes)
+    if arch.vision_config is None:
+        return text
+    return max(
+        text + encoder_output_bytes(arch, act_bytes), encoder_activation_bytes(arch, tp, act_bytes)
+    )

@@ -35,7 +35,13 @@ from __future__ import annotations
 
 from gpu_sizer.api import Architecture, VisionConfig
 
-__all__ = ["encoder_params"]
+__all__ = [
+    "encoder_activation_bytes",
+    "encoder_output_bytes",
+    "encoder_output_tokens",
+    "encoder_params",
+    "encoder_profile_patches",
+]
 
 
 def _block(
@@ -120,3 +126,78 @@ def _llama4(vc: VisionConfig, text: int, tp: int) -> int:
     adapter = vc.intermediate_size * proj_in + proj_out * proj_out
     projector = (vc.vision_output_dim or proj_out) * text
     return stem + vc.layers * block + adapter + projector
+
+
+#: Largest image each encoder's processor produces, in pixels (side x side), when vLLM profiles
+#: the encoder with the image that has the most features: Qwen2.5-VL's ``max_pixels`` 12,845,056
+#: (``Qwen2VLImageProcessor``, the checkpoints' preprocessor_config.json); SigLIP's fixed
+#: ``imageSize`` (Gemma 3, pan-and-scan off by default); Pixtral's ``imageSize`` (1540);
+#: Llama 4's 16 tiles of ``imageSize`` plus the global tile (vLLM ``Llama4ProcessingInfo``
+#: ``max_patches`` 16).
+QWEN2_5_VL_MAX_PIXELS = 12_845_056
+LLAMA4_MAX_TILES = 16
+
+
+def encoder_profile_patches(arch: Architecture) -> int:
+    """Patches the encoder sees for the largest single image (what vLLM profiles with), or 0."""
+    vc = arch.vision_config
+    if vc is None:
+        return 0
+    p = vc.patch_size
+    if vc.model_type == "qwen2_5_vl":
+        return QWEN2_5_VL_MAX_PIXELS // (p * p)
+    side = (vc.image_size or 224) // p
+    if vc.model_type == "llama4_vision_model":
+        return (LLAMA4_MAX_TILES + 1) * (side * side + 1)
+    return side * side
+
+
+def encoder_output_tokens(arch: Architecture) -> int:
+    """Language-model tokens the largest image becomes (after merging or pooling)."""
+    vc = arch.vision_config
+    if vc is None:
+        return 0
+    patches = encoder_profile_patches(arch)
+    if vc.model_type == "qwen2_5_vl":
+        return patches // (vc.spatial_merge_size or 2) ** 2
+    if vc.model_type == "pixtral":
+        return patches // (arch.spatial_merge_size or 2) ** 2
+    if vc.model_type == "llama4_vision_model":
+        ratio = vc.pixel_shuffle_ratio or 0.5
+        return int(patches * ratio * ratio)
+    return 256  # Gemma 3: mm_tokens_per_image (average-pooled to 16 x 16)
+
+
+def encoder_activation_bytes(arch: Architecture, tp: int, act_bytes: int) -> int:
+    """Peak activation bytes of encoding the largest image on one rank (0 without an encoder).
+
+    Per patch, inside one pre-norm block: the residual and normed hidden, then either the
+    attention's q, k, v and output (``width / tp`` each) and the projected output, or the MLP's
+    gate, up and product (``inner / tp`` each) and the down output; the encoder's attention
+    kernels (FlashAttention, xformers) keep no patches x patches matrix. Qwen2.5-VL's vLLM
+    encoder all-gathers the fused qkv over the tensor-parallel ranks before splitting heads and
+    applies rotary embeddings to q and k in float32 (``Qwen2_5_VisionAttention``), which adds
+    ``3 x width`` and ``2 x 2 x width / tp`` elements. Plus the pixel values, sent as float32 by
+    the processor and cast to the model dtype.
+    """
+    vc = arch.vision_config
+    if vc is None:
+        return 0
+    h = vc.hidden_size
+    width = vc.heads * (vc.head_dim or h // vc.heads)
+    a = width // tp
+    inner = -(-vc.intermediate_size // tp)
+    attention = 2 * h + 3 * a + a + h
+    if vc.model_type == "qwen2_5_vl":
+        attention += 3 * width + 2 * 2 * a
+    gated = vc.model_type in ("pixtral", "qwen2_5_vl")
+    mlp = 2 * h + (3 if gated else 2) * inner + h
+    frames = (vc.temporal_patch_size or 2) if vc.model_type == "qwen2_5_vl" else 1
+    pixels = vc.channels * vc.patch_size**2 * frames
+    patches = encoder_profile_patches(arch)
+    return patches * (max(attention, mlp) * act_bytes + pixels * (4 + act_bytes))
+
+
+def encoder_output_bytes(arch: Architecture, act_bytes: int) -> int:
+    """The largest image's embeddings, kept for the language model's forward pass (bytes)."""
+    return encoder_output_tokens(arch) * arch.hidden_size * act_bytes

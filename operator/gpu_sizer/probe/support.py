@@ -22,6 +22,7 @@ __all__ = ["synthetic_unsupported_reason"]
 
 _USE_COMMAND = "use measurement.mode: Command with the real engine to measure it"
 
+
 def _importable(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
