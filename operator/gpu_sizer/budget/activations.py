@@ -37,6 +37,8 @@ All results are bytes on the most loaded GPU.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from gpu_sizer.api import Architecture, Engine, Inference
 from gpu_sizer.budget.families import FAMILIES, Family
 from gpu_sizer.budget.params import LayerKind, config_value, layer_plan
@@ -75,6 +77,7 @@ def prefill_tokens(inference: Inference) -> int:
     return min(max(DEFAULT_MAX_NUM_BATCHED_TOKENS[engine], inference.max_num_seqs), resident)
 
 
+@lru_cache(maxsize=1024)
 def activation_token_elements(arch: Architecture, tp: int) -> int:
     """Peak live elements per token inside one decoder layer on one tensor-parallel rank.
 

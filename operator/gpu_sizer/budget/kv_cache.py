@@ -41,7 +41,9 @@ All results are bytes or tokens, on the most loaded GPU.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from gpu_sizer.api import DTYPE_BYTES, Architecture, Inference, KvCacheDtype, Model
@@ -184,10 +186,11 @@ def _stages(n: int, pp: int) -> list[range]:
     return [range(s, min(n, s + size)) for s in range(0, n, size)]
 
 
+@lru_cache(maxsize=1024)
 def kv_geometry(
     arch: Architecture, element_bytes: int, tp: int, pp: int, state_bytes: int = 2
 ) -> KvGeometry:
-    """What one GPU of ``tp x pp`` caches per token and per sequence, by layer group.
+    """What one GPU of ``tp x pp`` caches per token and per sequence, by layer group (memoised).
 
     :param arch: the model's shape.
     :param element_bytes: bytes per cached attention element (:func:`kv_element_bytes`).
@@ -218,16 +221,15 @@ def _stage_geometry(
     counts: dict[KvKind, int] = {}
     per_layer: dict[KvKind, int] = {}
     states = 0
-    for i in stage:
-        kind = plan[i]
+    for kind, layers in Counter(plan[i] for i in stage).items():
         if kind.mixer == "mamba":
-            states += 1
+            states += layers
             continue
         if kind.mixer == "none":
             continue
         group: KvKind = "mla" if kind.mixer == "mla" else kind.window
         per_layer[group] = _attention_layer_bytes(arch, kind, element, tp)
-        counts[group] = counts.get(group, 0) + 1
+        counts[group] = counts.get(group, 0) + layers
     groups = []
     for group, layers in counts.items():
         cap: int | None = None

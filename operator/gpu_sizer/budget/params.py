@@ -40,8 +40,8 @@ All counts are numbers of parameters (elements), not bytes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from gpu_sizer.api import Architecture
@@ -248,21 +248,6 @@ def _flag(arch: Architecture, name: str, family_default: bool) -> bool:
     return family_default if value is None else bool(value)
 
 
-def _window(arch: Architecture, fam: Family, i: int) -> Window:
-    """Attention span of layer ``i`` when the config has no ``layerTypes``."""
-    if fam.pattern == "nope_every_4th":
-        nope = arch.no_rope_layers or [int((j + 1) % 4 != 0) for j in range(arch.num_hidden_layers)]
-        return "chunked" if nope[i] else "full"
-    if _optional(arch, "sliding_window") is None:
-        return "full"
-    if fam.pattern in ("gemma2", "alternate"):
-        return "sliding" if i % 2 == 0 else "full"
-    if fam.pattern == "every_nth_global":
-        every = config_value(arch, "sliding_window_pattern")
-        return "sliding" if (i + 1) % every else "full"
-    return "sliding"
-
-
 _WINDOWS: dict[str, Window] = {
     "full_attention": "full",
     "attention": "full",
@@ -285,28 +270,54 @@ _HYBRID_TYPES: dict[str, str] = {
 }
 
 
-def _is_moe(arch: Architecture, fam: Family, i: int) -> bool:
-    """Whether layer ``i`` routes to experts, as each family's modeling code decides it.
+def _moe_layers(arch: Architecture, fam: Family) -> list[bool]:
+    """Whether each layer routes to experts, as each family's modeling code decides it.
 
     DeepSeek/GLM: ``i >= firstKDenseReplace and i % moeLayerFreq == 0``; Qwen-MoE: ``i not in
     mlpOnlyLayers and (i + 1) % decoderSparseStep == 0``; Llama 4: ``(i + 1) %
     interleaveMoeLayerStep == 0`` (``moe_layers = range(step - 1, layers, step)``); Jamba: ``i %
     expertLayerPeriod == expertLayerOffset``. Keys a config leaves out are neutral.
     """
+    n = arch.num_hidden_layers
     if fam.moe is None or arch.experts is None:
-        return False
-    if i < (arch.first_k_dense_replace or 0) or i % (arch.moe_layer_freq or 1):
-        return False
-    if arch.mlp_only_layers and i in arch.mlp_only_layers:
-        return False
-    if (i + 1) % (arch.decoder_sparse_step or 1):
-        return False
-    if (i + 1) % (_optional(arch, "interleave_moe_layer_step") or 1):
-        return False
+        return [False] * n
+    first = arch.first_k_dense_replace or 0
+    freq = arch.moe_layer_freq or 1
+    dense = set(arch.mlp_only_layers or ())
+    sparse = arch.decoder_sparse_step or 1
+    step = _optional(arch, "interleave_moe_layer_step") or 1
     period = _optional(arch, "expert_layer_period")
-    return period is None or i % period == config_value(arch, "expert_layer_offset")
+    offset = _optional(arch, "expert_layer_offset") or 0
+    return [
+        i >= first
+        and i % freq == 0
+        and i not in dense
+        and (i + 1) % sparse == 0
+        and (i + 1) % step == 0
+        and (period is None or i % period == offset)
+        for i in range(n)
+    ]
 
 
+def _windows(arch: Architecture, fam: Family) -> list[Window]:
+    """Each layer's attention span: ``layerTypes`` when given, else the family's pattern."""
+    n = arch.num_hidden_layers
+    if arch.layer_types is not None:
+        return [_WINDOWS.get(t, "full") for t in arch.layer_types]
+    if fam.pattern == "nope_every_4th":
+        rope = arch.no_rope_layers or [int((j + 1) % 4 != 0) for j in range(n)]
+        return ["chunked" if r else "full" for r in rope]
+    if _optional(arch, "sliding_window") is None:
+        return ["full"] * n
+    if fam.pattern in ("gemma2", "alternate"):
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
+    if fam.pattern == "every_nth_global":
+        every = config_value(arch, "sliding_window_pattern")
+        return ["sliding" if (i + 1) % every else "full" for i in range(n)]
+    return ["sliding"] * n
+
+
+@lru_cache(maxsize=512)
 def layer_plan(arch: Architecture) -> tuple[LayerKind, ...]:
     """The kind of every decoder layer, read from the config as ``transformers`` reads it.
 
@@ -314,36 +325,36 @@ def layer_plan(arch: Architecture) -> tuple[LayerKind, ...]:
     period and offset, and the family's default pattern (Gemma 2 and gpt-oss alternate sliding
     and full layers; Gemma 3 makes every ``slidingWindowPattern``-th layer global; Llama 4's
     ``noRopeLayers`` are chunked, every fourth layer global; a ``slidingWindow`` on other
-    families slides every layer). Layers with ``kvLoraRank`` use MLA.
+    families slides every layer). Layers with ``kvLoraRank`` use MLA. Memoised per architecture
+    (the webhook, the estimate and its fixes ask for the same plan many times).
     """
     fam = FAMILIES[arch.model_type]
     n = arch.num_hidden_layers
+    kinds: dict[tuple[str, str, str], LayerKind] = {}
+
+    def kind(mixer: Mixer, window: Window, ffn: Ffn) -> LayerKind:
+        return kinds.setdefault((mixer, window, ffn), LayerKind(mixer, window, ffn))
+
     if fam.pattern == "hybrid_pattern":
         codes = arch.hybrid_override_pattern
         if codes is None:
             codes = "".join(_HYBRID_TYPES.get(t, "*") for t in arch.layer_types or ())
-        return tuple(LayerKind(_HYBRID_CODES[c][0], "full", _HYBRID_CODES[c][1]) for c in codes)
+        return tuple(kind(_HYBRID_CODES[c][0], "full", _HYBRID_CODES[c][1]) for c in codes)
+    moe = _moe_layers(arch, fam)
     if fam.pattern == "jamba":
-        kinds = []
-        for i in range(n):
-            if arch.layer_types is not None:
-                attention = arch.layer_types[i] in _WINDOWS
-            else:
-                period = config_value(arch, "attn_layer_period")
-                attention = i % period == config_value(arch, "attn_layer_offset")
-            ffn: Ffn = "moe" if _is_moe(arch, fam, i) else "dense"
-            kinds.append(LayerKind("attention" if attention else "mamba", "full", ffn))
-        return tuple(kinds)
-    mixer: Mixer = "mla" if arch.kv_lora_rank is not None else "attention"
-    types = arch.layer_types
-    return tuple(
-        LayerKind(
-            mixer,
-            _WINDOWS.get(types[i], "full") if types is not None else _window(arch, fam, i),
-            "moe" if _is_moe(arch, fam, i) else "dense",
+        if arch.layer_types is not None:
+            attention = [t in _WINDOWS for t in arch.layer_types]
+        else:
+            period = config_value(arch, "attn_layer_period")
+            offset = config_value(arch, "attn_layer_offset")
+            attention = [i % period == offset for i in range(n)]
+        return tuple(
+            kind("attention" if attention[i] else "mamba", "full", "moe" if moe[i] else "dense")
+            for i in range(n)
         )
-        for i in range(n)
-    )
+    mixer: Mixer = "mla" if arch.kv_lora_rank is not None else "attention"
+    windows = _windows(arch, fam)
+    return tuple(kind(mixer, windows[i], "moe" if moe[i] else "dense") for i in range(n))
 
 
 def stage_layers(arch: Architecture, pp: int) -> range:
@@ -367,13 +378,17 @@ def stage_layers(arch: Architecture, pp: int) -> range:
     return max(windows, key=lambda w: sum(per_kind[plan[i]] for i in w))
 
 
-def layout(arch: Architecture, tp: int = 1, layers: Sequence[int] | None = None) -> Layout:
+@lru_cache(maxsize=1024)
+def layout(arch: Architecture, tp: int = 1, layers: range | None = None) -> Layout:
     """The parameter layout of one tensor-parallel rank of ``arch`` (``tp`` ranks in all).
+
+    Memoised (layouts are immutable): the estimate, its fixes and the webhook ask for the same
+    architecture's layout many times.
 
     :param arch: the model's shape (config.json keys).
     :param tp: tensor-parallel degree; 1 gives the whole model, whose ``total`` is the exact
         parameter count.
-    :param layers: the decoder layer indices held (a pipeline stage, see :func:`stage_layers`);
+    :param layers: the decoder layers held (a pipeline stage, see :func:`stage_layers`);
         ``None`` holds all of them. Embeddings, lm_head and the encoder are always listed.
     """
     from gpu_sizer.budget.vision import encoder_params
