@@ -71,7 +71,78 @@ def architectures(draw: st.DrawFn, min_layers: int = 1) -> dict[str, Any]:
             a["sharedExpertIntermediateSize"] = draw(st.integers(1, 4096))
     if draw(st.booleans()):
         a["slidingWindow"] = draw(st.integers(1, 1 << 16))
+    _new_family_keys(draw, family, a)
     return a
+
+
+#: The config.json key each MoE family names its expert count with.
+_EXPERT_KEYS = {
+    "qwen3_moe": "numExperts",
+    "jamba": "numExperts",
+    "deepseek_v2": "nRoutedExperts",
+    "deepseek_v3": "nRoutedExperts",
+    "glm4_moe": "nRoutedExperts",
+    "gpt_oss": "numLocalExperts",
+    "llama4": "numLocalExperts",
+}
+_VISION = {
+    "gemma3": "siglip_vision_model",
+    "mistral3": "pixtral",
+    "qwen2_5_vl": "qwen2_5_vl",
+    "llama4": "llama4_vision_model",
+}
+
+
+def _new_family_keys(draw: st.DrawFn, family: str, a: dict[str, Any]) -> None:
+    """The keys the newer families need, drawn small (MLA, experts, patterns, Mamba, vision)."""
+    layers = a["numHiddenLayers"]
+    if family in _EXPERT_KEYS:
+        experts = draw(st.integers(1, 16))
+        a[_EXPERT_KEYS[family]] = experts
+        a["numExpertsPerTok"] = draw(st.integers(1, experts))
+        a["moeIntermediateSize"] = draw(st.integers(1, 512))
+        if family in ("deepseek_v2", "deepseek_v3", "glm4_moe"):
+            a["nSharedExperts"] = draw(st.integers(0, 2))
+            a["firstKDenseReplace"] = draw(st.integers(0, layers))
+    if family in ("deepseek_v2", "deepseek_v3"):
+        a["kvLoraRank"] = draw(st.sampled_from([16, 64, 512]))
+        a["qkRopeHeadDim"] = draw(st.sampled_from([8, 64]))
+        a["qkNopeHeadDim"] = draw(st.sampled_from([16, 128]))
+        a["vHeadDim"] = draw(st.sampled_from([16, 128]))
+        if draw(st.booleans()):
+            a["qLoraRank"] = draw(st.sampled_from([32, 1536]))
+    if family in ("gpt_oss", "gemma3", "gemma3_text") and draw(st.booleans()):
+        a["layerTypes"] = draw(
+            st.lists(
+                st.sampled_from(["sliding_attention", "full_attention"]),
+                min_size=layers,
+                max_size=layers,
+            )
+        )
+    if family == "llama4" and draw(st.booleans()):
+        a["interleaveMoeLayerStep"] = draw(st.integers(1, 4))
+        a["attentionChunkSize"] = draw(st.integers(1, 1 << 14))
+    if family == "nemotron_h":
+        a["hybridOverridePattern"] = "".join(
+            draw(st.lists(st.sampled_from("M*-"), min_size=layers, max_size=layers))
+        )
+        a["mambaNumHeads"] = draw(st.sampled_from([8, 16, 128]))
+        a["mambaHeadDim"] = draw(st.sampled_from([16, 64]))
+        a["ssmStateSize"] = draw(st.sampled_from([16, 128]))
+        a["nGroups"] = draw(st.sampled_from([1, 2, 8]))
+    if family == "jamba":
+        a["attnLayerPeriod"] = draw(st.integers(1, 8))
+        a["attnLayerOffset"] = draw(st.integers(0, a["attnLayerPeriod"] - 1))
+        a["mambaDState"] = draw(st.sampled_from([8, 16]))
+    if family in _VISION:
+        a["visionConfig"] = {
+            "modelType": _VISION[family],
+            "hiddenSize": 64,
+            "intermediateSize": draw(st.integers(1, 256)),
+            "numHiddenLayers": draw(st.integers(1, 4)),
+            "numAttentionHeads": 4,
+            "imageSize": 112,
+        }
 
 
 @st.composite

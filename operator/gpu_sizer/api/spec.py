@@ -632,7 +632,7 @@ class Architecture(_Model):
     )
     hybrid_override_pattern: str | None = Field(
         None,
-        description="Nemotron-H: one character per layer: M Mamba-2, * attention, - MLP, E MoE.",
+        description="Nemotron-H: one character per layer: M Mamba-2, * attention, - MLP.",
         max_length=LIMITS["layers"],
     )
     mamba_num_heads: Heads | None = Field(None, description="Nemotron-H: Mamba-2 heads.")
@@ -763,6 +763,16 @@ class Architecture(_Model):
                     "layerTypes",
                     f"unknown layer types {unknown}; known: " + ", ".join(LAYER_TYPES),
                 )
+            hybrid = self.model_type in ("nemotron_h", "jamba")
+            kinds = set(self.layer_types)
+            if not hybrid and kinds - {"full_attention", "sliding_attention", "chunked_attention"}:
+                problems.add(
+                    "layerTypes",
+                    f"{self.model_type} layers are full_attention, sliding_attention or "
+                    f"chunked_attention, not {sorted(kinds - set(LAYER_TYPES[:3]))}",
+                )
+            if "moe" in kinds and self.model_type == "nemotron_h":
+                problems.add("layerTypes", "Nemotron-H MoE layers are not sized yet")
             if len(self.layer_types) != layers:
                 problems.add(
                     "layerTypes",
@@ -775,11 +785,12 @@ class Architecture(_Model):
                 problems.add(wire, f"{len(values)} entries for numHiddenLayers {layers}")
         pattern = self.hybrid_override_pattern
         if pattern is not None:
-            bad = sorted(set(pattern) - set("M*-E"))
+            bad = sorted(set(pattern) - set("M*-"))
             if bad:
                 problems.add(
                     "hybridOverridePattern",
-                    f"unknown layer codes {bad}: M (Mamba-2), * (attention), - (MLP), E (MoE)",
+                    f"layer codes {bad} are not supported: M (Mamba-2), * (attention) and - (MLP) "
+                    "are; E (the MoE layers of Nemotron 3 Nano and later) is not sized yet",
                 )
             if len(pattern) != layers:
                 problems.add(

@@ -231,9 +231,35 @@ def _measure_command(
     return result, (1 if outcome.error else outcome.exit_code)
 
 
+def _no_gpu_device() -> bool:
+    """No NVIDIA device node is visible (``/dev/nvidiactl``, which the NVIDIA container runtime
+    and the driver create wherever a GPU is usable): torch would find no CUDA device either."""
+    return not os.path.exists("/dev/nvidiactl")
+
+
+def _too_big_for_cpu(spec: GPUWorkloadSpec, options: Options) -> str | None:
+    need, what = resident_bytes(spec)
+    if need <= options.cpu_max_bytes:
+        return None
+    return (
+        f"no GPU: the CPU fallback runs tiny models only; this workload needs about "
+        f"{need / _GIB:.1f} GiB of {what} (limit --cpu-max-bytes "
+        f"{options.cpu_max_bytes / _GIB:.1f} GiB); run it on a GPU node"
+    )
+
+
 def _measure_synthetic(
     spec: GPUWorkloadSpec, options: Options, deadline: float, base: dict[str, Any]
 ) -> tuple[ProbeResult, int]:
+    if options.device == "cpu" or (options.device == "auto" and _no_gpu_device()):
+        # Refused before importing torch (seconds on a loaded machine): the demo and a
+        # workstation without a GPU ask this for every large example.
+        early = synthetic_unsupported_reason(spec, cuda=False) or _too_big_for_cpu(spec, options)
+        if early is not None:
+            result = ProbeResult(
+                status="Unsupported", mode="Synthetic", device="cpu", message=early, **base
+            )
+            return result, 0
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
 
@@ -280,13 +306,9 @@ def _measure_synthetic(
         return unsupported(reason)
     notes: list[str] = []
     if not use_cuda:
-        need, what = resident_bytes(spec)
-        if need > options.cpu_max_bytes:
-            return unsupported(
-                f"no GPU: the CPU fallback runs tiny models only; this workload needs about "
-                f"{need / _GIB:.1f} GiB of {what} (limit --cpu-max-bytes "
-                f"{options.cpu_max_bytes / _GIB:.1f} GiB); run it on a GPU node"
-            )
+        too_big = _too_big_for_cpu(spec, options)
+        if too_big is not None:
+            return unsupported(too_big)
         notes.append("no GPU: peakRssBytes is this process's peak RSS on the CPU, not a GPU figure")
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
