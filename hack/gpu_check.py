@@ -106,6 +106,33 @@ MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
 }
+
+
+def _published(name: str, **inference: Any) -> dict[str, Any]:
+    """An inference spec from a published config.json fixture (tests/budget/configs/)."""
+    import json
+
+    from gpu_sizer.api.hf import model_from_hf_config
+
+    config = json.loads((ROOT / "tests/budget/configs" / f"{name}.json").read_text())
+    config.pop("_source")
+    config.pop("quantization_config", None)
+    return {
+        "model": {"name": f"synthetic {name} shape", **model_from_hf_config(config)},
+        "inference": {"engine": "vllm", "maxNumBatchedTokens": 8192, **inference},
+        "measurement": {"concurrencyLevels": [1, inference["maxNumSeqs"]], "timeoutSeconds": 300},
+    }
+
+
+#: Issue 10: the new attention kinds, measured the same way (not yet run on a GPU).
+MATRIX["deepseek-v2-lite-mla"] = (
+    "DeepSeek-V2-Lite shape (MLA latent cache, shared experts), bf16, 16 x 8192",
+    _published("deepseek-v2-lite", maxModelLen=8192, maxNumSeqs=16),
+)
+MATRIX["nemotron-nano-9b-hybrid"] = (
+    "NVIDIA-Nemotron-Nano-9B-v2 shape (Mamba-2 state per sequence, 4 attention layers), 8 x 16384",
+    _published("nvidia-nemotron-nano-9b-v2", maxModelLen=16384, maxNumSeqs=8),
+)
 #: The overhead check: the 8B model at concurrency 1, with and without the NVML sampler.
 OVERHEAD = _inference("auto", [1])
 

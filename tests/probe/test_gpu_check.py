@@ -42,6 +42,8 @@ def test_dry_run_writes_the_matrix_with_estimates(tmp_path: Path) -> None:
         "llama1b-full",
         "llama1b-full-ckpt",
         "llama7b-lora",
+        "deepseek-v2-lite-mla",
+        "nemotron-nano-9b-hybrid",
     }
     for name, (_, doc) in gc.MATRIX.items():
         total = estimate(parse_spec(doc)).per_gpu.total_bytes

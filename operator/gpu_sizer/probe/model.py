@@ -368,6 +368,23 @@ class MlaAttention(nn.Module):
         return result
 
 
+def _depthwise_conv(channels: int, kernel: int, bias: bool, factory: dict[str, Any]) -> nn.Conv1d:
+    """Mamba's causal depthwise conv1d (weight ``[channels, 1, kernel]``)."""
+    return nn.Conv1d(
+        channels, channels, kernel, groups=channels, padding=kernel - 1, bias=bias, **factory
+    )
+
+
+def _causal_conv(conv: nn.Conv1d, x: Tensor, state: Tensor | None) -> Tensor:
+    """SiLU of the causal conv over ``x`` ``[b, t, channels]``; with a ``state`` ``[b, channels,
+    kernel - 1]`` the last inputs are kept there for the next step."""
+    t = x.shape[1]
+    if state is not None:
+        window = torch.cat([state.to(x.dtype), x.transpose(1, 2)], dim=-1)
+        state.copy_(window[..., -state.shape[-1] :])
+    return F.silu(conv(x.transpose(1, 2))[..., :t].transpose(1, 2))
+
+
 class Mamba2Mixer(nn.Module):
     """Mamba-2 (Nemotron-H, ``NemotronHMamba2Mixer``'s tensors) with a per-sequence state.
 
@@ -389,15 +406,8 @@ class Mamba2Mixer(nn.Module):
         kernel = config_value(arch, "conv_kernel")
         bias = bool(config_value(arch, "use_bias"))
         self.in_proj = nn.Linear(h, self.inner + self.conv_dim + self.heads, bias=bias, **factory)
-        self.conv1d = nn.Conv1d(
-            self.conv_dim,
-            self.conv_dim,
-            kernel,
-            groups=self.conv_dim,
-            padding=kernel - 1,
-            bias=bool(config_value(arch, "use_conv_bias")),
-            **factory,
-        )
+        conv_bias = bool(config_value(arch, "use_conv_bias"))
+        self.conv1d = _depthwise_conv(self.conv_dim, kernel, conv_bias, factory)
         self.dt_bias = nn.Parameter(torch.zeros(self.heads, **factory))
         self.A_log = nn.Parameter(torch.zeros(self.heads, **factory))
         self.D = nn.Parameter(torch.ones(self.heads, **factory))
@@ -407,12 +417,7 @@ class Mamba2Mixer(nn.Module):
     def forward(self, x: Tensor, cache: KvCache | None = None, start: int = 0) -> Tensor:
         b, t, _ = x.shape
         z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, self.heads], dim=-1)
-        if cache is not None:
-            conv_state = cache[0]  # [b, conv_dim, kernel - 1]
-            keep = conv_state.shape[-1]
-            window = torch.cat([conv_state.to(xbc.dtype), xbc.transpose(1, 2)], dim=-1)
-            conv_state.copy_(window[..., -keep:])
-        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :t].transpose(1, 2))
+        xbc = _causal_conv(self.conv1d, xbc, None if cache is None else cache[0])
         gs = self.groups * self.state
         xs, bmat, cmat = torch.split(xbc, [self.inner, gs, gs], dim=-1)
         dt = F.softplus(dt + self.dt_bias)
@@ -449,15 +454,8 @@ class Mamba1Mixer(nn.Module):
         kernel = config_value(arch, "mamba_d_conv")
         bias = bool(config_value(arch, "mamba_proj_bias"))
         self.in_proj = nn.Linear(h, 2 * self.inner, bias=bias, **factory)
-        self.conv1d = nn.Conv1d(
-            self.inner,
-            self.inner,
-            kernel,
-            groups=self.inner,
-            padding=kernel - 1,
-            bias=bool(config_value(arch, "mamba_conv_bias")),
-            **factory,
-        )
+        conv_bias = bool(config_value(arch, "mamba_conv_bias"))
+        self.conv1d = _depthwise_conv(self.inner, kernel, conv_bias, factory)
         self.x_proj = nn.Linear(self.inner, self.rank + 2 * self.state, bias=False, **factory)
         self.dt_proj = nn.Linear(self.rank, self.inner, bias=True, **factory)
         self.A_log = nn.Parameter(torch.zeros(self.inner, self.state, **factory))
@@ -468,14 +466,8 @@ class Mamba1Mixer(nn.Module):
         self.c_layernorm = nn.RMSNorm(self.state, **factory)
 
     def forward(self, x: Tensor, cache: KvCache | None = None, start: int = 0) -> Tensor:
-        t = x.shape[1]
         xs, z = self.in_proj(x).chunk(2, dim=-1)
-        if cache is not None:
-            conv_state = cache[0]  # [b, inner, kernel - 1]
-            keep = conv_state.shape[-1]
-            window = torch.cat([conv_state.to(xs.dtype), xs.transpose(1, 2)], dim=-1)
-            conv_state.copy_(window[..., -keep:])
-        xs = F.silu(self.conv1d(xs.transpose(1, 2))[..., :t].transpose(1, 2))
+        xs = _causal_conv(self.conv1d, xs, None if cache is None else cache[0])
         dt, bmat, cmat = self.x_proj(xs).split([self.rank, self.state, self.state], dim=-1)
         dt = F.softplus(self.dt_proj(self.dt_layernorm(dt)))
         bmat, cmat = self.b_layernorm(bmat), self.c_layernorm(cmat)
