@@ -128,7 +128,8 @@ def test_inference_runs_every_family(arch: dict[str, Any]) -> None:
     assert code == 0 and result.status == "Succeeded", result.message
     assert result.device == "cpu" and result.mode == "Synthetic"
     names = [p.name for p in result.phases]
-    assert names == ["load", "kv-cache", "prefill@1", "decode@1", "prefill@4", "decode@4"]
+    encode = ["encode"] if "visionConfig" in arch else []
+    assert names == ["load", "kv-cache", *encode, "prefill@1", "decode@1", "prefill@4", "decode@4"]
     assert result.peak_rss_bytes and result.peak_rss_bytes > 0
     # No GPU figure is ever invented on the CPU.
     assert result.peak_allocated_bytes is None and result.peak_reserved_bytes is None

@@ -23,6 +23,9 @@ Shaped after vLLM's engine (``vllm/v1/worker/gpu_model_runner.py``, ``vllm/v1/co
   only for each sequence's last position (vLLM's ``compute_logits`` on sampled positions), in
   float32 as its sampler does.
 - **Decode**: a few steps of one token per sequence for the ``c`` sequences.
+- **Encode** (vision-language models, before the first prefill): the vision encoder over the
+  largest image vLLM profiles with (``budget.vision.encoder_profile_patches``), pixel values
+  sent as float32 and cast to the model dtype, as the processor and vLLM do.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from torch import Tensor
 from gpu_sizer.api import Architecture, Engine, GPUWorkloadSpec, Inference, KvCacheDtype
 from gpu_sizer.budget.activations import prefill_tokens
 from gpu_sizer.budget.kv_cache import kv_geometry, mamba_state_shapes, state_page_bytes
+from gpu_sizer.budget.vision import encoder_profile_patches
 from gpu_sizer.probe.memory import Recorder
 from gpu_sizer.probe.model import (
     KvCache,
@@ -320,6 +324,14 @@ def run_inference(
             )
         kv_bytes = sum(c.tensor.numel() * c.tensor.element_size() for c in cache)
         kv_tokens = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
+
+        if model.vision is not None:
+            # vLLM's profile_run encodes the largest image before the text pass (budget.vision).
+            with recorder.phase("encode"):
+                patches = encoder_profile_patches(whole)
+                pixels = torch.randn(patches, model.vision.patch_elements, device=device)
+                model.vision(pixels.to(dtype))
+                del pixels
 
         steps = min(DECODE_STEPS, max(1, inf.max_model_len // 4))
         prompt = inf.max_model_len - steps
