@@ -27,7 +27,7 @@ fourth, Jamba's periods).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 __all__ = ["FAMILIES", "Attention", "Family", "Mamba", "Mlp", "Moe", "family"]
@@ -133,7 +133,7 @@ class Family:
     #: ``transformers``' config-class defaults that differ from Llama's.
     tied: bool = False
     attention_bias: bool = False
-    #: learned embedding scale etc. change no memory; vision towers are declared by the config.
+    #: where the checkpoint keeps the decoder layers (``<prefix>.<index>.<Linear.path>``).
     layers_prefix: str = "model.layers"
 
 
@@ -163,7 +163,7 @@ FAMILIES: dict[str, Family] = {
     "gemma": Family(tied=True),
     "gemma2": Family(tied=True, norms=4, pattern="gemma2"),
     "gemma3_text": _GEMMA3,
-    "gemma3": _GEMMA3,
+    "gemma3": replace(_GEMMA3, layers_prefix="language_model.model.layers"),
     "phi3": Family(
         attention=Attention(fused_qkv="qkv_proj"), mlp=Mlp(fused_gate_up="gate_up_proj")
     ),

@@ -123,11 +123,13 @@ class Linear(NamedTuple):
     """One weight matrix on one tensor-parallel rank.
 
     ``role`` is canonical (q, k, v, o, qkv, gate, up, down, gate_up, router, q_a, q_b, kv_a,
-    kv_b, in_proj, out_proj, x_proj, dt_proj, projector); ``name`` is the module name in the
-    checkpoint (used to match LoRA target modules); ``path`` is the module path inside a layer
-    (``self_attn.q_proj``, ``mlp.experts.down_proj``; prefix it with :attr:`Layout.prefix` and
-    the layer index for the full checkpoint name). Widths are in elements; ``copies`` is the
-    number of copies per layer (MoE experts).
+    kv_b, in_proj, out_proj, x_proj, dt_proj); ``name`` is the module name in the checkpoint
+    (used to match LoRA target modules); ``path`` is the module path inside a layer
+    (``self_attn.q_proj``, ``mlp.experts.down_proj``): the checkpoint name of layer ``i``'s
+    matrix is ``f"{Layout.prefix}.{i}.{path}"``, with the expert index after ``experts`` for
+    per-expert checkpoints (``mlp.experts.7.down_proj``; gpt-oss and Llama 4 store the experts
+    fused, as the path says). Widths are in elements; ``copies`` is the number of copies per
+    layer (MoE experts).
     """
 
     role: str
