@@ -34,12 +34,14 @@ __all__ = [
     "Plan",
     "StartJob",
     "Workload",
+    "decide",
     "estimated_status",
     "invalid_plan",
     "measured_peak",
     "plan_outcome",
     "plan_spec",
     "set_condition",
+    "settle_transitions",
 ]
 
 T, F = ConditionStatus.true, ConditionStatus.false
@@ -86,6 +88,45 @@ def set_condition(
             )
         )
     return out
+
+
+def settle_transitions(
+    conditions: Sequence[Condition], stored: Sequence[Condition], now: str
+) -> list[Condition]:
+    """``conditions`` with each ``lastTransitionTime`` taken from the *stored* status.
+
+    A decision may pass a condition through intermediate values (re-deriving a measured status
+    starts from the estimate, where Measured is Unknown and Ready False); only the stored value
+    and the final one matter. Kubernetes API conventions: ``lastTransitionTime`` is when the
+    condition's ``status`` last changed, so it stays the stored time when the final status equals
+    the stored one, and becomes ``now`` otherwise (a new condition included).
+    """
+    before = {c.type: c for c in stored}
+    out: list[Condition] = []
+    for cond in conditions:
+        old = before.get(cond.type)
+        if old is not None and old.status == cond.status and old.last_transition_time:
+            when = old.last_transition_time
+        elif old is not None and old.status == cond.status:
+            when = cond.last_transition_time or now
+        else:
+            when = now
+        out.append(
+            cond
+            if cond.last_transition_time == when
+            else cond.model_copy(update={"last_transition_time": when})
+        )
+    return out
+
+
+def _settled(plan: Plan, previous: GPUWorkloadStatus | None, now: str) -> Plan:
+    """The plan with transition times settled against the stored status (see
+    :func:`settle_transitions`)."""
+    stored = previous.conditions if previous is not None else []
+    conds = settle_transitions(plan.status.conditions, stored, now)
+    if conds == plan.status.conditions:
+        return plan
+    return Plan(plan.status.model_copy(update={"conditions": conds}), plan.actions)
 
 
 def estimated_status(
@@ -315,6 +356,15 @@ def invalid_plan(
 ) -> Plan:
     """A stored object that fails validation (it bypassed the webhook): Stalled, with the field
     paths, and nothing else done for it."""
+    return _settled(_invalid_plan(problems, generation, now, previous), previous, now)
+
+
+def _invalid_plan(
+    problems: Sequence[str],
+    generation: int | None,
+    now: str,
+    previous: GPUWorkloadStatus | None,
+) -> Plan:
     text = "; ".join(problems)
     conds = _Conds(previous, generation, now)
     conds.put(ConditionType.Estimated, F, "InvalidSpec", text)
@@ -369,8 +419,32 @@ def plan_spec(
     """Decide after a create, a spec change or a resume: estimate, then measure when needed.
 
     ``job_name(gpu_class, memory_bytes, retry)`` names Jobs deterministically; ``memory_bytes``
-    is the host RAM request for a first attempt.
+    is the host RAM request for a first attempt. Condition transition times are settled against
+    the stored status (:func:`settle_transitions`): a decision that arrives at the stored status
+    returns it unchanged, so re-deciding (a restart, a node event) writes nothing.
     """
+    plan = _plan_spec(
+        wl,
+        assessment,
+        config,
+        present=present,
+        now=now,
+        job_name=job_name,
+        memory_bytes=memory_bytes,
+    )
+    return _settled(plan, wl.previous, now)
+
+
+def _plan_spec(
+    wl: Workload,
+    assessment: Assessment,
+    config: Config,
+    *,
+    present: frozenset[str] | None,
+    now: str,
+    job_name: Callable[[str, int, int], str],
+    memory_bytes: int,
+) -> Plan:
     prev = wl.previous
     base = estimated_status(
         wl.spec,
@@ -668,8 +742,68 @@ def plan_outcome(
     """Decide after observing the measurement Job of the current spec hash.
 
     Call only while ``previous.phase`` is Measuring and ``previous.measurement.specHash`` equals
-    the current spec hash (results of an older spec are ignored by construction).
+    the current spec hash (results of an older spec are ignored by construction). Transition
+    times are settled against the stored status, as in :func:`plan_spec`.
     """
+    plan = _plan_outcome(wl, outcome, config, present=present, now=now, job_name=job_name)
+    return _settled(plan, wl.previous, now)
+
+
+def decide(
+    wl: Workload,
+    assessment: Assessment,
+    config: Config,
+    *,
+    present: frozenset[str] | None,
+    now: str,
+    job_name: Callable[[str, int, int], str],
+    memory_bytes: int,
+    observe: Callable[[MeasurementStatus], Outcome],
+) -> Plan:
+    """One level-triggered decision from everything known about a workload.
+
+    The spec first (:func:`plan_spec`: estimate, start, stop or keep a measurement); then, while
+    the measurement of the current spec hash runs in a Job it did not just start, what that Job
+    says (``observe(measurement) -> Outcome``, then :func:`plan_outcome`). The same inputs give
+    the same plan, and the stored status back (same object, equal) when nothing changed, so the
+    caller can run it on any event, any number of times, and write only when the status differs.
+    """
+    plan = _plan_spec(
+        wl,
+        assessment,
+        config,
+        present=present,
+        now=now,
+        job_name=job_name,
+        memory_bytes=memory_bytes,
+    )
+    m = plan.status.measurement
+    if (
+        plan.status.phase is Phase.Measuring
+        and m is not None
+        and m.job_name
+        and m.spec_hash == wl.spec_hash
+        and not any(isinstance(a, StartJob) for a in plan.actions)
+    ):
+        measuring = Workload(
+            wl.name, wl.namespace, wl.generation, wl.spec, wl.spec_hash, plan.status
+        )
+        then = _plan_outcome(
+            measuring, observe(m), config, present=present, now=now, job_name=job_name
+        )
+        plan = Plan(then.status, (*plan.actions, *then.actions))
+    return _settled(plan, wl.previous, now)
+
+
+def _plan_outcome(
+    wl: Workload,
+    outcome: Outcome,
+    config: Config,
+    *,
+    present: frozenset[str] | None,
+    now: str,
+    job_name: Callable[[str, int, int], str],
+) -> Plan:
     prev = wl.previous
     assert prev is not None and prev.measurement is not None
     m = prev.measurement

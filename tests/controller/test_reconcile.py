@@ -15,6 +15,7 @@ from gpu_sizer.reconcile import (
     Plan,
     StartJob,
     Workload,
+    decide,
     invalid_plan,
     plan_outcome,
     plan_spec,
@@ -304,3 +305,89 @@ def test_no_gpu_figure_leaves_an_incomplete_estimate_not_ready() -> None:
     complete = start(raw()).status
     st = observe(raw(), complete, probe_result("Unsupported", "cuda", "too big for CPU")).status
     assert st.phase is Phase.Ready and cond(st, "Ready").reason == "EstimateOnly"
+
+
+# --- Settled statuses: deciding again over an unchanged world changes nothing (issue 13, item 5)
+
+
+def decide_again(spec_doc: dict[str, Any], prev: GPUWorkloadStatus, outcome: Outcome) -> Plan:
+    spec = parse_spec(spec_doc)
+    wl = Workload("w", "ns", 1, spec, spec_hash(spec), prev)
+    return decide(
+        wl,
+        assess(spec, DEFAULT_CATALOG, present=PRESENT),
+        CONFIG,
+        present=PRESENT,
+        now="T-later",
+        job_name=namer,
+        memory_bytes=4 * GIB,
+        observe=lambda m: outcome,
+    )
+
+
+def test_a_measured_status_is_reproduced_exactly_on_resume() -> None:
+    """Re-deriving a measured status goes through the estimate (Measured Unknown, Ready False)
+    on the way; no transition time may move for that."""
+    done = observe(raw(), start(raw()).status, gpu_result(10 * GIB)).status
+    again = start(raw(), prev=done, now="T-restart")
+    assert again.status == done and again.actions == ()
+    assert decide_again(raw(), done, Outcome(OutcomeKind.Missing)).status == done
+
+
+def test_a_workload_waiting_for_a_node_of_its_class_is_not_rewritten() -> None:
+    h100 = raw(placement={"gpuClasses": ["nvidia-h100-80gb"]})
+    late = observe(
+        h100,
+        start(h100).status,
+        Outcome(OutcomeKind.Unschedulable, "0/3", seconds_unschedulable=601),
+    ).status
+    for now in ("T6", "T7"):
+        assert start(h100, prev=late, now=now).status == late
+
+
+def test_rejected_failed_and_running_statuses_are_reproduced() -> None:
+    measuring = start(raw()).status
+    running = Outcome(OutcomeKind.Running, "running on n1", node_name="n1")
+    on_node = decide_again(raw(), measuring, running).status
+    assert decide_again(raw(), on_node, running).status == on_node
+    failed = observe(raw(), measuring, Outcome(OutcomeKind.ImagePullFailed, "ErrImagePull")).status
+    assert failed.phase is Phase.Failed
+    assert start(raw(), prev=failed, now="T8").status == failed
+    too_big = raw(model={"name": "m", "parameterCount": 2_000_000_000_000, "dtype": "bfloat16"})
+    rejected = start(too_big)
+    assert rejected.status.phase is Phase.Rejected
+    assert start(too_big, prev=rejected.status, now="T9").status == rejected.status
+
+
+def test_a_real_change_moves_only_the_conditions_that_changed() -> None:
+    measuring = start(raw(), now="T1").status
+    done = observe(raw(), measuring, gpu_result(10 * GIB), now="T2").status
+    assert cond(done, "Estimated").last_transition_time == "T1"  # True before and after
+    assert cond(done, "Ready").last_transition_time == "T2"  # False -> True
+    assert cond(done, "Stalled").last_transition_time == "T1"  # False throughout
+
+
+def test_decide_follows_the_running_job_of_the_current_spec() -> None:
+    measuring = start(raw()).status
+    done = decide_again(raw(), measuring, gpu_result(10 * GIB))
+    assert done.status.phase is Phase.Ready
+    assert [a.reason for a in done.actions if isinstance(a, Emit)] == ["Measured"]
+    # A spec change while measuring starts the new spec's Job and never reads the old one's.
+    changed = raw(inference={"engine": "vllm", "maxModelLen": 2048, "maxNumSeqs": 8})
+
+    def never(m: Any) -> Outcome:
+        raise AssertionError(f"observed {m.job_name} of the previous spec")
+
+    spec = parse_spec(changed)
+    plan = decide(
+        Workload("w", "ns", 2, spec, spec_hash(spec), measuring),
+        assess(spec, DEFAULT_CATALOG, present=PRESENT),
+        CONFIG,
+        present=PRESENT,
+        now="T3",
+        job_name=namer,
+        memory_bytes=4 * GIB,
+        observe=never,
+    )
+    assert [type(a) for a in plan.actions][:1] == [DeleteJob]
+    assert any(isinstance(a, StartJob) for a in plan.actions)
