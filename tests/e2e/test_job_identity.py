@@ -63,10 +63,12 @@ async def test_a_job_of_our_name_owned_by_another_object_is_reported_not_adopted
             "name": name,
             "namespace": NS,
             "labels": {"app.kubernetes.io/managed-by": "gpu-sizer"},
+            # Another controller's Job (a GPUWorkload's whose owner is gone would be an orphan,
+            # deleted by the garbage collector and by the operator alike).
             "ownerReferences": [
                 {
-                    "apiVersion": "gpusizer.dev/v1alpha1",
-                    "kind": "GPUWorkload",
+                    "apiVersion": "example.com/v1",
+                    "kind": "Pipeline",
                     "name": "someone-else",
                     "uid": "another-uid",
                     "controller": True,

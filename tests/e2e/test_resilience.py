@@ -179,7 +179,10 @@ async def test_api_errors_are_survived(cluster, start_operator, kubelet: Kubelet
     op = start_operator()
     await eventually(lambda: phase_is(cluster, "flaky", "Measuring"), timeout=30)
     # (kmock applies an intercepted write anyway, so Measuring shows after the first 500.)
-    assert calls["watch"] >= 2 and calls["create"] >= 1 and calls["status"] >= 1
+    # The workload came with the initial listing; the watch that follows is answered with 410
+    # and restarted.
+    await eventually(_async(lambda: calls["watch"] >= 2), timeout=30, what="a second watch")
+    assert calls["create"] >= 1 and calls["status"] >= 1
     # The retried create met 409 Conflict (kmock stored the Job despite the 500) and adopted it.
     assert "adopted existing Job" in op.tail(400)
     jobs = await kubelet.jobs()
@@ -212,6 +215,13 @@ async def test_http_410_on_the_watch_request_exits_and_a_restart_carries_on(
     start_operator()
     await eventually(lambda: phase_is(cluster, "gone410", "Measuring"))
     assert len(await kubelet.jobs()) == 1
+
+
+def _async(check):
+    async def run():
+        return check()
+
+    return run
 
 
 async def _exited(op) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpu_sizer.api import parse_spec, spec_hash
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.measurement.backends import LocalProcessBackend
+from gpu_sizer.measurement.backends import JobView, LocalProcessBackend
 from gpu_sizer.measurement.job import GIB, JobRequest, job_manifest
 from gpu_sizer.measurement.outcome import OutcomeKind
 
@@ -56,6 +56,13 @@ print(ProbeResult(status="Succeeded", mode="Synthetic", device="cuda", peak_devi
 """
 
 
+def observe(backend: LocalProcessBackend, name: str):
+    (job,) = [j for j in backend.jobs("ns", "w") if j.name == name] or [
+        JobView(name, "", "uid", workload="w")
+    ]
+    return backend.observe("ns", job, NOW)
+
+
 def manifest(name: str) -> dict:
     req = JobRequest("ns", "w", "uid", spec_hash(SPEC), DEFAULT_CATALOG[0], 1, 4 * GIB, "img", name)
     return job_manifest(SPEC, req)
@@ -66,10 +73,12 @@ async def run(tmp_path: Path, mode: str, monkeypatch, cap: float | None = None):
     script.write_text(FAKE_PROBE)
     monkeypatch.setenv("FAKE_MODE", mode)
     backend = LocalProcessBackend([sys.executable, str(script)], deadline_cap_seconds=cap)
-    assert await backend.start(manifest("j1")) is True
-    assert await backend.start(manifest("j1")) is False, "a second start adopts the first"
+    first, created = await backend.start(manifest("j1"))
+    assert created is True
+    again, created = await backend.start(manifest("j1"))
+    assert created is False and again.uid == first.uid, "a second start adopts the first"
     for _ in range(200):
-        out = backend.observe("ns", "j1", job=None, pods=[], now=NOW)
+        out = observe(backend, "j1")
         if out.kind not in (OutcomeKind.Running, OutcomeKind.Pending):
             return out, backend
         await asyncio.sleep(0.05)
@@ -106,8 +115,11 @@ async def test_crash_and_garbage_are_failures(tmp_path, monkeypatch) -> None:
 
 async def test_delete_and_missing(tmp_path, monkeypatch) -> None:
     _, backend = await run(tmp_path, "ok", monkeypatch)
-    await backend.delete("ns", "j1")
-    assert backend.observe("ns", "j1", job=None, pods=[], now=NOW).kind is OutcomeKind.Missing
+    (job,) = backend.jobs("ns", "w")
+    assert job.name == "j1" and job.owner_uid == "uid" and job.finished
+    await backend.delete("ns", job)
+    assert backend.jobs("ns", "w") == []
+    assert backend.observe("ns", job, NOW).kind is OutcomeKind.Missing
 
 
 async def test_a_probe_result_on_a_non_zero_exit_is_read(tmp_path, monkeypatch) -> None:
@@ -128,9 +140,10 @@ async def test_a_probe_result_on_a_non_zero_exit_is_read(tmp_path, monkeypatch) 
     )
     req = JobRequest("ns", "w", "uid", spec_hash(spec), DEFAULT_CATALOG[0], 1, 4 * GIB, "img", "j")
     backend = LocalProcessBackend()
-    assert await backend.start(job_manifest(spec, req))
+    job, created = await backend.start(job_manifest(spec, req))
+    assert created
     for _ in range(600):
-        out = backend.observe("ns", "j", job=None, pods=[], now=NOW)
+        out = backend.observe("ns", job, NOW)
         if out.kind not in (OutcomeKind.Running, OutcomeKind.Pending):
             break
         await asyncio.sleep(0.05)
@@ -142,7 +155,7 @@ async def test_a_probe_result_on_a_non_zero_exit_is_read(tmp_path, monkeypatch) 
 
 async def _until(backend: LocalProcessBackend, name: str, kind: OutcomeKind) -> None:
     for _ in range(200):
-        if backend.observe("ns", name, job=None, pods=[], now=NOW).kind is kind:
+        if observe(backend, name).kind is kind:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{name} never reached {kind}")
@@ -155,7 +168,7 @@ async def test_runs_beyond_the_concurrency_limit_wait_their_turn(tmp_path, monke
     backend = LocalProcessBackend([sys.executable, str(script)], deadline_cap_seconds=1.0)
     assert await backend.start(manifest("j1")) and await backend.start(manifest("j2"))
     await _until(backend, "j1", OutcomeKind.Running)
-    queued = backend.observe("ns", "j2", job=None, pods=[], now=NOW)
+    queued = observe(backend, "j2")
     assert queued.kind is OutcomeKind.Pending and queued.queued
     assert "at most 1 at once" in queued.message and "--local-max-concurrency" in queued.message
     await _until(backend, "j1", OutcomeKind.DeadlineExceeded)
@@ -183,4 +196,4 @@ async def test_close_stops_probes_promptly_even_if_they_ignore_sigterm(
     await backend.close()
     assert time.monotonic() - started < 5
     assert all(p.returncode is not None for p in procs)
-    assert backend.observe("ns", "j1", job=None, pods=[], now=NOW).kind is OutcomeKind.Missing
+    assert observe(backend, "j1").kind is OutcomeKind.Missing

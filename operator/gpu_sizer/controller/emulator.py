@@ -16,10 +16,10 @@ import json
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import kmock
 
@@ -29,6 +29,7 @@ __all__ = [
     "RESOURCES",
     "ApiServerEmulator",
     "ApiStatus",
+    "FaultHook",
     "LoopbackCluster",
     "crd_document",
     "path_of",
@@ -136,6 +137,20 @@ def _now() -> str:
 _CURRENT_REQUEST: contextvars.ContextVar[Any] = contextvars.ContextVar("request", default=None)
 
 
+class FaultHook(Protocol):
+    """Faults a test injects into the emulator (see ``tests/e2e/faults.py``)."""
+
+    def before(self, request: Any) -> Exception | None:
+        """An error to answer ``request`` with, before anything is stored; None to serve it."""
+
+    def watch(self, request: Any, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """The watch stream as the client gets it (delayed, cut, with injected errors)."""
+
+
+def _conflict(message: str) -> Exception:
+    return kmock.KubernetesError(status=409, reason="Conflict", message=message)
+
+
 class ApiServerEmulator(kmock.KubernetesEmulator):
     """kmock's emulator plus the object bookkeeping a real API server does on writes.
 
@@ -144,9 +159,15 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     ``generateName`` (kopf posts Events that way; without it every Event after the first is
     409 Conflict), and every write gets a new ``resourceVersion``; a spec change through the
     main resource bumps ``generation``. Writes to ``/status`` never touch ``spec``.
+    Preconditions hold as on a real API server: an update carrying
+    ``metadata.resourceVersion`` that is not the stored one, and a DELETE whose
+    ``preconditions.uid`` is not the stored object's, are 409 Conflict and change nothing.
+    ``faults`` (a :class:`FaultHook`) lets a test answer requests with errors and delay, cut
+    or break watch streams.
     """
 
     _rv: int = 0
+    faults: FaultHook | None = None
 
     def __iter__(self) -> Iterator[Any]:
         # kmock decides whether a reaction matches a request by checking ``request in view``,
@@ -162,13 +183,42 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: Any) -> Any:
         _CURRENT_REQUEST.set(request)
+        if self.faults is not None and request.resource is not None:
+            fault = self.faults.before(request)
+            if fault is not None:
+                raise fault
         data = request.data
         if request.resource is not None and isinstance(data, dict):
             if request.action == kmock.action.CREATE:
                 self._fill_create(data)
             elif request.action == kmock.action.UPDATE and request.name:
                 self._fill_update(request, data)
+            elif request.action == kmock.action.DELETE and request.name:
+                self._check_delete(request, data)
         return await super()._handle(request)
+
+    async def _serve_watch(self, request: Any) -> AsyncIterator[Any]:
+        events = super()._serve_watch(request)
+        if self.faults is not None:
+            events = self.faults.watch(request, events)
+        async for event in events:
+            yield event
+
+    def _stored(self, request: Any) -> Any:
+        key = (request.resource, request.namespace, request.name)
+        current = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
+        return None if current is None or current.deleted else current
+
+    def _check_delete(self, request: Any, data: dict[str, Any]) -> None:
+        wanted = (data.get("preconditions") or {}).get("uid")
+        current = self._stored(request)
+        if wanted and current is not None:
+            have = (current.get("metadata") or {}).get("uid")
+            if have != wanted:
+                raise _conflict(
+                    f"Precondition failed: UID in precondition: {wanted}, UID in object meta: "
+                    f"{have}"
+                )
 
     def _next_rv(self) -> str:
         ApiServerEmulator._rv += 1
@@ -185,12 +235,20 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
 
     def _fill_update(self, request: Any, data: dict[str, Any]) -> None:
         meta = data.setdefault("metadata", {}) if isinstance(data.get("metadata", {}), dict) else {}
+        current = self._stored(request)
+        sent = meta.get("resourceVersion")
+        if sent is not None and current is not None:
+            have = (current.get("metadata") or {}).get("resourceVersion")
+            if have is not None and str(sent) != str(have):
+                raise _conflict(
+                    f'Operation cannot be fulfilled on {request.resource.plural} "{request.name}"'
+                    ": the object has been modified; please apply your changes to the latest "
+                    "version and try again"
+                )
         if request.subresource == "status":
             data.pop("spec", None)
         elif "spec" in data:
-            key = (request.resource, request.namespace, request.name)
-            current = self.objects[key] if key in self.objects else None  # noqa: SIM401 (no .get)
-            if current is not None and not current.deleted:
+            if current is not None:
                 old_spec = current.get("spec")
                 if old_spec != data["spec"]:
                     old = (current.get("metadata") or {}).get("generation") or 1

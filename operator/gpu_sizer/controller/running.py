@@ -1,8 +1,10 @@
 """Running the operator: kopf settings, the measurement backend, metrics, and ``kopf.operator``.
 
-kopf's own bookkeeping (handler progress, last-handled configuration) goes to annotations with
-the project's prefix ``gpusizer.dev``, never to ``status.kopf``, because a real API server prunes
-status fields that the CRD does not declare.
+kopf's own bookkeeping (handler progress, last-handled configuration) would go to annotations
+with the project's prefix ``gpusizer.dev``, never to ``status.kopf``, because a real API server
+prunes status fields that the CRD does not declare; the operator registers no handler that
+needs it (see :mod:`gpu_sizer.controller.handlers`), so kopf writes none, and removes the
+finalizer ``gpusizer.dev/finalizer`` that earlier versions added.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,9 +24,12 @@ from gpu_sizer.controller.handlers import register
 from gpu_sizer.controller.options import Options
 from gpu_sizer.measurement.backends import Backend, KubernetesJobBackend, LocalProcessBackend
 
-__all__ = ["configure_settings", "make_backend", "run"]
+__all__ = ["configure_settings", "credentials_problem", "make_backend", "run"]
 
 PREFIX = "gpusizer.dev"
+#: Seconds after SIGTERM/SIGINT (or a fatal error) after which the process kills itself if the
+#: graceful stop has not finished: within the chart's terminationGracePeriodSeconds (30).
+SHUTDOWN_LIMIT_SECONDS = 20.0
 
 
 def configure_settings(settings: kopf.OperatorSettings, opts: Options) -> None:
@@ -47,6 +53,8 @@ def configure_settings(settings: kopf.OperatorSettings, opts: Options) -> None:
     settings.watching.client_timeout = 330
     settings.posting.level = logging.INFO
     settings.networking.error_backoffs = [0.5, 1, 2, 3, 5, 8]
+    # Whatever is still running, the process is gone within the Pod's grace period.
+    settings.process.ultimate_exiting_timeout = SHUTDOWN_LIMIT_SECONDS
 
 
 def make_backend(opts: Options) -> Backend:
@@ -57,17 +65,39 @@ def make_backend(opts: Options) -> Backend:
             deadline_cap_seconds=opts.local_deadline_cap,
             max_concurrency=opts.local_max_concurrency,
         )
-    from kubernetes import client, config
+    return KubernetesJobBackend()
+
+
+def credentials_problem() -> str | None:
+    """Why the operator cannot reach a Kubernetes API (None when it can try): neither the
+    in-cluster service account nor a kubeconfig is usable. Checked before kopf starts, so that
+    a missing kubeconfig is one line, not kopf's login traceback."""
+    from kubernetes import config
 
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
+        return None
+    except config.ConfigException as exc:
+        in_cluster = str(exc)
+    try:
         config.load_kube_config()  # type: ignore[no-untyped-call]
-    return KubernetesJobBackend(client.BatchV1Api())
+        return None
+    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+        kubeconfig = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return (
+        f"no Kubernetes API credentials: not in a cluster ({in_cluster.rstrip('.')}) and no "
+        f"usable kubeconfig at {where} ({kubeconfig.rstrip('.')}); set KUBECONFIG, or run "
+        "in a pod with a service account"
+    )
 
 
 def run(opts: Options) -> int:
     """Run the operator until interrupted; returns the exit status."""
+    problem = credentials_problem()
+    if problem is not None:
+        logging.getLogger(__name__).error("gpu-sizer operator: %s", problem)
+        return 1
     # The default registry, because the admission handlers register themselves on it on import.
     registry = kopf.get_default_registry()
     backend = make_backend(opts)

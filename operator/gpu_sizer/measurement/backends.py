@@ -1,34 +1,42 @@
 """Where measurement Jobs run: Kubernetes Jobs, or a local process. Same results either way.
 
 A backend starts a Job from its manifest (:func:`gpu_sizer.measurement.job.job_manifest`), deletes
-it, and reports an :class:`~gpu_sizer.measurement.outcome.Outcome`. Starting is idempotent: a Job
-that already exists under the deterministic name is adopted, never duplicated.
+it, lists the Jobs it knows for a workload (:class:`JobView`), and says how one stands (an
+:class:`~gpu_sizer.measurement.outcome.Outcome`). Starting is idempotent: a Job that already
+exists under the deterministic name is adopted, never duplicated. Backends tell the controller
+when something changed for a workload (``notify(namespace, workload_name)``), so nothing polls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpu_sizer.measurement.job import adoptable
+from gpu_sizer.measurement.job import ANNOTATION_WORKLOAD, adoptable, owner_uid
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
 from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, parse_result
 
 __all__ = [
     "Backend",
     "BackendError",
+    "JobApi",
     "JobConflict",
+    "JobTerminating",
+    "JobView",
     "KubernetesJobBackend",
     "LocalProcessBackend",
+    "job_uid_of_pod",
+    "workload_of",
 ]
 
 
@@ -43,98 +51,275 @@ class JobConflict(BackendError):
     """
 
 
+class JobTerminating(BackendError):
+    """A Job of the wanted name is still being deleted (ours, from an earlier decision): the new
+    one can be created only once it is gone. Retry shortly."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One measurement Job as the controller reasons about it.
+
+    ``uid`` tells incarnations of one name apart (a spec changed A -> B -> A reuses A's Job
+    name); ``owner_uid`` is the uid of the GPUWorkload that controls it; ``finished`` once it
+    has a ``Complete`` or ``Failed`` condition (or its process ended); ``deleting`` once a
+    deletion was requested (by anyone).
+    """
+
+    name: str
+    uid: str
+    owner_uid: str | None
+    workload: str = ""
+    finished: bool = False
+    deleting: bool = False
+
+
+Notify = Callable[[str, str], None]
+
+
 class Backend(Protocol):
     """What the controller needs from a place that runs measurement Jobs."""
 
-    async def start(self, manifest: Mapping[str, Any]) -> bool:
-        """Start the Job; ``False`` when a Job of that name already existed (adopted)."""
+    #: Called with (namespace, workload name) when a Job of that workload changed.
+    notify: Notify | None
 
-    async def delete(self, namespace: str, name: str) -> None:
-        """Delete the Job and its pods; a missing Job is fine."""
+    def jobs(self, namespace: str, workload: str) -> list[JobView]:
+        """Every Job of the workload *named* ``workload`` that still exists (any owner uid: a
+        deleted and re-created workload's old Jobs included)."""
 
-    def observe(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        job: Mapping[str, Any] | None,
-        pods: Sequence[Mapping[str, Any]],
-        now: datetime,
-    ) -> Outcome:
-        """Where the Job stands; ``job`` and ``pods`` are what the operator's watch saw."""
+    def observe(self, namespace: str, job: JobView, now: datetime) -> Outcome:
+        """Where ``job`` stands (its own pods only, matched by the Job's uid)."""
+
+    async def start(self, manifest: Mapping[str, Any]) -> tuple[JobView, bool]:
+        """Start the Job; the Job and ``True`` when created, ``False`` when adopted.
+
+        :raises JobConflict: the name is taken by a Job that is not ours.
+        :raises JobTerminating: the name is taken by a Job being deleted.
+        :raises BackendError: the API or process could not be reached.
+        """
+
+    async def delete(self, namespace: str, job: JobView) -> None:
+        """Delete that incarnation of the Job (and its pods); a missing Job is fine."""
+
+
+def workload_of(obj: Mapping[str, Any]) -> str | None:
+    """The GPUWorkload name a Job or pod belongs to: the ``gpusizer.dev/workload-name``
+    annotation (Jobs, and pods of Jobs created since it is on the template), else the
+    controlling GPUWorkload owner reference's name."""
+    meta = obj.get("metadata") or {}
+    name = (meta.get("annotations") or {}).get(ANNOTATION_WORKLOAD)
+    if name:
+        return str(name)
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "GPUWorkload" and ref.get("controller"):
+            return str(ref.get("name") or "") or None
+    return None
+
+
+def job_uid_of_pod(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the Job that owns ``pod``: its controlling ``Job`` owner reference, else the
+    Job controller's ``batch.kubernetes.io/controller-uid`` (or legacy ``controller-uid``)
+    label. Never the Job's name: names come back (a spec changed A -> B -> A), uids do not."""
+    meta = pod.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and ref.get("uid"):
+            return str(ref["uid"])
+    labels = meta.get("labels") or {}
+    uid = labels.get("batch.kubernetes.io/controller-uid") or labels.get("controller-uid")
+    return str(uid) if uid else None
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return True
+    return False
+
+
+def _view(job: Mapping[str, Any], *, deleting: bool = False) -> JobView:
+    meta = job.get("metadata") or {}
+    return JobView(
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        owner_uid=owner_uid(job),
+        workload=workload_of(job) or "",
+        finished=_finished(job),
+        deleting=deleting or bool(meta.get("deletionTimestamp")),
+    )
+
+
+class JobApi(Protocol):
+    """The API calls the Kubernetes backend makes (``gpu_sizer.controller.kube.Client``)."""
+
+    async def create_job(self, namespace: str, manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+        """POST the Job; its stored form. :raises BackendError: (409 as :class:`JobExists`)."""
+
+    async def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """GET the Job; ``None`` when absent."""
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """DELETE that incarnation (uid precondition); absent or replaced is fine."""
+
+
+class JobExists(BackendError):
+    """409 on create: a Job of that name exists."""
+
+
+#: How long a Job the operator deleted (or created) is taken as gone (or present) without the
+#: watch confirming it. The watch normally confirms within a second; this bounds the memory of
+#: a confirmation lost to a watch that was re-listed (kopf does not report objects deleted
+#: while its watch was down).
+EXPECTATION_SECONDS = 300.0
 
 
 class KubernetesJobBackend:
-    """``batch/v1`` Jobs through the official kubernetes client (its calls run in threads).
+    """``batch/v1`` Jobs: created and deleted through the operator's API client, known from the
+    operator's watch of Jobs and pods.
 
-    Observation uses the Job and pods the operator already watches (kopf indexes), so that
-    polling costs no API calls.
+    The watch is the truth, but it lags: a Job the operator just created may not be in it yet,
+    and one it just deleted may still be. Decisions made on that lagging view recreated Jobs the
+    operator had deleted itself (issue 13, item 2). So the backend keeps its own confirmed
+    writes (the created Job as the API returned it, the uid it deleted) and overlays them on the
+    watch until the watch shows them, or :data:`EXPECTATION_SECONDS` pass. Pods are matched to
+    their Job by the Job's uid, never by name (item 3).
+
+    ``jobs_index`` maps ``(namespace, workload name)`` to the Jobs seen (slim bodies, see
+    :func:`slim`), ``pods_index`` a Job uid to its pods: kopf indexes, or any such mapping.
     """
 
-    def __init__(self, batch_api: Any) -> None:
-        self._batch = batch_api
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.notify: Notify | None = None
+        self._api: JobApi | None = None
+        self._jobs: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
+        self._pods: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
+        self._clock = clock
+        #: uid -> ((namespace, workload), Job as created), until the watch shows that uid.
+        self._created: dict[str, tuple[tuple[str, str], Mapping[str, Any], float]] = {}
+        #: uid -> when deleted, until the watch shows that uid gone.
+        self._deleted: dict[str, float] = {}
 
-    async def start(self, manifest: Mapping[str, Any]) -> bool:
-        from kubernetes.client.exceptions import ApiException
-
-        meta = manifest["metadata"]
-        try:
-            await asyncio.to_thread(
-                self._batch.create_namespaced_job, meta["namespace"], dict(manifest)
-            )
-        except ApiException as exc:
-            if exc.status != 409:
-                raise BackendError(
-                    f"creating Job {meta['name']}: HTTP {exc.status} {exc.reason}"
-                ) from exc
-        else:
-            return True
-        try:
-            existing = await asyncio.to_thread(
-                self._batch.read_namespaced_job, meta["name"], meta["namespace"]
-            )
-        except ApiException as exc:
-            raise BackendError(
-                f"reading existing Job {meta['name']}: HTTP {exc.status} {exc.reason}"
-            ) from exc
-        if not isinstance(existing, Mapping):
-            existing = self._batch.api_client.sanitize_for_serialization(existing)
-        why = adoptable(existing, manifest)
-        if why is not None:
-            raise JobConflict(why)
-        return False
-
-    async def delete(self, namespace: str, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            await asyncio.to_thread(
-                self._batch.delete_namespaced_job,
-                name,
-                namespace,
-                propagation_policy="Background",
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise BackendError(f"deleting Job {name}: HTTP {exc.status} {exc.reason}") from exc
-
-    def observe(
+    def attach(
         self,
-        namespace: str,
-        name: str,
-        *,
-        job: Mapping[str, Any] | None,
-        pods: Sequence[Mapping[str, Any]],
-        now: datetime,
-    ) -> Outcome:
-        del namespace, name
-        return classify(job, pods, now)
+        api: JobApi,
+        jobs_index: Mapping[Any, Iterable[Mapping[str, Any]]],
+        pods_index: Mapping[Any, Iterable[Mapping[str, Any]]],
+    ) -> None:
+        """Connect the API client and the watch's indexes (in the running operator)."""
+        self._api = api
+        self._jobs = jobs_index
+        self._pods = pods_index
+
+    def seen(self, event_type: str | None, job: Mapping[str, Any]) -> None:
+        """The watch delivered ``job`` (``event_type`` ``DELETED`` when it is gone): drop what
+        the overlay no longer needs to say."""
+        uid = str((job.get("metadata") or {}).get("uid") or "")
+        self._created.pop(uid, None)
+        if event_type == "DELETED":
+            self._deleted.pop(uid, None)
+
+    def _expire(self) -> None:
+        limit = self._clock() - EXPECTATION_SECONDS
+        for uid in [u for u, (_, _, t) in self._created.items() if t < limit]:
+            del self._created[uid]
+        for uid in [u for u, t in self._deleted.items() if t < limit]:
+            del self._deleted[uid]
+
+    def _bodies(self, namespace: str, workload: str) -> dict[str, Mapping[str, Any]]:
+        self._expire()
+        found: dict[str, Mapping[str, Any]] = {}
+        for job in self._jobs.get((namespace, workload), ()):
+            found[str((job.get("metadata") or {}).get("uid") or "")] = job
+        for uid, (key, job, _) in self._created.items():
+            if key == (namespace, workload):
+                found.setdefault(uid, job)
+        return found
+
+    def jobs(self, namespace: str, workload: str) -> list[JobView]:
+        return [
+            _view(job)
+            for uid, job in self._bodies(namespace, workload).items()
+            if uid not in self._deleted
+        ]
+
+    def observe(self, namespace: str, job: JobView, now: datetime) -> Outcome:
+        body = None
+        if job.uid not in self._deleted:
+            body = self._bodies(namespace, job.workload).get(job.uid)
+        pods = [p for p in self._pods.get(job.uid, ()) if job_uid_of_pod(p) == job.uid]
+        return classify(body, pods, now)
+
+    async def start(self, manifest: Mapping[str, Any]) -> tuple[JobView, bool]:
+        assert self._api is not None, "attach() first"
+        meta = manifest["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        workload = workload_of(manifest) or ""
+        try:
+            created = await self._api.create_job(namespace, manifest)
+        except JobExists:
+            existing = await self._api.read_job(namespace, name)
+            if existing is None:
+                raise JobTerminating(
+                    f"Job {name} was deleted while being created; retrying"
+                ) from None
+            view = _view(existing)
+            if view.deleting or view.uid in self._deleted:
+                raise JobTerminating(
+                    f"Job {name} (uid {view.uid}) is still being deleted; "
+                    "creating it again once it is gone"
+                ) from None
+            why = adoptable(existing, manifest)
+            if why is not None:
+                raise JobConflict(why) from None
+            self._created[view.uid] = ((namespace, workload), slim(existing), self._clock())
+            return view, False
+        view = _view(created)
+        self._created[view.uid] = ((namespace, workload), slim(created), self._clock())
+        return view, True
+
+    async def delete(self, namespace: str, job: JobView) -> None:
+        assert self._api is not None, "attach() first"
+        await self._api.delete_job(namespace, job.name, job.uid)
+        self._created.pop(job.uid, None)
+        self._deleted[job.uid] = self._clock()
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the outcome classifier and the controller read of a Job or pod (keeps the watch
+    caches small): identity, owners, labels and annotations, node, deadline, status."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "labels": _plain(meta.get("labels") or {}),
+            "annotations": _plain(meta.get("annotations") or {}),
+            "ownerReferences": _plain(list(meta.get("ownerReferences") or [])),
+        },
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
+        },
+        "status": _plain(body.get("status") or {}),
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 @dataclass
 class _Run:
     task: asyncio.Task[Outcome]
     manifest: Mapping[str, Any]
+    uid: str = ""
     started: float = field(default_factory=time.monotonic)
     #: True once the run holds a concurrency slot and its process was started.
     running: bool = False
@@ -174,15 +359,41 @@ class LocalProcessBackend:
         self._grace = grace_seconds
         self._node = f"local/{socket.gethostname()}"
         self._clock = clock
+        self._serial = itertools.count(1)
+        self.notify: Notify | None = None
 
-    async def start(self, manifest: Mapping[str, Any]) -> bool:
+    def jobs(self, namespace: str, workload: str) -> list[JobView]:
+        return [
+            self._view(run)
+            for (ns, _), run in self._runs.items()
+            if ns == namespace and workload_of(run.manifest) == workload
+        ]
+
+    @staticmethod
+    def _view(run: _Run) -> JobView:
+        meta = run.manifest["metadata"]
+        return JobView(
+            name=str(meta["name"]),
+            uid=run.uid,
+            owner_uid=owner_uid(run.manifest),
+            workload=workload_of(run.manifest) or "",
+            finished=run.task.done(),
+        )
+
+    def _changed(self, manifest: Mapping[str, Any]) -> None:
+        meta = manifest["metadata"]
+        workload = workload_of(manifest)
+        if self.notify is not None and workload:
+            self.notify(str(meta["namespace"]), workload)
+
+    async def start(self, manifest: Mapping[str, Any]) -> tuple[JobView, bool]:
         meta = manifest["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
         if key in self._runs:
             why = adoptable(self._runs[key].manifest, manifest)
             if why is not None:
                 raise JobConflict(why)
-            return False
+            return self._view(self._runs[key]), False
         container = manifest["spec"]["template"]["spec"]["containers"][0]
         argv = list(container["command"])
         args = argv[3:] if argv[:3] == ["python", "-m", "gpu_sizer.probe"] else argv
@@ -199,11 +410,11 @@ class LocalProcessBackend:
             deadline = min(deadline, self._cap)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._max)
-        self._runs[key] = _Run(
-            asyncio.create_task(self._queued(key, [*self._command, *args], env, deadline)),
-            manifest,
-        )
-        return True
+        task = asyncio.create_task(self._queued(key, [*self._command, *args], env, deadline))
+        run = _Run(task, manifest, uid=f"local-{next(self._serial)}")
+        self._runs[key] = run
+        task.add_done_callback(lambda _: self._changed(manifest))
+        return self._view(run), True
 
     async def _queued(
         self, key: tuple[str, str], argv: list[str], env: dict[str, str], deadline: float
@@ -214,6 +425,7 @@ class LocalProcessBackend:
             run = self._runs.get(key)
             if run is not None:
                 run.running = True
+                self._changed(run.manifest)
             return await self._run(argv, env, deadline)
 
     async def _run(self, argv: list[str], env: dict[str, str], deadline: float) -> Outcome:
@@ -285,23 +497,18 @@ class LocalProcessBackend:
             node_name=self._node,
         )
 
-    async def delete(self, namespace: str, name: str) -> None:
-        run = self._runs.pop((namespace, name), None)
-        if run is not None and not run.task.done():
+    async def delete(self, namespace: str, job: JobView) -> None:
+        run = self._runs.get((namespace, job.name))
+        if run is None or (job.uid and run.uid != job.uid):
+            return
+        del self._runs[(namespace, job.name)]
+        if not run.task.done():
             run.task.cancel()
 
-    def observe(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        job: Mapping[str, Any] | None,
-        pods: Sequence[Mapping[str, Any]],
-        now: datetime,
-    ) -> Outcome:
-        del job, pods, now
-        run = self._runs.get((namespace, name))
-        if run is None:
+    def observe(self, namespace: str, job: JobView, now: datetime) -> Outcome:
+        del now
+        run = self._runs.get((namespace, job.name))
+        if run is None or (job.uid and run.uid != job.uid):
             return Outcome(OutcomeKind.Missing, "no local probe process for this Job")
         if not run.task.done() and not run.running:
             ahead = sum(1 for r in self._runs.values() if not r.task.done() and r.running)
@@ -324,6 +531,7 @@ class LocalProcessBackend:
     async def close(self) -> None:
         """Stop every probe promptly (operator shutdown): SIGTERM, then SIGKILL after
         ``stop_grace_seconds``; queued runs never start. Returns once the processes are gone."""
+        self.notify = None
         procs = [p for p in self._procs if p.returncode is None]
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):

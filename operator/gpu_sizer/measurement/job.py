@@ -19,6 +19,7 @@ from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementMode, s
 from gpu_sizer.catalog import GPUClass
 
 __all__ = [
+    "ANNOTATION_WORKLOAD",
     "LABEL_GPU_CLASS",
     "LABEL_MANAGED_BY",
     "LABEL_SPEC_HASH",
@@ -38,6 +39,9 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_WORKLOAD: Final = "gpusizer.dev/workload"
 LABEL_SPEC_HASH: Final = "gpusizer.dev/spec-hash"
 LABEL_GPU_CLASS: Final = "gpusizer.dev/gpu-class"
+#: The full GPUWorkload name, on the Job and its pods (labels are cut to 63 characters; names
+#: may be longer): how the operator maps a Job or pod event to its workload.
+ANNOTATION_WORKLOAD: Final = "gpusizer.dev/workload-name"
 CONTAINER: Final = "probe"
 #: Kept for 10 minutes after it finishes so that people can read the pod's logs.
 TTL_SECONDS_AFTER_FINISHED: Final = 600
@@ -93,6 +97,13 @@ def owner_uid(job: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _controller(obj: Mapping[str, Any]) -> str:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return f"{ref.get('kind')} {ref.get('name')!r} (uid {ref.get('uid')!r})"
+    return "no owner"
+
+
 def adoptable(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | None:
     """Why the ``existing`` Job may not be adopted for the ``wanted`` manifest (None: it may).
 
@@ -108,8 +119,8 @@ def adoptable(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | N
     name = want_meta.get("name")
     if owner_uid(existing) != owner_uid(wanted):
         return (
-            f"Job {name} already exists and is controlled by another object "
-            f"(owner uid {owner_uid(existing)!r}, ours {owner_uid(wanted)!r})"
+            f"Job {name} already exists and is controlled by {_controller(existing)}, not by "
+            f"this GPUWorkload (uid {owner_uid(wanted)!r})"
         )
     for label in (LABEL_MANAGED_BY, LABEL_SPEC_HASH):
         if have_labels.get(label) != want_labels.get(label):
@@ -248,7 +259,7 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
             "name": req.name,
             "namespace": req.namespace,
             "labels": labels,
-            "annotations": {"gpusizer.dev/workload-name": req.workload},
+            "annotations": {ANNOTATION_WORKLOAD: req.workload},
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
@@ -264,6 +275,12 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
             "backoffLimit": 0,
             "activeDeadlineSeconds": timeout + DEADLINE_GRACE_SECONDS,
             "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {ANNOTATION_WORKLOAD: req.workload},
+                },
+                "spec": pod_spec,
+            },
         },
     }

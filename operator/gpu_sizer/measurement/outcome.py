@@ -19,6 +19,12 @@ from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, Probe
 
 __all__ = ["Outcome", "OutcomeKind", "classify", "parse_time"]
 
+#: How long after a Job ended (its ``Complete`` or ``Failed`` condition) its pod's final state
+#: may still be on its way: Jobs and pods come through separate watches, so the Job's condition
+#: can arrive first. Within this window a Job that ended without a known pod result is waited
+#: for, not judged; after it, the result is taken as lost.
+POD_RESULT_GRACE_SECONDS = 15.0
+
 IMAGE_PULL_REASONS = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 )
@@ -51,6 +57,9 @@ class Outcome:
     seconds_unschedulable: float = 0.0
     #: Pending only because the backend queues runs (local backend at its concurrency limit).
     queued: bool = False
+    #: Seconds after which this observation changes by time alone (a Job that ended with its
+    #: pod's result still on its way); None when only a new event can change it.
+    wait_seconds: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -136,6 +145,8 @@ def classify(
 
     A result in the termination message wins over the Job's own failure conditions, because the
     probe writes ``Timeout`` or ``OutOfMemory`` results before Kubernetes gives up on the Job.
+    A Job that ended without a terminated pod in view is waited for during
+    :data:`POD_RESULT_GRACE_SECONDS` after its condition's ``lastTransitionTime``.
     """
     if job is None:
         return Outcome(OutcomeKind.Missing, "the measurement Job does not exist")
@@ -143,6 +154,17 @@ def classify(
     pod = ordered[-1] if ordered else None
     node = ((pod.get("spec") or {}).get("nodeName") if pod else None) or None
     term = _terminated(pod) if pod is not None else None
+    ended = _cond(job, "Failed") or _cond(job, "Complete")
+    if ended is not None and term is None:
+        since = parse_time(ended.get("lastTransitionTime"))
+        waited = (now - since).total_seconds() if since is not None else None
+        if waited is not None and waited < POD_RESULT_GRACE_SECONDS:
+            return Outcome(
+                OutcomeKind.Pending,
+                f"the Job ended ({ended.get('type')}); waiting for its pod's result",
+                node_name=node,
+                wait_seconds=POD_RESULT_GRACE_SECONDS - max(0.0, waited),
+            )
     if pod is not None:
         pstatus = pod.get("status") or {}
         if term is not None:

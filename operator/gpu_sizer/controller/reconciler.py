@@ -1,0 +1,702 @@
+"""Reconcile one GPUWorkload: decide from everything known, act on Jobs, write the status once.
+
+Level-triggered, as Kubernetes controllers are: every event about a workload (its own object,
+its measurement Job, the Job's pods, a GPU node joining) only marks the workload in the
+:class:`~gpu_sizer.controller.workqueue.WorkQueue`; :meth:`Reconciler.reconcile` then reads the
+latest state and runs the pure decision (:func:`gpu_sizer.reconcile.decide`). Nothing polls: a
+measurement is followed through its Job's and pods' watch events, and the only timer is the
+unschedulable deadline of a pod that waits for a node.
+
+What a decision rests on (issue 13):
+
+- **Confirmed state.** The watch lags behind the operator's own writes. The workload's status
+  is taken from the operator's last status write until the watch has caught up with it (by
+  ``resourceVersion``), and Jobs from the backend's overlay of its own creations and deletions
+  (:class:`~gpu_sizer.measurement.backends.KubernetesJobBackend`); pods are matched to their Job
+  by uid. Status writes carry the ``resourceVersion`` the decision was made on; a 409 means the
+  object changed meanwhile, so the decision is made again from the fresh object, never re-sent.
+- **Writes land.** A failed write (5xx, 429, timeout, conflict) fails the reconcile, and the
+  queue retries the workload with growing backoff until the write lands or the object is gone.
+- **Nothing written for nothing.** A status equal to the stored one is not written; the
+  decision keeps transition times of unchanged conditions, so resuming over settled workloads
+  costs a spec hash and a comparison each, and no API call.
+- **At most one live Job.** Every unfinished Job of the workload other than the one its status
+  names for the current spec is deleted, as are Jobs of a deleted (or re-created) workload of
+  that name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_sizer import metrics
+from gpu_sizer.api import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    GPUWorkloadSpec,
+    GPUWorkloadStatus,
+    InvalidWorkload,
+    MeasurementStatus,
+    Phase,
+    parse_spec,
+    spec_hash,
+)
+from gpu_sizer.controller import kube
+from gpu_sizer.controller.options import Options
+from gpu_sizer.controller.workqueue import Requeue, WorkQueue
+from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory
+from gpu_sizer.measurement.backends import (
+    Backend,
+    BackendError,
+    JobConflict,
+    JobTerminating,
+    JobView,
+)
+from gpu_sizer.measurement.job import JobRequest, host_memory_bytes, job_manifest, job_name
+from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, parse_time
+from gpu_sizer.reconcile import (
+    Config,
+    DeleteJob,
+    Emit,
+    Plan,
+    StartJob,
+    Workload,
+    decide,
+    invalid_plan,
+)
+from gpu_sizer.sizing import assess
+
+__all__ = ["Key", "Reconciler", "merge_patch", "slim_workload"]
+
+Key = tuple[str, str]
+log = logging.getLogger("gpu_sizer.controller")
+
+#: How long the operator's own status write stands in for a watch that has not shown it, when
+#: resourceVersions cannot be ordered (they are opaque strings by contract; etcd's are integers).
+WRITE_OVERLAY_SECONDS = 30.0
+#: Retry delay while a Job of the wanted name is still being deleted.
+TERMINATING_RETRY_SECONDS = 1.0
+#: Retry delay after a Job name conflict with another object's Job (reported as an Event).
+CONFLICT_RETRY_SECONDS = 60.0
+
+_COMPONENTS = (
+    "weights",
+    "quantizationOverhead",
+    "kvCache",
+    "activation",
+    "gradient",
+    "optimizerState",
+    "masterWeight",
+    "runtimeOverhead",
+    "total",
+)
+
+
+def now_rfc3339() -> str:
+    """Current UTC time, second precision, ``Z`` suffix (metav1.Time)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) turning ``old`` into ``new``: removed keys become None."""
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif before != value or key not in old:
+            patch[key] = value
+    return patch
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def slim_workload(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a decision reads of a GPUWorkload: identity, generation, resourceVersion, deletion,
+    the raw spec and status (plain data, whatever their types: an object stored without the
+    CRD's schema may hold a string as its spec; :func:`parse_spec` says so)."""
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "generation": meta.get("generation"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+        },
+        "spec": _plain(body.get("spec")),
+        "status": _plain(body.get("status")),
+    }
+
+
+def _newer(a: str | None, b: str | None) -> bool | None:
+    """Whether resourceVersion ``a`` is newer than ``b``; None when they cannot be ordered."""
+    if a and b and a.isdigit() and b.isdigit():
+        return int(a) > int(b)
+    return None
+
+
+@dataclass
+class _Written:
+    body: dict[str, Any]
+    at: float
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = body.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+class Reconciler:
+    """The operator's controller: one queue, one decision per workload at a time.
+
+    :meth:`attach` connects it to the running operator (API client, watch indexes); the kopf
+    handlers in :mod:`gpu_sizer.controller.handlers` feed :attr:`queue`.
+    """
+
+    def __init__(self, opts: Options, backend: Backend, *, workers: int = 16) -> None:
+        runner = "local probe" if opts.measurement_backend == "local" else "Job"
+        self.opts = opts
+        self.config = Config(
+            catalog=opts.catalog,
+            unschedulable_timeout_seconds=opts.unschedulable_timeout,
+            runner=runner,
+        )
+        self.backend = backend
+        self.queue: WorkQueue[Key] = WorkQueue(
+            self.reconcile, workers=workers, on_error=self._failed
+        )
+        self._client: kube.Client | None = None
+        self._workloads: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
+        self._nodes: dict[str, GpuNode | IgnoredNode] = {}
+        self._present: frozenset[str] = frozenset()
+        self._written: dict[Key, _Written] = {}
+        #: What was last logged per workload and topic: the same warning is not repeated.
+        self._said: dict[Key, dict[str, str]] = {}
+        self._headroom_labels: dict[Key, tuple[str, str]] = {}
+        self._events: asyncio.Queue[tuple[dict[str, Any], str, str, str]] | None = None
+        self._poster: asyncio.Task[None] | None = None
+        backend.notify = self.notify
+
+    # ----------------------------------------------------------------------- wiring
+
+    def attach(
+        self,
+        client: kube.Client,
+        *,
+        workloads: Mapping[Any, Iterable[Mapping[str, Any]]],
+    ) -> None:
+        """Connect the API client and the watch's index of workloads; start the workers."""
+        self._client = client
+        self._workloads = workloads
+        self._events = asyncio.Queue(maxsize=10_000)
+        self._poster = asyncio.create_task(self._post_events(), name="gpu-sizer events")
+        self.queue.start()
+
+    async def stop(self) -> None:
+        """Stop the workers, timers and the event poster (operator shutdown)."""
+        await self.queue.stop(grace=2.0)
+        if self._poster is not None:
+            self._poster.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poster
+            self._poster = None
+
+    def notify(self, namespace: str, name: str) -> None:
+        """Something about the workload changed (its Job, its pod): reconcile it."""
+        self.queue.add((namespace, name))
+
+    def node_seen(self, name: str, parsed: GpuNode | IgnoredNode | None) -> bool:
+        """Node ``name`` is now ``parsed`` (None: gone, or no GPUs). True when that changed
+        the node's entry; when it changed the present GPU classes, the workloads waiting for a
+        node of their class are decided again."""
+        if self._nodes.get(name) == parsed:
+            return False
+        if parsed is None:
+            self._nodes.pop(name, None)
+        else:
+            self._nodes[name] = parsed
+        present = frozenset(n.gpu_class for n in self._nodes.values() if isinstance(n, GpuNode))
+        if present != self._present:
+            self._present = present
+            for key, body in self._all_workloads():
+                status = body.get("status")
+                measurement = status.get("measurement") if isinstance(status, Mapping) else None
+                if isinstance(measurement, Mapping) and (
+                    measurement.get("reason") == "NoNodeOfClass"
+                ):
+                    self.queue.add(key)
+        return True
+
+    def inventory(self) -> Inventory:
+        """The GPU nodes known, and the nodes ignored with their reasons."""
+        nodes = tuple(n for n in self._nodes.values() if isinstance(n, GpuNode))
+        ignored = tuple(n for n in self._nodes.values() if isinstance(n, IgnoredNode))
+        return Inventory(nodes, ignored)
+
+    def present(self) -> frozenset[str]:
+        """The GPU classes with at least one node in the cluster."""
+        return self._present
+
+    def _all_workloads(self) -> Iterable[tuple[Key, Mapping[str, Any]]]:
+        for key, store in list(self._workloads.items()):
+            for body in store:
+                yield key, body
+
+    # ----------------------------------------------------------------------- state
+
+    def _cached(self, key: Key) -> Mapping[str, Any] | None:
+        best: Mapping[str, Any] | None = None
+        for body in self._workloads.get(key, ()):
+            if best is None or _newer(
+                _meta(body).get("resourceVersion"), _meta(best).get("resourceVersion")
+            ):
+                best = body
+        return best
+
+    def workload(self, key: Key) -> Mapping[str, Any] | None:
+        """The newest state known of the workload: the watch's, or the operator's own last
+        write while the watch has not shown it yet. None when the object is gone."""
+        cached = self._cached(key)
+        written = self._written.get(key)
+        if cached is None:
+            self._written.pop(key, None)
+            return None
+        if written is not None:
+            same = _meta(written.body).get("uid") == _meta(cached).get("uid")
+            newer = _newer(
+                _meta(written.body).get("resourceVersion"), _meta(cached).get("resourceVersion")
+            )
+            if newer is None:
+                newer = _meta(written.body).get("resourceVersion") != _meta(cached).get(
+                    "resourceVersion"
+                ) and (time.monotonic() - written.at < WRITE_OVERLAY_SECONDS)
+            if same and newer:
+                return written.body
+            del self._written[key]
+        return cached
+
+    # ----------------------------------------------------------------------- the decision
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Decide and act for one workload; seconds until it must be decided again, or None.
+
+        :raises kube.ApiError, BackendError: a write did not land (the queue retries).
+        """
+        namespace, name = key
+        body = self.workload(key)
+        if body is None or _meta(body).get("deletionTimestamp"):
+            await self._clean_up(key, body)
+            return None
+        meta = _meta(body)
+        uid = str(meta.get("uid") or "")
+        generation = meta.get("generation")
+        raw_status = body.get("status")
+        stored = raw_status if isinstance(raw_status, Mapping) else {}
+        prev = self._previous(key, stored)
+        now = now_rfc3339()
+        seen: list[Outcome] = []
+        try:
+            parsed = parse_spec(body.get("spec"))
+        except InvalidWorkload as exc:
+            problems = [str(p) for p in exc.problems]
+            plan = invalid_plan(problems, generation=generation, now=now, previous=prev)
+            if self._say(key, "spec", "; ".join(problems)):
+                log.warning(
+                    "%s/%s: invalid spec (stored without the webhook?): %s",
+                    namespace,
+                    name,
+                    "; ".join(problems),
+                )
+            spec: GPUWorkloadSpec | None = None
+            hash_: str | None = None
+        else:
+            spec = parsed
+            self._unsay(key, "spec")
+            hash_ = spec_hash(parsed)
+            present = self.present()
+            assessment = assess(parsed, self.config.catalog, present=present)
+            weights = 0
+            if assessment.estimate is not None:
+                weights = assessment.estimate.per_gpu.weights_bytes * assessment.estimate.gpu_count
+            wl = Workload(name, namespace, generation, parsed, hash_, prev)
+            spec_hash_ = hash_
+
+            def namer(gpu_class: str, mem: int, retry: int) -> str:
+                return job_name(
+                    name, spec_hash_, gpu_class, mem, retry, namespace=namespace, uid=uid
+                )
+
+            def observe(m: MeasurementStatus) -> Outcome:
+                outcome = self._observe(namespace, name, uid, m)
+                seen.append(outcome)
+                return outcome
+
+            plan = decide(
+                wl,
+                assessment,
+                self.config,
+                present=present,
+                now=now,
+                job_name=namer,
+                memory_bytes=host_memory_bytes(parsed, weights),
+                observe=observe,
+            )
+        outcome = seen[-1] if seen else None
+        await self._jobs(key, uid, plan, body, spec, hash_)
+        changed = await self._write(key, body, stored, plan)
+        self._record_metrics(key, plan.status)
+        log.debug(
+            "%s/%s: decided: %s, status %s",
+            namespace,
+            name,
+            plan.status.phase,
+            "written" if changed else "unchanged",
+        )
+        if changed:
+            self._log_transition(key, stored, plan)
+            for action in plan.actions:
+                if isinstance(action, Emit):
+                    self._emit(body, action)
+            if outcome is not None:
+                _observe_outcome(outcome, plan, prev)
+        self._unsay(key, "failure")
+        return self._deadline(plan, outcome)
+
+    def _previous(self, key: Key, status: Mapping[str, Any]) -> GPUWorkloadStatus | None:
+        if not status or not status.get("phase"):
+            return None
+        try:
+            previous = GPUWorkloadStatus.model_validate(status)
+        except ValueError as exc:
+            if self._say(key, "status", "unreadable"):
+                log.warning(
+                    "%s/%s: stored status unreadable, deciding from scratch: %s",
+                    *key,
+                    str(exc).splitlines()[0],
+                )
+            return None
+        self._unsay(key, "status")
+        return previous
+
+    def _observe(self, namespace: str, name: str, uid: str, m: MeasurementStatus) -> Outcome:
+        now = datetime.datetime.now(datetime.UTC)
+        for job in self.backend.jobs(namespace, name):
+            if job.name == m.job_name and job.owner_uid == uid and not job.deleting:
+                return self.backend.observe(namespace, job, now)
+        return Outcome(OutcomeKind.Missing, "the measurement Job does not exist")
+
+    def _deadline(self, plan: Plan, outcome: Outcome | None) -> float | None:
+        """Seconds until the observation can change by time alone: an unschedulable measurement
+        pod reaching its timeout, a Job that ended with its pod's result still on its way; None
+        when only an event can change it (nothing pending)."""
+        if outcome is None or plan.status.phase is not Phase.Measuring:
+            return None
+        if outcome.wait_seconds is not None:
+            return max(0.5, outcome.wait_seconds)
+        if outcome.kind is not OutcomeKind.Unschedulable:
+            return None
+        left = self.config.unschedulable_timeout_seconds - outcome.seconds_unschedulable
+        return max(0.5, left + 0.5)
+
+    # ----------------------------------------------------------------------- Jobs
+
+    async def _jobs(
+        self,
+        key: Key,
+        uid: str,
+        plan: Plan,
+        body: Mapping[str, Any],
+        spec: Any,
+        hash_: str | None,
+    ) -> None:
+        """Delete every Job the plan does not want, then start (or adopt) the one it does."""
+        namespace, name = key
+        m = plan.status.measurement
+        # The Job the status names is kept, running or done (its result may still be on its way
+        # through the pod watch; a finished one stays for its logs until ttlSecondsAfterFinished).
+        kept = m.job_name if m is not None and m.spec_hash == hash_ else None
+        to_delete = {a.name for a in plan.actions if isinstance(a, DeleteJob)}
+        for job in self.backend.jobs(namespace, name):
+            if job.deleting or job.owner_uid is None:
+                continue  # going already; or not a GPUWorkload's Job: never ours to delete
+            # A Job of an earlier GPUWorkload of this name (deleted and re-created) is an
+            # orphan, as the garbage collector also knows.
+            orphan = job.owner_uid != uid
+            unwanted = job.name in to_delete or (job.name != kept and not job.finished)
+            if orphan or unwanted:
+                await self._delete(key, job)
+        for action in plan.actions:
+            if isinstance(action, StartJob):
+                assert spec is not None and hash_ is not None
+                await self._start(key, uid, action, spec, hash_, body)
+
+    async def _delete(self, key: Key, job: JobView) -> None:
+        try:
+            await self.backend.delete(key[0], job)
+        except kube.ApiError as exc:
+            raise BackendError(f"deleting Job {job.name}: {exc}") from exc
+        log.info("%s/%s: deleted Job %s (uid %s)", *key, job.name, job.uid)
+
+    async def _start(
+        self,
+        key: Key,
+        uid: str,
+        action: StartJob,
+        spec: Any,
+        hash_: str,
+        body: Mapping[str, Any],
+    ) -> None:
+        namespace, name = key
+        for job in self.backend.jobs(namespace, name):
+            if job.name == action.name and job.owner_uid == uid and not job.deleting:
+                # Known to exist (the watch, or our own creation whose status write failed).
+                log.info("%s/%s: adopted existing Job %s", namespace, name, action.name)
+                return
+        req = JobRequest(
+            namespace=namespace,
+            workload=name,
+            workload_uid=uid,
+            spec_hash=hash_,
+            gpu_class=action.gpu_class,
+            gpus=action.gpus,
+            memory_bytes=action.memory_bytes,
+            image=spec.measurement.image or self.opts.probe_image,
+            name=action.name,
+            image_pull_secrets=self.opts.probe_image_pull_secrets,
+        )
+        try:
+            _, created = await self.backend.start(job_manifest(spec, req))
+        except JobConflict as exc:
+            text = f"{exc}; not adopting it"
+            if self._say(key, "conflict", text):
+                log.error("%s/%s: %s", namespace, name, text)
+                self._emit(body, Emit("Warning", "JobNameConflict", text))
+            raise Requeue(CONFLICT_RETRY_SECONDS, text) from exc
+        except JobTerminating as exc:
+            raise Requeue(TERMINATING_RETRY_SECONDS, str(exc)) from exc
+        except kube.ApiError as exc:
+            raise BackendError(f"creating Job {action.name}: {exc}") from exc
+        self._unsay(key, "conflict")
+        runner = self.config.runner
+        if runner == "Job":
+            verb = ("created" if created else "adopted existing") + " Job"
+        else:
+            verb = ("started" if created else "found running") + f" {runner}"
+        log.info(
+            "%s/%s: %s %s on class %s", namespace, name, verb, action.name, action.gpu_class.name
+        )
+
+    # ----------------------------------------------------------------------- status
+
+    async def _write(
+        self, key: Key, body: Mapping[str, Any], stored: Mapping[str, Any], plan: Plan
+    ) -> bool:
+        """Write the plan's status when it differs from the stored one; True when written."""
+        new = plan.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if new == stored:
+            return False
+        assert self._client is not None
+        namespace, name = key
+        patch: dict[str, Any] = {"status": merge_patch(stored, new)}
+        rv = _meta(body).get("resourceVersion")
+        if rv:
+            patch["metadata"] = {"resourceVersion": rv}
+        path = kube.object_path(GROUP, VERSION, PLURAL, namespace, name, "status")
+        try:
+            answer = await self._client.merge_patch(path, patch)
+        except kube.NotFound:
+            return False  # deleted meanwhile; its DELETED event cleans up
+        except kube.Conflict as exc:
+            # The object changed since the decision: decide again from the fresh object.
+            fresh = await self._client.get(
+                kube.object_path(GROUP, VERSION, PLURAL, namespace, name)
+            )
+            if isinstance(fresh, Mapping):
+                self._written[key] = _Written(slim_workload(fresh), time.monotonic())
+            raise Requeue(0.0, f"status write conflicted ({exc}); deciding again") from exc
+        if isinstance(answer, Mapping):
+            self._written[key] = _Written(slim_workload(answer), time.monotonic())
+        return True
+
+    def _log_transition(self, key: Key, stored: Mapping[str, Any], plan: Plan) -> None:
+        old_phase = stored.get("phase")
+        if old_phase == plan.status.phase:
+            return
+        ready = next((c for c in plan.status.conditions if c.type == "Ready"), None)
+        log.info(
+            "%s/%s: %s -> %s: %s",
+            *key,
+            old_phase or "(new)",
+            plan.status.phase,
+            ready.message if ready else "",
+        )
+
+    # ----------------------------------------------------------------------- deletion
+
+    async def _clean_up(self, key: Key, body: Mapping[str, Any] | None) -> None:
+        """The workload is gone (or going): delete its Jobs, forget what was kept for it. (A
+        real API server's garbage collector also deletes them through ownerReferences; doing it
+        here covers clusters and emulators without one, and a re-created namesake's view.)"""
+        for job in self.backend.jobs(*key):
+            if not job.deleting and job.owner_uid is not None:
+                await self._delete(key, job)
+        if body is None:
+            self._written.pop(key, None)
+            self._said.pop(key, None)
+            self._forget_metrics(key)
+
+    # ----------------------------------------------------------------------- events, logs
+
+    def _say(self, key: Key, topic: str, text: str) -> bool:
+        """True the first time ``text`` is said about ``key`` on ``topic`` in a row: the same
+        warning is not repeated while nothing changes."""
+        said = self._said.setdefault(key, {})
+        if said.get(topic) == text:
+            return False
+        said[topic] = text
+        return True
+
+    def _unsay(self, key: Key, topic: str) -> None:
+        said = self._said.get(key)
+        if said is not None:
+            said.pop(topic, None)
+            if not said:
+                del self._said[key]
+
+    def _failed(self, key: Key, exc: BaseException, delay: float) -> None:
+        metrics.RECONCILE_ERRORS.labels("reconcile").inc()
+        text = str(exc) or type(exc).__name__
+        if self._say(key, "failure", text):
+            level = (
+                logging.WARNING if isinstance(exc, (kube.ApiError, BackendError)) else logging.ERROR
+            )
+            log.log(
+                level,
+                "%s/%s: %s; retrying in %.1f s (and with growing delays while it fails)",
+                *key,
+                text,
+                delay,
+                exc_info=level == logging.ERROR,
+            )
+
+    def _emit(self, body: Mapping[str, Any], action: Emit) -> None:
+        if self._events is None:
+            return
+        meta = _meta(body)
+        involved = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        }
+        with contextlib.suppress(asyncio.QueueFull):  # Events are best effort
+            self._events.put_nowait((involved, action.type_, action.reason, action.message))
+
+    async def _post_events(self) -> None:
+        assert self._events is not None and self._client is not None
+        while True:
+            involved, type_, reason, message = await self._events.get()
+            for attempt in range(3):
+                try:
+                    await self._client.post_event(
+                        involved, type_=type_, reason=reason, message=message
+                    )
+                    break
+                except kube.Unavailable:
+                    await asyncio.sleep(0.5 * 2**attempt)
+                except kube.ApiError as exc:
+                    log.debug("event %s on %s not posted: %s", reason, involved.get("name"), exc)
+                    break
+
+    # ----------------------------------------------------------------------- metrics
+
+    def _record_metrics(self, key: Key, status: GPUWorkloadStatus) -> None:
+        namespace, name = key
+        if status.estimate is not None:
+            wire = status.estimate.per_gpu.model_dump(by_alias=True)
+            for component in _COMPONENTS:
+                # Byte fields only: perGpu also carries display-only figures (totalGiB).
+                value = wire.get(f"{component}Bytes")
+                if isinstance(value, int):
+                    metrics.ESTIMATED_BYTES.labels(namespace, name, component).set(value)
+        m = status.measurement
+        if m is not None and m.completed_at and m.device == "cuda":
+            for kind, value in (
+                ("allocated", m.peak_allocated_bytes),
+                ("reserved", m.peak_reserved_bytes),
+                ("device", m.peak_device_used_bytes),
+            ):
+                if value is not None:
+                    metrics.MEASURED_PEAK_BYTES.labels(namespace, name, kind).set(value)
+        rec = status.recommendation
+        labels = (rec.gpu_class, str(rec.basis)) if rec is not None else None
+        old = self._headroom_labels.get(key)
+        if old is not None and old != labels:
+            with contextlib.suppress(KeyError):
+                metrics.RECOMMENDATION_HEADROOM.remove(namespace, name, *old)
+            del self._headroom_labels[key]
+        if rec is not None and labels is not None:
+            metrics.RECOMMENDATION_HEADROOM.labels(namespace, name, *labels).set(
+                rec.headroom_fraction
+            )
+            self._headroom_labels[key] = labels
+
+    def _forget_metrics(self, key: Key) -> None:
+        namespace, name = key
+        for component in _COMPONENTS:
+            with contextlib.suppress(KeyError):
+                metrics.ESTIMATED_BYTES.remove(namespace, name, component)
+        for kind in ("allocated", "reserved", "device"):
+            with contextlib.suppress(KeyError):
+                metrics.MEASURED_PEAK_BYTES.remove(namespace, name, kind)
+        old = self._headroom_labels.pop(key, None)
+        if old is not None:
+            with contextlib.suppress(KeyError):
+                metrics.RECOMMENDATION_HEADROOM.remove(namespace, name, *old)
+
+
+def _observe_outcome(outcome: Outcome, plan: Plan, prev: GPUWorkloadStatus | None) -> None:
+    """Count a measurement that ended (the first time its ending is written)."""
+    if not outcome.finished and outcome.kind not in (
+        OutcomeKind.Unschedulable,
+        OutcomeKind.Missing,
+    ):
+        return
+    m = plan.status.measurement
+    reason = (m.reason if m and m.completed_at and m.reason else None) or (
+        "OutOfMemory"
+        if outcome.result is not None and outcome.result.out_of_memory
+        else str(outcome.kind)
+    )
+    if outcome.kind is OutcomeKind.Unschedulable and not (m and m.reason == "NoNodeOfClass"):
+        return
+    metrics.MEASUREMENT_OUTCOMES.labels(reason).inc()
+    started = parse_time(prev.measurement.started_at if prev and prev.measurement else None)
+    if started is not None:
+        now = datetime.datetime.now(datetime.UTC)
+        metrics.MEASUREMENT_DURATION.labels(reason).observe(
+            max(0.0, (now - started).total_seconds())
+        )
