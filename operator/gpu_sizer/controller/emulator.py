@@ -247,12 +247,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 )
         if request.subresource == "status":
             data.pop("spec", None)
-        elif "spec" in data:
-            if current is not None:
-                old_spec = current.get("spec")
-                if old_spec != data["spec"]:
-                    old = (current.get("metadata") or {}).get("generation") or 1
-                    meta["generation"] = int(old) + 1
+        elif "spec" in data and current is not None and current.get("spec") != data["spec"]:
+            old = (current.get("metadata") or {}).get("generation") or 1
+            meta["generation"] = int(old) + 1
         meta["resourceVersion"] = self._next_rv()
 
 
