@@ -135,8 +135,6 @@ class OperatorProcess:
             "--health-port",
             "0",
             "--no-webhook",
-            "--poll-interval",
-            "0.2",
             "--unschedulable-timeout",
             "1.5",
             *args,

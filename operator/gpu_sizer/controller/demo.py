@@ -181,7 +181,6 @@ async def _run(args: argparse.Namespace) -> int:
             sys.executable, "-m", "gpu_sizer.cli", "operator", "-A", "--standalone",
             "--measurement-backend", "local", "--local-deadline-cap", str(args.probe_seconds),
             "--no-webhook", "--metrics-port", "0", "--health-port", "0",
-            "--poll-interval", "0.5",
         ]  # fmt: skip
         with log.open("wb") as fh:
             proc = subprocess.Popen(

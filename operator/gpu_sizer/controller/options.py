@@ -47,7 +47,7 @@ class Options:
     default_headroom: float = 0.10
     measurement_backend: str = "kubernetes"
     unschedulable_timeout: float = 600.0
-    poll_interval: float = 5.0
+    poll_interval: float = 5.0  # ignored: measurement Jobs are followed from watch events
     local_probe_command: tuple[str, ...] = ()
     local_deadline_cap: float | None = None
     local_max_concurrency: int = 1
@@ -140,7 +140,8 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=float(_env("poll-interval", 5)),
         metavar="SECONDS",
-        help="how often a running measurement is checked (seconds)",
+        help="ignored (kept for existing deployments): measurement Jobs are followed from watch "
+        "events, not polled",
     )
     p.add_argument(
         "--local-probe-command",
