@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, gpu_node, spec, workload
+from tests.e2e.conftest import (
+    GW,
+    NS,
+    Kubelet,
+    condition,
+    eventually,
+    gpu_node,
+    spec,
+    workload,
+)
 from tests.e2e.probe_results import GIB, gpu_oom, gpu_success
 from tests.e2e.test_lifecycle import phase_is
 

@@ -57,9 +57,12 @@ async def test_create_to_ready_on_measurement(cluster, start_operator, kubelet: 
         == condition(measuring, "Estimated")["lastTransitionTime"]
     )
     assert len(await kubelet.jobs()) == 1
-    events = await cluster.list(("", "v1", "events"), NS)
-    reasons = {e.get("reason") for e in events}
-    assert {"MeasurementStarted", "Measured"} <= reasons
+
+    async def posted() -> bool:  # Events are posted in the background, after the status
+        events = await cluster.list(("", "v1", "events"), NS)
+        return {"MeasurementStarted", "Measured"} <= {e.get("reason") for e in events}
+
+    await eventually(posted, what="MeasurementStarted and Measured Events")
 
 
 @pytest.mark.gpu_classes("nvidia-l4")

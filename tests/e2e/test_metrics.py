@@ -35,7 +35,12 @@ async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -
     job = await kubelet.wait_job()
     await kubelet.succeed(job, gpu_success(10 * GIB, total=23034 << 20), node="l4-1")
     await eventually(lambda: phase_is(cluster, "metered", "Ready"))
-    text = await eventually(lambda: fetch(f"http://127.0.0.1:{metrics}/metrics"), what="/metrics")
+
+    async def counted() -> str | None:  # counted right after the status write lands
+        text = await fetch(f"http://127.0.0.1:{metrics}/metrics")
+        return text if text and "gpusizer_measurement_outcomes_total{" in text else None
+
+    text = await eventually(counted, what="/metrics with the measurement counted")
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)

@@ -127,8 +127,12 @@ async def test_invalid_stored_object_is_stalled_and_others_are_served(
     assert "spec.inference.maxNumSeqs" in msg and "spec.model.dtype" in msg
     assert condition(stalled, "Ready")["status"] == "False"
     await eventually(lambda: phase_is(cluster, "fine", "Ready"))
-    events = await cluster.list(("", "v1", "events"), NS)
-    assert any(e.get("reason") == "InvalidSpec" for e in events)
+
+    async def posted() -> bool:
+        events = await cluster.list(("", "v1", "events"), NS)
+        return any(e.get("reason") == "InvalidSpec" for e in events)
+
+    await eventually(posted, what="an InvalidSpec Event")
     # Fixing the object un-stalls it.
     await cluster.change_spec(
         GW, NS, "broken", {"inference": {"maxNumSeqs": 4}, "model": {"dtype": "bfloat16"}}

@@ -215,9 +215,14 @@ class Reconciler:
         self.queue.start()
 
     async def stop(self) -> None:
-        """Stop the workers, timers and the event poster (operator shutdown)."""
+        """Stop the workers and timers, post the Events still queued (for at most 2 s), stop
+        the poster (operator shutdown)."""
         await self.queue.stop(grace=2.0)
         if self._poster is not None:
+            if self._events is not None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(2.0):
+                        await self._events.join()
             self._poster.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poster
@@ -619,17 +624,24 @@ class Reconciler:
         assert self._events is not None and self._client is not None
         while True:
             involved, type_, reason, message = await self._events.get()
-            for attempt in range(3):
-                try:
-                    await self._client.post_event(
-                        involved, type_=type_, reason=reason, message=message
-                    )
-                    break
-                except kube.Unavailable:
-                    await asyncio.sleep(0.5 * 2**attempt)
-                except kube.ApiError as exc:
-                    log.debug("event %s on %s not posted: %s", reason, involved.get("name"), exc)
-                    break
+            try:
+                await self._post(involved, type_, reason, message)
+            finally:
+                self._events.task_done()
+
+    async def _post(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post one Event: three tries while the API is unavailable, then dropped (Events are
+        best effort; the status carries the same facts)."""
+        assert self._client is not None
+        for attempt in range(3):
+            try:
+                await self._client.post_event(involved, type_=type_, reason=reason, message=message)
+                return
+            except kube.Unavailable:
+                await asyncio.sleep(0.5 * 2**attempt)
+            except kube.ApiError as exc:
+                log.debug("event %s on %s not posted: %s", reason, involved.get("name"), exc)
+                return
 
     # ----------------------------------------------------------------------- metrics
 
