@@ -475,9 +475,11 @@ def _plan_spec(
     measured = prev.measurement if prev and same_hash else None
     if measured is not None and measured.spec_hash == wl.spec_hash:
         if prev is not None and prev.phase is Phase.Measuring:
-            # Resume or a placement-only change while measuring: keep the Job, refresh figures.
+            # Resume or a placement-only change while measuring: keep the Job, refresh figures
+            # (and the Estimated condition as the estimate has it: Estimated or Incomplete).
             conds = _Conds(prev, wl.generation, now)
-            conds.put(ConditionType.Estimated, T, "Estimated", assessment.message)
+            est = next(c for c in base.conditions if c.type == ConditionType.Estimated)
+            conds.put(ConditionType.Estimated, T, est.reason, est.message)
             return Plan(
                 prev.model_copy(
                     update={

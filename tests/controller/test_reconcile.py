@@ -391,3 +391,14 @@ def test_decide_follows_the_running_job_of_the_current_spec() -> None:
     )
     assert [type(a) for a in plan.actions][:1] == [DeleteJob]
     assert any(isinstance(a, StartJob) for a in plan.actions)
+
+
+def test_deciding_again_while_measuring_keeps_an_incomplete_estimate_incomplete() -> None:
+    measuring = start(bare()).status
+    running = Outcome(OutcomeKind.Running, "running on n1", node_name="n1")
+    again = decide_again(bare(), measuring, running).status
+    assert cond(again, "Estimated").reason == "Incomplete"
+    assert (
+        cond(again, "Estimated").last_transition_time
+        == cond(measuring, "Estimated").last_transition_time
+    )
