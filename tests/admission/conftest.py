@@ -42,7 +42,7 @@ NAMESPACES = {
 POLICY = {
     "defaultMinHeadroomFraction": 0.10,
     "minHeadroomFractionFloor": 0.05,
-    "maxMinHeadroomFraction": 0.5,
+    "maxMinHeadroomFraction": 0.4,
     "namespaceRules": [
         {
             "namespaceSelector": {"matchLabels": {"team": "research"}},

@@ -38,6 +38,12 @@ CRAFTED: dict[str, dict[str, Any]] = {
         "model": {"revision": "x", "parameterCount": 15_700_000_000},
         "inference": {"maxModelLen": 32768, "maxNumSeqs": 16},
     },
+    # Above the API's maximum (0.5): the same field error both ways, whatever the policy.
+    "too-much-headroom": {
+        "model": {"revision": "x", "architecture": LLAMA_3_8B},
+        "inference": {"maxModelLen": 8192, "maxNumSeqs": 4},
+        "placement": {"minHeadroomFraction": 0.6},
+    },
     "invalid": {
         "model": {"dtype": "bfloat17"},
         "inference": {"maxModelLen": 0, "maxNumSeqs": 8, "maxNumSeq": 1},

@@ -171,3 +171,36 @@ def test_incomplete_estimates_default_to_warn_and_rules_may_deny() -> None:
     with pytest.raises(PolicyError) as err:
         parse_policy({"incompleteEstimates": "warn"})
     assert err.value.problems[0].startswith("incompleteEstimates: ")
+
+
+def test_without_a_policy_file_the_webhook_accepts_what_estimate_accepts() -> None:
+    # Issue 13: without a policy file the webhook capped minHeadroomFraction at 0.5 while
+    # `gpu-sizer estimate` accepted up to 1.0. The bound is the API's, one constant for both.
+    from gpu_sizer.admission.verdict import Outcome, review
+    from gpu_sizer.api import InvalidWorkload, parse_spec
+    from gpu_sizer.api.spec import MAX_MIN_HEADROOM_FRACTION
+    from tests.architectures import LLAMA_3_8B
+
+    default = parse_policy(None).for_namespace({})
+    assert default.max_min_headroom_fraction == MAX_MIN_HEADROOM_FRACTION
+    for room in (0.0, 0.3, MAX_MIN_HEADROOM_FRACTION, 0.5000001, 0.6, 0.95):
+        doc = {
+            "model": {"revision": "x", "architecture": LLAMA_3_8B},
+            "inference": {"maxModelLen": 1024, "maxNumSeqs": 1},
+            "placement": {"minHeadroomFraction": room},
+        }
+        answer = review(doc, namespace="ns", policy=default, catalog=DEFAULT_CATALOG)
+        try:
+            parse_spec(doc)
+        except InvalidWorkload as exc:
+            assert answer.outcome is Outcome.Invalid, room
+            assert answer.message == "\n".join(str(p) for p in exc.problems)
+        else:
+            assert answer.allowed, (room, answer)
+
+
+def test_a_policy_can_only_lower_the_api_maximum() -> None:
+    assert parse_policy({"maxMinHeadroomFraction": 0.3}).max_min_headroom_fraction == 0.3
+    with pytest.raises(PolicyError) as caught:
+        parse_policy({"maxMinHeadroomFraction": 0.6}, "policy.yaml")
+    assert caught.value.problems == ["maxMinHeadroomFraction: must be <= 0.5, not 0.6"]

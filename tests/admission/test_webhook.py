@@ -98,7 +98,7 @@ async def test_invalid_spec_lists_every_problem_with_its_path(webhook: Webhook) 
         "spec.model.dtype: must be one of 'float32', 'bfloat16', 'float16', 'float8_e4m3fn' or "
         "'float8_e5m2', not 'bfloat17'\n"
         "spec.inference.maxModelLen: must be >= 1, not 0\n"
-        "spec.placement.minHeadroomFraction: must be < 1.0, not 1.5"
+        "spec.placement.minHeadroomFraction: must be <= 0.5, not 1.5"
     )
 
 
@@ -225,7 +225,7 @@ async def test_class_outside_namespace_policy_is_rejected(webhook: Webhook) -> N
 async def test_headroom_outside_policy_bounds_is_rejected(webhook: Webhook) -> None:
     low, high = inference(), inference()
     low["placement"] = {"minHeadroomFraction": 0.01}
-    high["placement"] = {"minHeadroomFraction": 0.8}
+    high["placement"] = {"minHeadroomFraction": 0.45}
     resp = await webhook.validate(admission_review(workload(low, namespace="team-a")))
     assert resp["status"]["message"] == (
         "spec.placement.minHeadroomFraction: 0.01 is below the floor of 0.05 that the policy "
@@ -233,7 +233,7 @@ async def test_headroom_outside_policy_bounds_is_rejected(webhook: Webhook) -> N
     )
     resp = await webhook.validate(admission_review(workload(high, namespace="team-a")))
     assert resp["status"]["message"] == (
-        "spec.placement.minHeadroomFraction: 0.8 exceeds the policy maximum of 0.5; a margin "
+        "spec.placement.minHeadroomFraction: 0.45 exceeds the policy maximum of 0.4; a margin "
         "that large leaves most of the GPU idle"
     )
 

@@ -93,7 +93,8 @@ def test_enums_bounds_and_defaults(schema: dict[str, Any]) -> None:
         "gptq", "awq", "fp8", "bitsandbytes-nf4", "bitsandbytes-int8"
     ]  # fmt: skip
     headroom = spec["placement"]["properties"]["minHeadroomFraction"]
-    assert (headroom["minimum"], headroom["maximum"], headroom["exclusiveMaximum"]) == (0, 1, True)
+    assert (headroom["minimum"], headroom["maximum"]) == (0, 0.5)
+    assert "exclusiveMaximum" not in headroom
     assert headroom["default"] == 0.1
     timeout = spec["measurement"]["properties"]["timeoutSeconds"]
     assert (timeout["minimum"], timeout["maximum"], timeout["default"]) == (30, 86400, 900)

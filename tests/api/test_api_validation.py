@@ -211,7 +211,7 @@ def test_data_parallel_needs_a_strategy(train_doc: dict[str, Any]) -> None:
         (lambda d: d["spec"]["inference"].update(engine="trt"), "spec.inference.engine",
          "must be one of 'vllm', 'transformers', 'tgi' or 'sglang', not 'trt'"),
         (lambda d: d["spec"].update(placement={"minHeadroomFraction": 1.5}),
-         "spec.placement.minHeadroomFraction", "must be < 1.0, not 1.5"),
+         "spec.placement.minHeadroomFraction", "must be <= 0.5, not 1.5"),
         (lambda d: d["spec"].update(placement={"gpuClasses": "nvidia-l4"}),
          "spec.placement.gpuClasses", "must be a list"),
         (lambda d: d["spec"].update(model=[]), "spec.model", "must be an object"),

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_sizer.api import GPUWorkloadSpec, parse_spec
+from gpu_sizer.api.spec import MAX_MIN_HEADROOM_FRACTION
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG, fits
 from gpu_sizer.sizing import MIN_FIX_MAX_MODEL_LEN, Verdict, assess
@@ -293,7 +294,7 @@ _QUANT = [
     engine=st.sampled_from(_ENGINES),
     kv=st.sampled_from(["auto", "fp8", "fp8_e5m2"]),
     quant=st.sampled_from(_QUANT),
-    headroom=st.floats(0.0, 0.9),
+    headroom=st.floats(0.0, MAX_MIN_HEADROOM_FRACTION),
     classes=st.lists(st.sampled_from([c.name for c in DEFAULT_CATALOG]), max_size=3),
 )
 def test_any_valid_inference_spec_gets_a_verdict(

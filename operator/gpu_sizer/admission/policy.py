@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from gpu_sizer.api import FieldError, problems_from
-from gpu_sizer.api.spec import Fraction
+from gpu_sizer.api.spec import MAX_MIN_HEADROOM_FRACTION, Fraction
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.yamlio import UnreadableFile, YamlError, load, read_text
 
@@ -94,19 +94,26 @@ class NamespaceRule(_Model):
     allowed_gpu_classes: list[str] | None = Field(
         None, description="Classes workloads in these namespaces may use; unset allows all."
     )
-    default_min_headroom_fraction: Fraction | None = Field(None, ge=0.0, lt=1.0)
-    min_headroom_fraction_floor: Fraction | None = Field(None, ge=0.0, lt=1.0)
+    default_min_headroom_fraction: Fraction | None = Field(
+        None, ge=0.0, le=MAX_MIN_HEADROOM_FRACTION
+    )
+    min_headroom_fraction_floor: Fraction | None = Field(None, ge=0.0, le=MAX_MIN_HEADROOM_FRACTION)
     incomplete_estimates: IncompleteEstimates | None = Field(
         None, description="Warn or Deny for Incomplete estimates; unset takes the top level's."
     )
 
 
 class Policy(_Model):
-    """The whole policy file. Defaults reproduce the API's own default of 10 % headroom."""
+    """The whole policy file. Without one, the webhook applies exactly the API's own rules: 10 %
+    headroom by default, anything from 0 to the API's maximum
+    (:data:`gpu_sizer.api.spec.MAX_MIN_HEADROOM_FRACTION`, which a policy can only lower), so
+    the webhook and ``gpu-sizer estimate`` accept the same values."""
 
-    default_min_headroom_fraction: Fraction = Field(0.10, ge=0.0, lt=1.0)
-    min_headroom_fraction_floor: Fraction = Field(0.0, ge=0.0, lt=1.0)
-    max_min_headroom_fraction: Fraction = Field(0.5, gt=0.0, lt=1.0)
+    default_min_headroom_fraction: Fraction = Field(0.10, ge=0.0, le=MAX_MIN_HEADROOM_FRACTION)
+    min_headroom_fraction_floor: Fraction = Field(0.0, ge=0.0, le=MAX_MIN_HEADROOM_FRACTION)
+    max_min_headroom_fraction: Fraction = Field(
+        MAX_MIN_HEADROOM_FRACTION, gt=0.0, le=MAX_MIN_HEADROOM_FRACTION
+    )
     incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
     namespace_rules: list[NamespaceRule] = Field(default_factory=list)
 

@@ -36,6 +36,7 @@ __all__ = [
     "LAYER_TYPES",
     "LIMITS",
     "LORA_TARGET_MODULES",
+    "MAX_MIN_HEADROOM_FRACTION",
     "MOE_MODEL_TYPES",
     "QUANTIZATION_BITS",
     "VISION_LANGUAGE_MODEL_TYPES",
@@ -1058,6 +1059,14 @@ class Measurement(_Model):
         return self
 
 
+#: Largest ``spec.placement.minHeadroomFraction`` the API accepts. A margin of more than half a
+#: GPU would leave most of it idle, and is usually a mix-up with a utilization (vLLM's
+#: ``--gpu-memory-utilization 0.9`` is 10 % headroom, not 90 %). The one source of this bound:
+#: the CRD, ``gpu-sizer estimate`` and the webhook refuse larger values with the same field error,
+#: and a namespace policy (``maxMinHeadroomFraction``) can only lower it.
+MAX_MIN_HEADROOM_FRACTION: float = 0.5
+
+
 class Placement(_Model):
     """Where the workload may run, and the safety margin it needs."""
 
@@ -1068,7 +1077,7 @@ class Placement(_Model):
     min_headroom_fraction: Fraction = Field(
         0.10,
         ge=0.0,
-        lt=1.0,
+        le=MAX_MIN_HEADROOM_FRACTION,
         description="Fraction of the GPU's memory that must stay free at the peak.",
     )
 
