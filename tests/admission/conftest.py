@@ -37,6 +37,7 @@ NAMESPACES = {
     "default": {},
     "team-a": {"team": "a"},
     "research": {"team": "research", "tier": "lab"},
+    "burst": {"team": "burst"},
 }
 
 POLICY = {

@@ -10,6 +10,7 @@ ever seen does :meth:`NamespaceLabels.get` raise :class:`NamespaceLookupError`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,7 +39,13 @@ class _Entry:
 
 
 class NamespaceLabels:
-    """TTL cache of namespace labels in front of a blocking fetcher.
+    """TTL cache of namespace labels in front of a blocking fetcher, one read per namespace at once.
+
+    Reads are single-flight: concurrent reviews for a namespace whose labels are missing or
+    expired share one read (a burst of 300 applies to a new namespace makes one API call, not
+    300 threads that each queue for the executor and time out). When the shared read fails or
+    exceeds ``timeout``, each waiting review falls back to the freshest labels cached for the
+    namespace, with a warning; only when none were ever read does :meth:`get` raise.
 
     :param fetcher: returns a Namespace's labels; raises on any failure.
     :param ttl: seconds a successful read is reused (default 30 s: label changes apply within
@@ -51,6 +58,7 @@ class NamespaceLabels:
         self._ttl = ttl
         self._timeout = timeout
         self._entries: dict[str, _Entry] = {}
+        self._reads: dict[str, asyncio.Task[Labels]] = {}
         self._clock: Callable[[], float] = time.monotonic
 
     async def get(self, namespace: str) -> tuple[Labels, str | None]:
@@ -58,28 +66,45 @@ class NamespaceLabels:
 
         :raises NamespaceLookupError: the read failed and nothing was cached.
         """
-        now = self._clock()
         entry = self._entries.get(namespace)
-        if entry is not None and now - entry.fetched_at < self._ttl:
+        if entry is not None and self._clock() - entry.fetched_at < self._ttl:
             return entry.labels, None
+        read = self._reads.get(namespace)
+        if read is None:
+            read = asyncio.ensure_future(self._read(namespace))
+            self._reads[namespace] = read
+            read.add_done_callback(functools.partial(self._read_done, namespace))
         try:
-            labels = await asyncio.wait_for(
-                asyncio.to_thread(self._fetcher, namespace), timeout=self._timeout
-            )
+            # shield: a review that gives up (its client went away) must not cancel the read
+            # the other reviews wait for.
+            return await asyncio.shield(read), None
         except Exception as exc:  # any failure of the read: API error, timeout, config
             reason = _describe(exc)
+            entry = self._entries.get(namespace)  # the freshest, whoever read it
             if entry is None:
                 raise NamespaceLookupError(
                     f"could not read the labels of namespace {namespace!r} to apply the "
                     f"namespace policy ({reason})"
                 ) from exc
-            age = now - entry.fetched_at
+            age = self._clock() - entry.fetched_at
             return entry.labels, (
                 f"namespace policy applied with labels of namespace {namespace!r} read "
                 f"{age:.0f} s ago; the fresh read failed ({reason})"
             )
-        self._entries[namespace] = _Entry(dict(labels), now)
-        return labels, None
+
+    async def _read(self, namespace: str) -> Labels:
+        started = self._clock()
+        labels = await asyncio.wait_for(
+            asyncio.to_thread(self._fetcher, namespace), timeout=self._timeout
+        )
+        self._entries[namespace] = _Entry(dict(labels), started)
+        return labels
+
+    def _read_done(self, namespace: str, read: asyncio.Task[Labels]) -> None:
+        if self._reads.get(namespace) is read:
+            del self._reads[namespace]
+        if not read.cancelled():
+            read.exception()  # retrieved here, so a read nobody awaited any more is not logged
 
 
 def _describe(exc: BaseException) -> str:
