@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import ssl
 import uuid
@@ -29,8 +30,8 @@ import pytest
 import pytest_asyncio
 import yaml
 
-import gpu_sizer.admission.handlers  # noqa: F401  (registers the kopf handlers)
-from gpu_sizer.admission import certs, kube
+from gpu_sizer.admission import certs, handlers, kube  # handlers: registers the kopf handlers
+from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
 from gpu_sizer.admission.server import AdmissionServer, configure
 
 NAMESPACES = {
@@ -273,6 +274,14 @@ async def webhook(
     settings.posting.enabled = False
     server = configure(settings, options())
     assert isinstance(server, AdmissionServer)
+    # Namespace reads bounded by 60 s instead of 2 s: on a loaded machine the emulator, which
+    # shares this event loop with the webhook and the client, may be slower than a real API
+    # server, and these tests are about verdicts, not about the emulator's speed.
+    handlers.configure_admission(
+        dataclasses.replace(
+            handlers._config, namespaces=NamespaceLabels(kubernetes_fetcher(60.0), timeout=60.0)
+        )
+    )
     task = asyncio.create_task(
         kopf.operator(
             registry=kopf.get_default_registry(),

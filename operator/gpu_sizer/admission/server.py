@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 import aiohttp.web
 import kopf
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_sizer.admission.changes import JUDGED_OPERATIONS
@@ -53,14 +54,19 @@ from gpu_sizer.admission.handlers import (
 )
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
 from gpu_sizer.admission.policy import PolicyError, load_policy, parse_policy
-from gpu_sizer.api import problems_from
+from gpu_sizer.api import GROUP, PLURAL, VERSION, problems_from
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 
 __all__ = [
+    "BODY_TIMEOUT",
     "HANDLER_IDS",
+    "HANDSHAKE_TIMEOUT",
+    "IDLE_TIMEOUT",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
+    "SERVED_RESOURCES",
     "AdmissionServer",
+    "ClientErrorLogFilter",
     "ReviewEnvelope",
     "configure",
 ]
@@ -72,6 +78,18 @@ HANDLER_IDS: frozenset[str] = frozenset({"validate-gpuworkload", "mutate-gpuwork
 #: Largest accepted request body, in bytes: two 1.5 MiB objects (UPDATE) plus the envelope,
 #: with margin; the API server's own request limit is 3 MiB.
 MAX_BODY_BYTES = 8 << 20
+#: Seconds a client may take over its TLS handshake (asyncio's default is 60 s). The API server
+#: completes one in milliseconds; 150 clients that connect and stall must not hold sockets.
+HANDSHAKE_TIMEOUT = 10.0
+#: Seconds a connection may stay open without sending a complete request header: after the
+#: handshake, and between requests on a kept-alive connection. The API server sends each review
+#: in one write; a client trickling its headers byte by byte (slowloris) is closed after this.
+#: The API server's HTTP client reconnects transparently when an idle connection was closed.
+IDLE_TIMEOUT = 10.0
+#: Seconds a client may take to send the body once its headers are in.
+BODY_TIMEOUT = 10.0
+#: The resources the handlers serve, as (group, version, plural).
+SERVED_RESOURCES: frozenset[tuple[str, str, str]] = frozenset({(GROUP, VERSION, PLURAL)})
 #: Deepest accepted JSON nesting of a request body, in levels (arrays and objects). A
 #: GPUWorkload AdmissionReview nests about 8 levels (annotations and labels are flat string
 #: maps; a spec's deepest field is 3 levels under ``spec``); 64 leaves room for any extra
@@ -97,13 +115,30 @@ class _UserInfo(_Loose):
     username: str = ""
 
 
+class _ObjectMeta(_Loose):
+    """The metadata kopf and the handlers read (kopf keys its memos by ``uid``, logs by name and
+    namespace; the policy is looked up by namespace): strings where Kubernetes has strings."""
+
+    name: str | None = None
+    generate_name: str | None = Field(None, alias="generateName")
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = Field(None, alias="resourceVersion")
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class _Object(_Loose):
+    metadata: _ObjectMeta = Field(default_factory=_ObjectMeta)
+
+
 class _RequestPayload(_Loose):
     uid: str = Field(min_length=1)
     resource: _Resource
     operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
     user_info: _UserInfo = Field(alias="userInfo")
-    object: dict[str, Any] | None = None
-    old_object: dict[str, Any] | None = Field(None, alias="oldObject")
+    object: _Object | None = None
+    old_object: _Object | None = Field(None, alias="oldObject")
 
 
 class ReviewEnvelope(_Loose):
@@ -155,8 +190,75 @@ def _digest(paths: Sequence[Path]) -> str:
     return hasher.hexdigest()
 
 
-def _text(status: int, text: str) -> aiohttp.web.Response:
-    return aiohttp.web.Response(status=status, text=text + "\n", content_type="text/plain")
+def _text(status: int, text: str, **headers: str) -> aiohttp.web.Response:
+    return aiohttp.web.Response(
+        status=status, text=text + "\n", content_type="text/plain", headers=headers
+    )
+
+
+class ClientErrorLogFilter(logging.Filter):
+    """One line, no traceback, for requests that are malformed at the HTTP level.
+
+    aiohttp answers a request it cannot parse (bad headers, an unsupported or corrupt
+    ``Content-Encoding``) with HTTP 400 itself, and logs the parser's exception with its
+    traceback at ERROR on ``aiohttp.server``. That is the client's fault, not the server's:
+    anyone who can reach the port could fill the log with tracebacks. Installed on that logger,
+    this keeps the line (at INFO) and drops the traceback; other errors keep theirs.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (HttpProcessingError, aiohttp.web.RequestPayloadError)):
+            record.msg = f"{record.getMessage()}: {_one_line(exc)}"
+            record.args = ()
+            record.exc_info = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+class _TLSSite(aiohttp.web.BaseSite):
+    """A TCP listener like ``aiohttp.web.TCPSite`` that also bounds the TLS handshake.
+
+    asyncio waits 60 s for a client to finish its handshake and aiohttp's site does not expose
+    the setting, so a client that connects and sends nothing would hold a socket that long.
+    """
+
+    __slots__ = ("_handshake_timeout", "_host", "_port")
+
+    def __init__(
+        self,
+        runner: aiohttp.web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext,
+        handshake_timeout: float,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host = host
+        self._port = port
+        self._handshake_timeout = handshake_timeout
+
+    @property
+    def name(self) -> str:
+        return f"https://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            ssl_handshake_timeout=self._handshake_timeout,
+        )
 
 
 class AdmissionServer:
@@ -168,6 +270,12 @@ class AdmissionServer:
     :param cafile: CA bundle reported in the client config (informational: the chart's
         configurations are patched by :mod:`.certs` or by cert-manager's CA injector).
     :param paths: webhook ids served; any other path is a 404.
+    :param resources: (group, version, plural) the handlers serve; a review for another resource
+        is a 404 (a webhook configuration that sends what this server does not handle).
+    :param handshake_timeout: seconds a client has to complete the TLS handshake.
+    :param idle_timeout: seconds a connection may stay open without a complete request header,
+        from the handshake or from the previous answer (aiohttp's keep-alive timer).
+    :param body_timeout: seconds a client has to send the request body once its headers are in.
     :param file_check_interval: seconds between checks of the certificate files for renewal.
     :param refresh: blocking callable run every ``refresh_interval`` seconds in a worker thread
         (self-signed mode: renew the Secret, rewrite the files, patch caBundles).
@@ -182,7 +290,11 @@ class AdmissionServer:
         pkeyfile: Path,
         cafile: Path | None = None,
         paths: Collection[str] = HANDLER_IDS,
+        resources: Collection[tuple[str, str, str]] = SERVED_RESOURCES,
         max_body_bytes: int = MAX_BODY_BYTES,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
+        body_timeout: float = BODY_TIMEOUT,
         file_check_interval: float = 60.0,
         refresh: Callable[[], object] | None = None,
         refresh_interval: float = 3600.0,
@@ -193,7 +305,11 @@ class AdmissionServer:
         self.pkeyfile = pkeyfile
         self.cafile = cafile
         self.paths = frozenset(paths)
+        self.resources = frozenset(resources)
         self.max_body_bytes = max_body_bytes
+        self.handshake_timeout = handshake_timeout
+        self.idle_timeout = idle_timeout
+        self.body_timeout = body_timeout
         self.file_check_interval = file_check_interval
         self.refresh = refresh
         self.refresh_interval = refresh_interval
@@ -217,10 +333,18 @@ class AdmissionServer:
                 + ", ".join(f"/{p}" for p in sorted(self.paths)),
             )
         try:
-            text = await request.text()
+            async with asyncio.timeout(self.body_timeout):
+                raw = await request.read()
+        except TimeoutError:
+            # A client trickling its body holds a connection and a buffer: cut it off.
+            return _text(408, f"request body not received within {self.body_timeout:g} s")
         except aiohttp.web.HTTPRequestEntityTooLarge:
             return _text(413, f"request body exceeds {self.max_body_bytes} bytes")
-        except UnicodeDecodeError as exc:
+        except aiohttp.web.RequestPayloadError as exc:  # e.g. Content-Encoding gzip, not gzip
+            return _text(400, f"malformed AdmissionReview: body unreadable ({_one_line(exc)})")
+        try:
+            text = raw.decode(request.charset or "utf-8")
+        except (UnicodeDecodeError, LookupError) as exc:
             return _text(400, f"malformed AdmissionReview: body is not UTF-8 ({exc})")
         if json_depth_exceeds(text):
             return _text(
@@ -233,13 +357,26 @@ class AdmissionServer:
         problems = envelope_problems(data)
         if problems:
             return _text(400, "malformed AdmissionReview:\n" + "\n".join(problems))
+        resource = data["request"]["resource"]
+        key = (resource["group"], resource["version"], resource["resource"])
+        if key not in self.resources:
+            served = ", ".join(f"{p}.{g}/{v}" for g, v, p in sorted(self.resources))
+            logger.warning(
+                "Admission request %s is for %s, which this webhook does not serve (%s): "
+                "check the webhook configuration's rules",
+                data["request"]["uid"],
+                "/".join(key),
+                served,
+            )
+            return _text(
+                404, f"no admission handler for resource {'/'.join(key)}; served: {served}"
+            )
         peer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
             response = await fn(data, webhook=webhook, headers=dict(request.headers), sslpeer=peer)
-        except Exception as exc:  # kopf's WebhookError family and anything unexpected
+        except Exception as exc:  # a gpu-sizer or kopf bug: the request passed every check
             logger.exception("Admission request %s failed", data["request"]["uid"])
-            status = 404 if type(exc).__name__ == "UnknownResourceError" else 500
-            return _text(status, f"admission request failed: {type(exc).__name__}: {exc}")
+            return _text(500, f"admission request failed: {type(exc).__name__}: {exc}")
         return aiohttp.web.json_response(response)
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
@@ -247,10 +384,24 @@ class AdmissionServer:
         self._load(context)
         app = aiohttp.web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/{id}", functools.partial(self._handle, fn))
-        runner = aiohttp.web.AppRunner(app, handle_signals=False, access_log=None)
+        runner = aiohttp.web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            keepalive_timeout=self.idle_timeout,
+            # No lingering reads of a body the answer did not need (an oversized or corrupt
+            # one): close the connection instead of draining it for up to 10 s.
+            lingering_time=0,
+        )
         await runner.setup()
         try:
-            site = aiohttp.web.TCPSite(runner, self.addr, self.port, ssl_context=context)
+            site = _TLSSite(
+                runner,
+                self.addr,
+                self.port,
+                ssl_context=context,
+                handshake_timeout=self.handshake_timeout,
+            )
             await site.start()
             host, port = runner.addresses[0][:2]
             self.bound = (host, port)
@@ -335,9 +486,13 @@ def configure(
     unknown = policy.unknown_classes(catalog)
     if unknown:
         raise PolicyError(str(policy_file), unknown)
-    denials = logging.getLogger("kopf.objects")
-    if not any(isinstance(f, DenialLogFilter) for f in denials.filters):
-        denials.addFilter(DenialLogFilter())
+    for name, log_filter in (
+        ("kopf.objects", DenialLogFilter),
+        ("aiohttp.server", ClientErrorLogFilter),
+    ):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, log_filter) for f in target.filters):
+            target.addFilter(log_filter())
     configure_admission(
         AdmissionConfig(
             policy=policy, catalog=catalog, namespaces=NamespaceLabels(kubernetes_fetcher())
