@@ -20,6 +20,7 @@ import pytest
 import pytest_asyncio
 
 from gpu_sizer.admission.server import AdmissionServer
+from tests.architectures import LLAMA_3_8B
 
 from .conftest import Webhook, admission_review, workload
 from .test_webhook import inference
@@ -119,6 +120,34 @@ async def test_unknown_paths_and_resources_are_404s_without_a_traceback(
     assert tracebacks(caplog) == []
     [warning] = {r.getMessage() for r in caplog.records if r.levelno == logging.WARNING}
     assert "/v1/pods, which this webhook does not serve" in warning
+
+
+# --- oversized specs ----------------------------------------------------------------------------
+
+
+async def test_a_spec_built_to_be_expensive_gets_a_short_denial(
+    webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 13, item 10: 100,000 loraTargetModules (a 1 MiB review) blocked the server for 38 s
+    # and produced a 29 MB denial, logged in full.
+    caplog.set_level(logging.INFO, logger="kopf.objects")
+    training = {
+        "microBatchSize": 1,
+        "sequenceLength": 128,
+        "finetuning": {"method": "lora", "loraTargetModules": [f"mod{i}" for i in range(100_000)]},
+    }
+    spec = {"model": {"architecture": LLAMA_3_8B}, "training": training}
+    review = admission_review(workload(spec))
+    assert len(json.dumps(review)) > 1 << 20
+    resp = await webhook.validate(review)
+    assert resp["allowed"] is False
+    assert resp["status"]["code"] == 422
+    assert resp["status"]["message"].startswith("spec: holds more than 8192 fields")
+    assert len(resp["status"]["message"]) < 300
+    mutated = await webhook.mutate(review)
+    assert mutated["allowed"] is True and "patch" not in mutated
+    logged = [r.getMessage() for r in caplog.records if r.name == "kopf.objects"]
+    assert logged and all(len(line) < 4096 for line in logged)
 
 
 # --- slow clients --------------------------------------------------------------------------------

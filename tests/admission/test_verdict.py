@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpu_sizer.admission.handlers import MAX_LOGGED_DENIAL_CHARS, DenialLogFilter
 from gpu_sizer.admission.policy import Policy
-from gpu_sizer.admission.verdict import Outcome, defaulted_spec, review
+from gpu_sizer.admission.verdict import (
+    MAX_MESSAGE_CHARS,
+    Outcome,
+    bounded,
+    defaulted_spec,
+    review,
+)
 from gpu_sizer.api import parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.sizing import Verdict, assess
@@ -162,3 +170,21 @@ def test_an_arithmetic_failure_in_sizing_is_a_named_500_not_a_bare_error(
         "for a float); the spec passed validation, so this is a gpu-sizer bug: please report it "
         "with the spec"
     )
+
+
+def test_denials_are_bounded_in_the_answer_and_in_the_log() -> None:
+    text = "x" * 100_000
+    assert len(bounded(text)) == MAX_MESSAGE_CHARS
+    assert bounded(text).endswith(f"({100_000 - MAX_MESSAGE_CHARS} more characters not shown)")
+    record = logging.LogRecord(
+        "kopf.objects",
+        logging.ERROR,
+        __file__,
+        1,
+        "Webhook 'validate-gpuworkload' failed permanently: %s",
+        (text,),
+        None,
+    )
+    DenialLogFilter().filter(record)
+    assert record.levelname == "INFO"
+    assert len(record.getMessage()) == len("Admission denied: ") + MAX_LOGGED_DENIAL_CHARS

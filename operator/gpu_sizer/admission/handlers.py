@@ -29,7 +29,7 @@ from gpu_sizer.admission.namespaces import (
     kubernetes_fetcher,
 )
 from gpu_sizer.admission.policy import EffectivePolicy, Policy
-from gpu_sizer.admission.verdict import Answer, Outcome, defaulted_spec, review
+from gpu_sizer.admission.verdict import Answer, Outcome, bounded, defaulted_spec, review
 from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.metrics import ADMISSION_VERDICTS
@@ -56,6 +56,10 @@ class AdmissionConfig:
 
 _config = AdmissionConfig()
 
+#: Longest denial logged, in characters: enough for the first problems of a spec; a log line
+#: per denial must not let one client fill the operator's log.
+MAX_LOGGED_DENIAL_CHARS = 2048
+
 
 class DenialLogFilter(logging.Filter):
     """Log admission denials at INFO instead of kopf's ERROR.
@@ -64,13 +68,15 @@ class DenialLogFilter(logging.Filter):
     this webhook a denial is the expected answer to a user's bad spec, not an operator fault, and
     alerting on ERROR logs must not page anyone for a typo in a GPUWorkload. Install it on the
     ``kopf.objects`` logger; genuine handler crashes keep kopf's own messages and levels.
+    The logged denial is cut at :data:`MAX_LOGGED_DENIAL_CHARS` (the user gets all of it).
     """
 
     _prefix = "Webhook 'validate-gpuworkload' failed permanently: "
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.ERROR and record.getMessage().startswith(self._prefix):
-            record.msg = "Admission denied: " + record.getMessage().removeprefix(self._prefix)
+            denial = record.getMessage().removeprefix(self._prefix)
+            record.msg = "Admission denied: " + bounded(denial, MAX_LOGGED_DENIAL_CHARS)
             record.args = ()
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True

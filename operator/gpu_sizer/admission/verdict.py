@@ -26,7 +26,7 @@ from gpu_sizer.budget.activations import prefill_tokens
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.sizing import Verdict, assess
 
-__all__ = ["Answer", "Outcome", "defaulted_spec", "review"]
+__all__ = ["MAX_MESSAGE_CHARS", "Answer", "Outcome", "bounded", "defaulted_spec", "review"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,21 @@ _CODES: dict[Outcome, int] = {
     Outcome.PolicyUnavailable: 503,
     Outcome.SizingFailed: 500,
 }
+
+
+#: Longest denial message, in characters. Messages are short by construction (the problem list
+#: is cut at :data:`gpu_sizer.api.errors.MAX_PROBLEMS` lines, lists and names are bounded by the
+#: API); this is the backstop for whatever a future message forgets, since the API server stores
+#: the text in its audit log and kubectl prints it whole.
+MAX_MESSAGE_CHARS = 16_384
+
+
+def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    note = f" ... ({len(text) - limit} more characters not shown)"
+    return text[: max(0, limit - len(note))] + note
 
 
 @dataclass(frozen=True)
@@ -130,13 +145,26 @@ def review(
 ) -> Answer:
     """Decide on a GPUWorkload's ``.spec`` (the raw mapping) in ``namespace``.
 
-    Order: spec errors (every one), then the namespace policy (headroom floor and maximum,
+    Order: spec errors (every one, up to :data:`gpu_sizer.api.errors.MAX_PROBLEMS`), then the
+    namespace policy (headroom floor and maximum,
     allowed classes), then :func:`gpu_sizer.sizing.assess`, where a spec that allows every class
     is limited to the classes its namespace allows. Allowed answers carry the assessment's
     warnings (headroom under twice the minimum, revision unpinned, measurement disabled), as
     ``gpu-sizer estimate`` prints them. An ``Incomplete`` assessment is denied or admitted with
-    its message as the first warning, as the namespace's ``incompleteEstimates`` says.
+    its message as the first warning, as the namespace's ``incompleteEstimates`` says. The
+    message is at most :data:`MAX_MESSAGE_CHARS` long.
     """
+    answer = _review(spec_doc, namespace=namespace, policy=policy, catalog=catalog)
+    return Answer(answer.outcome, bounded(answer.message), answer.warnings)
+
+
+def _review(
+    spec_doc: Any,
+    *,
+    namespace: str,
+    policy: EffectivePolicy,
+    catalog: Sequence[GPUClass],
+) -> Answer:
     try:
         spec = parse_spec(spec_doc)
     except InvalidWorkload as exc:

@@ -218,6 +218,9 @@ _KEEP: Final = frozenset(
         "pattern",
         "minItems",
         "maxItems",
+        "minProperties",
+        "maxProperties",
+        "additionalProperties",
         "format",
     }
 )
@@ -260,6 +263,11 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], *, keep_defaults: bool)
             }
         elif key == "items":
             out[key] = _convert(value, defs, keep_defaults=keep_defaults)
+        elif key == "additionalProperties":
+            # A map's value schema (``dict[str, X]``) is kept: without it the API server would
+            # prune every entry. ``false`` (closed models) is dropped, see the module docstring.
+            if isinstance(value, dict):
+                out[key] = _convert(value, defs, keep_defaults=keep_defaults)
         elif key == "required":
             # Serialization schemas list every computed field as required, even one that may be
             # None and is then left out of the written status: a real API server would reject

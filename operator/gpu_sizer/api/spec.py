@@ -34,6 +34,7 @@ __all__ = [
     "KNOWN_MODEL_TYPES",
     "KNOWN_ROPE_TYPES",
     "LAYER_TYPES",
+    "LENGTHS",
     "LIMITS",
     "LORA_TARGET_MODULES",
     "MAX_MIN_HEADROOM_FRACTION",
@@ -338,6 +339,25 @@ LIMITS: dict[str, int] = {
     "rank": 65_536,
 }
 
+#: Upper bounds of list lengths (CRD ``maxItems``) and string lengths (``maxLength``) in the spec.
+#: They bound the work and the answer of one admission review (a 100,000-entry
+#: ``loraTargetModules`` took 13 s to validate and produced a 27 MB denial) and let the API
+#: server's CEL cost estimator bound the validation rules. Each is far above real use: the
+#: catalog has 15 classes, PEFT targets name at most the 7 projection roles of a block, a
+#: Hugging Face repository id is at most 96 + 1 + 96 characters, an image reference at most a
+#: 255-character name plus tag or digest.
+LENGTHS: dict[str, int] = {
+    "identifier": 64,  # model types, rope types, LoRA module names
+    "name": 256,  # model names (Hub ids), revisions
+    "image": 1024,
+    "gpuClass": 63,  # a DNS label, like the class names of the catalog
+    "gpuClasses": 64,
+    "loraTargetModules": 64,
+    "concurrencyLevels": 16,
+    "commandArgs": 256,
+    "commandArg": 16_384,
+}
+
 PositiveInt = Annotated[int, Field(ge=1, strict=True)]
 Layers = Annotated[int, Field(ge=1, le=LIMITS["layers"], strict=True)]
 Width = Annotated[int, Field(ge=1, le=LIMITS["width"], strict=True)]
@@ -350,6 +370,8 @@ Gpus = Annotated[int, Field(ge=1, le=LIMITS["gpus"], strict=True)]
 Vocab = Annotated[int, Field(ge=1, le=LIMITS["vocab"], strict=True)]
 Rank = Annotated[int, Field(ge=1, le=LIMITS["rank"], strict=True)]
 MicroBatch = Annotated[int, Field(ge=1, le=LIMITS["microBatch"], strict=True)]
+Identifier = Annotated[str, Field(max_length=LENGTHS["identifier"])]
+Name = Annotated[str, Field(max_length=LENGTHS["name"])]
 Fraction = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 """A finite float on the wire; strict mode still accepts an integer (JSON has one number type) but
 not a string or a boolean. NaN and Infinity (which Python's and Go's JSON readers can produce
@@ -360,13 +382,13 @@ NaN is false, so a NaN bound would silently pass or fail range checks."""
 class RopeScaling(_Model):
     """RoPE scaling from config.json's ``rope_scaling``: extends the usable context."""
 
-    rope_type: str | None = Field(
+    rope_type: Identifier | None = Field(
         None,
         description="Scaling type from config.json: " + ", ".join(KNOWN_ROPE_TYPES) + " "
         "(unset: linear). No default is stored, so that an object written with the legacy "
         "`type` key keeps its value.",
     )
-    legacy_type: str | None = Field(
+    legacy_type: Identifier | None = Field(
         None,
         alias="type",
         exclude=True,
@@ -418,7 +440,7 @@ class VisionConfig(_Model):
     say ``numHiddenLayers``/``numAttentionHeads``); either spelling is accepted.
     """
 
-    model_type: str = Field(
+    model_type: Identifier = Field(
         description="Vision config model_type: siglip_vision_model (Gemma 3), pixtral "
         "(Mistral 3), qwen2_5_vl (Qwen2.5-VL), llama4_vision_model (Llama 4)."
     )
@@ -505,7 +527,7 @@ class Architecture(_Model):
     Only the keys that change memory are kept. Defaults follow ``transformers``' config classes.
     """
 
-    model_type: str = Field(
+    model_type: Identifier = Field(
         description="Hugging Face model_type: " + ", ".join(KNOWN_MODEL_TYPES) + "."
     )
     num_hidden_layers: Layers = Field(description="Transformer blocks (num_hidden_layers).")
@@ -592,7 +614,11 @@ class Architecture(_Model):
         None, description="Qwen-MoE: every n-th layer is MoE (default 1)."
     )
     mlp_only_layers: (
-        tuple[Annotated[int, Field(ge=0, lt=LIMITS["layers"], strict=True)], ...] | None
+        Annotated[
+            tuple[Annotated[int, Field(ge=0, lt=LIMITS["layers"], strict=True)], ...],
+            Field(max_length=LIMITS["layers"]),
+        ]
+        | None
     ) = Field(None, description="Qwen-MoE: layer indices with a dense MLP.")
     interleave_moe_layer_step: Layers | None = Field(
         None, description="Llama 4: every n-th layer is MoE (1: all; 2: Maverick)."
@@ -611,9 +637,11 @@ class Architecture(_Model):
     qk_rope_head_dim: Width | None = Field(None, description="MLA: rotary part of a q/k head.")
     qk_nope_head_dim: Width | None = Field(None, description="MLA: non-rotary part of a q/k head.")
     v_head_dim: Width | None = Field(None, description="MLA: value head width.")
-    layer_types: tuple[str, ...] | None = Field(
-        None,
-        description="Per-layer kind, as transformers reads it: " + ", ".join(LAYER_TYPES) + ".",
+    layer_types: Annotated[tuple[Identifier, ...], Field(max_length=LIMITS["layers"])] | None = (
+        Field(
+            None,
+            description="Per-layer kind, as transformers reads it: " + ", ".join(LAYER_TYPES) + ".",
+        )
     )
     sliding_window_pattern: Layers | None = Field(
         None,
@@ -623,7 +651,13 @@ class Architecture(_Model):
     attention_chunk_size: Tokens | None = Field(
         None, description="Llama 4: chunked local attention span in tokens (default 8192)."
     )
-    no_rope_layers: tuple[Annotated[int, Field(ge=0, le=1, strict=True)], ...] | None = Field(
+    no_rope_layers: (
+        Annotated[
+            tuple[Annotated[int, Field(ge=0, le=1, strict=True)], ...],
+            Field(max_length=LIMITS["layers"]),
+        ]
+        | None
+    ) = Field(
         None,
         description="Llama 4: 1 per RoPE (chunked) layer, 0 per NoPE (global) layer; default "
         "every fourth layer global.",
@@ -888,8 +922,8 @@ class Quantization(_Model):
 class Model(_Model):
     """What is loaded: an architecture (preferred) or a bare parameter count."""
 
-    name: str | None = Field(None, description="Model name, informational (e.g. a Hub id).")
-    revision: str | None = Field(
+    name: Name | None = Field(None, description="Model name, informational (e.g. a Hub id).")
+    revision: Name | None = Field(
         None, description="Model revision (commit), informational; recorded with measurements."
     )
     architecture: Architecture | None = Field(
@@ -957,7 +991,9 @@ class Finetuning(_Model):
     lora_rank: Annotated[int, Field(ge=1, le=LIMITS["rank"], strict=True)] = Field(
         16, description="LoRA rank r."
     )
-    lora_target_modules: list[str] = Field(
+    lora_target_modules: Annotated[
+        list[Identifier], Field(max_length=LENGTHS["loraTargetModules"])
+    ] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
         description="Projections that get adapters (q_proj, k_proj, v_proj, o_proj, gate_proj, "
         "up_proj, down_proj, or all-linear; also the family names qkv_proj, gate_up_proj, "
@@ -1034,17 +1070,24 @@ class Measurement(_Model):
     mode: MeasurementMode = Field(
         MeasurementMode.Synthetic, description="Synthetic | Command | Disabled."
     )
-    image: str | None = Field(None, description="Probe image; default from the operator.")
-    command: list[str] = Field(
+    image: Annotated[str, Field(max_length=LENGTHS["image"])] | None = Field(
+        None, description="Probe image; default from the operator."
+    )
+    command: Annotated[
+        list[Annotated[str, Field(max_length=LENGTHS["commandArg"])]],
+        Field(max_length=LENGTHS["commandArgs"]),
+    ] = Field(
         default_factory=list,
         description="Command mode: the workload's own command, run under the probe's sampler.",
     )
     timeout_seconds: StrictInt = Field(
         900, ge=30, le=86400, description="Deadline for the measurement Job, in seconds."
     )
-    concurrency_levels: list[Seqs] = Field(
-        default_factory=list,
-        description="Inference: concurrent sequences to measure at; default [1, maxNumSeqs].",
+    concurrency_levels: Annotated[list[Seqs], Field(max_length=LENGTHS["concurrencyLevels"])] = (
+        Field(
+            default_factory=list,
+            description="Inference: concurrent sequences to measure at; default [1, maxNumSeqs].",
+        )
     )
 
     @model_validator(mode="after")
@@ -1070,7 +1113,10 @@ MAX_MIN_HEADROOM_FRACTION: float = 0.5
 class Placement(_Model):
     """Where the workload may run, and the safety margin it needs."""
 
-    gpu_classes: list[str] = Field(
+    gpu_classes: Annotated[
+        list[Annotated[str, Field(max_length=LENGTHS["gpuClass"])]],
+        Field(max_length=LENGTHS["gpuClasses"]),
+    ] = Field(
         default_factory=list,
         description="Allowed GPU classes (see `gpu-sizer catalog`); empty allows every class.",
     )

@@ -16,6 +16,7 @@ __all__ = [
     "API_VERSION",
     "GROUP",
     "KIND",
+    "MAX_SPEC_VALUES",
     "PLURAL",
     "SHORT_NAME",
     "VERSION",
@@ -32,6 +33,12 @@ PLURAL: Final = "gpuworkloads"
 SINGULAR: Final = "gpuworkload"
 SHORT_NAME: Final = "gpuw"
 CATEGORY: Final = "gpusizer"
+#: Most values (object members and list items, at any depth) one spec may hold. A real spec
+#: holds a few hundred; the largest legal one, every list at its maximum (``LENGTHS``, and the
+#: per-layer lists of ``architecture`` at 1,024 layers), about 3,600. A bigger document is refused
+#: whole, before validation, whose per-field errors cost time in proportion to its size (50,000
+#: unknown keys took 0.5 s to list even when only the first few are reported).
+MAX_SPEC_VALUES: Final = 8192
 
 
 def parse_spec(spec: Any) -> GPUWorkloadSpec:
@@ -41,11 +48,39 @@ def parse_spec(spec: Any) -> GPUWorkloadSpec:
     """
     if not isinstance(spec, dict):
         raise InvalidWorkload([Problem("spec", "must be an object")])
+    if _holds_more_than(spec, MAX_SPEC_VALUES):
+        raise InvalidWorkload(
+            [
+                Problem(
+                    "spec",
+                    f"holds more than {MAX_SPEC_VALUES} fields and list items, where a "
+                    "GPUWorkload spec has at most a few hundred: look for a list or object "
+                    "pasted at the wrong place",
+                )
+            ]
+        )
     try:
         # Wire names only: the Python names (num_hidden_layers) are for code that builds models.
         return GPUWorkloadSpec.model_validate(spec, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise InvalidWorkload(problems_from(exc, prefix="spec", model=GPUWorkloadSpec)) from None
+
+
+def _holds_more_than(doc: Any, limit: int) -> bool:
+    """Whether ``doc`` holds more than ``limit`` object members and list items in all (stops
+    counting as soon as it does, so the cost is bounded by ``limit``, not by ``doc``)."""
+    count, pending = 0, [doc]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            count += len(node)
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            count += len(node)
+            pending.extend(node)
+        if count > limit:
+            return True
+    return False
 
 
 def parse_workload(doc: Any) -> GPUWorkloadSpec:
