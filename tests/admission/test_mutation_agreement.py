@@ -7,7 +7,10 @@ For every spec a user may write and every namespace policy:
   written: a spec the validator allows is still allowed once defaulted, and one it denies is
   denied for the same reason;
 * every value the user set is kept as written (the patch only adds);
-* defaulting twice adds nothing.
+* defaulting twice adds nothing;
+* a later ``kubectl apply`` over the stored, defaulted object is judged like the user's new
+  manifest alone: nothing the webhook filled in changes a later verdict (so defaults derived
+  from other fields, like the engine's ``maxNumBatchedTokens``, are never written).
 
 The patch is applied the way kopf builds it for the API server (``kopf.Patch.as_json_patch``
 against the request's object, then RFC 6902), so this is the stored object.
@@ -22,13 +25,14 @@ from typing import Any
 import jsonpatch
 import kopf
 from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from gpu_sizer.admission.policy import EffectivePolicy, Policy
 from gpu_sizer.admission.verdict import Outcome, defaulted_spec, review
 from gpu_sizer.api import parse_spec
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from tests.architectures import LLAMA_3_8B
+from tests.architectures import LLAMA_3_2_1B, LLAMA_3_8B
 
 from .specs import effective_policies, spec_documents
 
@@ -116,12 +120,93 @@ def test_user_max_num_batched_tokens_is_kept() -> None:
     assert mutated(USER_BATCHED_TOKENS, OPEN)["inference"]["maxNumBatchedTokens"] == 100_000
 
 
-def test_engine_default_is_written_when_the_api_accepts_it() -> None:
+def test_engine_defaults_derived_from_other_fields_stay_implicit() -> None:
+    # Found by the property above when the webhook still wrote maxNumBatchedTokens: TGI with
+    # maxModelLen 720 got 770 written, and the denial's computed fixes (maxModelLen 655) were
+    # then sized with 770 frozen, unlike `gpu-sizer estimate` on the same file.
     doc = {
         "model": {"architecture": LLAMA_3_8B},
-        "inference": {"maxModelLen": 4096, "maxNumSeqs": 4},
+        "inference": {"maxModelLen": 720, "maxNumSeqs": 16},
     }
-    stored = mutated(doc, OPEN)
-    assert stored["inference"]["maxNumBatchedTokens"] == 8192  # vLLM's chunked-prefill default
-    tgi = mutated({**doc, "inference": {**doc["inference"], "engine": "tgi"}}, OPEN)
-    assert tgi["inference"]["maxNumBatchedTokens"] == 4096 + 50  # TGI's max_batch_prefill_tokens
+    for engine in ("vllm", "sglang", "tgi"):
+        stored = mutated({**doc, "inference": {**doc["inference"], "engine": engine}}, OPEN)
+        assert "maxNumBatchedTokens" not in stored["inference"]
+
+
+def test_a_later_edit_of_other_fields_is_judged_as_if_never_defaulted() -> None:
+    # A frozen vLLM default of max(8192, maxNumSeqs) = 8192 would make the validator deny a later
+    # `kubectl apply` that raises maxNumSeqs to 10000, for a field the user never set.
+    first = {
+        "model": {"architecture": LLAMA_3_2_1B},
+        "inference": {"maxModelLen": 128, "maxNumSeqs": 16},
+    }
+    stored = mutated(first, OPEN)
+    edited = copy.deepcopy(stored)  # kubectl apply keeps the fields it did not set
+    edited["inference"]["maxNumSeqs"] = 10_000
+    fresh = {**first, "inference": {**first["inference"], "maxNumSeqs": 10_000}}
+    answer = review(edited, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG)
+    assert answer == review(fresh, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG)
+    assert answer.outcome is not Outcome.Invalid, answer
+
+
+@st.composite
+def edits(draw: st.DrawFn, first: dict[str, Any]) -> dict[str, Any]:
+    """The user's next manifest: usually the first with a few sizing fields changed, sometimes
+    another spec altogether."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(spec_documents())
+    second = copy.deepcopy(first)
+    part = second.get("inference") or second["training"]
+    if "inference" in second:
+        for key, values in (
+            ("maxNumSeqs", st.integers(1, 20_000)),
+            ("maxModelLen", st.integers(1, 8192)),
+            ("engine", st.sampled_from(["vllm", "tgi", "sglang", "transformers"])),
+        ):
+            if draw(st.booleans()):
+                part[key] = draw(values)
+    elif draw(st.booleans()):
+        part["microBatchSize"] = draw(st.integers(1, 64))
+    if draw(st.booleans()):
+        second.pop("placement", None)
+    return second
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(first=spec_documents(), data=st.data(), policy=effective_policies())
+def test_an_update_of_a_defaulted_object_is_judged_like_the_users_own_spec(
+    first: dict[str, Any], data: st.DataObject, policy: EffectivePolicy
+) -> None:
+    """kubectl apply's merge: the user's new manifest over the stored (defaulted) object, where
+    fields the user never set keep their stored values. The result must be judged like the
+    user's new manifest alone: what the webhook filled in must not change any verdict later."""
+    if review(first, namespace="ns", policy=policy, catalog=DEFAULT_CATALOG).outcome in (
+        Outcome.Invalid,
+        Outcome.PolicyViolation,
+    ):
+        return
+    second = data.draw(edits(first))
+    stored = mutated(first, policy)
+    merged = merge(stored, second, first)
+    expected = review(second, namespace="ns", policy=policy, catalog=DEFAULT_CATALOG)
+    if expected.outcome is Outcome.Invalid:
+        return  # which fields it names can differ; it stays invalid either way
+    again = review(mutated(merged, policy), namespace="ns", policy=policy, catalog=DEFAULT_CATALOG)
+    assert (again.outcome, again.message, again.warnings) == (
+        expected.outcome,
+        expected.message,
+        expected.warnings,
+    )
+
+
+def merge(stored: Any, new: Any, last_applied: Any) -> Any:
+    """kubectl apply's three-way merge for plain objects and lists: the new manifest's values
+    win; fields in the last applied manifest but not in the new one are removed; fields only the
+    webhook (or anyone else) wrote are kept."""
+    if not (isinstance(stored, dict) and isinstance(new, dict)):
+        return copy.deepcopy(new)
+    last = last_applied if isinstance(last_applied, dict) else {}
+    out = {k: copy.deepcopy(v) for k, v in stored.items() if k in new or k not in last}
+    for key, value in new.items():
+        out[key] = merge(stored.get(key), value, last.get(key))
+    return out

@@ -321,7 +321,7 @@ async def test_mutation_writes_defaults_explicitly(webhook: Webhook) -> None:
     assert spec["placement"] == {"gpuClasses": [], "minHeadroomFraction": 0.15}  # research's
     assert spec["measurement"]["mode"] == "Synthetic"
     assert spec["measurement"]["timeoutSeconds"] == 900
-    assert spec["inference"]["maxNumBatchedTokens"] == 8192
+    assert "maxNumBatchedTokens" not in spec["inference"]  # derived: stays implicit
     assert spec["inference"]["engine"] == "vllm"
     assert "status" not in stored
     # The explicit object sizes exactly like the original, and needs no further mutation.

@@ -19,10 +19,8 @@ from enum import StrEnum
 from typing import Any
 
 from gpu_sizer.admission.policy import EffectivePolicy, IncompleteEstimates
-from gpu_sizer.api import Engine, GPUWorkloadSpec, InvalidWorkload, parse_spec
+from gpu_sizer.api import GPUWorkloadSpec, InvalidWorkload, parse_spec
 from gpu_sizer.api.spec import spec_to_wire
-from gpu_sizer.budget import estimate
-from gpu_sizer.budget.activations import prefill_tokens
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.sizing import Verdict, assess
 
@@ -216,13 +214,21 @@ def _review(
 def defaulted_spec(spec_doc: Any, *, policy: EffectivePolicy) -> dict[str, Any] | None:
     """The spec with every default written out, for the mutating webhook; ``None`` if invalid.
 
-    Fills what pydantic defaults (measurement mode and timeout, engine, parallel sizes, ...), the
-    namespace's default ``minHeadroomFraction`` when the spec gives none, and, for engines that
-    have the option, the ``maxNumBatchedTokens`` the budget assumes for them
-    (:func:`_default_batched_tokens`). Values the spec sets are never changed, and the result
-    gets the verdict the spec as written gets (``tests/admission/test_mutation_agreement.py``
-    checks both over generated specs and policies). An invalid spec is left alone: the
-    validating webhook rejects it with the field paths.
+    Fills what pydantic defaults (measurement mode and timeout, engine, parallel sizes, ...) and
+    the namespace's default ``minHeadroomFraction`` when the spec gives none. Values the spec
+    sets are never changed, and the result gets exactly the verdict, message and warnings of the
+    spec as written (``tests/admission/test_mutation_agreement.py`` checks both over generated
+    specs and policies). An invalid spec is left alone: the validating webhook rejects it with
+    the field paths.
+
+    Defaults *derived from other fields* are not written: the engine's ``maxNumBatchedTokens``
+    (:func:`gpu_sizer.budget.activations.prefill_tokens`: vLLM ``max(8192, maxNumSeqs)``, TGI
+    ``maxModelLen + 50``) stays implicit and is recomputed by the budget from the spec as it is
+    at every estimate. Written once, it would be frozen: a later ``kubectl apply`` raising
+    ``maxNumSeqs`` above it would be denied for a field the user never set, TGI's figure can be
+    below ``maxNumSeqs`` (which the API refuses as an explicit value), and the fixes in a denial
+    would be computed with the frozen figure, so the webhook and ``gpu-sizer estimate`` would
+    name different fixes for the same file.
     """
     try:
         spec = parse_spec(spec_doc)
@@ -232,31 +238,4 @@ def defaulted_spec(spec_doc: Any, *, policy: EffectivePolicy) -> dict[str, Any] 
     given: Mapping[str, Any] = spec_doc.get("placement") or {}
     if "minHeadroomFraction" not in given:
         wire["placement"]["minHeadroomFraction"] = policy.default_min_headroom_fraction
-    batched = _default_batched_tokens(spec)
-    if batched is not None:
-        wire["inference"]["maxNumBatchedTokens"] = batched
     return wire
-
-
-def _default_batched_tokens(spec: GPUWorkloadSpec) -> int | None:
-    """The engine's ``maxNumBatchedTokens`` to write into a spec that leaves it unset, or ``None``.
-
-    The figure is the budget's own (:func:`gpu_sizer.budget.activations.prefill_tokens`, the one
-    source of engine defaults), and it is written only when the explicit spec is one the API
-    accepts and the budget sizes exactly like the implicit one. Otherwise the default stays
-    implicit: TGI's prefill batch of ``maxModelLen + 50`` tokens can be below ``maxNumSeqs``,
-    which the API refuses as an explicit value (vLLM's rule), and writing it would turn an
-    allowed object into a denied one.
-    """
-    inf = spec.inference
-    if inf is None or inf.max_num_batched_tokens is not None or inf.engine is Engine.transformers:
-        return None
-    tokens = prefill_tokens(inf)
-    explicit = spec.model_copy(
-        update={"inference": inf.model_copy(update={"max_num_batched_tokens": tokens})}
-    )
-    try:
-        reparsed = parse_spec(spec_to_wire(explicit))
-    except InvalidWorkload:
-        return None
-    return tokens if estimate(reparsed) == estimate(spec) else None
