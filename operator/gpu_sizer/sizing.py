@@ -301,30 +301,74 @@ def _with(spec: GPUWorkloadSpec, part: str, **changes: Any) -> GPUWorkloadSpec:
 
 
 def _largest_fitting(
-    lo: int, hi: int, make: Callable[[int], GPUWorkloadSpec], ok: Callable[[EstimateStatus], bool]
+    lo: int,
+    hi: int,
+    estimate_at: Callable[[int], EstimateStatus],
+    ok: Callable[[EstimateStatus], bool],
+    *,
+    target_bytes: float,
+    above: EstimateStatus,
 ) -> int | None:
-    """Largest n in [lo, hi] with ok(estimate(make(n))), assuming monotonicity; else None."""
-    if hi < lo or not ok(estimate(make(lo))):
+    """Largest ``n`` in ``[lo, hi]`` with ``ok(estimate_at(n))``, else ``None``.
+
+    Assumes ``ok`` holds up to some ``n`` and fails above it (the memory model is monotonic in
+    tokens, which the budget's hypothesis tests check), and that ``above``, the estimate at
+    ``hi + 1``, is not ok (the spec's own value, which does not fit). The answer is then the one
+    boundary, the same that bisection finds (``tests/catalog/test_fix_search.py`` compares the
+    two), in fewer estimates: the per-GPU total is close to affine in ``maxNumSeqs`` and
+    ``maxModelLen`` (KV cache and activations grow with tokens), so each step guesses where it
+    crosses ``target_bytes`` by linear interpolation between the bracket's ends, and a step that
+    fails to halve the bracket is followed by a bisection step, which bounds the worst case to
+    twice bisection's ~log2(hi - lo) estimates. Typically 3 to 5 estimates instead of 14 to 24.
+    """
+    if hi < lo:
         return None
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(estimate(make(mid))):
-            lo = mid
+    low = estimate_at(lo)
+    if not ok(low):
+        return None
+    good, good_bytes = lo, low.per_gpu.total_bytes
+    bad, bad_bytes = hi + 1, above.per_gpu.total_bytes
+    bisect = False
+    while bad - good > 1:
+        width = bad - good
+        if bisect or bad_bytes <= good_bytes:
+            guess = (good + bad) // 2
         else:
-            hi = mid - 1
-    return lo
+            step = (target_bytes - good_bytes) * width / (bad_bytes - good_bytes)
+            guess = good + int(min(max(step, 1), width - 1))
+        e = estimate_at(guess)
+        if ok(e):
+            good, good_bytes = guess, e.per_gpu.total_bytes
+        else:
+            bad, bad_bytes = guess, e.per_gpu.total_bytes
+        bisect = not bisect and (bad - good) * 2 > width
+    return good
 
 
 def _fixes(
     spec: GPUWorkloadSpec, est: EstimateStatus, allowed: Sequence[GPUClass], largest: GPUClass
 ) -> list[Fix]:
     min_room = spec.placement.min_headroom_fraction
+    # Where "fits on the largest class" turns false; steers the search, never decides it.
+    target_bytes = largest.memory_bytes * (1 - min_room)
+    estimates: dict[tuple[str, str, Any], EstimateStatus] = {}
+
+    def estimated(part: str, field: str, value: Any) -> tuple[GPUWorkloadSpec, EstimateStatus]:
+        """The spec with ``spec.<part>.<field>`` set to ``value``, and its estimate, memoized:
+        the searches and the fixes they report re-visit the same values."""
+        changed = _with(spec, part, **{field: value})
+        key = (part, field, value)
+        if key not in estimates:
+            estimates[key] = estimate(changed)
+        return changed, estimates[key]
 
     def on_largest(e: EstimateStatus) -> bool:
         return fits(largest, e.per_gpu.total_bytes, min_room)
 
-    def fix(path: str, value: Any, changed: GPUWorkloadSpec, what: str) -> Fix:
-        e = estimate(changed)
+    def fix(
+        path: str, value: Any, changed: GPUWorkloadSpec, what: str, e: EstimateStatus | None = None
+    ) -> Fix:
+        e = estimate(changed) if e is None else e
         choice = choose_class(e.per_gpu.total_bytes, min_room, allowed)
         where = (
             f"{choice.gpu_class.name} x{e.gpu_count}"
@@ -349,39 +393,33 @@ def _fixes(
         seqs = _largest_fitting(
             1,
             inf.max_num_seqs - 1,
-            lambda n: _with(spec, "inference", max_num_seqs=n),
+            lambda n: estimated("inference", "max_num_seqs", n)[1],
             on_largest,
+            target_bytes=target_bytes,
+            above=est,
         )
         if seqs is None and inf.max_num_seqs > 1:
             seqs = 1  # the floor: reported as not enough alone
         if seqs is not None:
-            out.append(
-                fix(
-                    "spec.inference.maxNumSeqs",
-                    seqs,
-                    _with(spec, "inference", max_num_seqs=seqs),
-                    f"maxNumSeqs {seqs}",
-                )
-            )
+            changed, e = estimated("inference", "max_num_seqs", seqs)
+            out.append(fix("spec.inference.maxNumSeqs", seqs, changed, f"maxNumSeqs {seqs}", e))
         floor = MIN_FIX_MAX_MODEL_LEN
         length = _largest_fitting(
             floor,
             inf.max_model_len - 1,
-            lambda n: _with(spec, "inference", max_model_len=n),
+            lambda n: estimated("inference", "max_model_len", n)[1],
             on_largest,
+            target_bytes=target_bytes,
+            above=est,
         )
         if length is None and inf.max_model_len > floor:
             length = floor  # the floor: reported as not enough alone
         if length is not None:
             if length >= 1024:
                 length -= length % 256  # a readable figure; smaller still fits (monotonic)
+            changed, e = estimated("inference", "max_model_len", length)
             out.append(
-                fix(
-                    "spec.inference.maxModelLen",
-                    length,
-                    _with(spec, "inference", max_model_len=length),
-                    f"maxModelLen {length}",
-                )
+                fix("spec.inference.maxModelLen", length, changed, f"maxModelLen {length}", e)
             )
     if inf is not None:
         if (
@@ -401,14 +439,15 @@ def _fixes(
             for tp in range(inf.tensor_parallel_size + 1, MAX_TENSOR_PARALLEL + 1):
                 if arch.num_attention_heads % tp or (arch.kv_heads % tp and tp % arch.kv_heads):
                     continue
-                changed = _with(spec, "inference", tensor_parallel_size=tp)
-                if choose_class(estimate(changed).per_gpu.total_bytes, min_room, allowed):
+                changed, e = estimated("inference", "tensor_parallel_size", tp)
+                if choose_class(e.per_gpu.total_bytes, min_room, allowed):
                     out.append(
                         fix(
                             "spec.inference.tensorParallelSize",
                             tp,
                             changed,
                             f"tensorParallelSize {tp}",
+                            e,
                         )
                     )
                     break
@@ -440,13 +479,15 @@ def _fixes(
             dp = par.data_parallel_size * 2
             while dp <= MAX_DATA_PARALLEL:
                 changed = _with_strategy(spec, strategy, dp)
-                if choose_class(estimate(changed).per_gpu.total_bytes, min_room, allowed):
+                e = estimate(changed)
+                if choose_class(e.per_gpu.total_bytes, min_room, allowed):
                     out.append(
                         fix(
                             "spec.training.parallelism.dataParallelSize",
                             dp,
                             changed,
                             f"parallelism {strategy.value} with dataParallelSize {dp}",
+                            e,
                         )
                     )
                     break
