@@ -9,6 +9,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 __all__ = [
+    "ADMISSION_IN_FLIGHT",
+    "ADMISSION_SHED",
     "ADMISSION_VERDICTS",
     "ESTIMATED_BYTES",
     "MEASURED_PEAK_BYTES",
@@ -65,6 +67,18 @@ ADMISSION_VERDICTS = Counter(
     "AllowedWithWarnings, AllowedIncomplete, NoSafeHeadroom, Incomplete, Invalid, "
     "UnknownGpuClass, PolicyViolation, PolicyUnavailable, SizingFailed).",
     ["operation", "verdict"],
+    registry=REGISTRY,
+)
+ADMISSION_SHED = Counter(
+    "gpusizer_admission_shed_total",
+    "Admission reviews refused unanswered because the webhook was overloaded, by reason "
+    "(QueueFull: HTTP 429 at once; QueueTimeout: HTTP 503 after waiting half the timeout).",
+    ["reason"],
+    registry=REGISTRY,
+)
+ADMISSION_IN_FLIGHT = Gauge(
+    "gpusizer_admission_in_flight",
+    "Admission reviews being worked on now.",
     registry=REGISTRY,
 )
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import kopf
 
+from gpu_sizer.admission.capacity import AdmissionCapacity
 from gpu_sizer.admission.changes import judged
 from gpu_sizer.admission.namespaces import (
     NamespaceLabels,
@@ -52,6 +53,8 @@ class AdmissionConfig:
     namespaces: NamespaceLabels = field(
         default_factory=lambda: NamespaceLabels(kubernetes_fetcher())
     )
+    #: Where the CPU work of a review runs (worker threads, off the event loop).
+    capacity: AdmissionCapacity = field(default_factory=AdmissionCapacity)
 
 
 _config = AdmissionConfig()
@@ -127,11 +130,13 @@ async def validate_gpuworkload(
     except NamespaceLookupError as exc:
         answer = Answer(Outcome.PolicyUnavailable, f"{exc}; retry shortly")
     else:
-        answer = review(
+        config = _config
+        answer = await config.capacity.run(
+            review,
             body.get("spec"),
             namespace=namespace or "",
             policy=policy,
-            catalog=_config.catalog,
+            catalog=config.catalog,
         )
         if stale and answer.allowed:
             answer = Answer(Outcome.AllowedWithWarnings, "", (*answer.warnings, stale))
@@ -166,6 +171,6 @@ async def mutate_gpuworkload(
         return
     if stale:
         warnings.append(stale)
-    wire = defaulted_spec(body.get("spec"), policy=policy)
+    wire = await _config.capacity.run(defaulted_spec, body.get("spec"), policy=policy)
     if wire is not None:
         patch["spec"] = wire

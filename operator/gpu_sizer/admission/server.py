@@ -46,6 +46,7 @@ import kopf
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpu_sizer.admission.capacity import AdmissionCapacity, Overloaded, request_timeout
 from gpu_sizer.admission.changes import JUDGED_OPERATIONS
 from gpu_sizer.admission.handlers import (
     AdmissionConfig,
@@ -66,9 +67,11 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "SERVED_RESOURCES",
     "AdmissionServer",
+    "BadReview",
     "ClientErrorLogFilter",
     "ReviewEnvelope",
     "configure",
+    "decode_review",
 ]
 
 logger = logging.getLogger(__name__)
@@ -183,6 +186,60 @@ def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > limit
 
 
+class BadReview(ValueError):
+    """A request that is not an AdmissionReview this server can answer: ``status`` (400, 404)
+    and ``text``, the plain-text answer."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+def decode_review(
+    raw: bytes,
+    charset: str | None = None,
+    resources: Collection[tuple[str, str, str]] = SERVED_RESOURCES,
+) -> Any:
+    """The AdmissionReview in a request body, checked as far as kopf and the handlers rely on.
+
+    CPU work proportional to the body (megabytes for an UPDATE of a large object): the server
+    runs it in a worker thread (:class:`gpu_sizer.admission.capacity.AdmissionCapacity`).
+
+    :raises BadReview: 400 for a body that is not UTF-8, not JSON, nested too deep or not a
+        sound review (one line per problem); 404 for a review of a resource the handlers do not
+        serve.
+    """
+    try:
+        text = raw.decode(charset or "utf-8")
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise BadReview(400, f"malformed AdmissionReview: body is not UTF-8 ({exc})") from None
+    if json_depth_exceeds(text):
+        raise BadReview(
+            400, f"malformed AdmissionReview: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+        )
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BadReview(400, f"malformed AdmissionReview: body is not JSON ({exc})") from None
+    problems = envelope_problems(data)
+    if problems:
+        raise BadReview(400, "malformed AdmissionReview:\n" + "\n".join(problems))
+    resource = data["request"]["resource"]
+    key = (resource["group"], resource["version"], resource["resource"])
+    if key not in resources:
+        served = ", ".join(f"{p}.{g}/{v}" for g, v, p in sorted(resources))
+        logger.warning(
+            "Admission request %s is for %s, which this webhook does not serve (%s): "
+            "check the webhook configuration's rules",
+            data["request"]["uid"],
+            "/".join(key),
+            served,
+        )
+        raise BadReview(404, f"no admission handler for resource {'/'.join(key)}; served: {served}")
+    return data
+
+
 def _digest(paths: Sequence[Path]) -> str:
     hasher = hashlib.sha256()
     for path in paths:
@@ -276,6 +333,8 @@ class AdmissionServer:
     :param idle_timeout: seconds a connection may stay open without a complete request header,
         from the handshake or from the previous answer (aiohttp's keep-alive timer).
     :param body_timeout: seconds a client has to send the request body once its headers are in.
+    :param capacity: bounds on concurrent work and the worker threads it runs in, shared with
+        the handlers (:func:`configure` passes the one it gives them); a new one by default.
     :param file_check_interval: seconds between checks of the certificate files for renewal.
     :param refresh: blocking callable run every ``refresh_interval`` seconds in a worker thread
         (self-signed mode: renew the Secret, rewrite the files, patch caBundles).
@@ -295,6 +354,7 @@ class AdmissionServer:
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
+        capacity: AdmissionCapacity | None = None,
         file_check_interval: float = 60.0,
         refresh: Callable[[], object] | None = None,
         refresh_interval: float = 3600.0,
@@ -310,6 +370,7 @@ class AdmissionServer:
         self.handshake_timeout = handshake_timeout
         self.idle_timeout = idle_timeout
         self.body_timeout = body_timeout
+        self.capacity = AdmissionCapacity() if capacity is None else capacity
         self.file_check_interval = file_check_interval
         self.refresh = refresh
         self.refresh_interval = refresh_interval
@@ -332,6 +393,22 @@ class AdmissionServer:
                 f"no admission webhook at /{webhook}; served: "
                 + ", ".join(f"/{p}" for p in sorted(self.paths)),
             )
+        size = request.content_length
+        if size is not None and size > self.max_body_bytes:
+            return _text(413, f"request body exceeds {self.max_body_bytes} bytes")
+        try:
+            # Room is taken before the body is read: bodies held in memory are bounded too.
+            async with self.capacity.slot(
+                request_timeout(request.query.get("timeout")),
+                self.max_body_bytes if size is None else size,
+            ):
+                return await self._review(fn, webhook, request)
+        except Overloaded as exc:
+            return _text(exc.status, str(exc), **{"Retry-After": "1"})
+
+    async def _review(
+        self, fn: kopf.WebhookFn, webhook: str, request: aiohttp.web.Request
+    ) -> aiohttp.web.Response:
         try:
             async with asyncio.timeout(self.body_timeout):
                 raw = await request.read()
@@ -343,34 +420,10 @@ class AdmissionServer:
         except aiohttp.web.RequestPayloadError as exc:  # e.g. Content-Encoding gzip, not gzip
             return _text(400, f"malformed AdmissionReview: body unreadable ({_one_line(exc)})")
         try:
-            text = raw.decode(request.charset or "utf-8")
-        except (UnicodeDecodeError, LookupError) as exc:
-            return _text(400, f"malformed AdmissionReview: body is not UTF-8 ({exc})")
-        if json_depth_exceeds(text):
-            return _text(
-                400, f"malformed AdmissionReview: JSON nested deeper than {MAX_JSON_DEPTH} levels"
-            )
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            return _text(400, f"malformed AdmissionReview: body is not JSON ({exc})")
-        problems = envelope_problems(data)
-        if problems:
-            return _text(400, "malformed AdmissionReview:\n" + "\n".join(problems))
-        resource = data["request"]["resource"]
-        key = (resource["group"], resource["version"], resource["resource"])
-        if key not in self.resources:
-            served = ", ".join(f"{p}.{g}/{v}" for g, v, p in sorted(self.resources))
-            logger.warning(
-                "Admission request %s is for %s, which this webhook does not serve (%s): "
-                "check the webhook configuration's rules",
-                data["request"]["uid"],
-                "/".join(key),
-                served,
-            )
-            return _text(
-                404, f"no admission handler for resource {'/'.join(key)}; served: {served}"
-            )
+            data = await self.capacity.run(decode_review, raw, request.charset, self.resources)
+        except BadReview as exc:
+            return _text(exc.status, exc.text)
+        del raw
         peer = request.transport.get_extra_info("peercert") if request.transport else None
         try:
             response = await fn(data, webhook=webhook, headers=dict(request.headers), sslpeer=peer)
@@ -493,9 +546,13 @@ def configure(
         target = logging.getLogger(name)
         if not any(isinstance(f, log_filter) for f in target.filters):
             target.addFilter(log_filter())
+    capacity = AdmissionCapacity()
     configure_admission(
         AdmissionConfig(
-            policy=policy, catalog=catalog, namespaces=NamespaceLabels(kubernetes_fetcher())
+            policy=policy,
+            catalog=catalog,
+            namespaces=NamespaceLabels(kubernetes_fetcher()),
+            capacity=capacity,
         )
     )
 
@@ -544,6 +601,7 @@ def configure(
         certfile=directory / "tls.crt",
         pkeyfile=directory / "tls.key",
         cafile=cafile,
+        capacity=capacity,
         refresh=refresh,
     )
     settings.admission.server = server

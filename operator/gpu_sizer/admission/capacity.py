@@ -1,0 +1,214 @@
+"""How much admission work runs at once, where it runs, and what is shed when there is too much.
+
+The API server waits ``timeoutSeconds`` (10 s by default, the chart's value) for a webhook and
+tells it so in the request's ``?timeout=`` parameter; an answer later than that is wasted work,
+and a queue that grows without bound turns a burst into minutes of answers nobody waits for
+(issue 13: at 200 reviews/s on a shared 2-core machine the p50 latency reached 10 s and 4,080 of
+6,000 reviews timed out, and RSS reached 843 MiB against the chart's 512 MiB limit). So:
+
+* reviews are worked on within a budget of :data:`CAPACITY_UNITS` units: a review costs one unit
+  plus one per :data:`UNIT_BYTES` of its body (an 8 MiB body decodes into some 100 MiB of Python
+  objects, so a few big reviews take the room of many small ones, and memory stays bounded
+  whatever the mix). At most :data:`MAX_QUEUED` more reviews wait for room;
+* a review arriving to a full queue is shed at once with HTTP 429, and one that gets no room
+  within half of its own timeout with HTTP 503, both with ``Retry-After: 1``. The API server's
+  webhook client retries such answers after that second within the same timeout (client-go's
+  ``rest.Request`` honours ``Retry-After`` on 429 and 5xx); when the timeout runs out, the
+  webhook configuration's ``failurePolicy`` decides, as for any webhook that does not answer;
+* the CPU work of a review (decoding the body, validating and sizing the spec) runs in a pool of
+  :data:`WORKERS` threads, not on the event loop that the operator's kopf handlers, watches and
+  health probes share: a slow review never stops the operator from serving its events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import re
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, TypeVar
+
+from gpu_sizer.metrics import ADMISSION_IN_FLIGHT, ADMISSION_SHED
+
+__all__ = [
+    "CAPACITY_UNITS",
+    "DEFAULT_TIMEOUT",
+    "MAX_QUEUED",
+    "UNIT_BYTES",
+    "WORKERS",
+    "AdmissionCapacity",
+    "Overloaded",
+    "request_timeout",
+]
+
+T = TypeVar("T")
+
+#: Room for reviews worked on at once, in units (see :data:`UNIT_BYTES`): 32 small reviews, or
+#: one of the largest bodies accepted. The CPU work shares :data:`WORKERS` threads (one
+#: interpreter lock), so more room does not add throughput; it lets reviews that wait on I/O (a
+#: Namespace read) overlap with the ones that compute.
+CAPACITY_UNITS: Final = 32
+#: Body bytes per extra unit a review costs (a 1.5 MiB object: 7 units).
+UNIT_BYTES: Final = 256 << 10
+#: Reviews waiting for room. At about 2 ms of CPU per review (docs/benchmarks.md) a full queue
+#: drains in a fraction of a second; beyond it, waiting only adds latency.
+MAX_QUEUED: Final = 128
+#: Threads for the CPU work of reviews: one computes while another's review decodes or waits;
+#: the interpreter lock makes more useless for pure-Python work.
+WORKERS: Final = 2
+#: Seconds the API server waits when the request does not say (``timeoutSeconds`` default).
+DEFAULT_TIMEOUT: Final = 10.0
+
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def request_timeout(value: str | None) -> float:
+    """Seconds from the API server's ``?timeout=`` parameter (a Go duration, ``"10s"``).
+
+    The API server sets it from the webhook's ``timeoutSeconds``, rounded up to whole seconds
+    (``k8s.io/apiserver`` ``pkg/admission/plugin/webhook/validating/dispatcher.go``,
+    ``callHook``). Missing or unreadable: :data:`DEFAULT_TIMEOUT`. At most 30 s, the API's
+    maximum ``timeoutSeconds``.
+    """
+    if not value:
+        return DEFAULT_TIMEOUT
+    parts = _GO_DURATION.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        return DEFAULT_TIMEOUT
+    seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    return min(seconds, 30.0)
+
+
+class Overloaded(Exception):
+    """The review is shed: ``status`` 429 (queue full) or 503 (no room in time)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class AdmissionCapacity:
+    """The bounds above, for one webhook server; used from one event loop.
+
+    :param units: room for reviews worked on at once (:data:`CAPACITY_UNITS`).
+    :param unit_bytes: body bytes per extra unit a review costs (:data:`UNIT_BYTES`).
+    :param max_queued: reviews waiting for room; more are shed with 429.
+    :param workers: threads for the reviews' CPU work.
+    :param queue_share: share of a review's timeout it may spend waiting for room before it is
+        shed with 503 (the rest is for the work itself and the network).
+    """
+
+    def __init__(
+        self,
+        *,
+        units: int = CAPACITY_UNITS,
+        unit_bytes: int = UNIT_BYTES,
+        max_queued: int = MAX_QUEUED,
+        workers: int = WORKERS,
+        queue_share: float = 0.5,
+    ) -> None:
+        if units < 1 or unit_bytes < 1 or max_queued < 0 or workers < 1:
+            raise ValueError("capacity bounds must be positive")
+        if not 0 < queue_share <= 1:
+            raise ValueError("queue_share must be in (0, 1]")
+        self.units = units
+        self.unit_bytes = unit_bytes
+        self.max_queued = max_queued
+        self.queue_share = queue_share
+        self._free = units
+        self._queue: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="admission")
+
+    @property
+    def waiting(self) -> int:
+        """Reviews waiting for room now."""
+        return len(self._queue)
+
+    def cost(self, body_bytes: int) -> int:
+        """Units a review with a body of ``body_bytes`` takes (at most all of them)."""
+        return min(self.units, 1 + max(body_bytes, 0) // self.unit_bytes)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, timeout: float, body_bytes: int = 0) -> AsyncIterator[None]:
+        """Hold room for one review while it is worked on, first come first served.
+
+        ``timeout`` is the review's own (:func:`request_timeout`), ``body_bytes`` its size.
+
+        :raises Overloaded: the queue is full (429), or no room came within
+            ``queue_share x timeout`` (503).
+        """
+        cost = self.cost(body_bytes)
+        if self._queue or self._free < cost:
+            await self._wait(cost, timeout)
+        else:
+            self._free -= cost
+        ADMISSION_IN_FLIGHT.inc()
+        try:
+            yield
+        finally:
+            ADMISSION_IN_FLIGHT.dec()
+            self._release(cost)
+
+    async def _wait(self, cost: int, timeout: float) -> None:
+        if len(self._queue) >= self.max_queued:
+            ADMISSION_SHED.labels("QueueFull").inc()
+            raise Overloaded(
+                429,
+                "QueueFull",
+                f"webhook overloaded: {len(self._queue)} reviews waiting; retry shortly",
+            )
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (cost, granted)
+        self._queue.append(entry)
+        budget = timeout * self.queue_share
+        try:
+            async with asyncio.timeout(budget):
+                await granted
+        except BaseException as exc:
+            if granted.done() and not granted.cancelled():
+                self._release(cost)  # room was granted just as the wait ended: give it back
+            else:
+                granted.cancel()
+                with contextlib.suppress(ValueError):  # already dropped by _grant
+                    self._queue.remove(entry)
+                self._grant()  # the reviews behind this one may fit now
+            if isinstance(exc, TimeoutError):
+                ADMISSION_SHED.labels("QueueTimeout").inc()
+                raise Overloaded(
+                    503,
+                    "QueueTimeout",
+                    f"webhook overloaded: no capacity within {budget:.1f} s of the request's "
+                    f"{timeout:g} s timeout; retry shortly",
+                ) from None
+            raise
+
+    def _release(self, cost: int) -> None:
+        self._free += cost
+        self._grant()
+
+    def _grant(self) -> None:
+        """Hand room to the waiting reviews in order, as long as the first one fits."""
+        while self._queue:
+            cost, granted = self._queue[0]
+            if granted.done():  # given up (cancelled) and not yet removed by its waiter
+                self._queue.popleft()
+                continue
+            if cost > self._free:
+                break
+            self._queue.popleft()
+            self._free -= cost
+            granted.set_result(None)
+
+    async def run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        """``fn(*args, **kwargs)`` in a worker thread, awaited from the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    def close(self) -> None:
+        """Stop the worker threads (queued work is dropped; running work finishes)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
