@@ -6,9 +6,10 @@ decoding), runs ``parse_workload`` (pydantic validation with every cross-field r
 ``sizing.assess`` (the memory model and the class choice), timed with ``time.perf_counter_ns``
 after a warm-up. The headline figure cycles over the examples that fit, which is exactly
 parse + validate + estimate + choose class. Examples with no safe headroom are timed apart:
-their assessment also computes the fixes, re-estimating changed specs a few dozen times
-(bisection over maxNumSeqs and maxModelLen, tensor-parallel sizes), which only happens when a
-spec is rejected.
+their assessment also computes the fixes, re-estimating changed specs (the search for the largest
+maxNumSeqs and maxModelLen that fit, tensor-parallel sizes), which only happens when a spec is
+rejected; so is Llama-3-70B in bf16 without tensor parallelism (issue 13's slowest rejection),
+with the number of estimates one assessment makes.
 
 Usage: ``PYTHONPATH=operator python hack/bench-estimate.py [--iterations N] [--warmup N]``.
 The process pins itself to one core (``os.sched_setaffinity``) where the OS allows it. Each line
@@ -24,12 +25,14 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gpu_sizer import sizing
 from gpu_sizer.api import parse_workload
 from gpu_sizer.budget.activations import activation_token_elements
 from gpu_sizer.budget.kv_cache import kv_geometry
@@ -39,6 +42,36 @@ from gpu_sizer.sizing import Verdict, assess
 ROOT = Path(__file__).resolve().parent.parent
 #: The mid-size MoE the throughput target names (issue 10): Qwen3-30B-A3B.
 MID_SIZE_MOE = "qwen3-30b-a3b-vllm-tp2.yaml"
+sys.path.insert(0, str(ROOT))  # tests.architectures: the shared config.json figures
+
+from tests.architectures import LLAMA_3_70B  # noqa: E402
+
+#: Llama-3-70B, bf16, one GPU, 256 sequences of 8k tokens: no class fits; fixes are searched.
+LLAMA_3_70B_NO_TP = {
+    "apiVersion": "gpusizer.dev/v1alpha1",
+    "kind": "GPUWorkload",
+    "metadata": {"name": "llama-3-70b-no-tp", "namespace": "bench"},
+    "spec": {
+        "model": {"revision": "x", "architecture": LLAMA_3_70B},
+        "inference": {"maxModelLen": 8192, "maxNumSeqs": 256},
+    },
+}
+
+
+def _estimates_per_assessment(doc: Any) -> int:
+    spec = parse_workload(doc)
+    real, calls = sizing.estimate, [0]
+
+    def count(s: Any) -> Any:
+        calls[0] += 1
+        return real(s)
+
+    sizing.estimate = count  # type: ignore[assignment]
+    try:
+        assess(spec)
+    finally:
+        sizing.estimate = real
+    return calls[0]
 
 
 def _us(ns: float) -> str:
@@ -110,9 +143,11 @@ def main() -> None:
         if name == MID_SIZE_MOE:
             cold = _run([(name, doc)], max(1, args.iterations // 10), 0, cold=True)
             print("  " + _line(f"{name}, first sight of the architecture", *cold))
+    rejected.append(("llama-3-70b bf16 without tensor parallelism", LLAMA_3_70B_NO_TP))
     for name, doc in rejected:
         result = _run([(name, doc)], max(1, args.iterations // 20), args.warmup // 20)
-        print(_line(f"rejected with computed fixes, {name}", *result))
+        count = _estimates_per_assessment(doc)
+        print(_line(f"rejected with computed fixes, {name}", *result) + f", {count} estimates")
 
 
 if __name__ == "__main__":

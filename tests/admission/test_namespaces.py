@@ -131,3 +131,18 @@ async def test_a_waiter_that_gives_up_does_not_cancel_the_shared_read() -> None:
     fetch.release.set()
     assert await second == ({"team": "a"}, None)
     assert fetch.calls == 1
+
+
+async def test_a_read_slower_than_the_reviews_still_fills_the_cache() -> None:
+    # On a busy node the first read can outlast the reviews' 2 s: they fail (nothing cached),
+    # but the read goes on and the reviews after it find the labels instead of failing too.
+    fetch = GatedFetcher()
+    cache = NamespaceLabels(fetch, ttl=30, timeout=0.05, read_deadline=120)
+    with pytest.raises(NamespaceLookupError, match="no answer from the API in time"):
+        await cache.get("slow")
+    fetch.release.set()
+    async with asyncio.timeout(60):
+        while "slow" not in cache._entries:
+            await asyncio.sleep(0.01)
+    assert await cache.get("slow") == ({"team": "slow"}, None)
+    assert fetch.calls == 1

@@ -15,9 +15,9 @@ and a queue that grows without bound turns a burst into minutes of answers nobod
   webhook client retries such answers after that second within the same timeout (client-go's
   ``rest.Request`` honours ``Retry-After`` on 429 and 5xx); when the timeout runs out, the
   webhook configuration's ``failurePolicy`` decides, as for any webhook that does not answer;
-* the CPU work of a review (decoding the body, validating and sizing the spec) runs in a pool of
-  :data:`WORKERS` threads, not on the event loop that the operator's kopf handlers, watches and
-  health probes share: a slow review never stops the operator from serving its events.
+* the CPU work of a review (validating and sizing the spec, decoding a large body) runs in a
+  pool of :data:`WORKERS` threads, not on the event loop that the operator's kopf handlers,
+  watches and health probes share: a slow review never stops the operator from serving events.
 """
 
 from __future__ import annotations

@@ -43,20 +43,33 @@ class NamespaceLabels:
 
     Reads are single-flight: concurrent reviews for a namespace whose labels are missing or
     expired share one read (a burst of 300 applies to a new namespace makes one API call, not
-    300 threads that each queue for the executor and time out). When the shared read fails or
-    exceeds ``timeout``, each waiting review falls back to the freshest labels cached for the
-    namespace, with a warning; only when none were ever read does :meth:`get` raise.
+    300 threads that each queue for the executor and time out). A review waits for the read at
+    most ``timeout`` seconds; then, or when the read fails, it falls back to the freshest labels
+    cached for the namespace, with a warning; only when none were ever read does :meth:`get`
+    raise. A read that outlasts its waiters still completes (up to ``read_deadline``) and fills
+    the cache for the reviews that follow: on a busy node a slow first read must not leave
+    every later review without labels.
 
     :param fetcher: returns a Namespace's labels; raises on any failure.
     :param ttl: seconds a successful read is reused (default 30 s: label changes apply within
         half a minute, and a burst of applies costs one API read).
-    :param timeout: seconds one read may take before the cached or failing answer is used.
+    :param timeout: seconds a review waits for a read before the cached or failing answer is used.
+    :param read_deadline: seconds after which a read is abandoned (default ``5 x timeout``); the
+        fetcher should bound its own request too (:func:`kubernetes_fetcher` does).
     """
 
-    def __init__(self, fetcher: LabelsFetcher, *, ttl: float = 30.0, timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        fetcher: LabelsFetcher,
+        *,
+        ttl: float = 30.0,
+        timeout: float = 2.0,
+        read_deadline: float | None = None,
+    ) -> None:
         self._fetcher = fetcher
         self._ttl = ttl
         self._timeout = timeout
+        self._read_deadline = 5 * timeout if read_deadline is None else read_deadline
         self._entries: dict[str, _Entry] = {}
         self._reads: dict[str, asyncio.Task[Labels]] = {}
         self._clock: Callable[[], float] = time.monotonic
@@ -75,9 +88,9 @@ class NamespaceLabels:
             self._reads[namespace] = read
             read.add_done_callback(functools.partial(self._read_done, namespace))
         try:
-            # shield: a review that gives up (its client went away) must not cancel the read
-            # the other reviews wait for.
-            return await asyncio.shield(read), None
+            # shield: a review that gives up (its timeout, or its client went away) must not
+            # cancel the read the other reviews wait for, nor the cache filling after it.
+            return await asyncio.wait_for(asyncio.shield(read), self._timeout), None
         except Exception as exc:  # any failure of the read: API error, timeout, config
             reason = _describe(exc)
             entry = self._entries.get(namespace)  # the freshest, whoever read it
@@ -95,7 +108,7 @@ class NamespaceLabels:
     async def _read(self, namespace: str) -> Labels:
         started = self._clock()
         labels = await asyncio.wait_for(
-            asyncio.to_thread(self._fetcher, namespace), timeout=self._timeout
+            asyncio.to_thread(self._fetcher, namespace), timeout=self._read_deadline
         )
         self._entries[namespace] = _Entry(dict(labels), started)
         return labels

@@ -63,6 +63,7 @@ __all__ = [
     "HANDLER_IDS",
     "HANDSHAKE_TIMEOUT",
     "IDLE_TIMEOUT",
+    "INLINE_DECODE_BYTES",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "SERVED_RESOURCES",
@@ -91,6 +92,10 @@ HANDSHAKE_TIMEOUT = 10.0
 IDLE_TIMEOUT = 10.0
 #: Seconds a client may take to send the body once its headers are in.
 BODY_TIMEOUT = 10.0
+#: Bodies up to this size, in bytes, are decoded on the event loop: a typical review (a few KiB)
+#: decodes in tens of microseconds, less than handing it to a worker thread costs. Larger ones
+#: (an UPDATE of a large object decodes for tens of milliseconds) go to the worker threads.
+INLINE_DECODE_BYTES = 64 << 10
 #: The resources the handlers serve, as (group, version, plural).
 SERVED_RESOURCES: frozenset[tuple[str, str, str]] = frozenset({(GROUP, VERSION, PLURAL)})
 #: Deepest accepted JSON nesting of a request body, in levels (arrays and objects). A
@@ -420,7 +425,10 @@ class AdmissionServer:
         except aiohttp.web.RequestPayloadError as exc:  # e.g. Content-Encoding gzip, not gzip
             return _text(400, f"malformed AdmissionReview: body unreadable ({_one_line(exc)})")
         try:
-            data = await self.capacity.run(decode_review, raw, request.charset, self.resources)
+            if len(raw) <= INLINE_DECODE_BYTES:
+                data = decode_review(raw, request.charset, self.resources)
+            else:
+                data = await self.capacity.run(decode_review, raw, request.charset, self.resources)
         except BadReview as exc:
             return _text(exc.status, exc.text)
         del raw
