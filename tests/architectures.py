@@ -62,6 +62,19 @@ LLAMA_3_2_1B: dict[str, Any] = {
     "maxPositionEmbeddings": 131072,
     "tieWordEmbeddings": True,
 }
+#: huggingface.co/meta-llama/Llama-3.1-405B-Instruct-FP8/blob/main/config.json (the bf16
+#: release's shape; its quantization_config is in tests/budget/test_budget_quantization.py)
+LLAMA_3_1_405B: dict[str, Any] = {
+    "modelType": "llama",
+    "numHiddenLayers": 126,
+    "hiddenSize": 16384,
+    "intermediateSize": 53248,
+    "numAttentionHeads": 128,
+    "numKeyValueHeads": 8,
+    "vocabSize": 128256,
+    "maxPositionEmbeddings": 131072,
+    "ropeScaling": {"ropeType": "llama3", "factor": 8.0, "originalMaxPositionEmbeddings": 8192},
+}
 #: huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json
 LLAMA_3_70B: dict[str, Any] = {
     **LLAMA_3_8B,

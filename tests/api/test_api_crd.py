@@ -63,16 +63,20 @@ def _nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str
         yield from _nodes(sub, f"{path}.{name}")
     if "items" in node:
         yield from _nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _nodes(node["additionalProperties"], f"{path}{{}}")
 
 
 def test_schema_is_structural(schema: dict[str, Any]) -> None:
-    forbidden = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "not", "additionalProperties",
-                 "title", "nullable", "const"}  # fmt: skip
+    forbidden = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "not", "title", "nullable",
+                 "const"}  # fmt: skip
     for path, node in _nodes(schema):
         assert "type" in node, f"{path}: no type"
         assert not forbidden & node.keys(), f"{path}: {forbidden & node.keys()}"
         if node["type"] == "object" and path not in (".metadata",):
-            assert node.get("properties"), f"{path}: object without properties"
+            # an object has properties, or is a map whose values have a schema (never both)
+            props, values = node.get("properties"), node.get("additionalProperties")
+            assert bool(props) != isinstance(values, dict), f"{path}: object without properties"
         if "exclusiveMaximum" in node:
             assert node["exclusiveMaximum"] is True and "maximum" in node
 
@@ -90,7 +94,8 @@ def test_enums_bounds_and_defaults(schema: dict[str, Any]) -> None:
     assert inference["maxNumSeqs"]["minimum"] == 1
     assert "maxModelLen" in spec["inference"]["required"]
     assert spec["model"]["properties"]["quantization"]["properties"]["method"]["enum"] == [
-        "gptq", "awq", "fp8", "bitsandbytes-nf4", "bitsandbytes-int8"
+        "gptq", "awq", "fp8", "mxfp4", "compressed-tensors", "bitsandbytes-nf4",
+        "bitsandbytes-int8"
     ]  # fmt: skip
     headroom = spec["placement"]["properties"]["minHeadroomFraction"]
     assert (headroom["minimum"], headroom["maximum"]) == (0, 0.5)

@@ -150,14 +150,45 @@ def quantizations(draw: st.DrawFn) -> dict[str, Any] | None:
     if draw(st.booleans()):
         return None
     method = draw(st.sampled_from(list(QuantizationMethod)))
-    q: dict[str, Any] = {
-        "method": method.value,
-        "bits": draw(st.sampled_from(QUANTIZATION_BITS[method])),
-    }
+    q: dict[str, Any] = {"method": method.value}
+    if QUANTIZATION_BITS[method]:
+        q["bits"] = draw(st.sampled_from(QUANTIZATION_BITS[method]))
     if method in (QuantizationMethod.gptq, QuantizationMethod.awq):
         q["groupSize"] = draw(st.sampled_from([-1, 32, 64, 128]))
         q["descAct"] = draw(st.booleans())
+    if method is QuantizationMethod.fp8:
+        scales = draw(st.sampled_from(["tensor", "channel", "block"]))
+        if scales == "channel":
+            q["perChannelScales"] = True
+        elif scales == "block":
+            q["weightBlockSize"] = [128, 128]
+    if method is QuantizationMethod.compressed_tensors:
+        q["configGroups"] = {"group_0": {"targets": ["Linear"], "weights": draw(ct_weights())}}
+        q["ignore"] = draw(
+            st.lists(st.sampled_from(["lm_head", "re:.*mlp.gate$", "re:.*self_attn.*"]))
+        )
+    elif method is not QuantizationMethod.bitsandbytes_int8 and draw(st.booleans()):
+        q["modulesToNotConvert"] = draw(
+            st.lists(st.sampled_from(["lm_head", "self_attn", "model.layers.0", "*.mlp"]))
+        )
     return q
+
+
+@st.composite
+def ct_weights(draw: st.DrawFn) -> dict[str, Any]:
+    """compressed-tensors weight schemes vLLM serves: W4A16/W8A16, W8A8 int8/fp8, NVFP4."""
+    kind = draw(st.sampled_from(["w4a16", "w8a8-int8", "fp8-channel", "fp8-block", "nvfp4"]))
+    if kind == "w4a16":
+        return {"numBits": draw(st.sampled_from([4, 8])), "type": "int", "strategy": "group",
+                "groupSize": draw(st.sampled_from([32, 64, 128])),
+                "symmetric": draw(st.booleans())}  # fmt: skip
+    if kind == "w8a8-int8":
+        return {"numBits": 8, "type": "int", "strategy": "channel"}
+    if kind == "fp8-channel":
+        return {"numBits": 8, "type": "float", "strategy": "channel"}
+    if kind == "fp8-block":
+        return {"numBits": 8, "type": "float", "strategy": "block", "blockStructure": [128, 128]}
+    return {"numBits": 4, "type": "float", "strategy": "tensor_group", "groupSize": 16}
 
 
 def _parallel_sizes(draw: st.DrawFn, a: dict[str, Any]) -> int:

@@ -287,7 +287,7 @@ def test_rope_scaling(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
         (BNB_NF4, {"method": "bitsandbytes-nf4", "bits": 4, "doubleQuant": True}),
         ({"quant_method": "bitsandbytes", "load_in_8bit": True},
          {"method": "bitsandbytes-int8", "bits": 8}),
-        (FP8, {"method": "fp8", "bits": 8}),
+        (FP8, {"method": "fp8"}),
     ],
 )  # fmt: skip
 def test_quantization_configs(

@@ -66,37 +66,13 @@ def _require(config: dict[str, Any], *keys: str) -> Any:
 
 
 def _quantization(qc: dict[str, Any]) -> dict[str, Any]:
-    method = str(qc.get("quant_method", "")).lower()
-    if method == "gptq":
-        out: dict[str, Any] = {"method": "gptq", "bits": qc.get("bits", 4)}
-        if qc.get("group_size") is not None:
-            out["groupSize"] = qc["group_size"]
-        if qc.get("desc_act"):
-            out["descAct"] = True
-        return out
-    if method == "awq":
-        out = {"method": "awq", "bits": _first(qc, "bits", "w_bit") or 4}
-        group = _first(qc, "group_size", "q_group_size")
-        if group is not None:
-            out["groupSize"] = group
-        return out
-    if method == "fp8":
-        return {"method": "fp8", "bits": 8}
-    if method == "bitsandbytes":
-        if qc.get("load_in_4bit") or qc.get("_load_in_4bit"):
-            if str(qc.get("bnb_4bit_quant_type", "nf4")) != "nf4":
-                raise UnsupportedConfig("bitsandbytes 4-bit fp4 is not supported; use nf4")
-            return {
-                "method": "bitsandbytes-nf4",
-                "bits": 4,
-                "doubleQuant": bool(qc.get("bnb_4bit_use_double_quant", False)),
-            }
-        if qc.get("load_in_8bit") or qc.get("_load_in_8bit"):
-            return {"method": "bitsandbytes-int8", "bits": 8}
-    raise UnsupportedConfig(
-        f"quantization_config.quant_method {method or '(missing)'!r} is not supported "
-        "(gptq, awq, fp8, bitsandbytes nf4/int8)"
-    )
+    """``quantization_config`` as ``spec.model.quantization`` (:mod:`.hf_quantization`)."""
+    from gpu_sizer.api.hf_quantization import UnsupportedQuantization, quantization_from_hf
+
+    try:
+        return quantization_from_hf(qc)
+    except UnsupportedQuantization as exc:
+        raise UnsupportedConfig(str(exc)) from None
 
 
 #: Keys read above with family-specific rules, never copied as they are.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasGenerator,
@@ -27,7 +27,7 @@ from pydantic import (
     StrictInt,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 __all__ = [
     "DTYPE_BYTES",
@@ -43,6 +43,9 @@ __all__ = [
     "VISION_LANGUAGE_MODEL_TYPES",
     "VISION_MODEL_TYPES",
     "Architecture",
+    "CompressedTensorsArgs",
+    "CompressedTensorsGroup",
+    "CompressionFormat",
     "Dtype",
     "Engine",
     "FieldError",
@@ -61,6 +64,8 @@ __all__ = [
     "Precision",
     "Quantization",
     "QuantizationMethod",
+    "QuantizationStrategy",
+    "QuantizationType",
     "RopeScaling",
     "Training",
     "VisionConfig",
@@ -126,24 +131,66 @@ DTYPE_BYTES: dict[Dtype, int] = {
 
 
 class QuantizationMethod(StrEnum):
-    """Weight quantization formats, as their loaders store them (see ``budget.weights``)."""
+    """Weight quantization formats, as their loaders store them (see ``budget.quant_formats``).
+
+    ``fp8`` covers every float8_e4m3 checkpoint whose config says ``quant_method`` ``fp8``
+    (per-tensor, or block-wise with ``weightBlockSize``) or ``fbgemm_fp8`` (per output channel);
+    ``mxfp4`` is OpenAI's gpt-oss format (MoE experts only); ``compressed-tensors`` is
+    llm-compressor's format, whose schemes (W4A16, W8A8 int8/fp8, NVFP4, ...) its
+    ``configGroups`` describe.
+    """
 
     gptq = "gptq"
     awq = "awq"
     fp8 = "fp8"
+    mxfp4 = "mxfp4"
+    compressed_tensors = "compressed-tensors"
     bitsandbytes_nf4 = "bitsandbytes-nf4"
     bitsandbytes_int8 = "bitsandbytes-int8"
 
 
 #: Bit widths each format really supports (AutoGPTQ/GPTQModel: 2, 3, 4, 8; AutoAWQ and vLLM's AWQ
-#: kernels: 4; FP8: 8; bitsandbytes NF4: 4; LLM.int8(): 8).
+#: kernels: 4; FP8: 8; MXFP4: 4; bitsandbytes NF4: 4; LLM.int8(): 8). compressed-tensors takes no
+#: ``bits``: each config group gives its own ``numBits``.
 QUANTIZATION_BITS: dict[QuantizationMethod, tuple[int, ...]] = {
     QuantizationMethod.gptq: (2, 3, 4, 8),
     QuantizationMethod.awq: (4,),
     QuantizationMethod.fp8: (8,),
+    QuantizationMethod.mxfp4: (4,),
+    QuantizationMethod.compressed_tensors: (),
     QuantizationMethod.bitsandbytes_nf4: (4,),
     QuantizationMethod.bitsandbytes_int8: (8,),
 }
+
+
+class CompressionFormat(StrEnum):
+    """compressed-tensors ``format``: how a config group's weights are serialized
+    (``compressed_tensors.CompressionFormat``)."""
+
+    pack_quantized = "pack-quantized"
+    int_quantized = "int-quantized"
+    float_quantized = "float-quantized"
+    naive_quantized = "naive-quantized"
+    nvfp4_pack_quantized = "nvfp4-pack-quantized"
+    mxfp4_pack_quantized = "mxfp4-pack-quantized"
+
+
+class QuantizationType(StrEnum):
+    """compressed-tensors ``QuantizationType``: integer or floating-point codes."""
+
+    int_ = "int"
+    float_ = "float"
+
+
+class QuantizationStrategy(StrEnum):
+    """compressed-tensors ``QuantizationStrategy``: what one scale covers."""
+
+    tensor = "tensor"
+    channel = "channel"
+    group = "group"
+    block = "block"
+    token = "token"
+    tensor_group = "tensor_group"
 
 
 class Engine(StrEnum):
@@ -867,11 +914,74 @@ class Architecture(_Model):
             )
 
 
+ModuleNames = Annotated[
+    tuple[Annotated[str, Field(min_length=1, max_length=512)], ...],
+    Field(max_length=65_536),
+]
+"""Module names or patterns of a checkpoint (``model.layers.0.self_attn.q_proj``)."""
+
+
+class CompressedTensorsArgs(_Model):
+    """compressed-tensors ``QuantizationArgs`` of one tensor kind (config.json keys, camelCased).
+
+    Only the keys that change stored bytes are kept; ``observer`` and the like are dropped by
+    ``gpu-sizer import-hf-config``.
+    """
+
+    num_bits: Annotated[int, Field(ge=2, le=8, strict=True)] = Field(
+        8, description="Bits per element: 4 (W4A16, NVFP4, MXFP4) or 8 (W8A8, FP8)."
+    )
+    type: QuantizationType = Field(QuantizationType.int_, description="int | float.")
+    strategy: QuantizationStrategy | None = Field(
+        None,
+        description="tensor | channel | group | block | token | tensor_group (NVFP4: one fp8 "
+        "scale per 16 elements plus one global scale).",
+    )
+    group_size: Annotated[int, Field(ge=1, le=LIMITS["intermediate"], strict=True)] | None = Field(
+        None, description="Elements per scale along the input features (group strategy)."
+    )
+    block_structure: (
+        tuple[
+            Annotated[int, Field(ge=1, le=LIMITS["width"], strict=True)],
+            Annotated[int, Field(ge=1, le=LIMITS["width"], strict=True)],
+        ]
+        | None
+    ) = Field(None, description="Block strategy: [output, input] elements per scale.")
+    symmetric: StrictBool = Field(True, description="False stores zero points too.")
+    dynamic: StrictBool = Field(
+        False,
+        description="Scales computed at run time (activations; compressed-tensors' 'local', "
+        "per group at run time under a static global scale, is true here).",
+    )
+    actorder: Literal["group", "weight", "static"] | None = Field(
+        None, description="Activation reordering; group/weight store a g_idx per input feature."
+    )
+
+
+class CompressedTensorsGroup(_Model):
+    """compressed-tensors ``QuantizationScheme``: which modules it targets and how."""
+
+    targets: ModuleNames = Field(
+        description="Module class names (Linear), exact module names or 're:' regular expressions."
+    )
+    weights: CompressedTensorsArgs | None = Field(None, description="How weights are stored.")
+    input_activations: CompressedTensorsArgs | None = Field(
+        None, description="How activations are quantized (static input scales are counted)."
+    )
+
+
 class Quantization(_Model):
-    """Weight quantization as stored in the checkpoint."""
+    """Weight quantization as stored in the checkpoint (config.json ``quantization_config``).
+
+    Besides the method, the modules a checkpoint leaves unquantized change memory a lot
+    (Llama-3.1-405B-FP8 keeps attention and two MLPs in bf16): ``modulesToNotConvert``
+    (transformers and vLLM's name for fp8, fbgemm_fp8, mxfp4, GPTQ/AWQ and bitsandbytes) or
+    compressed-tensors' ``ignore``. Embeddings and lm_head stay 16-bit in every format.
+    """
 
     method: QuantizationMethod = Field(
-        description="gptq | awq | fp8 | bitsandbytes-nf4 | bitsandbytes-int8."
+        description="gptq | awq | fp8 | mxfp4 | compressed-tensors | bitsandbytes-nf4 | "
+        "bitsandbytes-int8."
     )
     bits: StrictInt | None = Field(
         None, ge=2, le=8, description="Bits per weight; default the method's only/usual width."
@@ -891,15 +1001,48 @@ class Quantization(_Model):
     )
     per_channel_scales: StrictBool = Field(
         False,
-        description="FP8: one weight scale per output channel (compressed-tensors channel "
-        "strategy, FBGEMM FP8) instead of one per tensor.",
+        description="FP8: one weight scale per output channel (FBGEMM FP8, quant_method "
+        "fbgemm_fp8) instead of one per tensor.",
+    )
+    weight_block_size: (
+        tuple[
+            Annotated[int, Field(ge=1, le=LIMITS["width"], strict=True)],
+            Annotated[int, Field(ge=1, le=LIMITS["width"], strict=True)],
+        ]
+        | None
+    ) = Field(
+        None,
+        description="FP8: [output, input] elements per weight scale (block-wise FP8; "
+        "DeepSeek-V3 and Qwen3 FP8 releases use [128, 128]).",
+    )
+    modules_to_not_convert: ModuleNames | None = Field(
+        None,
+        description="Modules left unquantized (transformers' and vLLM's modules_to_not_convert "
+        "or ignored_layers): full names, parent modules or '*' for one name part.",
+    )
+    format: CompressionFormat | None = Field(
+        None, description="compressed-tensors: how weights are serialized."
+    )
+    config_groups: dict[str, CompressedTensorsGroup] | None = Field(
+        None, description="compressed-tensors: the quantization schemes and their targets."
+    )
+    ignore: ModuleNames = Field(
+        (),
+        description="compressed-tensors: modules left unquantized (exact names or 're:' "
+        "regular expressions).",
     )
 
     @property
     def effective_bits(self) -> int:
-        """Bits per weight, defaulting to the method's usual width."""
+        """Bits per weight, defaulting to the method's usual width (compressed-tensors: the
+        first config group's weight bits)."""
         if self.bits is not None:
             return self.bits
+        if self.method is QuantizationMethod.compressed_tensors:
+            for group in (self.config_groups or {}).values():
+                if group.weights is not None:
+                    return group.weights.num_bits
+            return 8
         return 4 if self.method is QuantizationMethod.gptq else QUANTIZATION_BITS[self.method][0]
 
     @model_validator(mode="after")
@@ -915,8 +1058,65 @@ class Quantization(_Model):
             )
         if self.group_size is not None and self.group_size == 0:
             problems.add("groupSize", "groupSize must be -1 (per-channel) or positive")
+        ct = self.method is QuantizationMethod.compressed_tensors
+        if ct:
+            for name in ("groupSize", "weightBlockSize", "modulesToNotConvert"):
+                if getattr(self, to_snake(name)) is not None:
+                    problems.add(
+                        name,
+                        f"compressed-tensors gives {name} per config group"
+                        + (" (use ignore for unquantized modules)" if name[0] == "m" else ""),
+                    )
+            groups = self.config_groups or {}
+            if not any(g.weights is not None for g in groups.values()):
+                problems.add(
+                    "configGroups",
+                    "compressed-tensors needs configGroups with weights (config.json "
+                    "quantization_config.config_groups; gpu-sizer import-hf-config copies them)",
+                )
+            for name, group in groups.items():
+                _check_ct_weights(problems, f"configGroups.{name}.weights", group.weights)
+        else:
+            for name in ("format", "configGroups"):
+                if getattr(self, to_snake(name)) is not None:
+                    problems.add(name, f"{name} applies only to method compressed-tensors")
+            if self.ignore:
+                problems.add(
+                    "ignore",
+                    "ignore is compressed-tensors' list; other methods name unquantized "
+                    "modules in modulesToNotConvert",
+                )
+        if self.weight_block_size is not None:
+            if self.method is not QuantizationMethod.fp8:
+                problems.add("weightBlockSize", "weightBlockSize applies only to method fp8")
+            elif self.per_channel_scales:
+                problems.add(
+                    "weightBlockSize",
+                    "block-wise and per-channel scales exclude each other; give one",
+                )
         problems.raise_if_any()
         return self
+
+
+def _check_ct_weights(problems: _Problems, path: str, args: CompressedTensorsArgs | None) -> None:
+    """The weight schemes vLLM's compressed-tensors loader serves (``CompressedTensorsConfig.
+    _get_scheme_from_parts``): int 4/8 (W4A16, W8A16, W8A8), float 8 (FP8), float 4 (NVFP4 with
+    16-element groups, MXFP4 with 32)."""
+    if args is None:
+        return
+    bits, kind = args.num_bits, args.type
+    if bits not in (4, 8):
+        problems.add(f"{path}.numBits", f"numBits {bits} is not served; use 4 or 8")
+    strategy = args.strategy
+    if strategy is QuantizationStrategy.group and args.group_size is None:
+        problems.add(f"{path}.groupSize", "the group strategy needs groupSize")
+    if strategy is QuantizationStrategy.block and args.block_structure is None:
+        problems.add(f"{path}.blockStructure", "the block strategy needs blockStructure")
+    if kind is QuantizationType.float_ and bits == 4 and args.group_size not in (None, 16, 32):
+        problems.add(
+            f"{path}.groupSize",
+            "float 4-bit weights are NVFP4 (groupSize 16) or MXFP4 (groupSize 32)",
+        )
 
 
 class Model(_Model):

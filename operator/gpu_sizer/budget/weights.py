@@ -1,28 +1,12 @@
-"""Weight bytes by dtype, and quantized formats as their loaders store them. Pure.
+"""Weight bytes by dtype, and quantized checkpoints module by module. Pure.
 
-A quantized checkpoint is not "parameters x nominal bits": the decoder layers' linear weights are
-packed, each with metadata (scales, zero points, indices, block constants), while embeddings,
-lm_head, norms, biases and MoE routers stay in 16-bit in every format below. Payload bytes are
-reported as weights; metadata as quantization overhead (``quantizationOverheadBytes``).
-
-Per linear of ``K`` input and ``N`` output features (elements), ``b`` bits, group size ``g``
-(``G = ceil(K / g)`` groups; ``g = -1`` is one group per output channel, ``G = 1``):
-
-- GPTQ (Frantar et al. 2022; AutoGPTQ/GPTQModel ``QuantLinear`` buffers, vLLM
-  ``gptq.py``/``gptq_marlin.py`` ``create_weights``): ``qweight`` int32 ``[ceil(K*b/32), N]``,
-  ``qzeros`` int32 ``[G, ceil(N*b/32)]``, ``scales`` fp16 ``[G, N]``; with act-order
-  (``desc_act``) the ``g_idx`` int32 ``[K]`` permutation (vLLM's Marlin path drops it without
-  act-order).
-- AWQ (Lin et al. 2023; AutoAWQ ``WQLinear_GEMM``, vLLM ``awq.py``): ``qweight`` int32
-  ``[K, ceil(N*b/32)]``, ``qzeros`` int32 ``[G, ceil(N*b/32)]``, ``scales`` fp16 ``[G, N]``.
-- bitsandbytes NF4 (Dettmers et al. 2023, QLoRA, section 3; bitsandbytes ``Params4bit``): two
-  4-bit codes per byte, one absmax per block of 64; with double quantization the absmax values
-  are 8-bit with one fp32 constant per 256 of them plus an fp32 offset (8/64 + 32/(64*256) bits
-  per parameter, the paper's 0.127), without it fp32 absmax (32/64 = 0.5 bits per parameter).
-- bitsandbytes LLM.int8() (Dettmers et al. 2022, section 3; bitsandbytes ``Int8Params``): int8
-  ``CB`` ``[N, K]`` plus fp32 ``SCB`` row scales ``[N]``.
-- FP8 (vLLM ``fp8.py`` ``Fp8LinearMethod``; compressed-tensors): float8_e4m3fn weights plus one
-  fp32 scale per tensor, or per output channel with ``perChannelScales``.
+Unquantized weights are parameters x dtype bytes. A quantized checkpoint is summed module by
+module: every decoder-layer linear is looked up by its checkpoint name
+(:mod:`gpu_sizer.budget.quant_targets`: the format's own exclusions, ``modulesToNotConvert``,
+compressed-tensors ``ignore`` and config groups) and stored as its format does
+(:mod:`gpu_sizer.budget.quant_formats`) or in high precision; embeddings, lm_head, norms, biases,
+routers and vision encoders stay in high precision. Payload bytes are reported as weights;
+metadata as quantization overhead (``quantizationOverheadBytes``).
 
 All results are in bytes.
 """
@@ -31,6 +15,8 @@ from __future__ import annotations
 
 from gpu_sizer.api import DTYPE_BYTES, Model, Quantization, QuantizationMethod
 from gpu_sizer.budget.params import Layout, Linear
+from gpu_sizer.budget.quant_formats import linear_bytes as storage_bytes
+from gpu_sizer.budget.quant_targets import default_storage, split_by_storage
 
 __all__ = [
     "dequantization_workspace_bytes",
@@ -39,17 +25,6 @@ __all__ = [
     "linear_bytes",
     "weight_bytes",
 ]
-
-#: fp16 scales (GPTQ, AWQ).
-_SCALE_BYTES = 2
-#: bitsandbytes NF4 block size for the weights and, under double quantization, for the absmax
-#: values (QLoRA paper, section 3: block sizes 64 and 256).
-_NF4_BLOCK = 64
-_NF4_DQ_BLOCK = 256
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def high_precision_bytes(model: Model) -> int:
@@ -64,40 +39,17 @@ def high_precision_bytes(model: Model) -> int:
     return size
 
 
-def linear_bytes(lin: Linear, quant: Quantization) -> tuple[int, int]:
-    """(payload, metadata) bytes of one quantized linear's weight, all its copies.
+def linear_bytes(lin: Linear, quant: Quantization, act_bytes: int = 2) -> tuple[int, int]:
+    """(payload, metadata) bytes of ``lin`` (all its copies) stored as ``quant`` stores a module
+    it quantizes (:func:`gpu_sizer.budget.quant_targets.default_storage`).
 
     :param lin: the linear's shape on one rank (``in_features`` K, ``out_features`` N, copies).
     :param quant: the format; bits and group size default as the format's loaders do.
+    :param act_bytes: bytes of the activation dtype (scales stored in it).
     """
-    k, n = lin.in_features, lin.out_features
-    method = quant.method
-    bits = quant.effective_bits
-    if method is QuantizationMethod.gptq or method is QuantizationMethod.awq:
-        g = quant.group_size if quant.group_size is not None else 128
-        groups = 1 if g < 0 else _ceil_div(k, g)
-        if method is QuantizationMethod.gptq:
-            payload = _ceil_div(k * bits, 32) * 4 * n
-        else:
-            payload = k * _ceil_div(n * bits, 32) * 4
-        meta = groups * _ceil_div(n * bits, 32) * 4 + groups * n * _SCALE_BYTES
-        if method is QuantizationMethod.gptq and quant.desc_act:
-            meta += 4 * k
-    elif method is QuantizationMethod.bitsandbytes_nf4:
-        elems = k * n
-        payload = _ceil_div(elems, 2)
-        blocks = _ceil_div(elems, _NF4_BLOCK)
-        if quant.double_quant:
-            meta = blocks + _ceil_div(blocks, _NF4_DQ_BLOCK) * 4 + 4
-        else:
-            meta = blocks * 4
-    elif method is QuantizationMethod.bitsandbytes_int8:
-        payload = k * n
-        meta = 4 * n
-    else:  # fp8
-        payload = k * n
-        meta = 4 * n if quant.per_channel_scales else 4
-    return payload * lin.copies, meta * lin.copies
+    return storage_bytes(
+        lin.in_features, lin.out_features, lin.copies, default_storage(quant), act_bytes, lin.role
+    )
 
 
 def weight_bytes(lay: Layout, model: Model, outer: int) -> tuple[int, int]:
@@ -119,12 +71,15 @@ def weight_bytes(lay: Layout, model: Model, outer: int) -> tuple[int, int]:
     for group in lay.groups:
         plain += group.count * group.vectors
         for lin in group.linears:
-            if lin.quantizable:
-                p, m = linear_bytes(lin, quant)
-                payload += group.count * p
-                meta += group.count * m
-            else:
-                plain += group.count * lin.weight_params
+            for storage, layers in split_by_storage(quant, lay.prefix, lin, group.indices):
+                if storage is None:
+                    plain += layers * lin.weight_params
+                    continue
+                p, m = storage_bytes(
+                    lin.in_features, lin.out_features, lin.copies, storage, hp, lin.role
+                )
+                payload += layers * p
+                meta += layers * m
     return payload + plain * hp + outer * hp, meta
 
 
@@ -137,8 +92,9 @@ def flat_weight_bytes(params: int, model: Model) -> tuple[int, int]:
     """
     if model.quantization is None:
         return params * DTYPE_BYTES[model.dtype], 0
-    rows = _ceil_div(params, 4096)
-    return linear_bytes(Linear("flat", "flat", 4096, rows, 1, False, True), model.quantization)
+    rows = -(-params // 4096)
+    flat = Linear("flat", "flat", 4096, rows, 1, False, True, "experts.flat")
+    return linear_bytes(flat, model.quantization)
 
 
 def dequantization_workspace_bytes(lay: Layout, quant: Quantization | None, training: bool) -> int:
@@ -149,7 +105,7 @@ def dequantization_workspace_bytes(lay: Layout, quant: Quantization | None, trai
     passes of GPTQ/AWQ layers under PEFT; vLLM's GPTQ/AWQ (Marlin) and FP8 kernels dequantize
     inside the kernel, so serving those formats needs no such buffer.
     """
-    if quant is None or quant.method is QuantizationMethod.fp8:
+    if quant is None or quant.method in (QuantizationMethod.fp8, QuantizationMethod.mxfp4):
         return 0
     bnb = quant.method in (
         QuantizationMethod.bitsandbytes_nf4,
