@@ -24,6 +24,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 EXPECTED: dict[str, tuple[Verdict, int]] = {
     "llama-3-8b-vllm-bf16.yaml": (Verdict.Fits, 1),
     "llama-3-70b-vllm-fp8-tp4.yaml": (Verdict.Fits, 4),
+    "llama-3.1-405b-fp8-vllm-tp8.yaml": (Verdict.Fits, 8),
     "mixtral-8x7b-awq.yaml": (Verdict.Fits, 1),
     "qwen2-7b-tgi.yaml": (Verdict.Fits, 1),
     "phi-3-mini-transformers-l4.yaml": (Verdict.Fits, 1),
@@ -158,8 +159,8 @@ def test_example_architecture_is_import_hf_configs_reading(name: str) -> None:
 
     config = json.loads((ROOT / "tests/budget/configs" / f"{FROM_CONFIG[name]}.json").read_text())
     config.pop("_source")
-    config.pop("quantization_config", None)
-    given = _load(ROOT / "examples" / name)["spec"]["model"]["architecture"]
-    assert architectures.arch(given) == architectures.arch(
-        model_from_hf_config(config)["architecture"]
-    )
+    model = _load(ROOT / "examples" / name)["spec"]["model"]
+    imported = model_from_hf_config(config)
+    assert architectures.arch(model["architecture"]) == architectures.arch(imported["architecture"])
+    # the checkpoint's quantization as stored (quantization_config), when it has one
+    assert model.get("quantization") == imported.get("quantization")
