@@ -98,3 +98,19 @@ def test_the_problem_list_is_cut_after_the_first_ones() -> None:
     assert lines[-1] == "spec: 80 more problems not shown; fix the ones above first"
     # A user's key is shown cut to 64 characters, not as long as it is.
     assert lines[0].startswith("spec.inference." + "unknown0" + "x" * 53 + "...: unknown field")
+
+
+def test_quantization_module_lists_hold_a_real_checkpoint_and_no_more() -> None:
+    """Llama-3.1-405B-FP8 names 511 modules in modules_to_not_convert (config.json of
+    meta-llama/Llama-3.1-405B-Instruct-FP8); the bound leaves room for four times that."""
+    real = [f"model.layers.{i}.self_attn.{m}" for i in range(126) for m in "qkvo"]
+    quant = {"method": "fp8", "perChannelScales": True, "modulesToNotConvert": real}
+    spec = inference_spec()
+    spec["model"]["quantization"] = quant
+    parse_spec(spec)
+    too_many = [f"m{i}" for i in range(LENGTHS["moduleNames"] + 1)]
+    spec["model"]["quantization"] = {**quant, "modulesToNotConvert": too_many}
+    assert problems(spec) == [
+        f"spec.model.quantization.modulesToNotConvert: must have at most "
+        f"{LENGTHS['moduleNames']} items, not {len(too_many)}"
+    ]

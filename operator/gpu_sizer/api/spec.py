@@ -403,6 +403,10 @@ LENGTHS: dict[str, int] = {
     "concurrencyLevels": 16,
     "commandArgs": 256,
     "commandArg": 16_384,
+    # quantization: Llama-3.1-405B-FP8 lists 511 modules by full name; config groups are few
+    "moduleName": 256,
+    "moduleNames": 2048,
+    "configGroups": 16,
 }
 
 PositiveInt = Annotated[int, Field(ge=1, strict=True)]
@@ -915,8 +919,8 @@ class Architecture(_Model):
 
 
 ModuleNames = Annotated[
-    tuple[Annotated[str, Field(min_length=1, max_length=512)], ...],
-    Field(max_length=65_536),
+    tuple[Annotated[str, Field(min_length=1, max_length=LENGTHS["moduleName"])], ...],
+    Field(max_length=LENGTHS["moduleNames"]),
 ]
 """Module names or patterns of a checkpoint (``model.layers.0.self_attn.q_proj``)."""
 
@@ -1023,9 +1027,16 @@ class Quantization(_Model):
     format: CompressionFormat | None = Field(
         None, description="compressed-tensors: how weights are serialized."
     )
-    config_groups: dict[str, CompressedTensorsGroup] | None = Field(
-        None, description="compressed-tensors: the quantization schemes and their targets."
-    )
+    config_groups: (
+        Annotated[
+            dict[
+                Annotated[str, Field(min_length=1, max_length=LENGTHS["identifier"])],
+                CompressedTensorsGroup,
+            ],
+            Field(max_length=LENGTHS["configGroups"]),
+        ]
+        | None
+    ) = Field(None, description="compressed-tensors: the quantization schemes and their targets.")
     ignore: ModuleNames = Field(
         (),
         description="compressed-tensors: modules left unquantized (exact names or 're:' "

@@ -34,10 +34,11 @@ SINGULAR: Final = "gpuworkload"
 SHORT_NAME: Final = "gpuw"
 CATEGORY: Final = "gpusizer"
 #: Most values (object members and list items, at any depth) one spec may hold. A real spec
-#: holds a few hundred; the largest legal one, every list at its maximum (``LENGTHS``, and the
-#: per-layer lists of ``architecture`` at 1,024 layers), about 3,600. A bigger document is refused
-#: whole, before validation, whose per-field errors cost time in proportion to its size (50,000
-#: unknown keys took 0.5 s to list even when only the first few are reported).
+#: holds a few hundred, plus a quantized checkpoint's module lists (Llama-3.1-405B-FP8 names 511
+#: modules). Every list at its ``LENGTHS`` maximum at once would hold more; such a document, like
+#: any above the bound, is refused whole, before validation, whose per-field errors cost time in
+#: proportion to its size (50,000 unknown keys took 0.5 s to list even when only the first few
+#: are reported).
 MAX_SPEC_VALUES: Final = 8192
 
 
