@@ -20,12 +20,20 @@ The catalog can be overridden by a YAML file (the Helm chart mounts one at
     classes:
       - name: nvidia-l4           # override fields of a default class by name
         rank: 3
-      - name: my-h100-mig-3g      # or add a class: memoryBytes and products are required
-        displayName: H100 MIG 3g.40gb
-        memoryBytes: 42949672960
-        products: [NVIDIA-H100-80GB-HBM3-MIG-3g.40gb]
+      - name: my-h100-nvl-mig-3g  # or add a class: memoryBytes and products are required
+        displayName: H100 NVL MIG 3g.47gb
+        memoryBytes: 48318382080
+        products: [NVIDIA-H100-NVL-MIG-3g.47gb]
         interconnect: none
         vendor: nvidia
+        migProfile: 3g.47gb       # a MIG slice: its profile and whole-GPU class
+        parent: nvidia-h100-nvl
+
+MIG: every profile of the A100 40/80 GB, H100 80 GB and H200 is a class of its own
+(:data:`MIG_CLASSES`, e.g. ``nvidia-a100-80gb-mig-1g.10gb``), ranked after every whole GPU, so a
+slice is recommended when the cluster has it and no whole GPU present fits (re-rank them in
+catalog.yaml to prefer slices). A slice serves one GPU per process: a spec that shards over
+several GPUs is never placed on MIG classes.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ __all__ = [
     "AMD_PRODUCT_LABEL",
     "DEFAULT_CATALOG",
     "GFD_PRODUCT_LABEL",
+    "MIG_CLASSES",
+    "WHOLE_GPU_CLASSES",
     "Choice",
     "GPUClass",
     "InvalidCatalog",
@@ -55,6 +65,7 @@ __all__ = [
     "headroom_fraction",
     "load_catalog",
     "load_catalog_file",
+    "mig_class",
 ]
 
 MIB: Final = 1 << 20
@@ -86,6 +97,28 @@ class GPUClass:
     vendor: str = "nvidia"
     rank: int = 100
     source: str = ""
+    #: MIG profile (``1g.10gb``) when the class is one MIG slice; empty for a whole GPU.
+    mig_profile: str = ""
+    #: The whole-GPU class a MIG slice is cut from (its ``products`` are the node's product label
+    #: under the ``mixed`` strategy); empty for a whole GPU.
+    parent: str = ""
+
+    @property
+    def is_mig(self) -> bool:
+        """Whether the class is one MIG slice rather than a whole GPU."""
+        return bool(self.mig_profile)
+
+    @property
+    def mig_resource(self) -> str:
+        """The extended resource of the slice under the ``mixed`` strategy
+        (``nvidia.com/mig-1g.10gb``); empty for a whole GPU."""
+        return f"nvidia.com/mig-{self.mig_profile}" if self.mig_profile else ""
+
+    @property
+    def mig_compute_slices(self) -> int:
+        """Compute slices (of 7) of a MIG profile: the number before ``g.``; 0 for a whole GPU."""
+        head = self.mig_profile.split("g.", 1)[0]
+        return int(head) if head.isdigit() else 0
 
     @property
     def product_label(self) -> str:
@@ -100,9 +133,9 @@ class GPUClass:
 
 _SMI = "nvidia-smi Memory-Usage total {mib} MiB (NVML total, rounded down to MiB) on {product}, "
 
-#: The default catalog, 24 GB to 192 GB. Figures are NVML totals as printed by nvidia-smi in public
+#: Whole GPUs, 24 GB to 192 GB. Figures are NVML totals as printed by nvidia-smi in public
 #: reports (the issue or document is named), or by rocm-smi for AMD (exact bytes).
-DEFAULT_CATALOG: tuple[GPUClass, ...] = (
+WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
     GPUClass(
         "nvidia-l4",
         "NVIDIA L4 24 GB",
@@ -222,6 +255,101 @@ DEFAULT_CATALOG: tuple[GPUClass, ...] = (
 )
 
 
+_LGIP = (
+    "nvidia-smi mig -lgip 'Memory GiB' column, {gib} GiB for MIG {profile} on {gpu} ({where}); "
+    "profiles from the NVIDIA MIG User Guide, 'Supported MIG Profiles'"
+)
+_MIG_A100_GUIDE = "example output in the MIG User Guide, 'Getting Started with MIG'"
+
+#: MIG profiles per whole-GPU class: (profile, usable GiB, where the figure comes from). The GiB
+#: figure is the ``Memory`` column of ``nvidia-smi mig -lgip`` (two decimals; 19.62 is 19.625, an
+#: exact multiple of 1 MiB, as GFD's ``nvidia.com/mig-<profile>.memory`` label of 20096 MiB shows).
+#: A profile with the same memory slices as another shares its figure (said in its source);
+#: ``+me`` (media extension) variants have the memory of their base profile and no own resource
+#: name in the device plugin's ``mixed`` strategy, so they are not separate classes.
+_MIG_PROFILES: dict[str, tuple[tuple[str, float, str], ...]] = {
+    "nvidia-a100-40gb": (
+        ("1g.5gb", 4.75, _MIG_A100_GUIDE),
+        ("1g.10gb", 9.75, "2 of 8 memory slices, the same as 2g.10gb's 9.75 GiB"),
+        ("2g.10gb", 9.75, _MIG_A100_GUIDE),
+        ("3g.20gb", 19.625, _MIG_A100_GUIDE),
+        ("4g.20gb", 19.625, _MIG_A100_GUIDE),
+        (
+            "7g.40gb",
+            39.375,
+            _MIG_A100_GUIDE + "; another public output prints 39.50, the lower kept",
+        ),
+    ),
+    "nvidia-a100-80gb": (
+        ("1g.10gb", 9.5, "public A100 80GB outputs"),
+        ("1g.20gb", 19.5, "public A100 80GB outputs"),
+        ("2g.20gb", 19.5, "public A100 80GB outputs"),
+        ("3g.40gb", 39.25, "public A100 80GB outputs"),
+        ("4g.40gb", 39.25, "public A100 80GB outputs"),
+        ("7g.80gb", 79.0, "public A100 80GB outputs"),
+    ),
+    "nvidia-h100-80gb": (
+        ("1g.10gb", 9.75, "public H100 80GB output"),
+        ("1g.20gb", 19.625, "public H100 80GB output"),
+        ("2g.20gb", 19.625, "public H100 80GB output"),
+        ("3g.40gb", 39.5, "public H100 80GB output"),
+        ("4g.40gb", 39.5, "public H100 80GB output"),
+        ("7g.80gb", 79.25, "public H100 80GB output"),
+    ),
+    "nvidia-h200": (
+        ("1g.18gb", 16.0, "public H200 output"),
+        ("1g.35gb", 32.5, "2 of 8 memory slices, the same as 2g.35gb's 32.50 GiB"),
+        ("2g.35gb", 32.5, "public H200 output"),
+        (
+            "3g.71gb",
+            65.0,
+            "no public -lgip line found: 4 of 8 memory slices taken as twice 2g.35gb's 32.50 GiB "
+            "(a low bound: on A100/H100 the 4/8 profiles are 0.25 GiB more than twice the 2/8); "
+            "agrees with a public PyTorch total of 69.8 GB (65.0 GiB) on H200 MIG 3g.71gb",
+        ),
+        ("4g.71gb", 65.0, "4 of 8 memory slices, the same as 3g.71gb (see there)"),
+        ("7g.141gb", 140.0, "public H200 output"),
+    ),
+}
+
+
+def _mig_classes(parents: Sequence[GPUClass]) -> tuple[GPUClass, ...]:
+    by_name = {c.name: c for c in parents}
+    rows = [
+        (by_name[parent], profile, gib, where)
+        for parent, profiles in _MIG_PROFILES.items()
+        for profile, gib, where in profiles
+    ]
+    # Ranked after every whole GPU, smallest slice first: without an inventory (the CLI) nothing
+    # changes; with one, a slice is chosen when the cluster has it and no whole GPU present fits.
+    rows.sort(key=lambda r: (r[2], r[0].rank, r[1]))
+    out = []
+    for rank, (parent, profile, gib, where) in enumerate(rows, start=101):
+        gpu = parent.display_name.split(" (")[0]
+        out.append(
+            GPUClass(
+                name=f"{parent.name}-mig-{profile}",
+                display_name=f"{gpu} MIG {profile}",
+                memory_bytes=int(gib * 1024) * MIB,
+                # GFD, `single` strategy: nvidia.com/gpu.product is "<product>-MIG-<profile>".
+                products=tuple(f"{p}-MIG-{profile}" for p in parent.products),
+                interconnect="none: a MIG device has no peer-to-peer or NVLink",
+                rank=rank,
+                source=_LGIP.format(gib=f"{gib:.2f}", profile=profile, gpu=gpu, where=where),
+                mig_profile=profile,
+                parent=parent.name,
+            )
+        )
+    return tuple(out)
+
+
+#: One class per MIG profile of the A100 40/80 GB, H100 80 GB and H200 (NVIDIA MIG User Guide).
+MIG_CLASSES: tuple[GPUClass, ...] = _mig_classes(WHOLE_GPU_CLASSES)
+
+#: The default catalog: whole GPUs, then MIG slices.
+DEFAULT_CATALOG: tuple[GPUClass, ...] = WHOLE_GPU_CLASSES + MIG_CLASSES
+
+
 class InvalidCatalog(ValueError):
     """A catalog YAML failed validation; ``problems`` names each bad field (``classes[2].name``)."""
 
@@ -243,6 +371,8 @@ class _ClassEntry(BaseModel):
     vendor: str | None = None
     rank: int | None = Field(None, strict=True)
     source: str | None = None
+    mig_profile: str | None = Field(None, pattern=r"^[1-9]g\.[0-9]+gb$")
+    parent: str | None = None
 
 
 class _CatalogFile(BaseModel):
@@ -354,6 +484,7 @@ def catalog_to_data(catalog: Sequence[GPUClass]) -> dict[str, Any]:
                 "vendor": c.vendor,
                 "rank": c.rank,
                 "source": c.source,
+                **({"migProfile": c.mig_profile, "parent": c.parent} if c.is_mig else {}),
             }
             for c in catalog
         ],
@@ -420,6 +551,14 @@ def choose_class(
 def allowed_classes(catalog: Sequence[GPUClass], names: Sequence[str]) -> list[GPUClass]:
     """Classes of ``catalog`` named in ``names`` (all of them when ``names`` is empty)."""
     return [c for c in catalog if not names or c.name in names]
+
+
+def mig_class(catalog: Sequence[GPUClass], parent: str, profile: str) -> GPUClass | None:
+    """The MIG class cut from whole-GPU class ``parent`` with ``profile`` (``1g.10gb``), if any."""
+    for cls in catalog:
+        if cls.parent == parent and cls.mig_profile == profile:
+            return cls
+    return None
 
 
 def class_for_product(catalog: Sequence[GPUClass], product: str) -> GPUClass | None:

@@ -12,12 +12,23 @@ with the reason:
 
 - Older GFD releases wrote ``nvidia.com/gpu.memory`` in bytes rather than MiB. A value of at least
   2^24 cannot be MiB (that would be 16 TiB on one GPU) and is read as bytes.
-- A node with several GPU models carries the *first* GPU's labels only; when the product's
-  catalog memory disagrees with ``gpu.memory`` by more than 5 %, or ``gpu.count`` disagrees with
-  the allocatable count, the node is ignored rather than trusted.
-- With MIG, one ``nvidia.com/gpu`` is a slice: under the ``single`` strategy the product label
-  gets a ``-MIG-<profile>`` suffix and only a catalog class listing that exact product matches;
-  under ``mixed`` the slices are separate resources and ``nvidia.com/gpu`` counts whole GPUs only.
+- MIG, ``single`` strategy: every GPU is cut into the same profile, one ``nvidia.com/gpu`` is a
+  slice, and the product label gets a ``-MIG-<profile>`` suffix; it maps to the MIG class of that
+  profile (catalog :data:`~gpu_sizer.catalog.MIG_CLASSES`), ``gpu.memory`` is the slice's.
+- MIG, ``mixed`` strategy (or any node advertising ``nvidia.com/mig-<profile>`` resources): each
+  profile is its own resource. The node offers each advertised profile as its MIG class (checked
+  against GFD's ``nvidia.com/mig-<profile>.memory``) and whole GPUs only as far as
+  ``nvidia.com/gpu`` is advertised *and* ``nvidia.com/gpu.count`` leaves GPUs the slices do not
+  fill. The device plugin can keep a stale ``nvidia.com/gpu`` capacity next to the slices
+  (NVIDIA gpu-operator issue 637: ``nvidia.com/gpu: 2`` with ``mig-1g.10gb: 6`` and
+  ``mig-2g.20gb: 4`` on two A100-80GB, i.e. both GPUs fully cut); that count is capped to what
+  ``gpu.count`` minus the slices allows, and said in the node's notes.
+- A node with several GPU models carries the *first* GPU's labels only (GFD labels one product
+  per node). What labels can show is checked: ``gpu.memory`` disagreeing with the product's
+  catalog memory by more than 5 %, and ``gpu.count`` disagreeing with the allocatable count, make
+  the node ignored. What they cannot show: an 80 GB and a 40 GB card with the 80 GB card first
+  read as two 80 GB cards, and nothing on the Node object tells otherwise. Label such a node
+  ``gpusizer.dev/ignore=true`` to leave it out.
 - A node that joined before the driver has ``nvidia.com/gpu`` allocatable but no GFD labels; it is
   ignored until GFD labels it. A node with a product but no memory label falls back to the
   product-to-class table of the catalog.
@@ -25,16 +36,18 @@ with the reason:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_sizer.catalog import GPUClass, class_for_product
+from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
 
 __all__ = [
     "GpuNode",
     "IgnoredNode",
     "Inventory",
+    "Offer",
     "build_inventory",
     "parse_memory_label",
     "parse_node",
@@ -46,15 +59,35 @@ LABEL_MEMORY = "nvidia.com/gpu.memory"
 LABEL_COUNT = "nvidia.com/gpu.count"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 LABEL_MIG_CONFIG = "nvidia.com/mig.config"
+#: The operator's own opt-out for nodes whose labels cannot be trusted (mixed GPU models).
+LABEL_IGNORE = "gpusizer.dev/ignore"
 RESOURCE_GPU = "nvidia.com/gpu"
+RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
 #: Allowed relative disagreement between the memory label and the catalog class memory.
 MEMORY_TOLERANCE = 0.05
 _BYTES_THRESHOLD = 1 << 24
+#: MIG compute slices and memory slices of one GPU (A100, H100, H200: 7 and 8).
+_COMPUTE_SLICES = 7
+_MEMORY_SLICES = 8
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a node offers of one class: ``count`` devices requested as ``resource``
+    (``nvidia.com/gpu``, or ``nvidia.com/mig-<profile>`` under the MIG ``mixed`` strategy)."""
+
+    gpu_class: str
+    count: int
+    resource: str = RESOURCE_GPU
 
 
 @dataclass(frozen=True)
 class GpuNode:
-    """A node whose GPUs map to a catalog class."""
+    """A node whose GPUs map to catalog classes.
+
+    ``gpu_class`` and ``gpu_count`` are the first offer (whole GPUs when there are any);
+    ``offers`` lists every class the node offers (MIG ``mixed``: one per advertised profile).
+    """
 
     name: str
     gpu_class: str
@@ -62,6 +95,12 @@ class GpuNode:
     gpu_count: int
     memory_bytes: int | None
     notes: tuple[str, ...] = ()
+    offers: tuple[Offer, ...] = ()
+    mig_strategy: str = ""
+
+    def classes(self) -> frozenset[str]:
+        """Every class the node offers."""
+        return frozenset(o.gpu_class for o in self.offers) or frozenset({self.gpu_class})
 
 
 @dataclass(frozen=True)
@@ -81,18 +120,19 @@ class Inventory:
     known: bool = field(default=True)
 
     def present_classes(self) -> frozenset[str]:
-        """Names of catalog classes with at least one usable node."""
-        return frozenset(n.gpu_class for n in self.nodes)
+        """Names of catalog classes offered by at least one usable node."""
+        return frozenset(c for n in self.nodes for c in n.classes())
 
     def nodes_of(self, gpu_class: str) -> list[GpuNode]:
-        """Usable nodes of ``gpu_class``."""
-        return [n for n in self.nodes if n.gpu_class == gpu_class]
+        """Usable nodes offering ``gpu_class``."""
+        return [n for n in self.nodes if gpu_class in n.classes()]
 
     def summary(self) -> str:
         """One line: classes with node counts, then ignored nodes with reasons."""
         counts: dict[str, int] = {}
         for n in self.nodes:
-            counts[n.gpu_class] = counts.get(n.gpu_class, 0) + 1
+            for c in n.classes():
+                counts[c] = counts.get(c, 0) + 1
         text = ", ".join(f"{c}: {k} node(s)" for c, k in sorted(counts.items())) or "no GPU nodes"
         if self.ignored:
             text += "; ignored " + "; ".join(f"{i.name} ({i.reason})" for i in self.ignored)
@@ -120,38 +160,176 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _memory_disagrees(memory: int | None, cls: GPUClass) -> bool:
+    return (
+        memory is not None and abs(memory - cls.memory_bytes) > MEMORY_TOLERANCE * cls.memory_bytes
+    )
+
+
+def _mig_slices(allocatable: Mapping[str, Any]) -> dict[str, int]:
+    """``{profile: count}`` of the advertised MIG resources with a positive count."""
+    out: dict[str, int] = {}
+    for key, value in allocatable.items():
+        if isinstance(key, str) and key.startswith(RESOURCE_MIG_PREFIX):
+            count = _int(value)
+            if count and count > 0:
+                out[key.removeprefix(RESOURCE_MIG_PREFIX)] = count
+    return out
+
+
+def _gpus_filled(slices: Mapping[str, int], classes: Mapping[str, GPUClass]) -> int:
+    """The fewest whole GPUs the advertised slices can sit on: the larger of the compute bound
+    (profile ``<n>g``, 7 per GPU) and the memory bound (eighths of the parent's memory)."""
+    compute = 0
+    memory = 0
+    for profile, count in slices.items():
+        head = profile.split("g.", 1)[0]
+        compute += count * (int(head) if head.isdigit() else 1)
+        cls = classes.get(profile)
+        eighths = 1
+        if cls is not None and cls.memory_bytes > 0:
+            # 9.50 GiB of a 79.0 GiB 7g.80gb is 1/8; 39.25 is 4/8 (MIG User Guide fractions).
+            whole = max(
+                (c.memory_bytes for c in classes.values() if c.mig_compute_slices == 7),
+                default=0,
+            )
+            if whole:
+                eighths = max(1, round(_MEMORY_SLICES * cls.memory_bytes / whole))
+        memory += count * eighths
+    return max(math.ceil(compute / _COMPUTE_SLICES), math.ceil(memory / _MEMORY_SLICES))
+
+
+def _parse_mixed(
+    name: str,
+    product: str,
+    labels: Mapping[str, str],
+    whole: int,
+    slices: Mapping[str, int],
+    strategy: str,
+    catalog: Sequence[GPUClass],
+) -> GpuNode | IgnoredNode:
+    """A node under the MIG ``mixed`` strategy: whole GPUs and one offer per MIG profile."""
+    notes: list[str] = []
+    if strategy != "mixed":
+        notes.append(
+            f"advertises MIG resources ({', '.join(sorted(slices))}) with "
+            f"{LABEL_MIG_STRATEGY}={strategy or 'unset'}: read as the mixed strategy"
+        )
+    parent = class_for_product(catalog, product)
+    offers: list[Offer] = []
+    skipped: list[str] = []
+    profile_classes: dict[str, GPUClass] = {}
+    if parent is not None:
+        for c in catalog:
+            if c.parent == parent.name:
+                profile_classes[c.mig_profile] = c
+    for profile, count in sorted(slices.items()):
+        cls = mig_class(catalog, parent.name, profile) if parent is not None else None
+        if cls is None:
+            skipped.append(f"{RESOURCE_MIG_PREFIX}{profile}: no catalog class")
+            continue
+        raw = labels.get(f"nvidia.com/mig-{profile}.memory")
+        memory = parse_memory_label(raw) if raw is not None else None
+        if _memory_disagrees(memory, cls):
+            skipped.append(
+                f"{RESOURCE_MIG_PREFIX}{profile}: nvidia.com/mig-{profile}.memory says "
+                f"{(memory or 0) / MIB:.0f} MiB, class {cls.name} is "
+                f"{cls.memory_bytes / MIB:.0f} MiB"
+            )
+            continue
+        offers.append(Offer(cls.name, count, cls.mig_resource))
+    if skipped:
+        notes.append("MIG slices not offered: " + "; ".join(skipped))
+    physical = _int(labels.get(LABEL_COUNT))
+    filled = _gpus_filled(slices, profile_classes)
+    if whole and slices:
+        if physical is None:
+            notes.append(
+                f"allocatable {RESOURCE_GPU}={whole} next to MIG slices and no {LABEL_COUNT} "
+                "label: whole GPUs not counted (cannot tell them from stale capacity)"
+            )
+            whole = 0
+        elif whole > physical - filled:
+            capped = max(0, physical - filled)
+            notes.append(
+                f"allocatable {RESOURCE_GPU}={whole} but {LABEL_COUNT}={physical} and the MIG "
+                f"slices advertised fill at least {filled} GPU(s): {capped} whole GPU(s) counted "
+                "(stale device-plugin capacity, as in NVIDIA gpu-operator issue 637)"
+            )
+            whole = capped
+    if whole:
+        if parent is None:
+            notes.append(f"{whole} whole GPU(s): {LABEL_PRODUCT}={product} is not in the catalog")
+        else:
+            raw_memory = labels.get(LABEL_MEMORY)
+            memory = parse_memory_label(raw_memory) if raw_memory is not None else None
+            if _memory_disagrees(memory, parent):
+                notes.append(
+                    f"whole GPUs not counted: {LABEL_MEMORY} says {(memory or 0) / MIB:.0f} MiB "
+                    f"but {parent.name} is {parent.memory_bytes / MIB:.0f} MiB"
+                )
+            else:
+                offers.insert(0, Offer(parent.name, whole))
+    notes.append("MIG mixed strategy: whole GPUs and each MIG profile offered separately")
+    if not offers:
+        return IgnoredNode(
+            name,
+            f"MIG mixed strategy on {product}: nothing usable offered ("
+            + "; ".join(notes[:-1] or [f"no whole {RESOURCE_GPU} and no MIG slice"])
+            + ")",
+        )
+    first = offers[0]
+    return GpuNode(
+        name,
+        first.gpu_class,
+        product,
+        first.count,
+        None,
+        tuple(notes),
+        tuple(offers),
+        "mixed",
+    )
+
+
 def parse_node(
     node: Mapping[str, Any], catalog: Sequence[GPUClass]
 ) -> GpuNode | IgnoredNode | None:
     """Classify one Node object (a dict as the API returns it).
 
-    Returns ``None`` for a node with no sign of NVIDIA GPUs (no GFD labels, no allocatable GPUs).
+    Returns ``None`` for a node with no sign of NVIDIA GPUs (no GFD labels, no allocatable GPUs
+    or MIG slices).
     """
     meta = node.get("metadata") or {}
     name = str(meta.get("name") or "?")
     labels: Mapping[str, str] = meta.get("labels") or {}
     status = node.get("status") or {}
-    allocatable = _int((status.get("allocatable") or {}).get(RESOURCE_GPU))
+    alloc: Mapping[str, Any] = status.get("allocatable") or {}
+    allocatable = _int(alloc.get(RESOURCE_GPU))
+    slices = _mig_slices(alloc)
     product = labels.get(LABEL_PRODUCT)
-    if not product and not allocatable:
+    if not product and not allocatable and not slices:
         return None
+    if str(labels.get(LABEL_IGNORE, "")).lower() == "true":
+        return IgnoredNode(name, f"labelled {LABEL_IGNORE}=true")
     if (node.get("spec") or {}).get("unschedulable"):
         return IgnoredNode(name, "cordoned (spec.unschedulable)")
     if not product:
         return IgnoredNode(
             name,
-            f"allocatable {RESOURCE_GPU}={allocatable} but no {LABEL_PRODUCT} label "
+            f"allocatable {RESOURCE_GPU}={allocatable or 0} but no {LABEL_PRODUCT} label "
             "(joined before the driver or GPU Feature Discovery is not running)",
         )
+    strategy = labels.get(LABEL_MIG_STRATEGY, "")
+    is_mig_product = "-MIG-" in product.upper()
+    if (strategy == "mixed" or slices) and not is_mig_product:
+        return _parse_mixed(name, product, labels, allocatable or 0, slices, strategy, catalog)
     if not allocatable:
         return IgnoredNode(
             name,
             f"{LABEL_PRODUCT}={product} but no allocatable {RESOURCE_GPU} "
             "(device plugin not running, or every GPU partitioned into MIG slices)",
         )
-    strategy = labels.get(LABEL_MIG_STRATEGY, "")
     mig_config = labels.get(LABEL_MIG_CONFIG, "")
-    is_mig_product = "-MIG-" in product.upper()
     cls = class_for_product(catalog, product)
     if is_mig_product and cls is None:
         return IgnoredNode(
@@ -159,7 +337,7 @@ def parse_node(
             f"MIG slice {product} (mig.strategy={strategy or 'unknown'}): one {RESOURCE_GPU} is "
             "a slice, and no catalog class lists this product",
         )
-    if not is_mig_product and mig_config and mig_config != "all-disabled" and strategy != "mixed":
+    if not is_mig_product and mig_config and mig_config != "all-disabled":
         return IgnoredNode(
             name,
             f"{LABEL_MIG_CONFIG}={mig_config} with mig.strategy={strategy or 'unknown'}: "
@@ -176,23 +354,32 @@ def parse_node(
         notes.append(f"unreadable {LABEL_MEMORY}={raw_memory!r}: class from the product table")
     elif memory >= _BYTES_THRESHOLD and raw_memory.strip() == str(memory):
         notes.append(f"{LABEL_MEMORY} read as bytes (older GPU Feature Discovery)")
-    if memory is not None and abs(memory - cls.memory_bytes) > MEMORY_TOLERANCE * cls.memory_bytes:
+    if _memory_disagrees(memory, cls):
         return IgnoredNode(
             name,
-            f"{LABEL_MEMORY} says {memory / MIB:.0f} MiB but {product} is "
+            f"{LABEL_MEMORY} says {(memory or 0) / MIB:.0f} MiB but {product} is "
             f"{cls.memory_bytes / MIB:.0f} MiB in class {cls.name} (mixed GPU models? labels "
             "describe the first GPU only)",
         )
     count = _int(labels.get(LABEL_COUNT))
-    if count is not None and strategy != "mixed" and count != allocatable:
+    if count is not None and count != allocatable:
         return IgnoredNode(
             name,
             f"{LABEL_COUNT}={count} but allocatable {RESOURCE_GPU}={allocatable} "
             "(mixed GPU models or MIG reconfiguration in progress)",
         )
-    if strategy == "mixed":
-        notes.append("MIG mixed strategy: only whole GPUs counted")
-    return GpuNode(name, cls.name, product, allocatable, memory, tuple(notes))
+    if cls.is_mig:
+        notes.append(f"MIG single strategy: one {RESOURCE_GPU} is a {cls.mig_profile} slice")
+    return GpuNode(
+        name,
+        cls.name,
+        product,
+        allocatable,
+        memory,
+        tuple(notes),
+        (Offer(cls.name, allocatable),),
+        "single" if cls.is_mig else "",
+    )
 
 
 def build_inventory(nodes: Iterable[Mapping[str, Any]], catalog: Sequence[GPUClass]) -> Inventory:

@@ -169,9 +169,23 @@ def assess(
             "spec.placement.gpuClasses: unknown GPU class "
             + ", ".join(repr(n) for n in unknown)
             + "; known classes: "
-            + ", ".join(c.name for c in catalog),
+            + ", ".join(c.name for c in catalog if not c.is_mig)
+            + _mig_names(catalog),
         )
     allowed = allowed_classes(catalog, names)
+    if est.gpu_count > 1:
+        # A MIG device has no peer-to-peer or NVLink and CUDA sees one per process: sharded
+        # work (NCCL across GPUs) never runs on slices (NVIDIA MIG User Guide, "Concepts").
+        whole = [c for c in allowed if not c.is_mig]
+        if not whole:
+            return Assessment(
+                est,
+                Verdict.NoSafeHeadroom,
+                f"spec.placement.gpuClasses allows only MIG slices, and the spec shards over "
+                f"{est.gpu_count} GPUs; MIG devices cannot be combined (no peer-to-peer): allow a "
+                "whole-GPU class, or shard over one GPU",
+            )
+        allowed = whole
     min_room = spec.placement.min_headroom_fraction
     required = est.per_gpu.total_bytes
     choice = choose_class(required, min_room, allowed, present)
@@ -235,6 +249,19 @@ def assess(
     if choice.cheapest is not None and choice.cheapest.name != cls.name:
         message += f"; cheapest fitting class {choice.cheapest.name} has no nodes in the cluster"
     return Assessment(est, Verdict.Fits, message, rec, [], warnings)
+
+
+def _mig_names(catalog: Sequence[GPUClass]) -> str:
+    """``; MIG slices: ...`` grouped by whole-GPU class, or nothing without MIG classes."""
+    groups: dict[str, list[str]] = {}
+    for c in catalog:
+        if c.is_mig:
+            groups.setdefault(c.parent, []).append(c.mig_profile)
+    if not groups:
+        return ""
+    return "; MIG slices <class>-mig-<profile>: " + "; ".join(
+        f"{parent} {', '.join(profiles)}" for parent, profiles in groups.items()
+    )
 
 
 def _incomplete_text(est: EstimateStatus) -> str:

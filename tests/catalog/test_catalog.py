@@ -39,8 +39,9 @@ def test_default_catalog_covers_24_to_192_gb() -> None:
         usable = BY_NAME[name].memory_bytes / GIB
         # HBM/GDDR "GB" on datasheets are GiB-sized; NVML totals lose ECC/driver reservations.
         assert 0.9 * nominal <= usable <= nominal, (name, usable)
-    assert min(c.memory_gib for c in DEFAULT_CATALOG) > 22
-    assert max(c.memory_gib for c in DEFAULT_CATALOG) < 192
+    whole = [c for c in DEFAULT_CATALOG if not c.is_mig]
+    assert min(c.memory_gib for c in whole) > 22
+    assert max(c.memory_gib for c in whole) < 192
 
 
 def test_published_nvml_figures() -> None:
@@ -75,7 +76,11 @@ def test_class_for_product() -> None:
     )
     assert class_for_product(DEFAULT_CATALOG, "NVIDIA-L4-SHARED") is BY_NAME["nvidia-l4"]
     assert class_for_product(DEFAULT_CATALOG, "AMD_Instinct_MI300X_OAM") is BY_NAME["amd-mi300x"]
-    assert class_for_product(DEFAULT_CATALOG, "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb") is None
+    assert (
+        class_for_product(DEFAULT_CATALOG, "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
+        is BY_NAME["nvidia-a100-40gb-mig-1g.5gb"]
+    )
+    assert class_for_product(DEFAULT_CATALOG, "NVIDIA-A30-MIG-1g.6gb") is None
     assert class_for_product(DEFAULT_CATALOG, "Tesla-T4") is None
 
 
@@ -144,13 +149,19 @@ def test_override_a_default_by_name() -> None:
 
 
 def test_add_a_class_and_replace_defaults() -> None:
-    entry = {"name": "h100-mig-3g", "displayName": "H100 MIG 3g.40gb", "memoryBytes": 40 * GIB,
-             "products": ["NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"], "interconnect": "none"}  # fmt: skip
+    entry = {"name": "h100-mig-3g", "displayName": "H100 NVL MIG 3g.47gb", "memoryBytes": 45 * GIB,
+             "products": ["NVIDIA-H100-NVL-MIG-3g.47gb"], "interconnect": "none",
+             "migProfile": "3g.47gb", "parent": "nvidia-h100-nvl"}  # fmt: skip
     catalog = load_catalog({"classes": [entry]})
     assert len(catalog) == len(DEFAULT_CATALOG) + 1
     only = load_catalog({"replaceDefaults": True, "classes": [entry]})
     assert [c.name for c in only] == ["h100-mig-3g"]
-    assert only[0].products == ("NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",)
+    assert only[0].products == ("NVIDIA-H100-NVL-MIG-3g.47gb",)
+    assert only[0].is_mig and only[0].mig_resource == "nvidia.com/mig-3g.47gb"
+    # A built-in MIG product claimed again by a new class is refused with the fix.
+    clash = {**entry, "products": ["NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"]}
+    with pytest.raises(InvalidCatalog, match="claimed by both"):
+        load_catalog({"classes": [clash]})
 
 
 @pytest.mark.parametrize(
@@ -222,3 +233,59 @@ def test_catalog_file_that_is_not_utf8(tmp_path: Path) -> None:
     junk.write_bytes(bytes(range(256)))
     with pytest.raises(InvalidCatalog, match="cannot read: not UTF-8"):
         load_catalog_file(junk)
+
+
+#: ``nvidia-smi mig -lgip`` Memory (GiB) per profile in public outputs: the A100-40GB example of
+#: NVIDIA's MIG User Guide, public A100-80GB, H100-80GB and H200 outputs (see GPUClass.source).
+#: Profiles sharing memory slices with another (A100-40GB 1g.10gb, H200 1g.35gb) and the H200's
+#: 4/8 profiles (no public line: twice 2g.35gb) are derived and marked None here.
+LGIP_GIB = {
+    "nvidia-a100-40gb": {"1g.5gb": 4.75, "1g.10gb": None, "2g.10gb": 9.75, "3g.20gb": 19.62,
+                         "4g.20gb": 19.62, "7g.40gb": 39.38},
+    "nvidia-a100-80gb": {"1g.10gb": 9.50, "1g.20gb": 19.50, "2g.20gb": 19.50, "3g.40gb": 39.25,
+                         "4g.40gb": 39.25, "7g.80gb": 79.00},
+    "nvidia-h100-80gb": {"1g.10gb": 9.75, "1g.20gb": 19.62, "2g.20gb": 19.62, "3g.40gb": 39.50,
+                         "4g.40gb": 39.50, "7g.80gb": 79.25},
+    "nvidia-h200": {"1g.18gb": 16.00, "1g.35gb": None, "2g.35gb": 32.50, "3g.71gb": None,
+                    "4g.71gb": None, "7g.141gb": 140.00},
+}  # fmt: skip
+
+
+def test_mig_profiles_are_classes_with_lgip_memory() -> None:
+    mig = [c for c in DEFAULT_CATALOG if c.is_mig]
+    assert {(c.parent, c.mig_profile) for c in mig} == {
+        (parent, profile) for parent, profiles in LGIP_GIB.items() for profile in profiles
+    }
+    for cls in mig:
+        parent = BY_NAME[cls.parent]
+        figure = LGIP_GIB[cls.parent][cls.mig_profile]
+        if figure is not None:
+            assert round(cls.memory_gib, 2) == figure, cls.name
+        assert cls.memory_bytes % (1 << 20) == 0
+        assert cls.memory_bytes < parent.memory_bytes
+        assert cls.name == f"{cls.parent}-mig-{cls.mig_profile}"
+        assert cls.mig_resource == f"nvidia.com/mig-{cls.mig_profile}"
+        assert all(p.endswith(f"-MIG-{cls.mig_profile}") for p in cls.products)
+        assert cls.rank > max(c.rank for c in DEFAULT_CATALOG if not c.is_mig)
+    # GFD's nvidia.com/mig-<profile>.memory labels in public node dumps, in MiB.
+    assert BY_NAME["nvidia-a100-40gb-mig-1g.5gb"].memory_bytes == 4864 << 20
+    assert BY_NAME["nvidia-a100-40gb-mig-2g.10gb"].memory_bytes == 9984 << 20
+    assert BY_NAME["nvidia-a100-40gb-mig-3g.20gb"].memory_bytes == 20096 << 20
+    assert BY_NAME["nvidia-a100-80gb-mig-1g.10gb"].memory_bytes == 9728 << 20
+
+
+def test_no_inventory_recommendation_is_unchanged_by_mig_classes() -> None:
+    # Ranked after every whole GPU: without an inventory the cheapest whole GPU still wins.
+    choice = choose_class(8 * GIB, 0.1, DEFAULT_CATALOG)
+    assert choice is not None and choice.gpu_class.name == "nvidia-l4"
+    # With only MIG slices in the cluster, the smallest present slice that fits is chosen.
+    present = {"nvidia-a100-80gb-mig-1g.10gb", "nvidia-a100-80gb-mig-3g.40gb"}
+    choice = choose_class(12 * GIB, 0.1, DEFAULT_CATALOG, present=present)
+    assert choice is not None and choice.gpu_class.name == "nvidia-a100-80gb-mig-3g.40gb"
+
+
+def test_catalog_yaml_round_trips_mig_fields() -> None:
+    data = catalog_to_data(DEFAULT_CATALOG)
+    assert load_catalog(data) == tuple(
+        sorted(DEFAULT_CATALOG, key=lambda c: (c.rank, c.memory_bytes, c.name))
+    )

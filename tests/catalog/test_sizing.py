@@ -426,3 +426,23 @@ def test_every_reported_integer_fits_int64_even_at_the_field_maxima() -> None:
         figures = json.dumps(a.estimate.model_dump(mode="json"))
         assert all(int(n) < 2**63 for n in re.findall(r"\d{10,}", figures))
         assert any("1 EiB" in n for n in a.estimate.notes)
+
+
+def test_a_sharded_spec_is_never_placed_on_mig_slices() -> None:
+    # MIG devices have no peer-to-peer (nvidia-smi mig -lgip prints "P2P No"): TP=2 on two slices
+    # is not a configuration NCCL runs, so only whole GPUs are considered.
+    tp2 = spec(inference={"maxModelLen": 8192, "maxNumSeqs": 4, "tensorParallelSize": 2})
+    present = {"nvidia-a100-80gb-mig-3g.40gb", "nvidia-h100-80gb"}
+    a = assess(tp2, present=present)
+    assert a.recommendation is not None and a.recommendation.gpu_class == "nvidia-h100-80gb"
+    only_mig = spec(
+        inference={"maxModelLen": 8192, "maxNumSeqs": 4, "tensorParallelSize": 2},
+        placement={"gpuClasses": ["nvidia-a100-80gb-mig-3g.40gb"]},
+    )
+    rejected = assess(only_mig)
+    assert rejected.verdict is Verdict.NoSafeHeadroom
+    assert "spec.placement.gpuClasses" in rejected.message and "MIG" in rejected.message
+    # One GPU: the present slice that fits is the recommendation.
+    one = assess(spec(), present={"nvidia-a100-80gb-mig-3g.40gb"})
+    assert one.recommendation is not None
+    assert one.recommendation.gpu_class == "nvidia-a100-80gb-mig-3g.40gb"

@@ -8,6 +8,7 @@ from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.inventory import (
     GpuNode,
     IgnoredNode,
+    Offer,
     build_inventory,
     parse_memory_label,
     parse_node,
@@ -81,6 +82,17 @@ def test_count_label_disagreeing_with_allocatable_is_ignored() -> None:
 
 
 def test_mig_single_strategy_slice_not_in_catalog_is_ignored() -> None:
+    # The A30's profiles are not in the default catalog (MIG User Guide: 1g.6gb, 2g.12gb, 4g.24gb).
+    labels = gfd(
+        "NVIDIA-A30-MIG-1g.6gb", "5888", count="16", **{"nvidia.com/mig.strategy": "single"}
+    )
+    parsed = parse_node(node(labels=labels, gpus=16), DEFAULT_CATALOG)
+    assert isinstance(parsed, IgnoredNode) and "MIG slice" in parsed.reason
+
+
+def test_mig_single_strategy_slice_is_its_own_class() -> None:
+    # GFD, single strategy on 8 A100-40GB cut into 1g.5gb: 56 slices of 4864 MiB each (GFD's
+    # nvidia.com/mig-1g.5gb.memory label value; 4.75 GiB in nvidia-smi mig -lgip).
     labels = gfd(
         "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
         "4864",
@@ -88,7 +100,121 @@ def test_mig_single_strategy_slice_not_in_catalog_is_ignored() -> None:
         **{"nvidia.com/mig.strategy": "single"},
     )
     parsed = parse_node(node(labels=labels, gpus=56), DEFAULT_CATALOG)
-    assert isinstance(parsed, IgnoredNode) and "MIG slice" in parsed.reason
+    assert isinstance(parsed, GpuNode)
+    assert parsed.gpu_class == "nvidia-a100-40gb-mig-1g.5gb" and parsed.gpu_count == 56
+    assert parsed.offers == (Offer("nvidia-a100-40gb-mig-1g.5gb", 56, "nvidia.com/gpu"),)
+    assert parsed.mig_strategy == "single"
+
+
+def test_mig_single_strategy_slice_memory_disagreement_is_ignored() -> None:
+    # A 1g.10gb product label with a 3g.40gb slice's memory: labels cannot both be right.
+    labels = gfd(
+        "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+        "40192",
+        count="8",
+        **{"nvidia.com/mig.strategy": "single"},
+    )
+    parsed = parse_node(node(labels=labels, gpus=8), DEFAULT_CATALOG)
+    assert isinstance(parsed, IgnoredNode) and "MiB" in parsed.reason
+
+
+def test_gpu_operator_issue_637_mixed_mig_node_offers_slices_not_stale_gpus() -> None:
+    # NVIDIA gpu-operator issue 637: two A100-80GB, mixed strategy, every GPU cut into slices;
+    # the node still advertised nvidia.com/gpu: 2, and pods asking for it got no GPU.
+    labels = gfd(
+        "NVIDIA-A100-SXM4-80GB",
+        "81920",
+        count="2",
+        **{"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-1g.10gb.memory": "9728"},
+    )
+    n = node(labels=labels, gpus=2)
+    n["status"]["allocatable"].update(
+        {
+            "nvidia.com/mig-1g.10gb": "6",
+            "nvidia.com/mig-2g.20gb": "4",
+            "nvidia.com/mig-3g.40gb": "0",
+        }
+    )
+    parsed = parse_node(n, DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode)
+    assert parsed.offers == (
+        Offer("nvidia-a100-80gb-mig-1g.10gb", 6, "nvidia.com/mig-1g.10gb"),
+        Offer("nvidia-a100-80gb-mig-2g.20gb", 4, "nvidia.com/mig-2g.20gb"),
+    )
+    assert "nvidia-a100-80gb" not in parsed.classes()
+    assert any("issue 637" in note and "0 whole GPU(s)" in note for note in parsed.notes)
+    inv = build_inventory([n], DEFAULT_CATALOG)
+    assert inv.present_classes() == {
+        "nvidia-a100-80gb-mig-1g.10gb",
+        "nvidia-a100-80gb-mig-2g.20gb",
+    }
+
+
+def test_mixed_strategy_with_some_whole_gpus_offers_both() -> None:
+    # 8 A100-80GB, one cut into 7 x 1g.10gb: 7 whole GPUs stay requestable as nvidia.com/gpu.
+    labels = gfd(
+        "NVIDIA-A100-SXM4-80GB", "81920", count="8", **{"nvidia.com/mig.strategy": "mixed"}
+    )
+    n = node(labels=labels, gpus=7)
+    n["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] = "7"
+    parsed = parse_node(n, DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode)
+    assert parsed.offers == (
+        Offer("nvidia-a100-80gb", 7),
+        Offer("nvidia-a100-80gb-mig-1g.10gb", 7, "nvidia.com/mig-1g.10gb"),
+    )
+    assert parsed.gpu_class == "nvidia-a100-80gb" and parsed.gpu_count == 7
+
+
+def test_mixed_strategy_slice_memory_label_disagreement_drops_that_slice() -> None:
+    labels = gfd(
+        "NVIDIA-H100-80GB-HBM3",
+        "81559",
+        count="1",
+        **{"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-3g.40gb.memory": "9984"},
+    )
+    n = node(labels=labels, gpus=0)
+    n["status"]["allocatable"].update(
+        {"nvidia.com/mig-3g.40gb": "1", "nvidia.com/mig-1g.10gb": "4"}
+    )
+    parsed = parse_node(n, DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode)
+    assert parsed.classes() == {"nvidia-h100-80gb-mig-1g.10gb"}
+    assert any("mig-3g.40gb.memory" in note for note in parsed.notes)
+
+
+def test_mig_resources_without_strategy_label_are_read_as_mixed() -> None:
+    n = node(labels=gfd("NVIDIA-H200", "143771", count="1"), gpus=None)
+    n["status"] = {"allocatable": {"nvidia.com/mig-1g.18gb": "7"}}
+    parsed = parse_node(n, DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode) and parsed.gpu_class == "nvidia-h200-mig-1g.18gb"
+    assert any("read as the mixed strategy" in note for note in parsed.notes)
+
+
+def test_mixed_strategy_slices_unknown_to_the_catalog_leave_the_node_ignored() -> None:
+    n = node(labels=gfd("NVIDIA-A30", "24576", count="1", **{"nvidia.com/mig.strategy": "mixed"}))
+    n["status"] = {"allocatable": {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.6gb": "4"}}
+    parsed = parse_node(n, DEFAULT_CATALOG)
+    assert isinstance(parsed, IgnoredNode) and "mig-1g.6gb: no catalog class" in parsed.reason
+
+
+def test_mixed_80_and_40_gb_node_cannot_be_told_from_labels() -> None:
+    # GFD labels a node from its first GPU: an A100-80GB first and an A100-40GB second read as
+    # two 80 GB cards (product, memory and count all agree). This pins the limitation the README
+    # states; the only remedy on the Node object is the operator's opt-out label.
+    labels = gfd("NVIDIA-A100-SXM4-80GB", "81920", count="2")
+    parsed = parse_node(node(labels=labels, gpus=2), DEFAULT_CATALOG)
+    assert isinstance(parsed, GpuNode)
+    assert parsed.gpu_class == "nvidia-a100-80gb" and parsed.gpu_count == 2
+    opted_out = parse_node(
+        node(labels={**labels, "gpusizer.dev/ignore": "true"}, gpus=2), DEFAULT_CATALOG
+    )
+    assert isinstance(opted_out, IgnoredNode) and "gpusizer.dev/ignore" in opted_out.reason
+    # With the 40 GB card first the memory label shows 40 GB and the node under-claims (safe).
+    first_40 = parse_node(
+        node(labels=gfd("NVIDIA-A100-SXM4-40GB", "40960", count="2"), gpus=2), DEFAULT_CATALOG
+    )
+    assert isinstance(first_40, GpuNode) and first_40.gpu_class == "nvidia-a100-40gb"
 
 
 def test_mig_mixed_strategy_counts_whole_gpus_only() -> None:

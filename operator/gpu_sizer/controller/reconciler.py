@@ -242,7 +242,9 @@ class Reconciler:
             self._nodes.pop(name, None)
         else:
             self._nodes[name] = parsed
-        present = frozenset(n.gpu_class for n in self._nodes.values() if isinstance(n, GpuNode))
+        present = frozenset(
+            c for n in self._nodes.values() if isinstance(n, GpuNode) for c in n.classes()
+        )
         if present != self._present:
             self._present = present
             for key, body in self._all_workloads():
