@@ -14,8 +14,11 @@ __all__ = [
     "ADMISSION_VERDICTS",
     "ESTIMATED_BYTES",
     "MEASURED_PEAK_BYTES",
+    "MEASUREMENTS_RUNNING",
     "MEASUREMENT_DURATION",
+    "MEASUREMENT_GPU_SECONDS",
     "MEASUREMENT_OUTCOMES",
+    "MEASUREMENT_QUEUE_LENGTH",
     "RECOMMENDATION_HEADROOM",
     "RECONCILE_ERRORS",
     "REGISTRY",
@@ -53,6 +56,26 @@ MEASUREMENT_OUTCOMES = Counter(
     "gpusizer_measurement_outcomes_total",
     "Finished measurements by reason (Succeeded, OutOfMemory, DeadlineExceeded, ...).",
     ["reason"],
+    registry=REGISTRY,
+)
+MEASUREMENT_QUEUE_LENGTH = Gauge(
+    "gpusizer_measurement_queue_length",
+    "Measurements waiting for a slot (--max-concurrent-measurements, namespace limits, quota), "
+    "by namespace.",
+    ["namespace"],
+    registry=REGISTRY,
+)
+MEASUREMENTS_RUNNING = Gauge(
+    "gpusizer_measurement_jobs_running",
+    "Measurement Jobs holding a slot (not finished, not being deleted), by namespace.",
+    ["namespace"],
+    registry=REGISTRY,
+)
+MEASUREMENT_GPU_SECONDS = Counter(
+    "gpusizer_measurement_gpu_seconds_total",
+    "GPU-seconds spent by finished measurements (GPUs of one replica x seconds from the Job's "
+    "start to its result), by namespace.",
+    ["namespace"],
     registry=REGISTRY,
 )
 RECONCILE_ERRORS = Counter(

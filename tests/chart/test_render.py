@@ -598,3 +598,16 @@ def test_operator_cli_accepts_the_rendered_args(render: Render, values_file: Pat
     assert parsed.metrics_port == 8080 and parsed.health_port == 8081
     assert parsed.catalog == "/etc/gpu-sizer/catalog.yaml"
     assert parsed.probe_image == flag(docs, "probe-image")
+
+
+def test_measurement_cap_and_priority_class_become_flags(render: Render) -> None:
+    docs = render()
+    assert flag(docs, "max-concurrent-measurements") == "4"
+    assert flag(docs, "measurement-priority-class") is None
+    docs = render({"measurement": {"maxConcurrent": 2, "priorityClassName": "gpu-low"}})
+    assert flag(docs, "max-concurrent-measurements") == "2"
+    assert flag(docs, "measurement-priority-class") == "gpu-low"
+    parser = argparse.ArgumentParser()
+    add_operator_arguments(parser)
+    given = [a for a in args(docs) if "measurement" in a and a.startswith("--max")]
+    assert parser.parse_args(given).max_concurrent_measurements == 2

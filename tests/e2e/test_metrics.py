@@ -62,6 +62,12 @@ async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -
     assert samples[("gpusizer_measurement_outcomes_total", (("reason", "Succeeded"),))] == 1
     count = ("gpusizer_measurement_duration_seconds_count", (("outcome", "Succeeded"),))
     assert samples[count] == 1
+    # GPU-seconds charged to the namespace (1 GPU x the Job's run time); nothing queued or
+    # running once it is Ready.
+    ns = (("namespace", "ml-team"),)
+    assert samples[("gpusizer_measurement_gpu_seconds_total", ns)] >= 0
+    assert samples[("gpusizer_measurement_queue_length", ns)] == 0
+    assert samples[("gpusizer_measurement_jobs_running", ns)] == 0
     healthz = await eventually(lambda: fetch(f"http://127.0.0.1:{health}/healthz"), what="/healthz")
     assert healthz is not None
     # Byte components only (perGpu's display-only totalGiB is not a byte figure).

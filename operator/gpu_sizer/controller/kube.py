@@ -30,7 +30,7 @@ import kopf
 from kopf._cogs.clients import api as kopf_api  # no public client in kopf
 from kopf._cogs.clients import errors as kopf_errors
 
-from gpu_sizer.measurement.backends import BackendError, JobExists
+from gpu_sizer.measurement.backends import BackendError, JobExists, QuotaExceeded
 
 __all__ = [
     "ApiError",
@@ -213,6 +213,10 @@ class JobClient:
         except Conflict as exc:
             raise JobExists(str(exc)) from exc
         except ApiError as exc:
+            if exc.status == 403 and "exceeded quota" in str(exc):
+                # The API server's ResourceQuota admission ("exceeded quota: NAME, requested:
+                # ..., used: ..., limited: ..."): the Job waits for quota, it has not failed.
+                raise QuotaExceeded(str(exc)) from exc
             raise BackendError(f"creating Job {manifest['metadata']['name']}: {exc}") from exc
         return created if isinstance(created, Mapping) else {}
 

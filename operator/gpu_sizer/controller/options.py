@@ -51,6 +51,12 @@ class Options:
     local_probe_command: tuple[str, ...] = ()
     local_deadline_cap: float | None = None
     local_max_concurrency: int = 1
+    #: Cluster-wide cap on measurement Jobs at once; 0: no cap.
+    max_concurrent_measurements: int = 4
+    #: Seconds a namespace whose ResourceQuota refused a measurement Job waits before the next try.
+    quota_retry_seconds: float = 30.0
+    #: ``priorityClassName`` of measurement pods; None: the cluster's default.
+    measurement_priority_class: str | None = None
     probe_image_pull_secrets: tuple[str, ...] = ()
     webhook: bool = True
     webhook_port: int = 9443
@@ -164,6 +170,29 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         help="local backend: probes run at once (default 1: measurements sharing one GPU would "
         "spoil each other's peaks); the others wait their turn",
     )
+    p.add_argument(
+        "--max-concurrent-measurements",
+        type=int,
+        default=int(_env("max-concurrent-measurements", 4)),
+        metavar="N",
+        help="measurement Jobs running at once, cluster-wide (default 4; 0: no cap); the "
+        "others wait in a queue fair across namespaces (Measured=False, reason Queued)",
+    )
+    p.add_argument(
+        "--quota-retry-seconds",
+        type=float,
+        default=float(_env("quota-retry-seconds", 30)),
+        metavar="SECONDS",
+        help="after a ResourceQuota refused a measurement Job (403 exceeded quota), seconds "
+        "before its namespace is offered a measurement slot again (default 30)",
+    )
+    p.add_argument(
+        "--measurement-priority-class",
+        default=_env("measurement-priority-class", None) or None,
+        metavar="NAME",
+        help="PriorityClass of measurement pods (their priorityClassName); default: none, the "
+        "cluster's default priority",
+    )
     p.add_argument("--webhook-port", type=int, default=int(_env("webhook-port", 9443)))
     p.add_argument("--webhook-listen", default=_env("webhook-listen", "0.0.0.0"))
     p.add_argument("--webhook-cert-dir", default=_env("webhook-cert-dir", None), metavar="DIR")
@@ -218,6 +247,11 @@ def options_from(
         raise ValueError(
             f"--local-max-concurrency must be at least 1, not {args.local_max_concurrency}"
         )
+    if args.max_concurrent_measurements < 0:
+        raise ValueError(
+            f"{_source('max-concurrent-measurements', '--max-concurrent-measurements')} must be "
+            f"0 (no cap) or more, not {args.max_concurrent_measurements}"
+        )
     catalog = tuple(argv_catalog) if argv_catalog is not None else load_catalog(args.catalog)
     cap = args.local_deadline_cap
     return Options(
@@ -238,6 +272,9 @@ def options_from(
         local_probe_command=tuple(args.local_probe_command.split()),
         local_deadline_cap=float(cap) if cap not in (None, "") else None,
         local_max_concurrency=int(args.local_max_concurrency),
+        max_concurrent_measurements=int(args.max_concurrent_measurements),
+        measurement_priority_class=args.measurement_priority_class or None,
+        quota_retry_seconds=max(0.1, float(args.quota_retry_seconds)),
         probe_image_pull_secrets=tuple(args.probe_image_pull_secret),
         webhook=not args.no_webhook,
         webhook_port=args.webhook_port,

@@ -61,9 +61,11 @@ from gpu_sizer.measurement.backends import (
     JobConflict,
     JobTerminating,
     JobView,
+    QuotaExceeded,
 )
 from gpu_sizer.measurement.job import JobRequest, host_memory_bytes, job_manifest, job_name
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, parse_time
+from gpu_sizer.measurement.queue import Admission, MeasurementQueue, QueueReason
 from gpu_sizer.reconcile import (
     Config,
     DeleteJob,
@@ -73,6 +75,8 @@ from gpu_sizer.reconcile import (
     Workload,
     decide,
     invalid_plan,
+    queued_plan,
+    starts_measurement,
 )
 from gpu_sizer.sizing import assess
 
@@ -88,6 +92,9 @@ WRITE_OVERLAY_SECONDS = 30.0
 TERMINATING_RETRY_SECONDS = 1.0
 #: Retry delay after a Job name conflict with another object's Job (reported as an Event).
 CONFLICT_RETRY_SECONDS = 60.0
+#: Queue positions are written exactly up to this one; later entries say "over N", so a Job
+#: that starts does not rewrite the status of every workload in a long queue.
+POSITIONS_SHOWN = 100
 
 _COMPONENTS = (
     "weights",
@@ -197,6 +204,18 @@ class Reconciler:
         self._headroom_labels: dict[Key, tuple[str, str]] = {}
         self._events: asyncio.Queue[tuple[dict[str, Any], str, str, str]] | None = None
         self._poster: asyncio.Task[None] | None = None
+        #: Measurements waiting for a slot (issue 15); rebuilt from stored statuses on start.
+        self.slots = MeasurementQueue(opts.max_concurrent_measurements or None)
+        self._seeded = False
+        #: Slots taken by admitted starts whose Job the backend does not list yet, by namespace.
+        self._reserved: dict[str, int] = {}
+        #: The queue position last written per waiting workload (POSITIONS_SHOWN + 1: "over").
+        self._shown: dict[Key, int] = {}
+        #: Namespaces whose ResourceQuota refused a Job: monotonic time until which they wait.
+        self._quota_blocked: dict[str, float] = {}
+        #: The API server's words of the last quota refusal per namespace.
+        self._quota_text: dict[str, str] = {}
+        self._gauged: set[str] = set()
         backend.notify = self.notify
 
     # ----------------------------------------------------------------------- wiring
@@ -231,6 +250,108 @@ class Reconciler:
     def notify(self, namespace: str, name: str) -> None:
         """Something about the workload changed (its Job, its pod): reconcile it."""
         self.queue.add((namespace, name))
+
+    # ----------------------------------------------------------------------- measurement slots
+
+    def _seed(self) -> None:
+        """Once, on the first decision: every workload whose stored status says Queued waits
+        again from the time it entered the queue, so a restart keeps the order and loses no
+        entry (the index is complete by then: kopf lists before the first event handler)."""
+        if self._seeded:
+            return
+        self._seeded = True
+        for key, body in self._all_workloads():
+            since = _queued_since(body.get("status"))
+            if since is not None:
+                self.slots.enter(key, since)
+
+    def _running(self) -> dict[str, int]:
+        running = self.backend.live_jobs()
+        for ns, n in self._reserved.items():
+            running[ns] = running.get(ns, 0) + n
+        return running
+
+    def _limit_of(self, namespace: str) -> int | None:
+        del namespace
+        return None
+
+    def _blocked(self) -> set[str]:
+        now = time.monotonic()
+        for ns in [ns for ns, until in self._quota_blocked.items() if until <= now]:
+            del self._quota_blocked[ns]
+            self._quota_text.pop(ns, None)
+        return set(self._quota_blocked)
+
+    def _admit(
+        self, key: Key, wl: Workload, plan: Plan, stored: Mapping[str, Any], now: str
+    ) -> tuple[Plan, bool]:
+        """A plan that starts a new measurement: start it when a slot is free and no one is
+        ahead, else hold it back as Queued. True when a slot was reserved (release it)."""
+        self._seed()
+        self.slots.enter(key, _queued_since(stored) or now)
+        running = self._running()
+        verdict = self.slots.admit(key, running, self._limit_of, self._blocked())
+        if verdict.admitted:
+            self.slots.leave(key)
+            self._shown.pop(key, None)
+            self._reserved[key[0]] = self._reserved.get(key[0], 0) + 1
+            return plan, True
+        return self._queued(key, wl, plan, verdict, now), False
+
+    def _queued(self, key: Key, wl: Workload, plan: Plan, verdict: Admission, now: str) -> Plan:
+        shown = min(verdict.position, POSITIONS_SHOWN + 1)
+        self._shown[key] = shown
+        where = (
+            f"position {shown} in the measurement queue"
+            if shown <= POSITIONS_SHOWN
+            else f"position over {POSITIONS_SHOWN} in the measurement queue"
+        )
+        if verdict.reason == QueueReason.Quota:
+            because = (
+                f"a ResourceQuota of namespace {key[0]} refused a measurement Job "
+                f"({self._quota_text.get(key[0], 'exceeded quota')}); trying again in "
+                f"{self.opts.quota_retry_seconds:g} s"
+            )
+        elif verdict.reason == QueueReason.NamespaceLimit:
+            because = (
+                f"namespace {key[0]} may run {self._limit_of(key[0])} measurement Jobs at once "
+                "(namespace policy maxConcurrentMeasurements)"
+            )
+        else:
+            because = (
+                f"at most {self.slots.cap} measurement Jobs run at once cluster-wide "
+                "(--max-concurrent-measurements)"
+            )
+        message = f"queued: {where}; {because}"
+        return queued_plan(plan, wl, self.config, message=message, now=now)
+
+    def _dequeue(self, key: Key) -> None:
+        self.slots.leave(key)
+        self._shown.pop(key, None)
+
+    def _wake(self) -> None:
+        """Offer free slots to the entries first in fair order, and have the entries whose
+        shown position moved write their new one."""
+        if len(self.slots):
+            running = self._running()
+            blocked = self._blocked()
+            for key in self.slots.startable(running, self._limit_of, blocked):
+                self.queue.add(key)
+            ranked = self.slots.positions(
+                running, self._limit_of, blocked, first=POSITIONS_SHOWN + 1
+            )
+            for position, key in enumerate(ranked, 1):
+                if self._shown.get(key) != min(position, POSITIONS_SHOWN + 1):
+                    self.queue.add(key)
+        self._gauge_slots()
+
+    def _gauge_slots(self) -> None:
+        waiting = self.slots.waiting_by_namespace()
+        running = self.backend.live_jobs()
+        for ns in self._gauged | waiting.keys() | running.keys():
+            metrics.MEASUREMENT_QUEUE_LENGTH.labels(ns).set(waiting.get(ns, 0))
+            metrics.MEASUREMENTS_RUNNING.labels(ns).set(running.get(ns, 0))
+        self._gauged |= waiting.keys() | running.keys()
 
     def node_seen(self, name: str, parsed: GpuNode | IgnoredNode | None) -> bool:
         """Node ``name`` is now ``parsed`` (None: gone, or no GPUs). True when that changed
@@ -324,6 +445,7 @@ class Reconciler:
         prev = self._previous(key, stored)
         now = now_rfc3339()
         seen: list[Outcome] = []
+        wl: Workload | None = None
         try:
             parsed = parse_spec(body.get("spec"))
         except InvalidWorkload as exc:
@@ -371,7 +493,27 @@ class Reconciler:
                 observe=observe,
             )
         outcome = seen[-1] if seen else None
-        await self._jobs(key, uid, plan, body, spec, hash_)
+        reserved = False
+        retry_quota = False
+        if wl is not None and hash_ is not None and starts_measurement(plan, prev, hash_):
+            plan, reserved = self._admit(key, wl, plan, stored, now)
+            # Waiting on a quota refusal: try again when its namespace's pause ends.
+            retry_quota = not reserved and namespace in self._quota_blocked
+        else:
+            self._dequeue(key)
+        try:
+            await self._jobs(key, uid, plan, body, spec, hash_)
+        except QuotaExceeded as exc:
+            assert wl is not None
+            plan = self._quota_refused(key, wl, plan, stored, exc, now)
+            retry_quota = True
+        finally:
+            if reserved:
+                left = self._reserved.get(namespace, 0) - 1
+                if left > 0:
+                    self._reserved[namespace] = left
+                else:
+                    self._reserved.pop(namespace, None)
         changed = await self._write(key, body, stored, plan)
         self._record_metrics(key, plan.status)
         log.debug(
@@ -387,9 +529,35 @@ class Reconciler:
                 if isinstance(action, Emit):
                     self._emit(body, action)
             if outcome is not None:
-                _observe_outcome(outcome, plan, prev)
+                _observe_outcome(outcome, plan, prev, namespace)
         self._unsay(key, "failure")
+        self._wake()
+        if retry_quota:
+            until = self._quota_blocked.get(namespace, 0.0)
+            return max(0.1, until - time.monotonic())
         return self._deadline(plan, outcome)
+
+    def _quota_refused(
+        self,
+        key: Key,
+        wl: Workload,
+        plan: Plan,
+        stored: Mapping[str, Any],
+        exc: QuotaExceeded,
+        now: str,
+    ) -> Plan:
+        """A ResourceQuota refused the measurement Job: the workload waits in the queue (in its
+        place) and its namespace is offered no slot for a while; the measurement has not
+        failed."""
+        namespace = key[0]
+        self._quota_blocked[namespace] = time.monotonic() + self.opts.quota_retry_seconds
+        text = str(exc)
+        self._quota_text[namespace] = text
+        self.slots.enter(key, _queued_since(stored) or now)
+        verdict = self.slots.admit(key, self._running(), self._limit_of, self._blocked())
+        if self._say(key, "quota", text):
+            log.warning("%s/%s: measurement Job refused by quota, queued: %s", *key, text)
+        return self._queued(key, wl, plan, verdict, now)
 
     def _previous(self, key: Key, status: Mapping[str, Any]) -> GPUWorkloadStatus | None:
         if not status or not status.get("phase"):
@@ -492,6 +660,7 @@ class Reconciler:
             image=spec.measurement.image or self.opts.probe_image,
             name=action.name,
             image_pull_secrets=self.opts.probe_image_pull_secrets,
+            priority_class_name=self.opts.measurement_priority_class,
         )
         try:
             _, created = await self.backend.start(job_manifest(spec, req))
@@ -569,6 +738,8 @@ class Reconciler:
         for job in self.backend.jobs(*key):
             if not job.deleting and job.owner_uid is not None:
                 await self._delete(key, job)
+        self._dequeue(key)
+        self._wake()
         if body is None:
             self._written.pop(key, None)
             self._said.pop(key, None)
@@ -692,8 +863,24 @@ class Reconciler:
                 metrics.RECOMMENDATION_HEADROOM.remove(namespace, name, *old)
 
 
-def _observe_outcome(outcome: Outcome, plan: Plan, prev: GPUWorkloadStatus | None) -> None:
-    """Count a measurement that ended (the first time its ending is written)."""
+def _queued_since(status: Any) -> str | None:
+    """When the stored status entered the measurement queue (its Queued condition's
+    transition time); None when it is not queued."""
+    if not isinstance(status, Mapping):
+        return None
+    for cond in status.get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "Measured":
+            if cond.get("reason") == "Queued" and cond.get("status") == "False":
+                return str(cond.get("lastTransitionTime") or "")
+            return None
+    return None
+
+
+def _observe_outcome(
+    outcome: Outcome, plan: Plan, prev: GPUWorkloadStatus | None, namespace: str
+) -> None:
+    """Count a measurement that ended (the first time its ending is written), and the
+    GPU-seconds it held in its namespace."""
     if not outcome.finished and outcome.kind not in (
         OutcomeKind.Unschedulable,
         OutcomeKind.Missing,
@@ -711,6 +898,7 @@ def _observe_outcome(outcome: Outcome, plan: Plan, prev: GPUWorkloadStatus | Non
     started = parse_time(prev.measurement.started_at if prev and prev.measurement else None)
     if started is not None:
         now = datetime.datetime.now(datetime.UTC)
-        metrics.MEASUREMENT_DURATION.labels(reason).observe(
-            max(0.0, (now - started).total_seconds())
-        )
+        seconds = max(0.0, (now - started).total_seconds())
+        metrics.MEASUREMENT_DURATION.labels(reason).observe(seconds)
+        gpus = plan.status.estimate.gpu_count if plan.status.estimate else 1
+        metrics.MEASUREMENT_GPU_SECONDS.labels(namespace).inc(gpus * seconds)

@@ -35,6 +35,7 @@ __all__ = [
     "JobView",
     "KubernetesJobBackend",
     "LocalProcessBackend",
+    "QuotaExceeded",
     "job_uid_of_pod",
     "workload_of",
 ]
@@ -49,6 +50,11 @@ class JobConflict(BackendError):
 
     Never adopted: the caller reports it (the message names the Job and its owner).
     """
+
+
+class QuotaExceeded(BackendError):
+    """The API server refused the Job with 403 ``exceeded quota`` (a ResourceQuota of the
+    namespace, e.g. on ``requests.nvidia.com/gpu``): the measurement waits, it has not failed."""
 
 
 class JobTerminating(BackendError):
@@ -90,9 +96,14 @@ class Backend(Protocol):
     def observe(self, namespace: str, job: JobView, now: datetime) -> Outcome:
         """Where ``job`` stands (its own pods only, matched by the Job's uid)."""
 
+    def live_jobs(self) -> dict[str, int]:
+        """Measurement Jobs that hold a measurement slot, per namespace: not finished, not being
+        deleted, owned by a GPUWorkload."""
+
     async def start(self, manifest: Mapping[str, Any]) -> tuple[JobView, bool]:
         """Start the Job; the Job and ``True`` when created, ``False`` when adopted.
 
+        :raises QuotaExceeded: a ResourceQuota of the namespace refused the Job.
         :raises JobConflict: the name is taken by a Job that is not ours.
         :raises JobTerminating: the name is taken by a Job being deleted.
         :raises BackendError: the API or process could not be reached.
@@ -241,6 +252,20 @@ class KubernetesJobBackend:
             if uid not in self._deleted
         ]
 
+    def live_jobs(self) -> dict[str, int]:
+        self._expire()
+        bodies: dict[str, Mapping[str, Any]] = {}
+        for store in list(self._jobs.values()):
+            for job in store:
+                bodies[str((job.get("metadata") or {}).get("uid") or "")] = job
+        for uid, (_, job, _) in self._created.items():
+            bodies.setdefault(uid, job)
+        return _count_live(
+            (str((b.get("metadata") or {}).get("namespace") or ""), _view(b))
+            for uid, b in bodies.items()
+            if uid not in self._deleted
+        )
+
     def observe(self, namespace: str, job: JobView, now: datetime) -> Outcome:
         body = None
         if job.uid not in self._deleted:
@@ -281,6 +306,14 @@ class KubernetesJobBackend:
         await self._api.delete_job(namespace, job.name, job.uid)
         self._created.pop(job.uid, None)
         self._deleted[job.uid] = self._clock()
+
+
+def _count_live(jobs: Iterable[tuple[str, JobView]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for namespace, view in jobs:
+        if view.owner_uid is not None and not view.finished and not view.deleting:
+            out[namespace] = out.get(namespace, 0) + 1
+    return out
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -379,6 +412,9 @@ class LocalProcessBackend:
             workload=workload_of(run.manifest) or "",
             finished=run.task.done(),
         )
+
+    def live_jobs(self) -> dict[str, int]:
+        return _count_live((ns, self._view(run)) for (ns, _), run in self._runs.items())
 
     def _changed(self, manifest: Mapping[str, Any]) -> None:
         meta = manifest["metadata"]

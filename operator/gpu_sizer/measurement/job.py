@@ -21,6 +21,7 @@ from gpu_sizer.catalog import GPUClass
 __all__ = [
     "ANNOTATION_WORKLOAD",
     "LABEL_GPU_CLASS",
+    "LABEL_KUEUE_QUEUE",
     "LABEL_MANAGED_BY",
     "LABEL_SPEC_HASH",
     "LABEL_WORKLOAD",
@@ -42,6 +43,9 @@ LABEL_GPU_CLASS: Final = "gpusizer.dev/gpu-class"
 #: The full GPUWorkload name, on the Job and its pods (labels are cut to 63 characters; names
 #: may be longer): how the operator maps a Job or pod event to its workload.
 ANNOTATION_WORKLOAD: Final = "gpusizer.dev/workload-name"
+#: Kueue's label naming the LocalQueue a Job is submitted to (Kueue docs, "Run a Kubernetes
+#: Job": ``kueue.x-k8s.io/queue-name``; kueue ``pkg/controller/constants``, QueueLabel).
+LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 CONTAINER: Final = "probe"
 #: Kept for 10 minutes after it finishes so that people can read the pod's logs.
 TTL_SECONDS_AFTER_FINISHED: Final = 600
@@ -165,6 +169,12 @@ class JobRequest:
     name: str
     #: Secrets (in the workload's namespace) for pulling ``image``: ``imagePullSecrets``.
     image_pull_secrets: tuple[str, ...] = ()
+    #: ``priorityClassName`` of the measurement pod (``--measurement-priority-class``).
+    priority_class_name: str | None = None
+    #: Kueue LocalQueue (namespace policy ``localQueue``): the Job carries
+    #: ``kueue.x-k8s.io/queue-name`` and is created with ``suspend: true``; Kueue unsuspends it
+    #: when it admits the workload under its quotas.
+    kueue_queue: str | None = None
 
 
 def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
@@ -252,13 +262,34 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
     }
     if req.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in req.image_pull_secrets]
+    if req.priority_class_name:
+        pod_spec["priorityClassName"] = req.priority_class_name
+    job_labels = dict(labels)
+    if req.kueue_queue:
+        job_labels[LABEL_KUEUE_QUEUE] = req.kueue_queue
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": timeout + DEADLINE_GRACE_SECONDS,
+        "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
+        "template": {
+            "metadata": {
+                "labels": labels,
+                "annotations": {ANNOTATION_WORKLOAD: req.workload},
+            },
+            "spec": pod_spec,
+        },
+    }
+    if req.kueue_queue:
+        # Kueue admits suspended Jobs. activeDeadlineSeconds counts from admission: resuming
+        # a Job resets its status.startTime (Kubernetes docs, "Jobs", Suspending a Job).
+        job_spec["suspend"] = True
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": req.name,
             "namespace": req.namespace,
-            "labels": labels,
+            "labels": job_labels,
             "annotations": {ANNOTATION_WORKLOAD: req.workload},
             "ownerReferences": [
                 {
@@ -271,16 +302,5 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
                 }
             ],
         },
-        "spec": {
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": timeout + DEADLINE_GRACE_SECONDS,
-            "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {ANNOTATION_WORKLOAD: req.workload},
-                },
-                "spec": pod_spec,
-            },
-        },
+        "spec": job_spec,
     }

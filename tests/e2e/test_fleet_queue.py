@@ -1,0 +1,222 @@
+"""Measurement at fleet scale (issue 15, item 1): a cluster-wide cap on measurement Jobs, a
+fair queue with positions in the status, quota refusals queued, and a restart that loses no
+queue entry and starts no duplicate."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock
+import pytest
+
+from tests.e2e.conftest import (
+    EVENTS,
+    GW,
+    NS,
+    Kubelet,
+    condition,
+    eventually,
+    spec,
+    workload,
+)
+from tests.e2e.probe_results import GIB, gpu_success
+
+L4_TOTAL = 23034 << 20
+
+
+def _finished(job: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+async def _measured(cluster, name: str, namespace: str = NS) -> dict[str, Any]:
+    return condition(await cluster.get(GW, namespace, name), "Measured")
+
+
+def _queued_at(position: int):
+    def check(measured: dict[str, Any]) -> bool:
+        return (
+            measured.get("reason") == "Queued"
+            and measured.get("status") == "False"
+            and f"position {position} " in (measured.get("message") or "")
+        )
+
+    return check
+
+
+async def _until(cluster, name: str, check, what: str, timeout: float = 60.0) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        measured = await _measured(cluster, name)
+        return measured if check(measured) else None
+
+    return await eventually(probe, timeout, what)
+
+
+async def _job_of(kubelet: Kubelet, name: str) -> dict[str, Any]:
+    async def find() -> dict[str, Any] | None:
+        for job in await kubelet.jobs():
+            if job["metadata"]["annotations"].get("gpusizer.dev/workload-name") == name:
+                return job
+        return None
+
+    return await eventually(find, 60, f"the Job of {name}")
+
+
+async def _ready(cluster, name: str, namespace: str = NS) -> dict[str, Any] | None:
+    obj = await cluster.get(GW, namespace, name)
+    return obj if (obj.get("status") or {}).get("phase") == "Ready" else None
+
+
+@pytest.mark.emulated_kubelet
+async def test_fifty_workloads_with_a_cap_of_two_never_run_more_than_two_and_all_finish(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    namespaces = [NS, "team-b", "team-c"]
+    names = [(namespaces[i % 3], f"fleet-{i:02d}") for i in range(50)]
+    for ns, name in names:
+        await cluster.create(GW, workload(name, spec(), ns))
+    start_operator("--max-concurrent-measurements", "2")
+    seen: dict[str, str] = {}  # Job name -> workload
+    peak = 0
+    deadline = time.monotonic() + 600
+    while True:
+        jobs = [j for ns in namespaces for j in await kubelet.jobs(ns)]
+        for job in jobs:
+            seen.setdefault(
+                job["metadata"]["name"],
+                job["metadata"]["annotations"]["gpusizer.dev/workload-name"],
+            )
+        live = [j for j in jobs if not _finished(j)]
+        peak = max(peak, len(live))
+        assert len(live) <= 2, (
+            f"{len(live)} measurement Jobs at once: {[j['metadata']['name'] for j in live]}"
+        )
+        for job in live:
+            await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+        ready = 0
+        for ns in namespaces:
+            for obj in await cluster.list(GW, ns):
+                ready += (obj.get("status") or {}).get("phase") == "Ready"
+        if ready == len(names):
+            break
+        assert time.monotonic() < deadline, f"only {ready} of {len(names)} Ready"
+    assert peak == 2
+    assert len(seen) == len(names), "one Job per workload, no duplicate"
+    assert sorted(seen.values()) == sorted(n for _, n in names)
+
+
+@pytest.mark.emulated_kubelet
+async def test_queue_positions_and_the_queued_event(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    start_operator("--max-concurrent-measurements", "1")
+    await cluster.create(GW, workload("first", spec()))
+    first = await _job_of(kubelet, "first")
+    await cluster.create(GW, workload("second", spec()))
+    await _until(cluster, "second", _queued_at(1), "second queued at position 1")
+    await cluster.create(GW, workload("third", spec()))
+    measured = await _until(cluster, "third", _queued_at(2), "third queued at position 2")
+    assert "--max-concurrent-measurements" in measured["message"]
+    obj = await cluster.get(GW, NS, "third")
+    assert obj["status"]["phase"] == "Estimated"
+    assert condition(obj, "Ready")["reason"] == "Queued"
+    assert condition(obj, "Reconciling")["status"] == "True"
+
+    async def queued_event() -> Any:
+        events = await cluster.list(EVENTS, NS)
+        return [
+            e
+            for e in events
+            if e.get("reason") == "Queued" and e["involvedObject"]["name"] == "third"
+        ]
+
+    assert len(await eventually(queued_event, what="a Queued Event")) == 1
+    await kubelet.succeed(first, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    second = await _job_of(kubelet, "second")
+    await _until(cluster, "third", _queued_at(1), "third moved to position 1")
+    await kubelet.succeed(second, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    third = await _job_of(kubelet, "third")
+    await kubelet.succeed(third, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    await eventually(lambda: _ready(cluster, "third"), 60, "third Ready")
+    assert len(await kubelet.jobs()) == 3
+
+
+@pytest.mark.emulated_kubelet
+async def test_restart_loses_no_queue_entry_and_starts_no_duplicate(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    op = start_operator("--max-concurrent-measurements", "1")
+    await cluster.create(GW, workload("a", spec()))
+    a = await _job_of(kubelet, "a")
+    await cluster.create(GW, workload("b", spec()))
+    await _until(cluster, "b", _queued_at(1), "b queued")
+    await cluster.create(GW, workload("c", spec()))
+    await _until(cluster, "c", _queued_at(2), "c queued")
+    op.kill()
+    start_operator("--max-concurrent-measurements", "1")
+    await kubelet.succeed(a, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    b = await _job_of(kubelet, "b")
+    await _until(cluster, "c", _queued_at(1), "c moved to position 1 after the restart")
+    jobs = await kubelet.jobs()
+    assert sorted(j["metadata"]["name"] for j in jobs) == sorted(
+        [a["metadata"]["name"], b["metadata"]["name"]]
+    ), "no duplicate of a, and c still waits"
+    await kubelet.succeed(b, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    c = await _job_of(kubelet, "c")
+    await kubelet.succeed(c, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    for name in ("a", "b", "c"):
+        await eventually(lambda name=name: _ready(cluster, name), 60, f"{name} Ready")
+    assert len(await kubelet.jobs()) == 3
+
+
+class _RefuseJobs:
+    """A ResourceQuota in front of Job creation: 403 exceeded quota while ``refusing``."""
+
+    def __init__(self) -> None:
+        self.refusing = True
+        self.refused = 0
+
+    def before(self, request: Any) -> Exception | None:
+        resource = request.resource
+        if (
+            self.refusing
+            and request.action == kmock.action.CREATE
+            and getattr(resource, "plural", None) == "jobs"
+        ):
+            self.refused += 1
+            return kmock.KubernetesError(
+                status=403,
+                reason="Forbidden",
+                message='jobs.batch "x" is forbidden: exceeded quota: gpu-quota, requested: '
+                "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=4, limited: "
+                "requests.nvidia.com/gpu=4",
+            )
+        return None
+
+    def watch(self, request: Any, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        return events
+
+
+@pytest.mark.emulated_api
+async def test_a_job_refused_by_quota_is_queued_not_failed(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    quota = _RefuseJobs()
+    cluster.emulator.faults = quota
+    await cluster.create(GW, workload("quota", spec()))
+    start_operator("--quota-retry-seconds", "1")
+    measured = await _until(
+        cluster, "quota", lambda m: m.get("reason") == "Queued", "queued by quota"
+    )
+    assert "ResourceQuota" in measured["message"] and "exceeded quota" in measured["message"]
+    obj = await cluster.get(GW, NS, "quota")
+    assert obj["status"]["phase"] == "Estimated"
+    assert quota.refused >= 1
+    quota.refusing = False
+    job = await _job_of(kubelet, "quota")
+    await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    await eventually(lambda: _ready(cluster, "quota"), 60, "Ready after the quota frees")
