@@ -74,10 +74,18 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument(
         "-o",
         "--output",
-        choices=["table", "json", "yaml"],
+        choices=["table", "json", "yaml", "patch"],
         default="table",
-        help="table (components in GiB on the most loaded GPU), or the objects with the status "
-        "the operator would write before measuring",
+        help="table (components in GiB on the most loaded GPU), the objects with the status "
+        "the operator would write before measuring (json, yaml), or patch: a strategic-merge "
+        "patch of a pod template applying the recommendation (kubectl patch deployment NAME "
+        "--type strategic --patch-file FILE)",
+    )
+    p.add_argument(
+        "--container",
+        metavar="NAME",
+        help="-o patch: the container that uses the GPU (default: the GPUWorkload's name); "
+        "containers merge by name",
     )
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_estimate)
@@ -344,6 +352,8 @@ def _estimate(args: argparse.Namespace) -> int:
                     print(f"{who}: {line}", file=err)
             for warning in [*assessment.estimate.notes, *assessment.warnings]:
                 print(f"Warning: {who}: {warning}", file=err)
+    elif args.output == "patch":
+        _print_patches(rows, objects, args.container, out, err)
     else:
         doc_out: Any = (
             objects[0]
@@ -362,6 +372,38 @@ def _estimate(args: argparse.Namespace) -> int:
     if any(a.verdict is Verdict.Incomplete for _, a in rows):
         return EXIT_INCOMPLETE
     return EXIT_OK
+
+
+def _print_patches(
+    rows: Sequence[tuple[_Doc, Any]],
+    objects: Sequence[dict[str, Any]],
+    container: str | None,
+    out: TextIO,
+    err: TextIO,
+) -> None:
+    """One strategic-merge patch per workload with a recommendation (YAML; with several workloads
+    each is headed by a comment naming it, separated by ``---``); the others are said on
+    stderr."""
+    from gpu_sizer.placement import pod_template_patch
+
+    patches: list[tuple[str, dict[str, Any]]] = []
+    for (doc, assessment), obj in zip(rows, objects, strict=True):
+        who = _row_name(doc)
+        rec = assessment.recommendation
+        if rec is None:
+            print(f"{who}: no patch: {assessment.verdict.value}, no recommendation", file=err)
+            for line in assessment.message.splitlines():
+                print(f"{who}: {line}", file=err)
+            continue
+        name = container or str(doc.data["metadata"].get("name") or "main")
+        spec_hash = obj.get("status", {}).get("specHash")
+        patches.append((who, pod_template_patch(rec, container=name, spec_hash=spec_hash)))
+    for i, (who, patch) in enumerate(patches):
+        if len(rows) > 1:
+            if i:
+                out.write("---\n")
+            out.write(f"# {who}\n")
+        yaml.safe_dump(patch, out, sort_keys=False, width=100)
 
 
 def _row_name(doc: _Doc) -> str:

@@ -24,6 +24,7 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.catalog import GPUClass, headroom_fraction
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
+from gpu_sizer.placement import snippets
 from gpu_sizer.sizing import Assessment, Verdict
 
 __all__ = [
@@ -1141,4 +1142,5 @@ def _measured_recommendation(
         basis=Basis.Measurement,
         present_in_cluster=None if present is None else cls.name in present,
         cheapest_fitting_class=cheapest,
+        **snippets(cls, gpus),
     )

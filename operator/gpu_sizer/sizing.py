@@ -35,6 +35,7 @@ from gpu_sizer.catalog import (
     choose_class,
     fits,
 )
+from gpu_sizer.placement import snippets
 
 __all__ = ["Assessment", "Fix", "Verdict", "assess"]
 
@@ -224,6 +225,7 @@ def assess(
         basis=Basis.Estimate,
         present_in_cluster=choice.present_in_cluster,
         cheapest_fitting_class=choice.cheapest.name if choice.cheapest else cls.name,
+        **snippets(cls, est.gpu_count, catalog=catalog),
     )
     if est.missing_components:
         message = (

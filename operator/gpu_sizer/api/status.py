@@ -12,6 +12,7 @@ fraction fields whenever a status is serialized, and ignored when a status is pa
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, computed_field
 from pydantic.alias_generators import to_camel
@@ -25,9 +26,14 @@ __all__ = [
     "GPUWorkloadStatus",
     "MeasurementStatus",
     "MissingComponent",
+    "NodeAffinitySnippet",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
     "PerGpuBreakdown",
     "Phase",
     "RecommendationStatus",
+    "ResourcesSnippet",
 ]
 
 GIB = 1 << 30
@@ -227,6 +233,48 @@ class MeasurementStatus(_Status):
         return round(max(peaks) / GIB, 1) if peaks else None
 
 
+class NodeSelectorRequirement(_Status):
+    """Kubernetes ``NodeSelectorRequirement`` (core/v1): one label test."""
+
+    key: str = Field(description="Node label key, e.g. nvidia.com/gpu.product.")
+    operator: str = Field(description="In, NotIn, Exists, DoesNotExist, Gt or Lt.")
+    values: list[str] = Field(default_factory=list, description="Label values.")
+
+
+class NodeSelectorTerm(_Status):
+    """Kubernetes ``NodeSelectorTerm``: every requirement must hold."""
+
+    match_expressions: list[NodeSelectorRequirement] = Field(
+        default_factory=list, description="Label requirements, ANDed."
+    )
+
+
+class NodeSelector(_Status):
+    """Kubernetes ``NodeSelector``: any term may hold."""
+
+    node_selector_terms: list[NodeSelectorTerm] = Field(
+        default_factory=list, description="Terms, ORed."
+    )
+
+
+class NodeAffinitySnippet(_Status):
+    """A ready-to-paste ``spec.affinity.nodeAffinity`` for a pod template."""
+
+    required_during_scheduling_ignored_during_execution: NodeSelector = Field(
+        description="Nodes of the recommended class (GPU Feature Discovery product labels)."
+    )
+
+
+class ResourcesSnippet(_Status):
+    """A ready-to-paste container ``resources`` (GPU extended resource only)."""
+
+    limits: dict[str, Annotated[str, Field(description="Quantity, e.g. '1'.")]] = Field(
+        default_factory=dict,
+        description="Extended resource -> quantity, e.g. nvidia.com/gpu: '1' (GPUs are requested "
+        "by limits; Kubernetes copies them to requests).",
+    )
+
+
 class RecommendationStatus(_Status):
     """The GPU class to run on."""
 
@@ -241,6 +289,12 @@ class RecommendationStatus(_Status):
     )
     cheapest_fitting_class: str | None = Field(
         None, description="Cheapest catalog class that fits, present in the cluster or not."
+    )
+    node_affinity: NodeAffinitySnippet | None = Field(
+        None, description="Ready-to-paste spec.affinity.nodeAffinity for the pod template."
+    )
+    resources: ResourcesSnippet | None = Field(
+        None, description="Ready-to-paste container resources (the GPU limit) per replica."
     )
 
     @computed_field(  # type: ignore[prop-decorator]
