@@ -262,6 +262,7 @@ _COLUMNS = (
     ("gradient_bytes", "GRADS"),
     ("optimizer_state_bytes", "OPTIM"),
     ("master_weight_bytes", "MASTER"),
+    ("communication_buffer_bytes", "COMM"),
     ("runtime_overhead_bytes", "RUNTIME"),
 )
 """Component columns of the table (GiB per GPU on the most loaded GPU); all-zero ones are hidden."""

@@ -66,6 +66,7 @@ _COMPONENTS: Final = (
     ("gradient_bytes", "gradients"),
     ("optimizer_state_bytes", "optimizer state"),
     ("master_weight_bytes", "master weights"),
+    ("communication_buffer_bytes", "communication buffers"),
     ("runtime_overhead_bytes", "runtime overhead"),
 )
 
@@ -282,6 +283,8 @@ def _capped(est: EstimateStatus) -> tuple[EstimateStatus, bool]:
         nonlocal capped
         if isinstance(value, dict):
             return {k: cap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [cap(v) for v in value]
         if isinstance(value, int) and not isinstance(value, bool) and value > MAX_REPORTED:
             capped = True
             return MAX_REPORTED

@@ -284,10 +284,10 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
     }
     resp = await webhook.validate(admission_review(workload(training)))
     assert resp["status"]["message"] == (
-        "needs 1200.1 GiB per GPU x1 (optimizer state 521.5 GiB, gradients 260.8 GiB, master "
-        "weights 260.8 GiB); the largest class in the catalog, amd-mi300x (191.7 GiB usable), "
-        "is 1008.4 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
-        "What is counted fits with any of: parallelism zero3 with dataParallelSize 8 (133.9 GiB "
+        "needs 1356.6 GiB per GPU x1 (optimizer state 521.5 GiB, weights 260.8 GiB, "
+        "activations 260.8 GiB); the largest class in the catalog, amd-mi300x (191.7 GiB usable), "
+        "is 1164.9 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
+        "What is counted fits with any of: parallelism zero3 with dataParallelSize 8 (141.0 GiB "
         "per GPU, amd-mi300x x8).\n"
         "The real need is higher: incomplete estimate: activations and logits not counted: "
         "needs spec.model.architecture (numHiddenLayers, hiddenSize, intermediateSize, "

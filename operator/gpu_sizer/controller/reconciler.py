@@ -104,6 +104,7 @@ _COMPONENTS = (
     "gradient",
     "optimizerState",
     "masterWeight",
+    "communicationBuffer",
     "runtimeOverhead",
     "total",
 )
@@ -466,9 +467,10 @@ class Reconciler:
             hash_ = spec_hash(parsed)
             present = self.present()
             assessment = assess(parsed, self.config.catalog, present=present)
-            weights = 0
+            weights = host = 0
             if assessment.estimate is not None:
                 weights = assessment.estimate.per_gpu.weights_bytes * assessment.estimate.gpu_count
+                host = assessment.estimate.host_bytes_per_node or 0
             wl = Workload(name, namespace, generation, parsed, hash_, prev)
             spec_hash_ = hash_
 
@@ -489,7 +491,7 @@ class Reconciler:
                 present=present,
                 now=now,
                 job_name=namer,
-                memory_bytes=host_memory_bytes(parsed, weights),
+                memory_bytes=host_memory_bytes(parsed, weights, host),
                 observe=observe,
             )
         outcome = seen[-1] if seen else None
