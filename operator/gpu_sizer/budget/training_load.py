@@ -95,13 +95,16 @@ def load_peak(training: Training, r: Recipe, h: Holdings, staged_bytes: int) -> 
     master = 0
     if strategy in (ParallelStrategy.zero1, ParallelStrategy.zero2):
         master = -(-h.trainable // n) * r.master
-    if init is Initialization.GpuPerRank or strategy not in _SHARDED_WEIGHTS:
-        weights = h.weight_bytes + (h.unit_bytes if fsdp else 0)
+    # Sharding one unit at a time: the shards made so far, the unit materialised and (FSDP1)
+    # its FlatParameter copy, or (ZeRO-3) the module being gathered.
+    unit = 2 * h.unit_bytes if fsdp else int(h.largest_module * h.bytes_per_param)
+    weights = -(-h.weight_bytes // n) + unit
+    quant = -(-h.quant_overhead // n)
+    if strategy not in _SHARDED_WEIGHTS:
+        weights, quant = h.weight_bytes, h.quant_overhead
+    elif init is Initialization.GpuPerRank:
+        weights = max(weights, h.weight_bytes + (h.unit_bytes if fsdp else 0))
         quant = h.quant_overhead
-    else:
-        unit = 2 * h.unit_bytes if fsdp else int(h.largest_module * h.bytes_per_param)
-        weights = -(-h.weight_bytes // n) + unit
-        quant = -(-h.quant_overhead // n)
     if init in (Initialization.GpuPerRank, Initialization.CpuPerRank):
         host = par.ranks_per_node * staged_bytes
     elif init is Initialization.RankZeroCpu:

@@ -11,7 +11,8 @@ computed:
 - ``chunked`` (torchtune ``CEWithChunkedOutputLoss``, ``num_output_chunks`` = 8, with
   ``compute_cross_entropy`` compiled as its docstring recommends, so that only the per-row
   log-sum-exp is saved): the lm_head output in the compute dtype for every token, and the
-  float32 upcast and log-softmax of one chunk at a time, T x V x (c + 8 / 8) bytes. Uncompiled,
+  float32 upcast and log-softmax of one chunk at a time, T x V x (c + 8 / 8) bytes (no upcast
+  in fp32 training). Uncompiled,
   each chunk's float32 log-softmax stays saved for backward (4 bytes more per element).
 - ``fused`` (Liger-Kernel ``fused_linear_cross_entropy_forward``; unsloth's and Apple's Cut
   Cross-Entropy work the same way): the logits are never materialised. Liger splits the T
@@ -56,8 +57,8 @@ def logits_bytes(arch: Architecture, tr: Training, compute: int) -> int:
         hidden = arch.word_embed_proj_dim or arch.hidden_size
         rows = liger_chunk_rows(tokens, vocab, hidden)
         return rows * vocab * compute + tokens * hidden * compute + tokens * 4
-    if tr.loss is Loss.chunked:
-        fp32 = -(-tokens // CHUNKED_LOSS_CHUNKS) * vocab * 8
-        return tokens * vocab * compute + fp32
     upcast = 0 if compute == 4 else 4
+    if tr.loss is Loss.chunked:
+        chunk = -(-tokens // CHUNKED_LOSS_CHUNKS) * vocab * (upcast + 4)
+        return tokens * vocab * compute + chunk
     return tokens * vocab * (compute + upcast + 4)
