@@ -25,7 +25,6 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
-from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = ["TensorMeter"]
 
@@ -38,7 +37,7 @@ class _Entry:
         self.ref: weakref.ref[torch.UntypedStorage] | None = None
 
 
-class TensorMeter(TorchDispatchMode):
+class TensorMeter(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Counts live tensor-storage bytes on ``device`` while active (a context manager).
 
     ``current`` and ``peak`` are bytes; :meth:`reset_peak` starts a new window at ``current``;
@@ -46,11 +45,13 @@ class TensorMeter(TorchDispatchMode):
     """
 
     def __init__(self, device: torch.device) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.device = device
         self.current = 0
         self.peak = 0
-        self._entries: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        # Keyed by the storage's C++ StorageImpl address, unique while the storage lives; the
+        # weak reference's callback removes the entry when it dies.
+        self._entries: dict[int, _Entry] = {}
         self._original_resize: Callable[..., Any] | None = None
 
     def reset_peak(self) -> None:
@@ -77,19 +78,22 @@ class TensorMeter(TorchDispatchMode):
             storage = t.untyped_storage()
         except (NotImplementedError, RuntimeError):  # meta/fake/sparse tensors have none
             return
-        if storage in self._entries:
+        key = storage._cdata
+        if key in self._entries:
             return
         entry = _Entry(storage.nbytes())
 
-        def release(_: object, entry: _Entry = entry) -> None:
+        def release(_: object, entry: _Entry = entry, key: int = key) -> None:
             self.current -= entry.nbytes
+            if self._entries.get(key) is entry:
+                del self._entries[key]
 
         entry.ref = weakref.ref(storage, release)
-        self._entries[storage] = entry
+        self._entries[key] = entry
         self._add(entry.nbytes)
 
     def _resized(self, storage: torch.UntypedStorage) -> None:
-        entry = self._entries.get(storage)
+        entry = self._entries.get(storage._cdata)
         if entry is None:
             return
         nbytes = storage.nbytes()
@@ -100,18 +104,17 @@ class TensorMeter(TorchDispatchMode):
         original = torch.UntypedStorage.resize_
         self._original_resize = original
 
-        @wraps(original)
         def resize_(storage: torch.UntypedStorage, size: int) -> Any:
             result = original(storage, size)
             self._resized(storage)
             return result
 
-        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
-        super().__enter__()
+        torch.UntypedStorage.resize_ = wraps(original)(resize_)  # type: ignore[method-assign,assignment]
+        super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *args: Any) -> None:
-        super().__exit__(*args)
+        super().__exit__(*args)  # type: ignore[no-untyped-call]
         if self._original_resize is not None:
             torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
 
