@@ -13,7 +13,7 @@ from tests.architectures import LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, arch
 from gpu_sizer.api import EstimateStatus, parse_spec
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.params import layout
-from gpu_sizer.budget.training import adapter_params_per_layer
+from gpu_sizer.budget.training import adapter_params
 from gpu_sizer.budget.training_loss import logits_bytes
 from gpu_sizer.budget.training_precision import optimizer_state_bytes, recipe
 from gpu_sizer.budget.training_sharding import partitioned
@@ -213,8 +213,8 @@ def test_fsdp_qlora_gradients_are_sharded_adapters_plus_one_unit() -> None:
             },
         }
     )
-    per_layer, _, _ = adapter_params_per_layer(layout(arch(arch70)), 32, ["all-linear"])
-    adapters = 80 * per_layer
+    adapters, _, _ = adapter_params(layout(arch(arch70)), 32, ["all-linear"])
+    per_layer = adapters // 80
     assert adapters == 414_187_520
     sharded = -(-4 * adapters // 2)
     assert round(sharded / GIB, 2) == 0.77

@@ -239,6 +239,7 @@ def holdings(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> Holdings:
         root_bytes = outer * r.param
         factored = _layer_factored(lay) + vectors + _outer_factored(lay)
         small = vectors if lay.hidden < ADAM8_MIN_SIZE else 0
+        largest = 0
     else:
         targets = ft.lora_target_modules
         trainable, factored, largest = adapter_params(lay, ft.lora_rank, targets)
@@ -271,6 +272,7 @@ def holdings(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> Holdings:
         root_bytes=root_bytes,
         largest_module=largest_module,
         persistent=min(persistent, stage_params),
+        largest_trainable_module=largest or largest_module,
     )
 
 
@@ -295,6 +297,7 @@ def flat_holdings(spec: GPUWorkloadSpec, params: int) -> Holdings:
         root_bytes=0,
         largest_module=0,
         persistent=0,
+        largest_trainable_module=0,
     )
 
 

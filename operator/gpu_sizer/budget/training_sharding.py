@@ -130,7 +130,9 @@ class Holdings:
     trainable parameters. A unit is one decoder layer; the root is what lies outside the layers
     (embeddings, lm_head, final norm). ``largest_module`` is the largest single module's
     parameters (ZeRO-3 gathers module by module); ``persistent`` the parameters in tensors small
-    enough for ZeRO-3 to keep whole (norms, biases). Counts are parameters, sizes bytes.
+    enough for ZeRO-3 to keep whole (norms, biases); ``largest_trainable_module`` the largest
+    module that receives gradients (a LoRA adapter matrix, or ``largest_module``). Counts are
+    parameters, sizes bytes.
     """
 
     params: int
@@ -147,6 +149,7 @@ class Holdings:
     root_bytes: int
     largest_module: int
     persistent: int
+    largest_trainable_module: int = 0
 
     @property
     def bytes_per_param(self) -> float:
@@ -314,7 +317,7 @@ def _zero12(training: Training, r: Recipe, h: Holdings, n: int, stage: int) -> S
     if off is not None and off.optimizer is not OffloadTarget.None_:
         host = _optimizer_host(off, master + opt + fp32_grad + part * r.param, part)
         if stage == 2:
-            grads_backward = max(h.largest_module, 1) * r.grad
+            grads_backward = h.largest_trainable_module * r.grad
         master = opt = fp32_grad = workspace = 0
         step_grads = 0
     else:
@@ -344,7 +347,7 @@ def _zero3(training: Training, r: Recipe, h: Holdings, n: int) -> ShardedStates:
         max(ds.stage3_max_live_parameters, h.largest_module + ds.stage3_prefetch_bucket_size),
     )
     gathered = int(live * h.bytes_per_param)
-    module_grad = min(h.largest_module, t) * r.grad
+    module_grad = min(h.largest_trainable_module, t) * r.grad
     grad_partition = part * r.grad
     sub = min(part, ds.sub_group_size)
     fp32_grad = sub * r.master
