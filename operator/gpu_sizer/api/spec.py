@@ -1294,15 +1294,17 @@ class Loss(StrEnum):
 class Initialization(StrEnum):
     """How each rank gets the model before sharding: decides the ``Load`` phase's peak.
 
-    ``GpuPerRank``: every rank materialises the full model on its GPU, then shards (a model
-    moved with ``.to("cuda")`` before wrapping). ``CpuPerRank``: every rank loads the full model
-    into host RAM and the wrapper moves it to the GPU unit by unit (FSDP ``device_id``).
+    ``GpuPerRank``: every rank materialises the full model on its GPU, then shards (loaded with
+    a ``device_map``, or moved with ``.to("cuda")`` before wrapping). ``CpuPerRank``: every rank
+    loads the full model into host RAM and the wrapper moves it to the GPU (FSDP ``device_id``:
+    unit by unit).
     ``RankZeroCpu``: rank 0 loads it into host RAM, the others build it on the meta device and
     receive it by broadcast (FSDP ``sync_module_states``, accelerate
     ``cpu_ram_efficient_loading``). ``MetaDevice``: no rank materialises the full model (meta
     device then sharded load, DeepSpeed ``zero.Init``). ``Auto``: ``MetaDevice`` under ``zero3``
-    (Hugging Face ``from_pretrained`` runs inside ``deepspeed.zero.Init``), ``CpuPerRank`` under
-    ``fsdp-*`` (accelerate's default), ``GpuPerRank`` otherwise.
+    (Hugging Face ``from_pretrained`` runs inside ``deepspeed.zero.Init``), ``CpuPerRank``
+    otherwise (``from_pretrained`` loads into host memory; the Trainer, accelerate's FSDP or
+    DeepSpeed move the model to the GPU).
     """
 
     Auto = "Auto"

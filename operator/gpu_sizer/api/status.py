@@ -165,6 +165,8 @@ class MissingComponent(_Status):
     )
     message: str = Field("", description="What is not counted and the fields it needs.")
     fix: str = Field("", description="How to supply the missing fields.")
+
+
 class PhaseEstimate(_Status):
     """The per-GPU total of one phase of the workload (bytes)."""
 

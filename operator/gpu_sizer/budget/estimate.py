@@ -220,9 +220,7 @@ def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
             f"the units {par.strategy.value} gathers for compute are not computed {_NO_ARCH}"
         )
     tb = phases(spec, flat_holdings(spec, shard), 0)
-    return _training_estimate(
-        spec, tb, params, params, notes, missing_without_architecture(spec)
-    )
+    return _training_estimate(spec, tb, params, params, notes, missing_without_architecture(spec))
 
 
 #: Strategies whose gathered working set needs the layout (ZeRO-3 is bounded by its

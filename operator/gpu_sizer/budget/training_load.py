@@ -24,9 +24,10 @@ model, 25.1 GiB). ``spec.training.initialization`` says how:
   (``GatheredParameters`` in ``transformers``' ``_load_state_dict_into_zero3_model``).
 
 Strategies that keep whole weights on every GPU (``none``, ``ddp``, ``zero1``, ``zero2``) hold
-the full model whichever way it arrives. Host memory: ``GpuPerRank`` and ``CpuPerRank`` stage a
-full copy per process (Hugging Face ``from_pretrained`` materialises the state dict on the CPU
-before moving it), ``RankZeroCpu`` one copy on rank 0's node, ``MetaDevice`` none; a checkpoint
+the full model whichever way it arrives. Host memory: ``CpuPerRank`` holds a full copy per
+process (Hugging Face ``from_pretrained`` without a ``device_map`` materialises the model on the
+CPU before it is moved), ``RankZeroCpu`` one copy on rank 0's node, ``GpuPerRank`` (loaded
+straight to the GPU from memory-mapped safetensors) and ``MetaDevice`` none; a checkpoint
 quantized on load (bitsandbytes) is staged in its 16-bit form.
 
 All results are bytes.
@@ -70,16 +71,14 @@ class LoadPeak:
 
 def initialization(training: Training) -> Initialization:
     """The spec's initialization, ``Auto`` resolved: ``MetaDevice`` under ``zero3``,
-    ``CpuPerRank`` under ``fsdp-*``, ``GpuPerRank`` otherwise."""
+    ``CpuPerRank`` otherwise (Hugging Face ``from_pretrained`` materialises the model in host
+    memory; the Trainer, accelerate's FSDP or DeepSpeed then move it to the GPU)."""
     init = training.initialization
     if init is not Initialization.Auto:
         return init
-    strategy = training.parallelism.strategy
-    if strategy is ParallelStrategy.zero3:
+    if training.parallelism.strategy is ParallelStrategy.zero3:
         return Initialization.MetaDevice
-    if strategy.value.startswith("fsdp"):
-        return Initialization.CpuPerRank
-    return Initialization.GpuPerRank
+    return Initialization.CpuPerRank
 
 
 def load_peak(training: Training, r: Recipe, h: Holdings, staged_bytes: int) -> LoadPeak:
@@ -105,7 +104,7 @@ def load_peak(training: Training, r: Recipe, h: Holdings, staged_bytes: int) -> 
     elif init is Initialization.GpuPerRank:
         weights = max(weights, h.weight_bytes + (h.unit_bytes if fsdp else 0))
         quant = h.quant_overhead
-    if init in (Initialization.GpuPerRank, Initialization.CpuPerRank):
+    if init is Initialization.CpuPerRank:
         host = par.ranks_per_node * staged_bytes
     elif init is Initialization.RankZeroCpu:
         host = staged_bytes
