@@ -71,6 +71,8 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
      "description": "Free share of the recommended GPU at the peak, percent."},
     {"name": "Basis", "type": "string", "jsonPath": ".status.recommendation.basis",
      "priority": 1, "description": "Estimate or Measurement."},
+    {"name": "Peak Phase", "type": "string", "jsonPath": ".status.estimate.peakPhase",
+     "priority": 1, "description": "Phase of the estimated peak (training: Load or Step)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]  # fmt: skip
 

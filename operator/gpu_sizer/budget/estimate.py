@@ -66,7 +66,7 @@ from gpu_sizer.budget.weights import (
     weight_bytes,
 )
 
-__all__ = ["estimate", "stage_outer_params"]
+__all__ = ["estimate", "parallel_groups", "stage_outer_params"]
 
 GIB = 1 << 30
 
@@ -234,7 +234,7 @@ _GATHERING = frozenset(
 )
 
 
-def _parallel_groups(spec: GPUWorkloadSpec) -> int:
+def parallel_groups(spec: GPUWorkloadSpec) -> int:
     """NCCL communicators a training rank joins: data (and, for hybrid sharding, replica),
     tensor, pipeline and context parallel groups of more than one rank."""
     assert spec.training is not None
@@ -259,7 +259,7 @@ def _training_estimate(
     missing: list[MissingComponent] | None = None,
 ) -> EstimateStatus:
     """The status of a training budget: the larger phase in ``perGpu``, both in ``phases``."""
-    base = base_overhead_bytes(_parallel_groups(spec))
+    base = base_overhead_bytes(parallel_groups(spec))
     step, load = tb.step, tb.load
     step_runtime = base + allocator_reserve_bytes(step.transient)
     step_total = step.total + step_runtime

@@ -318,6 +318,12 @@ def _measure_synthetic(
     ):
         from gpu_sizer.probe.launch import measure_distributed
 
+        world = spec.training.parallelism.gpus
+        if use_cuda and gpu_count < world:
+            return unsupported(
+                f"the replica has {world} data-parallel ranks, one per GPU, but {gpu_count} "
+                f"GPU(s) are visible; run on a node with {world} GPUs"
+            )
         if not use_cuda:
             notes[-1] = (
                 "no GPU: each rank ran on the CPU over gloo; peakCpuTensorBytes is a rank's peak "
