@@ -74,7 +74,19 @@ def _training(arch: dict[str, Any], **training: Any) -> dict[str, Any]:
     }
 
 
-#: name -> (description, spec). The matrix of issue 4.
+def _data_parallel_step(parallelism: dict[str, Any]) -> dict[str, Any]:
+    """The 1B-shaped step with checkpointing under a data-parallel strategy (issue 11); the
+    ranks are set to the visible GPUs when the check runs."""
+    return _training(
+        LLAMA_3_2_1B,
+        microBatchSize=4,
+        sequenceLength=2048,
+        activationCheckpointing=True,
+        parallelism=parallelism,
+    )
+
+
+#: name -> (description, spec). The matrix of issues 4 and 11.
 MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
     "llama8b-bf16": (
         "8B-shaped, vLLM-style bf16 inference, 16 x 8192, concurrency 1/8/16",
@@ -112,43 +124,19 @@ MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
     "llama1b-fsdp2": (
         "1B-shaped full step under FSDP2 (fully_shard) over every visible GPU via torchrun, "
         "AdamW, bf16-mixed, 4 x 2048, checkpointing",
-        _training(
-            LLAMA_3_2_1B,
-            microBatchSize=4,
-            sequenceLength=2048,
-            activationCheckpointing=True,
-            parallelism={"strategy": "fsdp-full-shard", "fsdp": {"version": 2}},
-        ),
+        _data_parallel_step({"strategy": "fsdp-full-shard", "fsdp": {"version": 2}}),
     ),
     "llama1b-fsdp1": (
         "the same under FSDP1 (FullyShardedDataParallel, FlatParameter units)",
-        _training(
-            LLAMA_3_2_1B,
-            microBatchSize=4,
-            sequenceLength=2048,
-            activationCheckpointing=True,
-            parallelism={"strategy": "fsdp-full-shard"},
-        ),
+        _data_parallel_step({"strategy": "fsdp-full-shard"}),
     ),
     "llama1b-ddp": (
         "the same under DDP (gradient buckets as a second copy)",
-        _training(
-            LLAMA_3_2_1B,
-            microBatchSize=4,
-            sequenceLength=2048,
-            activationCheckpointing=True,
-            parallelism={"strategy": "ddp"},
-        ),
+        _data_parallel_step({"strategy": "ddp"}),
     ),
     "llama1b-zero2": (
         "the same under DeepSpeed ZeRO-2 (Unsupported when the image has no DeepSpeed)",
-        _training(
-            LLAMA_3_2_1B,
-            microBatchSize=4,
-            sequenceLength=2048,
-            activationCheckpointing=True,
-            parallelism={"strategy": "zero2"},
-        ),
+        _data_parallel_step({"strategy": "zero2"}),
     ),
 }
 

@@ -11,10 +11,6 @@ measurement; it must not fall short of it.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +23,7 @@ from gpu_sizer.probe.launch import _status, rank_command
 from gpu_sizer.probe.rank import RankReport
 from gpu_sizer.probe.run import Options, measure
 
-from .conftest import ROOT
+from .conftest import run_probe
 
 #: Large enough that fixed costs (RNG state, scalars) do not dominate, small enough for CI.
 ARCH: dict[str, Any] = {
@@ -49,32 +45,11 @@ def _spec(**training: Any) -> dict[str, Any]:
 
 def _probe(spec: dict[str, Any], tmp_path: Path) -> tuple[ProbeResult, ProbeResult]:
     """Run the probe like the Job does; (stdout result, termination-message result)."""
-    path = tmp_path / "spec.json"
-    path.write_text(json.dumps(spec))
-    log = tmp_path / "termination-log"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-m",
-            "gpu_sizer.probe",
-            "--spec",
-            str(path),
-            "--termination-log",
-            str(log),
-            "--device",
-            "cpu",
-            "--deadline-seconds",
-            "900",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
-        timeout=1200,
+    code, out, log, proc = run_probe(
+        spec, "--device", "cpu", "--deadline-seconds", "900", tmp_path=tmp_path, timeout=1200
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return ProbeResult.model_validate(json.loads(proc.stdout)), parse_result(log.read_text())
+    assert code == 0, proc.stderr[-3000:]
+    return ProbeResult.model_validate(out), parse_result(log)
 
 
 def _tensor_estimate(spec: dict[str, Any]) -> int:

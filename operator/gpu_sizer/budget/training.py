@@ -54,7 +54,6 @@ from gpu_sizer.api import (
     Training,
 )
 from gpu_sizer.budget.params import GATED_FAMILIES, LayerGroup, Layout
-from gpu_sizer.budget.runtime import allocator_reserve_bytes
 from gpu_sizer.budget.training_load import load_peak
 from gpu_sizer.budget.training_loss import logits_bytes
 from gpu_sizer.budget.training_precision import (
@@ -65,7 +64,7 @@ from gpu_sizer.budget.training_precision import (
 )
 from gpu_sizer.budget.training_sharding import (
     Holdings,
-    Instant,
+    PhaseBytes,
     deepspeed_options,
     sharded_states,
 )
@@ -302,55 +301,6 @@ def flat_holdings(spec: GPUWorkloadSpec, params: int) -> Holdings:
 
 
 @dataclass(frozen=True, slots=True)
-class PhaseBytes:
-    """One phase's per-GPU bytes by component (runtime overhead is added by the caller)."""
-
-    weights: int
-    quant: int
-    activations: int
-    gradients: int
-    optimizer: int
-    master: int
-    communication: int
-
-    @property
-    def total(self) -> int:
-        """Sum of the components, in bytes."""
-        return (
-            self.weights
-            + self.quant
-            + self.activations
-            + self.gradients
-            + self.optimizer
-            + self.master
-            + self.communication
-        )
-
-    @property
-    def transient(self) -> int:
-        """Bytes of short-lived tensors (activations, workspaces, gradients, communication
-        buffers), on which the caching allocator keeps a reserve."""
-        return self.activations + self.gradients + self.communication
-
-    @property
-    def reserved(self) -> int:
-        """``total`` plus the caching allocator's reserve on the transient tensors."""
-        return self.total + allocator_reserve_bytes(self.transient)
-
-
-def _phase(states: Instant, activations: int) -> PhaseBytes:
-    return PhaseBytes(
-        weights=states.weights,
-        quant=states.quant,
-        activations=activations + states.workspace,
-        gradients=states.gradients,
-        optimizer=states.optimizer,
-        master=states.master,
-        communication=states.communication,
-    )
-
-
-@dataclass(frozen=True, slots=True)
 class TrainingBudget:
     """Per-GPU training bytes of the ``Step`` and ``Load`` phases, trainable parameters on the
     GPU, host bytes per node, and which instant of the step is its peak."""
@@ -379,14 +329,14 @@ def phases(spec: GPUWorkloadSpec, h: Holdings, activations: int) -> TrainingBudg
     assert tr is not None
     r = recipe(tr)
     states = sharded_states(tr, r, h)
-    backward = _phase(states.backward, activations)
-    update = _phase(states.step, 0)
+    backward = replace(states.backward, activations=states.backward.activations + activations)
+    update = states.step
     if backward.reserved >= update.reserved:
         step, instant = backward, "backward"
     else:
         step, instant = update, "optimizer step"
     peak = load_peak(tr, r, h, _staged_bytes(spec, h))
-    load = PhaseBytes(peak.weights, peak.quant, 0, 0, 0, peak.master, 0)
+    load = PhaseBytes(peak.weights, peak.quant, 0, 0, peak.master, 0)
     host = max(peak.host_per_node, tr.parallelism.ranks_per_node * states.host)
     return TrainingBudget(step, load, h.trainable, host, instant, r)
 

@@ -91,11 +91,12 @@ from gpu_sizer.api import (
     PrecisionRecipe,
     Training,
 )
+from gpu_sizer.budget.runtime import allocator_reserve_bytes
 from gpu_sizer.budget.training_precision import Recipe, optimizer_step_workspace_bytes
 
 __all__ = [
     "Holdings",
-    "Instant",
+    "PhaseBytes",
     "ShardedStates",
     "deepspeed_options",
     "partitioned",
@@ -158,9 +159,12 @@ class Holdings:
 
 
 @dataclass(frozen=True, slots=True)
-class Instant:
-    """Per-GPU bytes of the model states at one instant (activations excluded);
-    ``workspace`` is the optimizer step's temporaries."""
+class PhaseBytes:
+    """Per-GPU bytes by component at one instant of a phase.
+
+    ``activations`` holds activations and temporary workspaces (here: the optimizer step's
+    temporaries; :mod:`gpu_sizer.budget.training` adds the backward instant's activations).
+    """
 
     weights: int
     quant: int
@@ -168,7 +172,7 @@ class Instant:
     optimizer: int
     master: int
     communication: int
-    workspace: int = 0
+    activations: int = 0
 
     @property
     def total(self) -> int:
@@ -180,16 +184,27 @@ class Instant:
             + self.optimizer
             + self.master
             + self.communication
-            + self.workspace
+            + self.activations
         )
+
+    @property
+    def transient(self) -> int:
+        """Bytes of short-lived tensors (activations, workspaces, gradients, communication
+        buffers), on which the caching allocator keeps a reserve."""
+        return self.activations + self.gradients + self.communication
+
+    @property
+    def reserved(self) -> int:
+        """``total`` plus the caching allocator's reserve on the transient tensors."""
+        return self.total + allocator_reserve_bytes(self.transient)
 
 
 @dataclass(frozen=True, slots=True)
 class ShardedStates:
     """Model states at the backward and optimizer-step instants, and host bytes per rank."""
 
-    backward: Instant
-    step: Instant
+    backward: PhaseBytes
+    step: PhaseBytes
     host: int
 
 
@@ -258,10 +273,10 @@ def sharded_states(training: Training, r: Recipe, h: Holdings) -> ShardedStates:
         ddp = training.parallelism.ddp
         view = ddp is not None and ddp.gradient_as_bucket_view
         buckets = t * r.grad if strategy is ParallelStrategy.ddp and not view else 0
-        both = Instant(
+        both = PhaseBytes(
             h.weight_bytes, h.quant_overhead, t * r.grad, h.optimizer_bytes, t * r.master, buckets
         )
-        return ShardedStates(both, replace(both, workspace=workspace), 0)
+        return ShardedStates(both, replace(both, activations=workspace), 0)
     return result
 
 
@@ -291,8 +306,8 @@ def _fsdp(training: Training, r: Recipe, h: Holdings, n: int) -> ShardedStates:
     if off is not None and off.parameters is OffloadTarget.Cpu:
         host = weights + grads + opt + master
         weights = grads = opt = master = workspace = 0
-    backward = Instant(weights + gathered, quant, grads + unsharded_grads, opt, master, comm)
-    step = Instant(weights, quant, grads, opt, master, 0, workspace)
+    backward = PhaseBytes(weights + gathered, quant, grads + unsharded_grads, opt, master, comm)
+    step = PhaseBytes(weights, quant, grads, opt, master, 0, workspace)
     return ShardedStates(backward, step, host)
 
 
@@ -322,8 +337,8 @@ def _zero12(training: Training, r: Recipe, h: Holdings, n: int, stage: int) -> S
         step_grads = 0
     else:
         step_grads = part * r.grad + fp32_grad
-    backward = Instant(h.weight_bytes, h.quant_overhead, grads_backward, opt, master, bucket)
-    step = Instant(h.weight_bytes, h.quant_overhead, step_grads, opt, master, 0, workspace)
+    backward = PhaseBytes(h.weight_bytes, h.quant_overhead, grads_backward, opt, master, bucket)
+    step = PhaseBytes(h.weight_bytes, h.quant_overhead, step_grads, opt, master, 0, workspace)
     return ShardedStates(backward, step, host)
 
 
@@ -367,10 +382,10 @@ def _zero3(training: Training, r: Recipe, h: Holdings, n: int) -> ShardedStates:
         else:
             host += partition
         partition = 0
-    backward = Instant(
+    backward = PhaseBytes(
         partition + persistent + gathered, quant, grad_partition + module_grad, opt, master, bucket
     )
-    step = Instant(
+    step = PhaseBytes(
         partition + persistent, quant, grad_partition + fp32_grad, opt, master, 0, workspace
     )
     return ShardedStates(backward, step, host)
