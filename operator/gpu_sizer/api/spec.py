@@ -1847,7 +1847,8 @@ class GPUWorkloadSpec(_Model):
 
 
 def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, field: str) -> None:
-    """vLLM's rule: heads split evenly; KV heads split evenly or are replicated evenly."""
+    """vLLM's rule: heads split evenly; KV heads split evenly or are replicated evenly; Mamba-2
+    heads split evenly and B/C groups split evenly or are a single replicated group."""
     if arch.num_attention_heads % tp != 0:
         problems.add(
             field,
@@ -1859,6 +1860,18 @@ def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, fie
             field,
             f"tensorParallelSize {tp} must divide numKeyValueHeads ({kv}) or be a multiple of it",
         )
+    if arch.model_type == "nemotron_h":
+        # vLLM mamba_mixer2.py MambaMixer2.__init__ asserts both; the defaults are
+        # NemotronHConfig's (128 heads, 8 groups).
+        heads = arch.mamba_num_heads or 128
+        groups = arch.n_groups or 8
+        if heads % tp != 0:
+            problems.add(field, f"tensorParallelSize {tp} must divide mambaNumHeads ({heads})")
+        if groups % tp != 0 and groups != 1:
+            problems.add(
+                field,
+                f"tensorParallelSize {tp} must divide nGroups ({groups}), or nGroups must be 1",
+            )
 
 
 def spec_to_wire(spec: GPUWorkloadSpec) -> dict[str, Any]:
