@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.architectures import GPT_NEOX_20B, LLAMA_2_7B, LLAMA_3_8B, arch
 
-from gpu_sizer.api import Optimizer, Training, parse_spec
+from gpu_sizer.api import Architecture, Optimizer, Training, parse_spec
+from gpu_sizer.api.hf import model_from_hf_config
 from gpu_sizer.budget import estimate
-from gpu_sizer.budget.params import layout
+from gpu_sizer.budget.params import Layout, layout
 from gpu_sizer.budget.training import (
     activation_bytes,
     adapter_params,
+    layer_activation_bytes,
     trainable_parameter_count,
 )
 from gpu_sizer.budget.training_precision import optimizer_state_bytes
@@ -22,12 +26,17 @@ def _training(**kw: Any) -> Training:
     return Training.model_validate({"microBatchSize": 1, "sequenceLength": 2048, **kw})
 
 
+def _layers(a: Architecture, n: int, tp: int = 1) -> Layout:
+    """The tensor-parallel rank's layout of the first ``n`` layers of ``a``."""
+    return layout(a, tp, range(n))
+
+
 def test_korthikanti_equation_1_without_flash_attention() -> None:
     """Section 4.1: sbh(34 + 5as/h) per layer; GPT-NeoX-20B has I = 4h, GeLU, multi-head."""
     a = arch(GPT_NEOX_20B)
     s, b, h, heads = 2048, 1, 6144, 64
     tr = _training(flashAttention=False)
-    assert activation_bytes(a, tr, layers=1) == s * b * h * 34 + 5 * heads * s * s * b
+    assert activation_bytes(a, tr, _layers(a, 1)) == s * b * h * 34 + 5 * heads * s * s * b
 
 
 def test_korthikanti_equation_2_tensor_parallel() -> None:
@@ -35,19 +44,22 @@ def test_korthikanti_equation_2_tensor_parallel() -> None:
     a = arch(GPT_NEOX_20B)
     s, b, h, heads, t = 2048, 1, 6144, 64, 8
     tr = _training(flashAttention=False, parallelism={"tensorParallelSize": t})
-    assert activation_bytes(a, tr, 1) == s * b * h * (10 + 24 // t) + 5 * heads * s * s * b // t
+    assert (
+        activation_bytes(a, tr, _layers(a, 1, t))
+        == s * b * h * (10 + 24 // t) + 5 * heads * s * s * b // t
+    )
 
 
 def test_flash_attention_drops_the_score_term() -> None:
     a = arch(GPT_NEOX_20B)
-    assert activation_bytes(a, _training(flashAttention=True), 1) == 2048 * 6144 * 34
+    assert activation_bytes(a, _training(flashAttention=True), _layers(a, 1)) == 2048 * 6144 * 34
 
 
 def test_checkpointing_keeps_layer_inputs_plus_one_layer() -> None:
     """Full recomputation: 2sbh per layer, plus one layer's activations while recomputing."""
     a = arch(GPT_NEOX_20B)
-    full = activation_bytes(a, _training(), 1)
-    ckpt = activation_bytes(a, _training(activationCheckpointing=True), 44)
+    full = activation_bytes(a, _training(), _layers(a, 1))
+    ckpt = activation_bytes(a, _training(activationCheckpointing=True), _layers(a, 44))
     assert ckpt == 44 * 2 * 2048 * 6144 + full
 
 
@@ -56,7 +68,7 @@ def test_gated_mlp_stores_four_intermediate_tensors() -> None:
     a = arch(LLAMA_3_8B)
     sbh = 2048 * 4096
     expected = sbh * 10 + 2048 * (4 * 4096 + 4 * 1024) + 2048 * 2 * 4 * 14336
-    assert activation_bytes(a, _training(), 1) == expected
+    assert activation_bytes(a, _training(), _layers(a, 1)) == expected
     assert expected != sbh * 34
 
 
@@ -192,3 +204,85 @@ def test_fsdp_full_shard_shards_everything_and_gathers_units() -> None:
     assert g.gradient_bytes == -(-4 * psi // 8) + (lay.embedding + lay.head + lay.largest_layer) * 2
     assert g.optimizer_state_bytes == -(-8 * psi // 8)
     assert g.master_weight_bytes == 0
+
+
+# --- layer kinds: MLA, MoE, Mamba (published configs in tests/budget/configs) -------------------
+
+CONFIGS = Path(__file__).parent / "configs"
+
+
+def _published(name: str) -> Architecture:
+    doc = json.loads((CONFIGS / f"{name}.json").read_text())
+    doc.pop("_source")
+    doc.pop("quantization_config", None)
+    return Architecture.model_validate(model_from_hf_config(doc)["architecture"])
+
+
+def _per_token(name: str, **kw: Any) -> dict[tuple[str, str], int]:
+    """Bytes one token saves per layer, by (mixer, ffn) of the layer groups."""
+    a = _published(name)
+    tr = _training(sequenceLength=1, **kw)
+    t = tr.parallelism.tensor_parallel_size
+    return {
+        (g.kind.mixer, g.kind.ffn): layer_activation_bytes(a, tr, g) for g in layout(a, t).groups
+    }
+
+
+def test_deepseek_v2_lite_mla_and_its_dense_first_layer() -> None:
+    """DeepSeek-V2-Lite: h 2048, 16 heads, no q LoRA, kvLoraRank 512, qk 128 + 64 rope, v 128;
+    layer 0 dense (first_k_dense_replace 1, I 10944), the other 26 MoE (64 routed experts of
+    1408, top 6, 2 shared). MLA saves the kv_a output (512 + 64) and the normed latent (512),
+    Q and K of 16 x 192, V and the attention output of 16 x 128."""
+    h = 2048
+    mla = 2 * (576 + 512) + 2 * (2 * 16 * 192 + 2 * 16 * 128)
+    dense = 8 * 10944  # gate, up, act(gate), product
+    moe = 4 * 64 + 6 * (2 * h + 8 * 1408 + 2 * h) + 8 * (2 * 1408)
+    assert _per_token("deepseek-v2-lite") == {
+        ("mla", "dense"): 10 * h + mla + dense,
+        ("mla", "moe"): 10 * h + mla + moe,
+    }
+    assert (mla, dense, moe) == (22_656, 87_552, 139_520)
+
+
+def test_nemotron_h_layers_are_single_blocks() -> None:
+    """NVIDIA-Nemotron-Nano-9B-v2 (h 4480): Mamba-2 layers (128 heads x 80, 8 groups, state 128)
+    save zxbcdt (2 x 10240 + 2 x 8 x 128 + 128) and the scan output (10240), as mamba_ssm's
+    combined kernel does; MLP layers a ReLU^2 MLP (up and activation, I 15680); attention layers
+    Q, K, V, output (40 x 128, 8 x 128). One block each: 5h replicated, not 10h."""
+    h = 4480
+    assert _per_token("nvidia-nemotron-nano-9b-v2") == {
+        ("mamba", "none"): 5 * h + 2 * (20480 + 2048 + 128 + 10240),
+        ("none", "dense"): 5 * h + 2 * 15680 + 2 * 15680,
+        ("attention", "none"): 5 * h + 2 * (5120 + 2 * 1024) + 2 * 5120,
+    }
+    # Tensor parallelism splits the Mamba heads (and the groups, 8 % 2 == 0).
+    tp2 = _per_token("nvidia-nemotron-nano-9b-v2", parallelism={"tensorParallelSize": 2})
+    assert tp2["mamba", "none"] == 5 * h + (20480 + 2048 + 128 + 10240)
+
+
+def test_jamba_mamba_1_layers() -> None:
+    """Jamba-v0.1 (h 4096, expand 2, state 16, dt rank 256): a Mamba-1 layer saves in_proj's x
+    and z (2 x 8192), the conv output (8192), x_proj's output (256 + 2 x 16), dt_proj's output
+    (8192) and the scan output (8192); every other layer's MLP is an MoE (16 experts, top 2)."""
+    h = 4096
+    mamba = 2 * (16384 + 8192 + 288 + 8192 + 8192)
+    attention = 2 * (4096 + 2 * 1024) + 2 * 4096
+    dense = 8 * 14336
+    moe = 4 * 16 + 2 * (2 * h + 8 * 14336 + 2 * h)
+    assert _per_token("jamba-v0.1") == {
+        ("mamba", "dense"): 10 * h + mamba + dense,
+        ("mamba", "moe"): 10 * h + mamba + moe,
+        ("attention", "dense"): 10 * h + attention + dense,
+    }
+
+
+def test_activations_sum_the_layer_groups() -> None:
+    """Without checkpointing every layer keeps its own kind's tensors; with it, each layer's
+    input plus the largest layer recomputed."""
+    a = _published("nvidia-nemotron-nano-9b-v2")
+    lay = layout(a)
+    tr = _training(sequenceLength=4096)
+    per = {g.kind: layer_activation_bytes(a, tr, g) for g in lay.groups}
+    assert activation_bytes(a, tr, lay) == sum(g.count * per[g.kind] for g in lay.groups)
+    ckpt = activation_bytes(a, _training(sequenceLength=4096, activationCheckpointing=True), lay)
+    assert ckpt == 56 * 2 * 4096 * 4480 + max(per.values())

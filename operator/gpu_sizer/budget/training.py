@@ -27,7 +27,10 @@ of b sequences of s tokens, width h, a heads: attention 11sbh + 5as^2b, MLP 19sb
 4sbh. The MLP's 16sbh (two 4h-wide tensors of 2 bytes) is generalised to the model's
 intermediate size I (2 bytes x 2 I-wide tensors, or x 4 for gated MLPs: gate, up, activated gate,
 product; x top-k for MoE) and the attention's 8sbh (Q, K, V, output) to the model's q and kv
-widths; with I = 4h, multi-head attention and a GeLU MLP it is the paper's 34 exactly. Tensor
+widths; with I = 4h, multi-head attention and a GeLU MLP it is the paper's 34 exactly. Each
+layer group (:class:`~gpu_sizer.budget.params.LayerGroup`) is sized by its own kind and its rank's
+linear layers: MLA, Mamba-1/2, dense and MoE feed-forwards and Nemotron-H's single-block layers
+(:func:`layer_activation_bytes`), and the groups are summed. Tensor
 parallelism without sequence parallelism (section 4.2.1, equation 2): ``sbh(10 + 24/t +
 5as/(ht))``; with sequence parallelism (section 4.2.2, equation 3) every term is divided by t.
 Context parallelism gives each rank ``s / cp`` tokens. FlashAttention (Dao et al. 2022) keeps no
@@ -53,7 +56,7 @@ from gpu_sizer.api import (
     GPUWorkloadSpec,
     Training,
 )
-from gpu_sizer.budget.params import GATED_FAMILIES, LayerGroup, Layout
+from gpu_sizer.budget.params import LayerGroup, Layout, Linear
 from gpu_sizer.budget.training_load import load_peak
 from gpu_sizer.budget.training_loss import logits_bytes
 from gpu_sizer.budget.training_precision import (
@@ -78,6 +81,7 @@ __all__ = [
     "autocast_copy_bytes",
     "flat_holdings",
     "holdings",
+    "layer_activation_bytes",
     "phases",
     "trainable_parameter_count",
     "training_budget",
@@ -96,6 +100,10 @@ _TARGET_ROLES: dict[str, frozenset[str]] = {
     "down_proj": frozenset({"down"}),
     "all-linear": frozenset({"q", "k", "v", "o", "qkv", "gate", "up", "down", "gate_up", "router"}),
 }
+
+
+#: Roles of the linear layers that take an MLP's (or an expert's) input.
+_UP_ROLES = frozenset({"gate", "up", "gate_up"})
 
 
 def _roles(targets: list[str]) -> tuple[set[str], set[str]]:
@@ -158,38 +166,128 @@ def _one_layer(lay: Layout, group: LayerGroup) -> Layout:
     )
 
 
-def activation_bytes(arch: Architecture, tr: Training, layers: int) -> int:
-    """Activation bytes of ``layers`` layers, in-flight micro-batches (Korthikanti eq. 1-3)."""
+def _mlp_token_bytes(linears: list[Linear]) -> int:
+    """Bytes one token saves for backward in one MLP (or one expert), 16-bit: the outputs of
+    gate and up (or the fused gate_up, or the one up projection) and, per width-I tensor after
+    them, the activation's output and (gated) the product that enters down."""
+    outs = sum(lin.out_features for lin in linears if lin.role in _UP_ROLES)
+    down = sum(lin.in_features for lin in linears if lin.role == "down")
+    gated = any(lin.role in {"gate", "gate_up"} for lin in linears)
+    return 2 * outs + 2 * down * (2 if gated else 1)
+
+
+def _width(linears: tuple[Linear, ...], role: str, side: str) -> int:
+    return sum(getattr(lin, side) for lin in linears if lin.role == role)
+
+
+def _mixer_token_bytes(group: LayerGroup) -> int:
+    """Bytes one token saves for backward in ``group``'s token mixer on this rank (16-bit),
+    beyond the block's input and norm (counted with the replicated part).
+
+    - attention: Q, K, V and the attention output entering o_proj (Korthikanti's 8sbh for
+      multi-head attention; q and kv widths of the rank's heads);
+    - MLA (transformers ``DeepseekV3Attention.forward``; Megatron ``MLASelfAttention``): the
+      q_a_layernorm and kv_a_layernorm inputs (q_a and kv_a outputs, the latter with the shared
+      rope key), the normed latents entering q_b_proj and kv_b_proj, then Q and K of
+      ``heads x (qkNope + qkRope)`` each (the rope key concatenated to every head), V of
+      ``heads x vHead`` and the attention output entering o_proj;
+    - Mamba-2 (mamba_ssm ``ssd_combined.py`` ``MambaSplitConv1dScanCombinedFn.forward``, the
+      training path of transformers' Nemotron-H mixer): ``zxbcdt`` (in_proj's output of
+      ``2 x inner + 2 x groups x state + heads``) and ``out_x`` (the scan output, inner); the
+      conv output and the gated norm's output are recomputed in backward;
+    - Mamba-1 (transformers ``JambaMambaMixer.cuda_kernels_forward`` with mamba_ssm's
+      ``causal_conv1d_fn`` and ``selective_scan_fn``): in_proj's output (x and the gate z,
+      2 x inner), the conv output (inner), x_proj's output (dt rank + 2 x state), dt_proj's
+      output (inner) and the scan output entering out_proj (inner).
+    """
+    lins = group.linears
+    mixer = group.kind.mixer
+    if mixer == "attention":
+        qkv = sum(lin.out_features for lin in lins if lin.role in {"q", "k", "v", "qkv"})
+        return 2 * qkv + 2 * _width(lins, "o", "in_features")
+    if mixer == "mla":
+        q = _width(lins, "q", "out_features") + _width(lins, "q_b", "out_features")
+        latents = (
+            _width(lins, "q_a", "out_features")
+            + _width(lins, "q_b", "in_features")
+            + _width(lins, "kv_a", "out_features")
+            + _width(lins, "kv_b", "in_features")
+        )
+        v = _width(lins, "o", "in_features")
+        return 2 * latents + 2 * (2 * q + 2 * v)
+    if mixer == "mamba":
+        inner = _width(lins, "out_proj", "in_features")
+        saved = _width(lins, "in_proj", "out_features") + inner
+        if any(lin.role == "x_proj" for lin in lins):
+            saved += inner + _width(lins, "x_proj", "out_features")
+            saved += _width(lins, "dt_proj", "out_features")
+        return 2 * saved
+    return 0
+
+
+def _ffn_token_bytes(arch: Architecture, group: LayerGroup) -> int:
+    """Bytes one token saves for backward in ``group``'s feed-forward on this rank (16-bit).
+
+    Dense: :func:`_mlp_token_bytes`. MoE (transformers ``MixtralSparseMoeBlock`` /
+    ``MixtralExperts.forward`` and the families built like it): the router's float32 softmax
+    over the experts, and per routed expert (``numExpertsPerTok``) the token's gathered copy
+    entering the expert, the expert's MLP tensors and its output scaled by the routing weight;
+    plus the shared experts' MLP tensors.
+    """
+    kind = group.kind.ffn
+    mlp = [lin for lin in group.linears if lin.role in _UP_ROLES | {"down"}]
+    if kind == "dense":
+        return _mlp_token_bytes(mlp)
+    if kind != "moe" or arch.experts is None:
+        return 0
+    experts = arch.experts
+    routed = [lin for lin in mlp if lin.copies == experts]
+    shared = [lin for lin in mlp if lin.copies != experts]
+    k = arch.num_experts_per_tok or 1
+    h = arch.hidden_size
+    return 4 * experts + k * (2 * h + _mlp_token_bytes(routed) + 2 * h) + _mlp_token_bytes(shared)
+
+
+def layer_activation_bytes(arch: Architecture, tr: Training, group: LayerGroup) -> int:
+    """Bytes one layer of ``group`` saves for backward for one micro-batch on this rank.
+
+    Korthikanti et al. 2022 (section 4.1) per block: its input and its norm's input (2 + 2 bytes
+    per hidden element) and the dropout mask on its output (1 byte), so 10sbh for a layer of
+    attention and MLP and 5sbh for Nemotron-H's single-block layers, divided by t under sequence
+    parallelism; then the mixer's and the feed-forward's own tensors (already the rank's share:
+    the group's linears are the rank's), and without FlashAttention the attention scores'
+    ``5 x heads x s`` bytes per token (heads on this rank).
+    """
     par = tr.parallelism
     t = par.tensor_parallel_size
-    s = tr.sequence_length // par.context_parallel_size
-    b = tr.micro_batch_size
+    tokens = (tr.sequence_length // par.context_parallel_size) * tr.micro_batch_size
     h = arch.hidden_size
-    hd = arch.head_size
-    a = arch.num_attention_heads
-    q_dim = a * hd
-    kv_dim = arch.kv_heads * hd
-    inter = arch.moe_intermediate_size or arch.intermediate_size
-    tensors = 4 if arch.model_type in GATED_FAMILIES else 2
-    mlp = 2 * tensors * inter
-    if arch.experts is not None and arch.num_experts_per_tok is not None:
-        mlp *= arch.num_experts_per_tok
-        if arch.shared_expert_intermediate_size is not None:
-            mlp += 2 * tensors * arch.shared_expert_intermediate_size
-    attn = 4 * q_dim + 4 * kv_dim
-    # Bytes per layer, times sbh: replicated 10 (layer norms 4, attention and MLP inputs 2 + 2,
-    # dropout masks 1 + 1) and the split attention and MLP parts.
-    sb = s * b
-    replicated = 10 * h // t if par.sequence_parallel else 10 * h
-    per_layer = sb * (replicated + (attn + mlp) // t)
-    if not tr.flash_attention:
-        per_layer += 5 * a * s * sb // t
+    blocks = (group.kind.mixer != "none") + (group.kind.ffn != "none")
+    replicated = 5 * blocks * h
+    if par.sequence_parallel:
+        replicated //= t
+    per_token = replicated + _mixer_token_bytes(group) + _ffn_token_bytes(arch, group)
+    if not tr.flash_attention and group.kind.mixer in {"attention", "mla"}:
+        seq = tr.sequence_length // par.context_parallel_size
+        per_token += 5 * (arch.num_attention_heads // t) * seq
+    return tokens * per_token
+
+
+def activation_bytes(arch: Architecture, tr: Training, lay: Layout) -> int:
+    """Activation bytes of ``lay``'s layers (a tensor-parallel rank's pipeline stage) with the
+    in-flight micro-batches: each layer group's :func:`layer_activation_bytes` times its layers,
+    or under full checkpointing each layer's input plus the largest layer recomputed."""
+    par = tr.parallelism
+    t = par.tensor_parallel_size
+    tokens = (tr.sequence_length // par.context_parallel_size) * tr.micro_batch_size
     in_flight = min(par.pipeline_parallel_size, tr.gradient_accumulation_steps)
-    checkpoint = 2 * sb * h // (t if par.sequence_parallel else 1)
+    per_group = [(g.count, layer_activation_bytes(arch, tr, g)) for g in lay.groups]
+    largest = max((b for _, b in per_group), default=0)
     if tr.activation_checkpointing:
-        stored = in_flight * layers * checkpoint + per_layer
+        checkpoint = 2 * tokens * arch.hidden_size // (t if par.sequence_parallel else 1)
+        stored = in_flight * lay.layers * checkpoint + largest
     else:
-        stored = in_flight * layers * per_layer
+        stored = in_flight * sum(n * b for n, b in per_group)
     scale = 2 if recipe(tr).compute == 4 else 1
     return stored * scale
 
@@ -354,7 +452,7 @@ def training_budget(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> TrainingB
     h = holdings(spec, lay, outer)
     r = recipe(tr)
     acts = (
-        activation_bytes(arch, tr, lay.layers)
+        activation_bytes(arch, tr, lay)
         + logits_bytes(arch, tr, r.compute)
         + autocast_copy_bytes(spec, lay, outer)
     )
