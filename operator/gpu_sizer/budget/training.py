@@ -79,7 +79,8 @@ from gpu_sizer.api import (
     Precision,
     Training,
 )
-from gpu_sizer.budget.params import GATED_FAMILIES, Layout
+from gpu_sizer.budget.families import family
+from gpu_sizer.budget.params import Layout
 from gpu_sizer.budget.weights import dequantization_workspace_bytes, weight_bytes
 
 __all__ = [
@@ -289,7 +290,7 @@ def activation_bytes(arch: Architecture, tr: Training, layers: int) -> int:
     q_dim = a * hd
     kv_dim = arch.kv_heads * hd
     inter = arch.moe_intermediate_size or arch.intermediate_size
-    tensors = 4 if arch.model_type in GATED_FAMILIES else 2
+    tensors = 4 if family(arch.model_type).mlp.gated else 2
     mlp = 2 * tensors * inter
     if arch.experts is not None and arch.num_experts_per_tok is not None:
         mlp *= arch.num_experts_per_tok
