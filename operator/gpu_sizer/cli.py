@@ -1,6 +1,7 @@
 """The ``gpu-sizer`` command: one subcommand per job.
 
-The offline subcommands live here (``estimate``, ``import-hf-config``, ``crd``, ``catalog``); the
+The offline subcommands live here (``estimate``, ``import-hf-config``, ``accuracy``, ``crd``,
+``catalog``); the
 operator and probe packages register theirs through ``add_parsers(subparsers)``, so that this file
 stays a dispatcher for them and ``gpu-sizer estimate`` never imports kopf, kmock or torch.
 
@@ -128,6 +129,24 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--data-parallel-size", type=_positive, help="default 1")
     p.add_argument("--activation-checkpointing", action="store_true", default=None)
     p.set_defaults(handler=_import_hf_config)
+
+    p = sub.add_parser(
+        "accuracy",
+        help="estimate versus measurement over exported GPUWorkloads",
+        description="Read exported GPUWorkloads (kubectl get gpuworkloads -A -o yaml) and print "
+        "the relative error of the estimate against the measured GPU peak, (estimated - "
+        "measured) / measured, by GPU class, engine, model family and workload kind: median, "
+        "p90 of the absolute error, worst, count. Exit 0: table printed; 1: no finished GPU "
+        "measurement in the input; 2: unreadable input.",
+    )
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE|DIR",
+        help="YAML/JSON files (a List or several documents), directories, - for stdin",
+    )
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.set_defaults(handler=_accuracy)
 
     p = sub.add_parser("crd", help="print the GPUWorkload CustomResourceDefinition (YAML)")
     p.set_defaults(handler=_crd)
@@ -622,6 +641,30 @@ def _generic_model(
 
 
 # --- crd, catalog ------------------------------------------------------------------------------
+
+
+def _accuracy(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from gpu_sizer.accuracy import format_table, read_records, summarize
+
+    docs, failed = _read_docs(args.files, sys.stderr)
+    if failed:
+        return EXIT_INVALID
+    summary = read_records(d.data for d in docs)
+    if args.output == "json":
+        rows = [asdict(r) for r in summarize(summary.records)]
+        print(json.dumps({"rows": rows, "skipped": summary.skipped}, indent=2))
+    else:
+        sys.stdout.write(format_table(summary))
+    if not summary.records:
+        print(
+            "no measured GPUWorkload in the input: a record needs a finished GPU measurement "
+            "(status.measurement with device cuda) of the current spec",
+            file=sys.stderr,
+        )
+        return EXIT_NO_HEADROOM
+    return EXIT_OK
 
 
 def _crd(args: argparse.Namespace) -> int:
