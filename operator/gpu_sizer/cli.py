@@ -1,6 +1,7 @@
 """The ``gpu-sizer`` command: one subcommand per job.
 
-The offline subcommands live here (``estimate``, ``import-hf-config``, ``crd``, ``catalog``); the
+The offline subcommands live here (``estimate``, ``import-hf-config``, ``accuracy``, ``crd``,
+``catalog``); the
 operator and probe packages register theirs through ``add_parsers(subparsers)``, so that this file
 stays a dispatcher for them and ``gpu-sizer estimate`` never imports kopf, kmock or torch.
 
@@ -100,6 +101,12 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--namespace", help="metadata.namespace")
     p.add_argument("--model-id", help="spec.model.name (e.g. the Hub id)")
     p.add_argument("--revision", help="spec.model.revision (commit of the weights)")
+    p.add_argument(
+        "--parameter-count",
+        type=_positive,
+        help="spec.model.parameterCount (the model card's total); for a model_type without a "
+        "parameter layout in gpu-sizer it is counted with transformers when installed",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--inference", action="store_true", help="serving workload (default)")
     mode.add_argument("--training", action="store_true", help="training/fine-tuning workload")
@@ -122,6 +129,24 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--data-parallel-size", type=_positive, help="default 1")
     p.add_argument("--activation-checkpointing", action="store_true", default=None)
     p.set_defaults(handler=_import_hf_config)
+
+    p = sub.add_parser(
+        "accuracy",
+        help="estimate versus measurement over exported GPUWorkloads",
+        description="Read exported GPUWorkloads (kubectl get gpuworkloads -A -o yaml) and print "
+        "the relative error of the estimate against the measured GPU peak, (estimated - "
+        "measured) / measured, by GPU class, engine, model family and workload kind: median, "
+        "p90 of the absolute error, worst, count. Exit 0: table printed; 1: no finished GPU "
+        "measurement in the input; 2: unreadable input.",
+    )
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE|DIR",
+        help="YAML/JSON files (a List or several documents), directories, - for stdin",
+    )
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.set_defaults(handler=_accuracy)
 
     p = sub.add_parser("crd", help="print the GPUWorkload CustomResourceDefinition (YAML)")
     p.set_defaults(handler=_crd)
@@ -455,8 +480,8 @@ def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
 
 
 def _import_hf_config(args: argparse.Namespace) -> int:
-    from gpu_sizer.api import API_VERSION, KIND, InvalidWorkload, parse_workload
-    from gpu_sizer.api.hf import UnsupportedConfig, model_from_hf_config
+    from gpu_sizer.api import API_VERSION, KIND, KNOWN_MODEL_TYPES, InvalidWorkload, parse_workload
+    from gpu_sizer.api.hf import UnsupportedConfig, model_from_hf_config, model_type_of
     from gpu_sizer.api.workload import validate_name, validate_namespace
     from gpu_sizer.yamlio import UnreadableFile, read_text
 
@@ -486,7 +511,10 @@ def _import_hf_config(args: argparse.Namespace) -> int:
         config = json.loads(text)
         if not isinstance(config, dict):
             raise UnsupportedConfig("config.json must be a JSON object")
-        model = model_from_hf_config(config, notes)
+        if model_type_of(config) in KNOWN_MODEL_TYPES:
+            model = model_from_hf_config(config, notes)
+        else:
+            model = _generic_model(config, args.parameter_count, notes)
     except UnreadableFile as exc:
         print(f"{source}: cannot read: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -502,8 +530,11 @@ def _import_hf_config(args: argparse.Namespace) -> int:
         model["name"] = args.model_id
     if args.revision:
         model["revision"] = args.revision
-    context = int(model["architecture"]["maxPositionEmbeddings"])
-    rope = model["architecture"].get("ropeScaling")
+    if args.parameter_count is not None:
+        model["parameterCount"] = args.parameter_count
+    shape = model.get("architecture") or {}
+    context = int(shape.get("maxPositionEmbeddings") or _first_int(config, _CONTEXT_KEYS, 4096))
+    rope = shape.get("ropeScaling")
     if rope and rope.get("factor", 1.0) > 1.0:
         base = rope.get("originalMaxPositionEmbeddings", context)
         context = max(context, int(base * rope["factor"]))
@@ -544,7 +575,97 @@ def _import_hf_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: config.json keys of the context length, for a model written without an architecture.
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def _first_int(config: dict[str, Any], keys: tuple[str, ...], default: int) -> int:
+    sources = [config, *(v for v in config.values() if isinstance(v, dict))]
+    for source in sources:
+        for key in keys:
+            value = source.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return default
+
+
+def _generic_model(
+    config: dict[str, Any], parameter_count: int | None, notes: list[str]
+) -> dict[str, Any]:
+    """``spec.model`` of a ``model_type`` without a parameter layout in gpu-sizer (issue 10: any
+    model ``transformers`` can build is accepted).
+
+    With ``transformers`` installed (the ``hf`` extra) the config is read as its class reads it
+    and the parameters are counted on the meta device (:mod:`gpu_sizer.hf_meta`); the attention
+    geometry is kept only when the built model has one attention module per layer. Without it,
+    ``--parameter-count`` is needed and the geometry is taken from config.json's keys as written.
+
+    :raises UnsupportedConfig: no parameter count can be had (the message says how to get one).
+    """
+    from gpu_sizer.api.hf import UnsupportedConfig, model_from_hf_config
+    from gpu_sizer.hf_meta import HfUnavailable, read_with_transformers
+
+    model_type = config.get("model_type")
+    try:
+        reading = read_with_transformers(config)
+    except HfUnavailable as exc:
+        if parameter_count is None:
+            raise UnsupportedConfig(
+                f"model type {model_type!r} has no parameter layout in gpu-sizer, and its "
+                f"parameters cannot be counted: {exc}. Or give --parameter-count N (the model "
+                "card's total)"
+            ) from None
+        notes.append(
+            f"model type {model_type!r}: transformers could not read it ({exc}); the attention "
+            "geometry is config.json's keys as written, unchecked"
+        )
+        return model_from_hf_config(config, notes)
+    kept = {k: v for k, v in config.items() if k.startswith("_") or k == "quantization_config"}
+    read = {**reading.config, **kept}
+    model = model_from_hf_config(read, notes)
+    layers = (model.get("architecture") or {}).get("numHiddenLayers")
+    if layers is not None and reading.attention_layers != layers:
+        del model["architecture"]
+        notes.append(
+            f"model type {model_type!r}: {reading.model_class} has {reading.attention_layers} "
+            f"attention modules for {layers} layers, so its layers are not all attention "
+            "layers; spec.model.architecture is left out, so the KV cache and activations are "
+            "not counted and the estimate is Incomplete"
+        )
+    if parameter_count is not None and parameter_count != reading.parameters:
+        notes.append(
+            f"--parameter-count {parameter_count} differs from the {reading.parameters} "
+            f"parameters of {reading.model_class} (transformers {reading.version}); yours is kept"
+        )
+    model["parameterCount"] = reading.parameters
+    return model
+
+
 # --- crd, catalog ------------------------------------------------------------------------------
+
+
+def _accuracy(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from gpu_sizer.accuracy import format_table, read_records, summarize
+
+    docs, failed = _read_docs(args.files, sys.stderr)
+    if failed:
+        return EXIT_INVALID
+    summary = read_records(d.data for d in docs)
+    if args.output == "json":
+        rows = [asdict(r) for r in summarize(summary.records)]
+        print(json.dumps({"rows": rows, "skipped": summary.skipped}, indent=2))
+    else:
+        sys.stdout.write(format_table(summary))
+    if not summary.records:
+        print(
+            "no measured GPUWorkload in the input: a record needs a finished GPU measurement "
+            "(status.measurement with device cuda) of the current spec",
+            file=sys.stderr,
+        )
+        return EXIT_NO_HEADROOM
+    return EXIT_OK
 
 
 def _crd(args: argparse.Namespace) -> int:

@@ -876,9 +876,7 @@ def _plan_outcome(
             # Say in the status that the run waits its turn (and when it started after all).
             conds = _Conds(prev, wl.generation, now)
             if outcome.queued:
-                conds.put(
-                    ConditionType.Measured, ConditionStatus.unknown, "Queued", outcome.message
-                )
+                conds.put(ConditionType.Measured, F, "Queued", outcome.message)
             else:
                 conds.put(
                     ConditionType.Measured,

@@ -611,3 +611,23 @@ def test_measurement_cap_and_priority_class_become_flags(render: Render) -> None
     add_operator_arguments(parser)
     given = [a for a in args(docs) if "measurement" in a and a.startswith("--max")]
     assert parser.parse_args(given).max_concurrent_measurements == 2
+
+
+def test_measurement_policy_renders_and_parses(render: Render) -> None:
+    values = {
+        "policy": {
+            "maxConcurrentMeasurements": 2,
+            "namespaceRules": [
+                {
+                    "namespaceSelector": {"matchLabels": {"team": "a"}},
+                    "maxConcurrentMeasurements": 1,
+                    "localQueue": "team-a-gpus",
+                }
+            ],
+        }
+    }
+    _, policy = config(render(values))
+    parsed = parse_policy(policy, "policy.yaml")
+    team = parsed.for_namespace({"team": "a"})
+    assert (team.max_concurrent_measurements, team.local_queue) == (1, "team-a-gpus")
+    assert parsed.for_namespace({}).max_concurrent_measurements == 2

@@ -314,8 +314,6 @@ def test_training_skeleton(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         ("[1, 2]", "must be a JSON object"),
         (json.dumps({"model_type": "llama"}), "config.json has none of hidden_size"),
         (json.dumps({**LLAMA_3_8B, "quantization_config": {"quant_method": "hqq"}}), "'hqq'"),
-        (json.dumps({**LLAMA_3_8B, "model_type": "mamba"}),
-         "spec.model.architecture.modelType: unknown model type 'mamba'"),
     ],
 )  # fmt: skip
 def test_unusable_configs_exit_2(
@@ -367,3 +365,115 @@ def test_unknown_torch_dtype_is_said(capsys: pytest.CaptureFixture[str], tmp_pat
     out, err = capsys.readouterr()
     assert "torch_dtype 'float64' is not a storage dtype" in err
     assert yaml.safe_load(out)["spec"]["model"].get("dtype") is None
+
+
+# --- a model_type without a parameter layout (issue 10, item 5) ---------------------------------
+
+#: transformers 5.24's SmolLM3Config defaults, which its docstring gives as "similar to
+#: HuggingFaceTB/SmolLM3-3B": 36 layers, every fourth without RoPE (no_rope_layers).
+SMOLLM3 = {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3",
+           "torch_dtype": "bfloat16"}  # fmt: skip
+#: A Cohere 2 layout (transformers' Cohere2Config), 8 layers: config.json names no layer_types,
+#: only sliding_window_pattern 4, from which the config class derives them.
+COHERE2 = {"model_type": "cohere2", "architectures": ["Cohere2ForCausalLM"],
+           "num_hidden_layers": 8, "hidden_size": 4096,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+           "vocab_size": 256000, "max_position_embeddings": 8192, "sliding_window": 4096,
+           "sliding_window_pattern": 4, "torch_dtype": "bfloat16"}  # fmt: skip
+
+
+def meta_count(config: dict[str, Any]) -> int:
+    import torch
+    import transformers
+
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **keys)
+    with torch.device("meta"):
+        model = getattr(transformers, config["architectures"][0])._from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_unknown_family_gets_its_geometry_and_the_transformers_count(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = imported(capsys, tmp_path, SMOLLM3)
+    model = doc["spec"]["model"]
+    assert model["parameterCount"] == meta_count(SMOLLM3) == 3_075_098_624
+    arch = model["architecture"]
+    assert (arch["modelType"], arch["numHiddenLayers"], arch["numKeyValueHeads"]) == (
+        "smollm3",
+        36,
+        4,
+    )
+    assert arch["layerTypes"] == ["full_attention"] * 36
+
+
+def test_unknown_family_layer_types_as_transformers_derives_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    arch = arch_of(imported(capsys, tmp_path, COHERE2))
+    assert arch["layerTypes"] == (["sliding_attention"] * 3 + ["full_attention"]) * 2
+    assert arch["slidingWindow"] == 4096
+
+
+def test_unknown_family_estimate_counts_its_kv_cache(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(imported(capsys, tmp_path, COHERE2)))
+    assert main(["estimate", str(path), "-o", "json"]) == 0
+    status = json.loads(capsys.readouterr().out)["status"]
+    # 6 sliding layers hold 4096 tokens, 2 full ones 8192: 16 sequences, 4 KiB per token-layer
+    assert status["estimate"]["perGpu"]["kvCacheBytes"] == (6 * 4096 + 2 * 8192) * 16 * 4096
+    assert status["estimate"].get("missingComponents", []) == []
+
+
+def test_a_model_that_is_not_all_attention_keeps_only_its_count(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Llama's keys under model_type mamba: transformers builds a Mamba model with no attention
+    module, so the Llama geometry would be a wrong KV cache; only the count is written."""
+    path = tmp_path / "config.json"
+    config = {**LLAMA_3_8B, "model_type": "mamba", "architectures": ["MambaForCausalLM"]}
+    path.write_text(json.dumps(config))
+    assert main(["import-hf-config", str(path), "--name", "w"]) == 0
+    out, err = capsys.readouterr()
+    model = yaml.safe_load(out)["spec"]["model"]
+    assert "architecture" not in model and model["parameterCount"] > 0
+    assert "MambaForCausalLM has 0 attention modules for 32 layers" in err
+    assert "the estimate is Incomplete" in err
+
+
+def test_a_vision_tower_of_an_unknown_family_leaves_the_estimate_incomplete(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["import-hf-config", str(path), "--name", "w"]) == 0
+    out, err = capsys.readouterr()
+    model = yaml.safe_load(out)["spec"]["model"]
+    assert "architecture" not in model and model["parameterCount"] == meta_count(config)
+    assert "vision_config" in err and "Incomplete" in err
+
+
+def test_without_transformers_the_count_is_asked_for(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu_sizer import hf_meta
+
+    def unavailable(config: dict[str, Any]) -> Any:
+        raise hf_meta.HfUnavailable(f"transformers is not installed ({hf_meta.INSTALL_HINT})")
+
+    monkeypatch.setattr(hf_meta, "read_with_transformers", unavailable)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(COHERE2))
+    assert main(["import-hf-config", str(path), "--name", "w"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "pip install 'gpu-sizer[hf]'" in err and "--parameter-count N" in err
+    doc = imported(capsys, tmp_path, COHERE2, "--parameter-count", "2793443328")
+    model = doc["spec"]["model"]
+    assert model["parameterCount"] == 2_793_443_328
+    # config.json names no layer_types: the window is not applied to layers it may not cover
+    assert "layerTypes" not in model["architecture"]
+    assert "slidingWindow" not in model["architecture"]

@@ -63,6 +63,15 @@ async def test_restarts_post_no_new_events_for_an_unchanged_verdict(
             return all(log.count(f"{NS}/{name}: decided:") > n for name in ("broken", "huge"))
 
         await eventually(handled, what="both objects handled by this operator run")
+        if restart == 0:
+            # Events are posted after the status write: the first run must have posted both
+            # before it is stopped, or no later run (same verdict) would post them at all.
+            async def warned() -> bool:
+                events = await cluster.list(EVENTS, NS)
+                named = {e["involvedObject"]["name"] for e in events if e.get("type") == "Warning"}
+                return {"broken", "huge"} <= named
+
+            await eventually(warned, what="both Warning events posted by the first run")
         proc.stop()
     events = await cluster.list(EVENTS, NS)
     by_obj: dict[str, list[str]] = {}

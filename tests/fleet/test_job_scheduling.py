@@ -45,3 +45,16 @@ def test_priority_class_and_kueue_queue(version: str) -> None:
     assert LABEL_KUEUE_QUEUE not in doc["spec"]["template"]["metadata"]["labels"]
     assert doc["spec"]["suspend"] is True
     kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_a_suspended_job_waits_in_its_kueue_queue() -> None:
+    import datetime
+
+    from gpu_sizer.measurement.outcome import OutcomeKind, classify
+
+    doc = job_manifest(SPEC, replace(_request(), kueue_queue="team-a"))
+    outcome = classify(doc, [], datetime.datetime.now(datetime.UTC))
+    assert outcome.kind is OutcomeKind.Pending and outcome.queued
+    assert "Kueue LocalQueue team-a" in outcome.message
+    resumed = {**doc, "spec": {**doc["spec"], "suspend": False}}
+    assert not classify(resumed, [], datetime.datetime.now(datetime.UTC)).queued

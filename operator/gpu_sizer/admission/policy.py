@@ -14,6 +14,8 @@ operator as ``--policy``. Shape (every key optional; fractions are 0..1 of a GPU
         defaultMinHeadroomFraction: 0.15
         minHeadroomFractionFloor: 0.10
         incompleteEstimates: Deny
+        maxConcurrentMeasurements: 2   # measurement Jobs at once in each such namespace
+        localQueue: research-gpus      # Kueue LocalQueue for their measurement Jobs
 
 Rules are tried in order and the first whose ``namespaceSelector`` matches the namespace's labels
 applies (an empty selector matches every namespace, so it makes a catch-all last rule); a
@@ -23,7 +25,14 @@ raise the top-level floor, never lower it; ``maxMinHeadroomFraction`` is cluster
 ``--default-headroom``. ``incompleteEstimates`` says what happens to a spec whose estimate is
 ``Incomplete`` (a component it needs, such as the KV cache, cannot be counted, so the estimate is
 a lower bound): ``Warn`` (default) admits it with an admission warning naming the missing fields,
-``Deny`` refuses it with the same text; a rule's value replaces the top-level one. Pure: no
+``Deny`` refuses it with the same text; a rule's value replaces the top-level one.
+
+Measurement (issue 15; read by the operator, not the webhook): ``maxConcurrentMeasurements``
+(top level or per rule; a rule's replaces the top-level one) caps the measurement Jobs running at
+once in *each* namespace it applies to, below the cluster-wide ``--max-concurrent-measurements``;
+``localQueue`` (per rule) names a Kueue LocalQueue: measurement Jobs of those namespaces carry
+``kueue.x-k8s.io/queue-name`` and are created suspended, Kueue admits them under its quotas, and
+the operator's own cap and limits do not apply to them (Kueue is the queue there). Pure: no
 Kubernetes access here (the handlers read the labels).
 """
 
@@ -101,6 +110,16 @@ class NamespaceRule(_Model):
     incomplete_estimates: IncompleteEstimates | None = Field(
         None, description="Warn or Deny for Incomplete estimates; unset takes the top level's."
     )
+    max_concurrent_measurements: int | None = Field(
+        None, ge=1, description="Measurement Jobs at once per namespace; unset: the top level's."
+    )
+    local_queue: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="Kueue LocalQueue for measurement Jobs (kueue.x-k8s.io/queue-name).",
+    )
 
 
 class Policy(_Model):
@@ -115,6 +134,7 @@ class Policy(_Model):
         MAX_MIN_HEADROOM_FRACTION, gt=0.0, le=MAX_MIN_HEADROOM_FRACTION
     )
     incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
+    max_concurrent_measurements: int | None = Field(None, ge=1)
     namespace_rules: list[NamespaceRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -200,6 +220,10 @@ class Policy(_Model):
                 max_min_headroom_fraction=self.max_min_headroom_fraction,
                 matched_rule=i,
                 incomplete_estimates=rule.incomplete_estimates or self.incomplete_estimates,
+                max_concurrent_measurements=(
+                    rule.max_concurrent_measurements or self.max_concurrent_measurements
+                ),
+                local_queue=rule.local_queue,
             )
         return EffectivePolicy(
             allowed_classes=None,
@@ -207,6 +231,7 @@ class Policy(_Model):
             min_headroom_fraction_floor=self.min_headroom_fraction_floor,
             max_min_headroom_fraction=self.max_min_headroom_fraction,
             incomplete_estimates=self.incomplete_estimates,
+            max_concurrent_measurements=self.max_concurrent_measurements,
         )
 
 
@@ -220,6 +245,10 @@ class EffectivePolicy:
     max_min_headroom_fraction: float
     matched_rule: int | None = None
     incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
+    #: Measurement Jobs at once in this namespace (None: only the cluster-wide cap).
+    max_concurrent_measurements: int | None = None
+    #: Kueue LocalQueue of this namespace's measurement Jobs (None: no Kueue).
+    local_queue: str | None = None
 
 
 def parse_policy(data: Any, source: str = "policy", *, default_headroom: float = 0.10) -> Policy:

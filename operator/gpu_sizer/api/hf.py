@@ -34,9 +34,9 @@ from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
-from gpu_sizer.api.spec import Architecture, VisionConfig
+from gpu_sizer.api.spec import KNOWN_MODEL_TYPES, Architecture, VisionConfig
 
-__all__ = ["UnsupportedConfig", "model_from_hf_config"]
+__all__ = ["UnsupportedConfig", "model_from_hf_config", "model_type_of"]
 
 _DTYPES: Final = {
     "float32": "float32",
@@ -130,22 +130,129 @@ def _copy_known(
     return out
 
 
+#: Keys of families with state-space or linear-attention layers, whose per-sequence state only
+#: a known family's keys size (``nemotron_h``, ``jamba``).
+_STATE_KEYS: Final = (
+    "hybrid_override_pattern",
+    "layers_block_type",
+    "mamba_num_heads",
+    "mamba_d_state",
+    "ssm_state_size",
+    "attn_layer_period",
+    "linear_num_key_heads",
+    "linear_conv_kernel_dim",
+)
+_ATTENTION_LAYERS: Final = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+
+
+def _generic_gap(outer: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """Why a family without a parameter layout cannot be sized from its attention geometry
+    (``budget.families.GENERIC``), or ``None`` when it can: every layer must be a decoder
+    attention layer whose kind ``layer_types`` says."""
+    if outer.get("is_encoder_decoder"):
+        return "an encoder-decoder model caches cross-attention too"
+    towers = sorted(
+        k
+        for k, v in outer.items()
+        if k.endswith("_config") and isinstance(v, dict)
+        and k not in ("text_config", "quantization_config", "rope_scaling")
+    )  # fmt: skip
+    if towers:
+        return f"its {', '.join(towers)} (an encoder whose activations are not sized)"
+    state = [k for k in _STATE_KEYS if config.get(k) is not None]
+    if state:
+        return f"its state-space or linear-attention layers ({state[0]})"
+    kinds = set(config.get("layer_types") or ()) - _ATTENTION_LAYERS
+    if kinds:
+        return f"its {sorted(kinds)} layers (layer_types)"
+    return None
+
+
+def model_type_of(config: dict[str, Any]) -> str:
+    """config.json's ``model_type`` as the sizing engine names the family (the original Falcon
+    configs say ``RefinedWeb``/``RefinedWebModel``).
+
+    :raises UnsupportedConfig: config.json has no ``model_type``.
+    """
+    model_type = str(_require(config, "model_type"))
+    return "falcon" if model_type in ("RefinedWeb", "RefinedWebModel") else model_type
+
+
 def model_from_hf_config(
     config: dict[str, Any], warnings: list[str] | None = None
 ) -> dict[str, Any]:
     """``spec.model`` (wire names) from a parsed config.json: architecture, dtype, quantization.
 
+    A ``model_type`` without a parameter layout here gets its attention geometry as its
+    architecture (layers, KV heads, head size, ``layerTypes``, ``slidingWindow`` where
+    ``layer_types`` places it, ``kvLoraRank``); the caller adds ``parameterCount``. When that
+    geometry cannot describe the model (other layer kinds, an encoder tower, a missing key) the
+    architecture is left out and ``warnings`` says why: the estimate is then Incomplete.
+
     :raises UnsupportedConfig: a required key is missing or a quantization format is unknown.
     """
-    model_type = str(_require(config, "model_type"))
-    if model_type == "RefinedWeb" or model_type == "RefinedWebModel":
-        model_type = "falcon"
+    model_type = model_type_of(config)
     outer = config
     text = config.get("text_config")
     if isinstance(text, dict):
         config = {**_TEXT_DEFAULTS.get(model_type, {}), **config, **text}
         if model_type == "mistral3":
             config["tie_word_embeddings"] = bool(text.get("tie_word_embeddings", False))
+    model: dict[str, Any] = {}
+    if model_type in KNOWN_MODEL_TYPES:
+        model["architecture"] = _architecture(model_type, outer, config)
+    else:
+        gap = _generic_gap(outer, config)
+        if gap is None:
+            try:
+                model["architecture"] = _generic_architecture(model_type, outer, config, warnings)
+            except UnsupportedConfig as exc:
+                gap = str(exc)
+        if gap is not None and warnings is not None:
+            warnings.append(
+                f"model type {model_type!r} has no parameter layout in gpu-sizer and its "
+                f"attention geometry cannot describe it: {gap}; spec.model.architecture is left "
+                "out, so the KV cache and activations are not counted and the estimate is "
+                "Incomplete"
+            )
+    name = config.get("_name_or_path")
+    if isinstance(name, str) and name and "/" in name:
+        model["name"] = name
+    dtype = _first(config, "torch_dtype", "dtype")
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        model["dtype"] = _DTYPES[dtype]
+    elif dtype is not None and warnings is not None:
+        warnings.append(
+            f"torch_dtype {dtype!r} is not a storage dtype gpu-sizer sizes (float32, bfloat16, "
+            "float16); spec.model.dtype left at its default bfloat16: edit it if the weights "
+            "are served in another dtype"
+        )
+    qc = config.get("quantization_config")
+    if isinstance(qc, dict):
+        model["quantization"] = _quantization(qc)
+    return model
+
+
+def _generic_architecture(
+    model_type: str, outer: dict[str, Any], config: dict[str, Any], warnings: list[str] | None
+) -> dict[str, Any]:
+    """The attention geometry of a family without a parameter layout (see
+    :func:`model_from_hf_config`)."""
+    arch = _architecture(model_type, outer, config)
+    if "slidingWindow" in arch and "layerTypes" not in arch:
+        del arch["slidingWindow"]
+        if warnings is not None:
+            warnings.append(
+                f"model type {model_type!r}: config.json has sliding_window but no layer_types "
+                "saying which layers slide; every layer is counted as full attention (an upper "
+                "bound). With transformers installed, import-hf-config reads layer_types as "
+                "the config class derives it"
+            )
+    return arch
+
+
+def _architecture(model_type: str, outer: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """``spec.model.architecture`` (wire names) from config.json's keys (module docstring)."""
     hidden = int(_require(config, "hidden_size", "n_embd", "d_model"))
     heads = int(_require(config, "num_attention_heads", "n_head"))
     arch: dict[str, Any] = {
@@ -214,20 +321,4 @@ def model_from_hf_config(
         if rope.get("original_max_position_embeddings") is not None:
             scaling["originalMaxPositionEmbeddings"] = int(rope["original_max_position_embeddings"])
         arch["ropeScaling"] = scaling
-    model: dict[str, Any] = {"architecture": arch}
-    name = config.get("_name_or_path")
-    if isinstance(name, str) and name and "/" in name:
-        model["name"] = name
-    dtype = _first(config, "torch_dtype", "dtype")
-    if isinstance(dtype, str) and dtype in _DTYPES:
-        model["dtype"] = _DTYPES[dtype]
-    elif dtype is not None and warnings is not None:
-        warnings.append(
-            f"torch_dtype {dtype!r} is not a storage dtype gpu-sizer sizes (float32, bfloat16, "
-            "float16); spec.model.dtype left at its default bfloat16: edit it if the weights "
-            "are served in another dtype"
-        )
-    qc = config.get("quantization_config")
-    if isinstance(qc, dict):
-        model["quantization"] = _quantization(qc)
-    return model
+    return arch

@@ -590,7 +590,11 @@ class Architecture(_Model):
     """
 
     model_type: Identifier = Field(
-        description="Hugging Face model_type: " + ", ".join(KNOWN_MODEL_TYPES) + "."
+        description="Hugging Face model_type. Exact parameter layouts: "
+        + ", ".join(KNOWN_MODEL_TYPES)
+        + ". Any other model_type needs spec.model.parameterCount; its attention geometry "
+        "(layers, KV heads, head size, layerTypes, slidingWindow, kvLoraRank) sizes the KV "
+        "cache and activations."
     )
     num_hidden_layers: Layers = Field(description="Transformer blocks (num_hidden_layers).")
     hidden_size: Width = Field(description="Model width d_model (hidden_size).")
@@ -793,12 +797,7 @@ class Architecture(_Model):
     def _check(self) -> Architecture:
         problems = _Problems()
         if self.model_type not in KNOWN_MODEL_TYPES:
-            problems.add(
-                "modelType",
-                f"unknown model type {self.model_type!r}; supported: "
-                + ", ".join(KNOWN_MODEL_TYPES)
-                + " (or drop architecture and give spec.model.parameterCount)",
-            )
+            self._check_generic(problems)
         if self.num_attention_heads % self.kv_heads != 0:
             problems.add(
                 "numKeyValueHeads",
@@ -850,6 +849,30 @@ class Architecture(_Model):
         problems.raise_if_any()
         return self
 
+    def _check_generic(self, problems: _Problems) -> None:
+        """A family without a parameter layout is sized from its attention geometry only: its
+        layers must all be attention layers (state-space and linear-attention layers hold state
+        whose size only a known family's keys give)."""
+        hybrid = [
+            wire
+            for wire, value in (
+                ("hybridOverridePattern", self.hybrid_override_pattern),
+                ("mambaNumHeads", self.mamba_num_heads),
+                ("ssmStateSize", self.ssm_state_size),
+                ("attnLayerPeriod", self.attn_layer_period),
+                ("mambaDState", self.mamba_d_state),
+            )
+            if value is not None
+        ]
+        if hybrid:
+            problems.add(
+                hybrid[0],
+                f"model type {self.model_type!r} has state-space layers, which are sized only "
+                "for nemotron_h and jamba: drop spec.model.architecture and keep "
+                "spec.model.parameterCount (the estimate is then Incomplete: KV cache and "
+                "activations not counted)",
+            )
+
     def _check_layers(self, problems: _Problems) -> None:
         """Per-layer patterns, MLA and the families that need a nested vision config."""
         layers = self.num_hidden_layers
@@ -863,10 +886,16 @@ class Architecture(_Model):
             hybrid = self.model_type in ("nemotron_h", "jamba")
             kinds = set(self.layer_types)
             if not hybrid and kinds - {"full_attention", "sliding_attention", "chunked_attention"}:
+                fix = (
+                    ""
+                    if self.model_type in KNOWN_MODEL_TYPES
+                    else " (a model with other layers: drop spec.model.architecture and keep "
+                    "spec.model.parameterCount; the estimate is then Incomplete)"
+                )
                 problems.add(
                     "layerTypes",
                     f"{self.model_type} layers are full_attention, sliding_attention or "
-                    f"chunked_attention, not {sorted(kinds - set(LAYER_TYPES[:3]))}",
+                    f"chunked_attention, not {sorted(kinds - set(LAYER_TYPES[:3]))}{fix}",
                 )
             if "moe" in kinds and self.model_type == "nemotron_h":
                 problems.add("layerTypes", "Nemotron-H MoE layers are not sized yet")
@@ -1169,6 +1198,20 @@ class Model(_Model):
             problems.add(
                 "parameterCount",
                 "give spec.model.architecture (config.json keys) or spec.model.parameterCount",
+            )
+        arch = self.architecture
+        if (
+            arch is not None
+            and arch.model_type not in KNOWN_MODEL_TYPES
+            and self.parameter_count is None
+        ):
+            problems.add(
+                "architecture.modelType",
+                f"model type {arch.model_type!r} has no exact parameter layout in gpu-sizer "
+                "(those with one: " + ", ".join(KNOWN_MODEL_TYPES) + "): give "
+                "spec.model.parameterCount with it (gpu-sizer import-hf-config counts it with "
+                "transformers on the meta device when the hf extra is installed); the "
+                "architecture then sizes the KV cache and activations",
             )
         problems.raise_if_any()
         return self

@@ -40,7 +40,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from gpu_sizer.api import Architecture, Engine, Inference
-from gpu_sizer.budget.families import FAMILIES, Family
+from gpu_sizer.budget.families import Family, family
 from gpu_sizer.budget.params import LayerKind, config_value, layer_plan
 from gpu_sizer.budget.vision import encoder_activation_bytes, encoder_output_bytes
 
@@ -96,7 +96,7 @@ def activation_token_elements(arch: Architecture, tp: int) -> int:
     - MoE: residual + normed hidden, router logits, and per routed expert the gated
       intermediate and the expert output, plus the shared experts' gated intermediate.
     """
-    fam = FAMILIES[arch.model_type]
+    fam = family(arch.model_type)
     return max(
         max(_mixer_elements(arch, fam, kind, tp), _ffn_elements(arch, fam, kind, tp))
         for kind in set(layer_plan(arch))

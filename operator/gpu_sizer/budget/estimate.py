@@ -17,13 +17,21 @@ unquantized dtypes, model states are exact for full training, but the KV cache a
 depend on the shape: they are reported as 0 and listed in ``missingComponents``
 (``budget.missing``), which makes the estimate a lower bound that never reads as a fit; quantized
 weights are approximated (metadata as for 4096-wide rows) and tensor/pipeline splits are taken as
-even (both in ``notes``). All figures are bytes.
+even (both in ``notes``).
+
+A ``modelType`` without a parameter layout here (any model ``transformers`` builds; ``gpu-sizer
+import-hf-config`` writes its geometry and counts its parameters on the meta device) comes with
+``parameterCount``: weights and model states as above, and the KV cache and activations from the
+architecture's attention geometry, as for a known family (``budget.families.GENERIC``). Nothing
+is missing then; the weights' split and a quantized format's metadata are approximate (``notes``).
+All figures are bytes.
 """
 
 from __future__ import annotations
 
 from gpu_sizer.api import (
     DTYPE_BYTES,
+    Architecture,
     EstimateStatus,
     FinetuningMethod,
     GPUWorkloadSpec,
@@ -39,6 +47,7 @@ from gpu_sizer.budget.activations import (
     inference_activation_bytes,
     prefill_tokens,
 )
+from gpu_sizer.budget.families import FAMILIES
 from gpu_sizer.budget.kv_cache import (
     kv_cache_bytes,
     kv_element_bytes,
@@ -46,7 +55,7 @@ from gpu_sizer.budget.kv_cache import (
     state_element_bytes,
 )
 from gpu_sizer.budget.missing import missing_without_architecture
-from gpu_sizer.budget.params import Layout, layout, stage_layers
+from gpu_sizer.budget.params import Layout, geometry_layout, layout, stage_layers
 from gpu_sizer.budget.runtime import (
     CUDA_GRAPH_BASE_BYTES,
     allocator_reserve_bytes,
@@ -55,11 +64,15 @@ from gpu_sizer.budget.runtime import (
 )
 from gpu_sizer.budget.training import (
     TrainingBudget,
+    autocast_copy_bytes,
     flat_holdings,
     phases,
     trainable_parameter_count,
     training_budget,
 )
+from gpu_sizer.budget.training import activation_bytes as training_activation_bytes
+from gpu_sizer.budget.training_loss import logits_bytes as training_logits_bytes
+from gpu_sizer.budget.training_precision import recipe
 from gpu_sizer.budget.weights import (
     dequantization_workspace_bytes,
     flat_weight_bytes,
@@ -97,8 +110,8 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
     a spec that passed validation.
     """
     arch = spec.model.architecture
-    if arch is None:
-        return _estimate_without_architecture(spec)
+    if arch is None or arch.model_type not in FAMILIES:
+        return _estimate_from_parameter_count(spec, arch)
     inf = spec.inference
     if inf is not None:
         tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
@@ -178,49 +191,95 @@ def _breakdown(
     )
 
 
-def _estimate_without_architecture(spec: GPUWorkloadSpec) -> EstimateStatus:
-    """Bare ``parameterCount``: weights and model states only (see the module docstring)."""
+def _estimate_from_parameter_count(
+    spec: GPUWorkloadSpec, arch: Architecture | None
+) -> EstimateStatus:
+    """Weights and model states from ``parameterCount``; the KV cache and activations from
+    ``arch``'s attention geometry when there is one (a family without a parameter layout), else
+    listed in ``missingComponents`` (see the module docstring)."""
     params = spec.model.parameter_count
     assert params is not None
+    why = _NO_ARCH if arch is None else f"for model type {arch.model_type!r}"
     notes: list[str] = []
+    if arch is not None:
+        notes.append(
+            f"model type {arch.model_type!r} has no parameter layout here: weights come from "
+            "spec.model.parameterCount, the KV cache and activations from the architecture's "
+            "attention geometry (layerTypes, slidingWindow, kvLoraRank; MLP taken as gated)"
+        )
     if spec.model.quantization is not None:
         notes.append(
-            f"quantized weights are approximate {_NO_ARCH}: every parameter is taken as "
+            f"quantized weights are approximate {why}: every parameter is taken as "
             "quantized (embeddings, lm_head and norms stay 16-bit in real checkpoints)"
         )
+    missing = missing_without_architecture(spec) if arch is None else []
     inf = spec.inference
     if inf is not None:
         tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
         shard = -(-params // (tp * pp))
         weights, quant = flat_weight_bytes(shard, spec.model)
         if tp * pp > 1:
-            notes.append(f"weights split evenly over {tp * pp} GPUs {_NO_ARCH}")
+            notes.append(f"weights split evenly over {tp * pp} GPUs {why}")
         batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
-        runtime = base_overhead_bytes((tp > 1) + (pp > 1)) + (CUDA_GRAPH_BASE_BYTES if batch else 0)
+        groups = (tp > 1) + (pp > 1)
+        if arch is None:
+            runtime = base_overhead_bytes(groups) + (CUDA_GRAPH_BASE_BYTES if batch else 0)
+            return EstimateStatus(
+                parameter_count=params,
+                gpu_count=spec.gpu_count,
+                kv_cache_bytes_per_token=0,
+                kv_cache_tokens=0,
+                per_gpu=_breakdown(weights, quant, 0, 0, 0, 0, 0, runtime),
+                notes=notes,
+                missing_components=missing,
+            )
+        element = kv_element_bytes(spec.model, inf)
+        geometry = kv_geometry(arch, element, tp, pp, state_element_bytes(spec.model))
+        kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
+        act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
+        acts = inference_activation_bytes(
+            arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
+        )
+        graphs = 0
+        if batch:
+            per_seq = activation_token_elements(arch, tp) * act_bytes
+            graphs = CUDA_GRAPH_BASE_BYTES + batch * per_seq
+        runtime = base_overhead_bytes(groups) + graphs + allocator_reserve_bytes(acts)
         return EstimateStatus(
             parameter_count=params,
             gpu_count=spec.gpu_count,
-            kv_cache_bytes_per_token=0,
-            kv_cache_tokens=0,
-            per_gpu=_breakdown(weights, quant, 0, 0, 0, 0, 0, runtime),
+            kv_cache_bytes_per_token=geometry.bytes_per_token,
+            kv_cache_tokens=kv_tokens,
+            per_gpu=_breakdown(weights, quant, kv, acts, 0, 0, 0, runtime),
             notes=notes,
-            missing_components=missing_without_architecture(spec),
         )
     tr = spec.training
     assert tr is not None
     par = tr.parallelism
     tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
     shard = -(-params // (tp * pp))
-    if tr.optimizer is Optimizer.adafactor:
-        notes.append(f"Adafactor's factored state taken as unfactored {_NO_ARCH}")
-    if tp * pp > 1:
-        notes.append(f"parameters split evenly over {tp * pp} model-parallel GPUs {_NO_ARCH}")
-    if par.strategy in _GATHERING:
+    if tr.finetuning.method is not FinetuningMethod.full:
         notes.append(
-            f"the units {par.strategy.value} gathers for compute are not computed {_NO_ARCH}"
+            f"{tr.finetuning.method.value} adapters are not laid out {why}: every parameter is "
+            "counted as trained (gradients and optimizer state), an upper bound"
         )
-    tb = phases(spec, flat_holdings(spec, shard), 0)
-    return _training_estimate(spec, tb, params, params, notes, missing_without_architecture(spec))
+    if tr.optimizer is Optimizer.adafactor:
+        notes.append(f"Adafactor's factored state taken as unfactored {why}")
+    if tp * pp > 1:
+        notes.append(f"parameters split evenly over {tp * pp} model-parallel GPUs {why}")
+    if par.strategy in _GATHERING:
+        notes.append(f"the units {par.strategy.value} gathers for compute are not computed {why}")
+    acts = 0
+    if arch is not None:
+        stage = geometry_layout(arch, tp, range(-(-arch.num_hidden_layers // pp)))
+        outer = stage_outer_params(stage, pp, arch.word_embed_proj_dim or arch.hidden_size)
+        acts = (
+            training_activation_bytes(arch, tr, stage)
+            + training_logits_bytes(arch, tr, recipe(tr).compute)
+            + autocast_copy_bytes(spec, stage, outer)
+        )
+    tb = phases(spec, flat_holdings(spec, shard), acts)
+    return _training_estimate(spec, tb, params, params, notes, missing)
 
 
 #: Strategies whose gathered working set needs the layout (ZeRO-3 is bounded by its

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-__all__ = ["FAMILIES", "Attention", "Family", "Mamba", "Mlp", "Moe", "family"]
+__all__ = ["FAMILIES", "GENERIC", "Attention", "Family", "Mamba", "Mlp", "Moe", "family"]
 
 #: How q/k/v biases are decided: by ``attentionBias`` (Llama's flag) or always present (Qwen2).
 BiasRule = Literal["flag", "always", "never"]
@@ -43,6 +43,7 @@ Pattern = Literal[
     "nope_every_4th",  # Llama 4: chunked except every fourth layer (noRopeLayers)
     "hybrid_pattern",  # Nemotron-H hybridOverridePattern
     "jamba",  # Jamba attention/expert periods
+    "explicit",  # only ``layerTypes``; without it every layer is full attention
 ]
 
 
@@ -238,9 +239,15 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def family(model_type: str) -> Family:
-    """The declaration of ``model_type``.
+#: Any other ``model_type`` (given with ``spec.model.parameterCount``): only its attention
+#: geometry is read, for the KV cache and activations; its parameters are never laid out from
+#: this. Gated MLP and routed experts when the config names them: the larger live set of the
+#: MLP kinds, so activations err on the safe side. A ``slidingWindow`` applies only where
+#: ``layerTypes`` says ``sliding_attention``: which layers slide is family code (Gemma 2's even
+#: layers, Mistral's all), and a window on the wrong layers would under-count the KV cache.
+GENERIC = Family(moe=Moe(), pattern="explicit")
 
-    :raises KeyError: unknown family (the API validates ``modelType`` before this is reached).
-    """
-    return FAMILIES[model_type]
+
+def family(model_type: str) -> Family:
+    """The declaration of ``model_type``; :data:`GENERIC` for one without a parameter layout."""
+    return FAMILIES.get(model_type, GENERIC)

@@ -47,7 +47,7 @@ from functools import lru_cache
 from typing import Literal
 
 from gpu_sizer.api import DTYPE_BYTES, Architecture, Inference, KvCacheDtype, Model
-from gpu_sizer.budget.families import FAMILIES
+from gpu_sizer.budget.families import family
 from gpu_sizer.budget.params import LayerKind, config_value, layer_plan
 
 __all__ = [
@@ -136,7 +136,7 @@ def mamba_state_shapes(arch: Architecture, tp: int) -> tuple[tuple[int, ...], tu
     replicated to one per rank, ``extra_groups_for_head_shards``); Mamba-1 ``inner / tp`` x
     ``conv_kernel - 1`` and ``inner / tp x state``.
     """
-    fam = FAMILIES[arch.model_type]
+    fam = family(arch.model_type)
     assert fam.mamba is not None
     if fam.mamba.version == 2:
         heads = config_value(arch, "mamba_num_heads")

@@ -45,23 +45,20 @@ from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from gpu_sizer.api import Architecture
-from gpu_sizer.budget.families import FAMILIES, Family, Mlp, Moe
+from gpu_sizer.budget.families import FAMILIES, Family, Mlp, Moe, family
 
 __all__ = [
-    "GATED_FAMILIES",
     "LayerGroup",
     "LayerKind",
     "Layout",
     "Linear",
     "config_value",
+    "geometry_layout",
     "layer_plan",
     "layout",
     "parameter_count",
     "stage_layers",
 ]
-
-#: Families whose dense MLP is gated (SwiGLU/GeGLU: three matrices, act(gate) * up).
-GATED_FAMILIES = frozenset(name for name, fam in FAMILIES.items() if fam.mlp.gated)
 
 Mixer = Literal["attention", "mla", "mamba", "none"]
 Window = Literal["full", "sliding", "chunked"]
@@ -309,7 +306,7 @@ def _windows(arch: Architecture, fam: Family) -> list[Window]:
     if fam.pattern == "nope_every_4th":
         rope = arch.no_rope_layers or [int((j + 1) % 4 != 0) for j in range(n)]
         return ["chunked" if r else "full" for r in rope]
-    if _optional(arch, "sliding_window") is None:
+    if _optional(arch, "sliding_window") is None or fam.pattern == "explicit":
         return ["full"] * n
     if fam.pattern in ("gemma2", "alternate"):
         return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
@@ -330,7 +327,7 @@ def layer_plan(arch: Architecture) -> tuple[LayerKind, ...]:
     families slides every layer). Layers with ``kvLoraRank`` use MLA. Memoised per architecture
     (the webhook, the estimate and its fixes ask for the same plan many times).
     """
-    fam = FAMILIES[arch.model_type]
+    fam = family(arch.model_type)
     n = arch.num_hidden_layers
     kinds: dict[tuple[str, str, str], LayerKind] = {}
 
@@ -392,10 +389,24 @@ def layout(arch: Architecture, tp: int = 1, layers: range | None = None) -> Layo
         parameter count.
     :param layers: the decoder layers held (a pipeline stage, see :func:`stage_layers`);
         ``None`` holds all of them. Embeddings, lm_head and the encoder are always listed.
+    :raises KeyError: a ``modelType`` without a parameter layout (the estimate takes its
+        weights from ``parameterCount`` and never asks).
     """
+    return _layout(arch, FAMILIES[arch.model_type], tp, layers)
+
+
+def geometry_layout(arch: Architecture, tp: int = 1, layers: range | None = None) -> Layout:
+    """:func:`layout` for any model type: one without a parameter layout is laid out as
+    :data:`~gpu_sizer.budget.families.GENERIC` declares it (its attention geometry and a gated
+    MLP of ``intermediateSize``). For activations; its parameter totals are not the model's."""
+    if arch.model_type in FAMILIES:
+        return layout(arch, tp, layers)
+    return _layout(arch, family(arch.model_type), tp, layers)
+
+
+def _layout(arch: Architecture, fam: Family, tp: int, layers: range | None) -> Layout:
     from gpu_sizer.budget.vision import encoder_params
 
-    fam = FAMILIES[arch.model_type]
     h = arch.hidden_size
     vocab = _ceil_div(arch.vocab_size, tp)
     tied = _flag(arch, "tie_word_embeddings", fam.tied)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_sizer import metrics
+from gpu_sizer.admission.policy import EffectivePolicy, Policy, PolicyError, load_policy
 from gpu_sizer.api import (
     API_VERSION,
     GROUP,
@@ -92,6 +93,8 @@ WRITE_OVERLAY_SECONDS = 30.0
 TERMINATING_RETRY_SECONDS = 1.0
 #: Retry delay after a Job name conflict with another object's Job (reported as an Event).
 CONFLICT_RETRY_SECONDS = 60.0
+#: Seconds the labels of a namespace (for the namespace policy's measurement settings) are reused.
+NAMESPACE_LABELS_TTL = 30.0
 #: Queue positions are written exactly up to this one; later entries say "over N", so a Job
 #: that starts does not rewrite the status of every workload in a long queue.
 POSITIONS_SHOWN = 100
@@ -217,6 +220,10 @@ class Reconciler:
         #: The API server's words of the last quota refusal per namespace.
         self._quota_text: dict[str, str] = {}
         self._gauged: set[str] = set()
+        #: Namespace policy (its measurement settings: per-namespace limits, Kueue queues).
+        self._policy = _load_policy(opts)
+        #: namespace -> (its effective policy, monotonic time read).
+        self._ns_policy: dict[str, tuple[EffectivePolicy, float]] = {}
         backend.notify = self.notify
 
     # ----------------------------------------------------------------------- wiring
@@ -267,14 +274,57 @@ class Reconciler:
                 self.slots.enter(key, since)
 
     def _running(self) -> dict[str, int]:
-        running = self.backend.live_jobs()
+        """Measurement Jobs holding a slot per namespace (reservations included); namespaces
+        whose Jobs go through a Kueue LocalQueue are Kueue's to count, not ours."""
+        running = {
+            ns: n for ns, n in self.backend.live_jobs().items() if self._kueue_queue(ns) is None
+        }
         for ns, n in self._reserved.items():
             running[ns] = running.get(ns, 0) + n
         return running
 
     def _limit_of(self, namespace: str) -> int | None:
-        del namespace
-        return None
+        known = self._ns_policy.get(namespace)
+        return known[0].max_concurrent_measurements if known is not None else None
+
+    def _kueue_queue(self, namespace: str) -> str | None:
+        known = self._ns_policy.get(namespace)
+        return known[0].local_queue if known is not None else None
+
+    async def _namespace_policy(self, namespace: str) -> EffectivePolicy | None:
+        """The namespace policy's settings for ``namespace`` (None without a policy file),
+        from its labels read at most every :data:`NAMESPACE_LABELS_TTL` seconds; when a read
+        fails, the last settings known (else those of a namespace without labels) apply."""
+        policy = self._policy
+        if policy is None:
+            return None
+        known = self._ns_policy.get(namespace)
+        now = time.monotonic()
+        if known is not None and now - known[1] < NAMESPACE_LABELS_TTL:
+            return known[0]
+        labels: Mapping[str, str] = {}
+        if policy.uses_labels:
+            assert self._client is not None
+            try:
+                ns = await self._client.get(
+                    kube.object_path("", "v1", "namespaces", None, namespace)
+                )
+                labels = _labels_of(ns)
+                self._unsay((namespace, ""), "labels")
+            except kube.ApiError as exc:
+                if self._say((namespace, ""), "labels", str(exc)):
+                    log.warning(
+                        "namespace %s: labels unreadable (%s); its measurement policy is %s",
+                        namespace,
+                        exc,
+                        "the last one known" if known else "that of a namespace without labels",
+                    )
+                if known is not None:
+                    self._ns_policy[namespace] = (known[0], now)
+                    return known[0]
+        effective = policy.for_namespace(labels)
+        self._ns_policy[namespace] = (effective, now)
+        return effective
 
     def _blocked(self) -> set[str]:
         now = time.monotonic()
@@ -289,6 +339,10 @@ class Reconciler:
         """A plan that starts a new measurement: start it when a slot is free and no one is
         ahead, else hold it back as Queued. True when a slot was reserved (release it)."""
         self._seed()
+        if self._kueue_queue(key[0]) is not None:
+            # Kueue queues this namespace's Jobs (created suspended): not our queue's business.
+            self._dequeue(key)
+            return plan, False
         self.slots.enter(key, _queued_since(stored) or now)
         running = self._running()
         verdict = self.slots.admit(key, running, self._limit_of, self._blocked())
@@ -497,6 +551,8 @@ class Reconciler:
         outcome = seen[-1] if seen else None
         reserved = False
         retry_quota = False
+        if any(isinstance(a, StartJob) for a in plan.actions):
+            await self._namespace_policy(namespace)
         if wl is not None and hash_ is not None and starts_measurement(plan, prev, hash_):
             plan, reserved = self._admit(key, wl, plan, stored, now)
             # Waiting on a quota refusal: try again when its namespace's pause ends.
@@ -663,6 +719,7 @@ class Reconciler:
             name=action.name,
             image_pull_secrets=self.opts.probe_image_pull_secrets,
             priority_class_name=self.opts.measurement_priority_class,
+            kueue_queue=self._kueue_queue(namespace),
         )
         try:
             _, created = await self.backend.start(job_manifest(spec, req))
@@ -863,6 +920,27 @@ class Reconciler:
         if old is not None:
             with contextlib.suppress(KeyError):
                 metrics.RECOMMENDATION_HEADROOM.remove(namespace, name, *old)
+
+
+def _load_policy(opts: Options) -> Policy | None:
+    """The namespace policy file, for its measurement settings; None without one. An invalid
+    file is reported at startup by the admission side (the process exits); here it only means
+    no per-namespace measurement settings."""
+    if not opts.policy_file:
+        return None
+    try:
+        return load_policy(opts.policy_file, default_headroom=opts.default_headroom)
+    except PolicyError as exc:
+        log.error("namespace policy ignored for measurements: %s", exc)
+        return None
+
+
+def _labels_of(obj: Any) -> dict[str, str]:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 def _queued_since(status: Any) -> str | None:

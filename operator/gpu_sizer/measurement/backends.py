@@ -335,6 +335,7 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
         "spec": {
             "nodeName": spec.get("nodeName"),
             "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
+            "suspend": spec.get("suspend"),
         },
         "status": _plain(body.get("status") or {}),
     }

@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gpu_sizer.measurement.job import LABEL_KUEUE_QUEUE
 from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, ProbeResult, parse_result
 
 __all__ = ["Outcome", "OutcomeKind", "classify", "parse_time"]
@@ -201,6 +202,15 @@ def classify(
             OutcomeKind.Failed,
             "the Job completed but its pod (and the result) is gone",
             node_name=node,
+        )
+    if pod is None and (job.get("spec") or {}).get("suspend"):
+        queue = ((job.get("metadata") or {}).get("labels") or {}).get(LABEL_KUEUE_QUEUE)
+        return Outcome(
+            OutcomeKind.Pending,
+            f"queued in Kueue LocalQueue {queue}: the Job is suspended until Kueue admits it"
+            if queue
+            else "the Job is suspended (spec.suspend); it runs once resumed",
+            queued=True,
         )
     if pod is None:
         return Outcome(OutcomeKind.Pending, "waiting for the Job's pod")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 
 from gpu_sizer.api import (
+    KNOWN_MODEL_TYPES,
     Dtype,
     FinetuningMethod,
     GPUWorkloadSpec,
@@ -37,6 +38,13 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
         return (
             "synthetic mode needs spec.model.architecture (config.json keys): a bare "
             f"parameterCount has no shape to build; {_USE_COMMAND}"
+        )
+    if model.architecture.model_type not in KNOWN_MODEL_TYPES:
+        return (
+            f"synthetic mode builds the families whose parameter layout gpu-sizer knows; model "
+            f"type {model.architecture.model_type!r} is sized from spec.model.parameterCount and "
+            f"its attention geometry only, so a synthetic model would measure another model; "
+            f"{_USE_COMMAND}"
         )
     if model.quantization is not None:
         q = model.quantization

@@ -1,0 +1,262 @@
+"""Estimate versus measurement across a fleet: ``gpu-sizer accuracy`` (issue 15, item 4). Pure.
+
+Every GPU measurement is also a test of the estimate it was taken against. This module reads
+exported objects (``kubectl get gpuworkloads -A -o yaml``: a ``List`` of GPUWorkloads, or
+several YAML/JSON documents) and tabulates the relative error of the estimate per GPU class,
+engine, model family and workload kind.
+
+A record is one GPUWorkload whose ``status.measurement`` is a finished GPU measurement of the
+spec its status describes (``measurement.specHash == status.specHash``, ``device: cuda``, no
+failure ``reason``). Its error is ``(estimated - measured) / measured`` with
+
+- estimated: ``status.estimate.perGpu.totalBytes`` (bytes on the most loaded GPU);
+- measured: the peak the recommendation rests on (:func:`gpu_sizer.reconcile.measured_peak`:
+  NVML device-used, else PyTorch reserved, else allocated bytes).
+
+Positive errors over-estimate (safe, maybe wasteful); negative ones under-estimate (the case
+headroom exists for). Objects without such a measurement are counted as skipped, with the reason;
+an estimate with missing components (``Incomplete``, a lower bound) is skipped too: its error
+says what is missing, not how good the model is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "GROUPS",
+    "Record",
+    "Row",
+    "Summary",
+    "format_table",
+    "percentile",
+    "read_records",
+    "summarize",
+]
+
+#: The groupings the table shows, in order: (title, Record attribute).
+GROUPS: tuple[tuple[str, str], ...] = (
+    ("GPU CLASS", "gpu_class"),
+    ("ENGINE", "engine"),
+    ("FAMILY", "family"),
+    ("KIND", "kind"),
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measured workload: where it ran, what it is, the estimate and the measured peak
+    (bytes per GPU)."""
+
+    name: str
+    gpu_class: str
+    engine: str
+    family: str
+    kind: str
+    estimated_bytes: int
+    measured_bytes: int
+
+    @property
+    def error(self) -> float:
+        """Relative error of the estimate: (estimated - measured) / measured."""
+        return (self.estimated_bytes - self.measured_bytes) / self.measured_bytes
+
+
+@dataclass(frozen=True)
+class Row:
+    """Errors of one group: ``median`` (signed), ``p90`` of the absolute error, ``worst`` (the
+    signed error largest in magnitude); fractions (0.1 = 10 %)."""
+
+    group: str
+    value: str
+    count: int
+    median: float
+    p90: float
+    worst: float
+
+
+@dataclass
+class Summary:
+    """The records read and why the other objects were skipped (reason -> count)."""
+
+    records: list[Record] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _objects(docs: Iterable[Any]) -> Iterable[Mapping[str, Any]]:
+    for doc in docs:
+        if not isinstance(doc, Mapping):
+            continue
+        if str(doc.get("kind") or "").endswith("List") and isinstance(doc.get("items"), list):
+            yield from (i for i in doc["items"] if isinstance(i, Mapping))
+        else:
+            yield doc
+
+
+def _peak(m: Mapping[str, Any]) -> int | None:
+    # The order of gpu_sizer.reconcile.measured_peak (plain data here: exported objects of
+    # older versions may not validate against today's model).
+    for key in ("peakDeviceUsedBytes", "peakReservedBytes", "peakAllocatedBytes"):
+        value = m.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _describe(spec: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(engine, family, kind) of a spec."""
+    family = str(_get(spec, "model", "architecture", "modelType") or "(no architecture)")
+    if isinstance(spec.get("training"), Mapping):
+        return "pytorch", family, "training"
+    if isinstance(spec.get("generation"), Mapping):
+        return "diffusers", family, "generation"
+    return str(_get(spec, "inference", "engine") or "?"), family, "inference"
+
+
+def read_records(docs: Iterable[Any]) -> Summary:
+    """The records among ``docs`` (plain data of YAML/JSON documents), and the skipped ones."""
+    out = Summary()
+    for obj in _objects(docs):
+        if obj.get("kind") != "GPUWorkload":
+            out.skip(f"not a GPUWorkload ({obj.get('kind') or 'no kind'})")
+            continue
+        status = obj.get("status")
+        spec = obj.get("spec")
+        m = _get(status, "measurement")
+        if not isinstance(status, Mapping) or not isinstance(spec, Mapping):
+            out.skip("no status")
+            continue
+        if not isinstance(m, Mapping) or not m.get("completedAt"):
+            out.skip("not measured (yet)")
+            continue
+        if m.get("specHash") != status.get("specHash"):
+            out.skip("measurement of an earlier spec")
+            continue
+        if m.get("reason"):
+            out.skip(f"measurement ended {m.get('reason')}")
+            continue
+        if m.get("device") != "cuda":
+            out.skip("CPU smoke run (no GPU figures)")
+            continue
+        estimate = status.get("estimate")
+        if not isinstance(estimate, Mapping):
+            out.skip("no estimate")
+            continue
+        if estimate.get("missingComponents"):
+            out.skip("incomplete estimate (a lower bound)")
+            continue
+        estimated = _get(estimate, "perGpu", "totalBytes")
+        measured = _peak(m)
+        if not isinstance(estimated, int) or measured is None:
+            out.skip("no byte figures")
+            continue
+        engine, family, kind = _describe(spec)
+        meta = obj.get("metadata") or {}
+        out.records.append(
+            Record(
+                name=f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",
+                gpu_class=str(m.get("gpuClass") or "?"),
+                engine=engine,
+                family=family,
+                kind=kind,
+                estimated_bytes=estimated,
+                measured_bytes=measured,
+            )
+        )
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) of ``values`` by linear interpolation between closest ranks
+    (NumPy's default ``linear`` method; Hyndman and Fan 1996, definition 7).
+
+    :raises ValueError: ``values`` is empty or ``q`` outside 0..1.
+    """
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must lie in 0..1, not {q}")
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(records: Sequence[Record]) -> list[Row]:
+    """One row for all records, then one per value of each grouping in :data:`GROUPS`
+    (values sorted by name)."""
+    rows: list[Row] = []
+    if not records:
+        return rows
+    rows.append(_row("ALL", "all", records))
+    for title, attr in GROUPS:
+        groups: dict[str, list[Record]] = {}
+        for r in records:
+            groups.setdefault(str(getattr(r, attr)), []).append(r)
+        for value in sorted(groups):
+            rows.append(_row(title, value, groups[value]))
+    return rows
+
+
+def _row(group: str, value: str, records: Sequence[Record]) -> Row:
+    errors = [r.error for r in records]
+    return Row(
+        group=group,
+        value=value,
+        count=len(errors),
+        median=percentile(errors, 0.5),
+        p90=percentile([abs(e) for e in errors], 0.9),
+        worst=max(errors, key=abs),
+    )
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def format_table(summary: Summary) -> str:
+    """The table as text: estimate error = (estimated - measured) / measured, per group."""
+    rows = summarize(summary.records)
+    lines: list[list[str]] = [["GROUP", "VALUE", "COUNT", "MEDIAN", "P90 |ERR|", "WORST"]]
+    for row in rows:
+        lines.append(
+            [
+                row.group,
+                row.value,
+                str(row.count),
+                _pct(row.median),
+                f"{row.p90 * 100:.1f} %",
+                _pct(row.worst),
+            ]
+        )
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
+    text = [
+        "   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in lines
+    ]
+    text.append("")
+    text.append(
+        "error = (estimated - measured) / measured per GPU; estimated: status.estimate.perGpu."
+        "totalBytes; measured: NVML device-used peak (else PyTorch reserved, allocated); "
+        "positive = over-estimate"
+    )
+    if summary.skipped:
+        text.append(
+            "skipped: "
+            + ", ".join(f"{n} {reason}" for reason, n in sorted(summary.skipped.items()))
+        )
+    return "\n".join(text) + "\n"

@@ -1,0 +1,124 @@
+"""A model as ``transformers`` reads and builds it, on PyTorch's meta device (the ``hf`` extra).
+
+``gpu-sizer import-hf-config`` uses :func:`read_with_transformers` for a ``model_type`` the
+sizing engine has no parameter layout for: the config class reads config.json (filling its
+defaults and deriving keys such as ``layer_types`` from ``sliding_window_pattern``), the model
+class ``transformers`` would load is built from it on the meta device (no memory, no weights, no
+download) and its parameters are counted, a tied matrix once (``nn.Module.parameters`` yields a
+shared tensor once, as ``PreTrainedModel.num_parameters`` counts). The test suite builds every
+known family the same way as its oracle (``tests/budget/test_budget_families.py``).
+
+Only the CLI imports this module, and only when it needs it: the operator, the webhook and the
+pure core never import ``transformers`` or ``torch`` (``.importlinter``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = ["INSTALL_HINT", "HfUnavailable", "TransformersReading", "read_with_transformers"]
+
+#: How to get the extra; torch's CPU build first, so that pip does not pull a CUDA build.
+INSTALL_HINT: Final = (
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu, then "
+    "pip install 'gpu-sizer[hf]'"
+)
+#: Model classes tried, in order, after config.json's own ``architectures[0]``.
+_AUTO_CLASSES: Final = ("AutoModelForCausalLM", "AutoModelForImageTextToText", "AutoModel")
+
+
+class HfUnavailable(RuntimeError):
+    """``transformers`` or torch is not installed, or the installed release cannot build the
+    model (an unknown ``model_type``, a model that needs ``trust_remote_code``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransformersReading:
+    """What ``transformers`` makes of a config.json.
+
+    :ivar config: the config as its class reads it (``PretrainedConfig.to_dict``: defaults filled,
+        derived keys such as ``layer_types`` present).
+    :ivar parameters: parameters of the model built from it (tied matrices once).
+    :ivar attention_layers: attention modules of the model (outermost modules whose class name
+        ends in ``Attention``): one per decoder layer for a model that only attends.
+    :ivar model_class: the class that was built.
+    :ivar version: ``transformers.__version__``.
+    """
+
+    config: dict[str, Any]
+    parameters: int
+    attention_layers: int
+    model_class: str
+    version: str
+
+
+def _import() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        raise HfUnavailable(f"{exc.name} is not installed ({INSTALL_HINT})") from None
+    return torch, transformers
+
+
+def read_with_transformers(config: dict[str, Any]) -> TransformersReading:
+    """Read ``config`` with ``transformers`` and count the model's parameters on the meta device.
+
+    The class is config.json's ``architectures[0]`` when the installed ``transformers`` has it,
+    else the first of ``AutoModelForCausalLM``, ``AutoModelForImageTextToText`` and ``AutoModel``
+    that maps the config. ``quantization_config`` is left out of the build: it changes how
+    parameters are stored, not how many there are.
+
+    :raises HfUnavailable: see the class.
+    """
+    torch, transformers = _import()
+    version = str(transformers.__version__)
+    model_type = str(config.get("model_type"))
+    keys = {
+        k: v
+        for k, v in config.items()
+        if k not in ("model_type", "quantization_config") and not k.startswith("_")
+    }
+    try:
+        cfg = transformers.AutoConfig.for_model(model_type, **keys)
+    except (KeyError, ValueError):
+        raise HfUnavailable(
+            f"transformers {version} does not know model_type {model_type!r} (a model that "
+            "needs trust_remote_code is not built)"
+        ) from None
+    names = [n for n in config.get("architectures") or () if isinstance(n, str)]
+    classes = [getattr(transformers, n) for n in names[:1] if hasattr(transformers, n)]
+    classes += [getattr(transformers, auto) for auto in _AUTO_CLASSES]
+    failures: list[str] = []
+    for cls in classes:
+        build = cls._from_config if cls.__name__ in names else cls.from_config
+        try:
+            with torch.device("meta"):
+                model = build(cfg)
+        except (KeyError, TypeError, ValueError) as exc:
+            failures.append(f"{cls.__name__}: {(str(exc) or repr(exc)).splitlines()[0][:200]}")
+            continue
+        return TransformersReading(
+            config=cfg.to_dict(),
+            parameters=int(sum(p.numel() for p in model.parameters())),
+            attention_layers=_attention_modules(model),
+            model_class=type(model).__name__,
+            version=version,
+        )
+    raise HfUnavailable(
+        f"transformers {version} has no model class that builds model_type {model_type!r} "
+        f"({'; '.join(failures[-1:])})"
+    )
+
+
+def _attention_modules(model: Any) -> int:
+    """Outermost modules whose class name ends in ``Attention``."""
+    found: list[str] = []
+    for name, module in model.named_modules():
+        if not type(module).__name__.endswith("Attention"):
+            continue
+        if any(name.startswith(f"{outer}.") for outer in found):
+            continue
+        found.append(name)
+    return len(found)
