@@ -91,10 +91,16 @@ def gpu_node(name: str, product: str, memory_mib: int, count: int = 8) -> dict[s
     }
 
 
+#: How long a test waits for the operator to reach a state. Generous on purpose: the machines
+#: that run this suite are shared and loaded (2 cores, several test runs at once), and a wait
+#: returns as soon as its condition holds, so a long deadline costs nothing when all is well.
+PATIENCE = 120.0
+
+
 async def eventually(
-    fn: Callable[[], Awaitable[T | None]], timeout: float = 20.0, what: str = "condition"
+    fn: Callable[[], Awaitable[T | None]], timeout: float = PATIENCE, what: str = "condition"
 ) -> T:
-    """Poll ``fn`` every 0.1 s until it returns something truthy."""
+    """Poll ``fn`` every 0.1 s until it returns something truthy; fail after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -103,6 +109,11 @@ async def eventually(
             return last
         await asyncio.sleep(0.1)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+
+
+async def logged(proc: OperatorProcess, text: str, lines: int = 2000) -> bool:
+    """Whether the operator's log has ``text`` (its last ``lines`` lines)."""
+    return text in proc.tail(lines)
 
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
@@ -231,7 +242,7 @@ class Kubelet:
         return await self.c.list(JOBS, namespace, {"app.kubernetes.io/managed-by": "gpu-sizer"})
 
     async def wait_job(
-        self, namespace: str = NS, *, not_named: set[str] | None = None, timeout: float = 20
+        self, namespace: str = NS, *, not_named: set[str] | None = None, timeout: float = PATIENCE
     ) -> dict[str, Any]:
         async def find() -> dict[str, Any] | None:
             for job in await self.jobs(namespace):
