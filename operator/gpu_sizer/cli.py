@@ -154,7 +154,17 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p = sub.add_parser("crd", help="print the GPUWorkload CustomResourceDefinition (YAML)")
     p.set_defaults(handler=_crd)
 
-    p = sub.add_parser("catalog", help="print the GPU classes")
+    p = sub.add_parser(
+        "catalog",
+        help="print the GPU classes",
+        description="Print the GPU classes gpu-sizer chooses from: usable memory (GiB as NVML "
+        "reports it), RANK, vendor and the node label values that identify each class. RANK "
+        "is the order of preference: a workload is recommended the first class in rank order "
+        "(lowest first) that leaves spec.placement.minHeadroomFraction free, preferring classes "
+        "with nodes in the cluster. The default ranks follow typical on-demand price per GPU, "
+        "cheapest first; a catalog file (--catalog, or the chart's catalog value) sets your "
+        "own order, e.g. your prices or what you have reserved.",
+    )
     p.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_catalog)
@@ -228,6 +238,7 @@ def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
     is an error, so that a CI gate pointed at a wrong path cannot pass.
     """
     from gpu_sizer.api import KIND
+    from gpu_sizer.api.workload import is_near_kind
     from gpu_sizer.yamlio import UnreadableFile, YamlError, load_all, read_text
 
     docs: list[_Doc] = []
@@ -266,7 +277,8 @@ def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
                     doc = _Doc(source, index, item)
                     index += 1
                     kind = item.get("kind") if isinstance(item, dict) else None
-                    if isinstance(kind, str) and kind != KIND:
+                    # A misspelt GPUWorkload (GpuWorkload) is a typo to report, not another kind.
+                    if isinstance(kind, str) and kind != KIND and not is_near_kind(kind):
                         print(
                             f"Warning: {source}: {doc.name}: kind {kind} is not a {KIND}; skipped",
                             file=err,
@@ -328,16 +340,22 @@ def _estimate(args: argparse.Namespace) -> int:
     if not docs and not invalid:
         print("No GPUWorkload documents found.", file=err)
         invalid = True
-    seen: dict[str, str] = {}
+    seen: dict[str, _Doc] = {}
     for doc in docs:
         key = _row_name(doc)
-        if key in seen:
-            print(
-                f"Warning: {doc.source}: {key}: the same namespace/name is also in {seen[key]}; "
-                "applying both keeps only the last",
-                file=err,
-            )
-        seen.setdefault(key, doc.source)
+        first = seen.setdefault(key, doc)
+        if first is doc:
+            continue
+        where = (
+            f"twice in {doc.source} (documents {first.index + 1} and {doc.index + 1})"
+            if first.source == doc.source
+            else f"also in {first.source}"
+        )
+        print(
+            f"Warning: {doc.source}: {key}: the same namespace/name is {where}; applying both "
+            "keeps only the last",
+            file=err,
+        )
     rows: list[tuple[_Doc, Assessment]] = []
     objects: list[dict[str, Any]] = []
     now = _now()
@@ -465,7 +483,7 @@ def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
         table.append(
             [
                 _row_name(doc),
-                f"{rec.gpu_class} x{rec.gpu_count}" if rec else f"- x{a.estimate.gpu_count}",
+                f"{rec.gpu_class} x{rec.gpu_count}" if rec else "-",
                 *(f"{getattr(per, attr) / GIB:.1f}" for attr, _ in columns),
                 f"{per.total_bytes / GIB:.1f} GiB",
                 f"{rec.headroom_fraction:.0%}" if rec else "-",

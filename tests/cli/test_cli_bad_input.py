@@ -132,7 +132,18 @@ def test_same_name_twice_warns(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     path.write_text(FITS.read_text() + "---\n" + FITS.read_text())
     code, _, err = run(capsys, "estimate", str(path))
     assert code == 0
-    assert "the same namespace/name is also in" in err
+    assert (
+        f"Warning: {path}: inference/llama-3-8b-chat: the same namespace/name is twice in "
+        f"{path} (documents 1 and 2); applying both keeps only the last"
+    ) in err
+
+
+def test_same_name_in_two_files_warns(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(FITS.read_text())
+    (tmp_path / "b.yaml").write_text(FITS.read_text())
+    code, _, err = run(capsys, "estimate", str(tmp_path))
+    assert code == 0
+    assert f"the same namespace/name is also in {tmp_path / 'a.yaml'}" in err
 
 
 @pytest.mark.parametrize(

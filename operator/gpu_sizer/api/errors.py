@@ -7,6 +7,7 @@ The same lines appear in ``gpu-sizer estimate``, the admission webhook's rejecti
 from __future__ import annotations
 
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -78,6 +79,26 @@ _TYPE_NAMES = {
     "model_type": "an object",
     "model_attributes_type": "an object",
 }
+_INT_KINDS = frozenset({"int_type", "int_parsing", "int_from_float"})
+
+
+def _whole_number(value: Any) -> int | None:
+    """The integer a user meant by ``7.6e9`` or ``7600000000.0``, else ``None``.
+
+    YAML 1.1 (PyYAML, and so kubectl's and our reader) reads ``7.6e9`` as text: its floats need
+    a sign in the exponent (``7.6e+9``), which is then a float. Integer fields accept neither.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, float)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number) or not number.is_integer():
+        return None
+    return int(number)
+
+
 _BOUNDS = {
     "greater_than_equal": ("ge", ">="),
     "greater_than": ("gt", ">"),
@@ -140,7 +161,9 @@ def _message(err: Any, model: type[BaseModel] | None) -> str:
         key, op = _BOUNDS[kind]
         return f"must be {op} {ctx.get(key)}, not {_show(err.get('input'))}"
     if kind in _TYPE_NAMES:
-        return f"must be {_TYPE_NAMES[kind]}, not {_show(err.get('input'))}"
+        message = f"must be {_TYPE_NAMES[kind]}, not {_show(err.get('input'))}"
+        whole = _whole_number(err.get("input")) if kind in _INT_KINDS else None
+        return message if whole is None else f"{message}: write {whole}"
     return str(err["msg"]).removeprefix("Value error, ")
 
 
