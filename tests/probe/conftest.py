@@ -64,7 +64,7 @@ def run_probe(
         capture_output=True,
         text=True,
         env=full_env,
-        timeout=120,
+        timeout=240,
     )
     result = json.loads(proc.stdout) if proc.stdout.strip() else {}
     return proc.returncode, result, log.read_text() if log.exists() else "", proc
