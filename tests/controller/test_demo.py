@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_sizer.controller import demo
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,7 +40,7 @@ def test_demo_settles_every_workload_despite_stray_settings(tmp_path: Path) -> N
     assert done.returncode == 0, out[-4000:]
     settled = re.search(r"^(\d+)/(\d+) workloads settled", out, re.MULTILINE)
     assert settled and settled.group(1) == settled.group(2), out[-4000:]
-    examples = len(list((ROOT / "examples").glob("*.yaml")))
+    examples = len(demo._load(ROOT / "examples"))
     assert int(settled.group(2)) == examples + 1  # every example and the built-in CPU smoke run
     assert "cpu-smoke" in out and "NoSafeHeadroom" in out
     # Progress is reported as each workload settles, and the temporary log is gone.

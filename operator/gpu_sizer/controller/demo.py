@@ -227,6 +227,8 @@ class _Progress:
         if log_size != self.log_size:
             self.log_size, self.last_change = log_size, now
         total = len(objs)
+        for gone in set(self.states) - {_key(o) for o in objs}:  # deleted with kubectl
+            del self.states[gone]
         for obj in objs:
             key = _key(obj)
             version = str(obj["metadata"].get("resourceVersion"))
@@ -235,7 +237,7 @@ class _Progress:
             state = _state(obj) if _settled(obj) else ""
             if state and self.states.get(key) != state:
                 self.states[key] = state
-                done = sum(1 for o in objs if _settled(o))
+                done = len(self.states)
                 say(f"  [{now - self.started:5.0f} s] {done:>3}/{total} settled  {key}: {state}")
             elif not state:
                 self.states.pop(key, None)
