@@ -204,3 +204,40 @@ async def test_watch_is_json_starts_without_a_gap_and_ends_initial_events(
     assert seen == [("ADDED", "old"), ("BOOKMARK", None), ("ADDED", "new"), ("ADDED", "last")]
     bookmark = events[1]["object"]["metadata"]["annotations"]
     assert bookmark == {"k8s.io/initial-events-end": "true"}
+
+
+async def _events(url: str, until: str, **headers: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as resp:
+        async with asyncio.timeout(60):
+            async for line in resp.content:
+                if line.strip():
+                    events.append(json.loads(line))
+                    if until in line.decode():
+                        break
+    return events
+
+
+async def test_a_watch_from_a_lists_resource_version_replays_only_later_changes(
+    cluster: LoopbackCluster,
+) -> None:
+    await cluster.create(GW, workload("before"))
+    _, listed = await call(cluster, "GET", "/apis/gpusizer.dev/v1alpha1/namespaces/ml/gpuworkloads")
+    await cluster.create(GW, workload("after"))
+    rv = listed["metadata"]["resourceVersion"]
+    url = (
+        f"{cluster.url}/apis/gpusizer.dev/v1alpha1/namespaces/ml/gpuworkloads"
+        f"?watch=true&resourceVersion={rv}"
+    )
+    events = await _events(url, '"after"')
+    assert [e["object"]["metadata"]["name"] for e in events] == ["after"]
+
+
+async def test_watch_events_are_table_rows_when_kubectl_get_w_asks(
+    cluster: LoopbackCluster,
+) -> None:
+    await cluster.create(GW, workload("row"))
+    url = f"{cluster.url}/apis/gpusizer.dev/v1alpha1/namespaces/ml/gpuworkloads?watch=true"
+    (event,) = await _events(url, '"row"', Accept=TABLE)
+    assert event["type"] == "ADDED" and event["object"]["kind"] == "Table"
+    assert event["object"]["rows"][0]["cells"][0] == "row"

@@ -21,9 +21,11 @@ that these work against ``gpu-sizer demo --serve``:
 - ``kubectl apply`` validation: OpenAPI v3 documents generated from the CRD
   (:mod:`~gpu_sizer.controller.emulator_openapi`), and writes that carry ``fieldValidation``
   are checked against the CRD's schema (:mod:`~gpu_sizer.controller.emulator_validation`);
-- ``kubectl wait``: watches honour the selectors, start without a gap (kmock lists the
-  existing objects before it subscribes to changes, so a change in between is lost), and answer
-  ``sendInitialEvents=true`` with the bookmark that ends the initial events.
+- ``kubectl wait`` and ``kubectl get -w``: watches honour the selectors, start without a gap
+  (kmock lists the existing objects before it subscribes to changes, so a change in between is
+  lost), replay only what changed after the ``resourceVersion`` they start from (kmock replays
+  everything), send Table rows when asked for them, and answer ``sendInitialEvents=true`` with
+  the bookmark that ends the initial events.
 """
 
 from __future__ import annotations
@@ -58,6 +60,16 @@ _NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/(?P<name>[^/]+))?/?$")
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"]}
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _PROTOBUF = "application/vnd.kubernetes.protobuf"
+
+
+def _version(value: Any) -> int | None:
+    """A resourceVersion as a number (this server counts them), or None: "", "0" and anything
+    unparsable mean "from the start" (the API server's "any version")."""
+    try:
+        number = int(str(value))
+    except ValueError:
+        return None
+    return number if number > 0 else None
 
 
 def _status(code: int, reason: str, message: str) -> aiohttp.web.Response:
@@ -381,11 +393,23 @@ class KubectlApi:
                 and (request.namespace is None or namespace == request.namespace)
                 and (request.name is None or name == request.name)
             ]
+        initial = request.params.get("sendInitialEvents") == "true"
+        since = None if initial else _version(request.params.get("resourceVersion"))
+        as_table = wants_table(request.headers.get("Accept"))
+
+        def shown(event: dict[str, Any]) -> dict[str, Any]:
+            if not as_table:  # kubectl get -w prints each event as a Table row
+                return event
+            return {"type": event["type"], "object": self._as_table(request, [event["object"]])}
+
         try:
             yield b""  # send the headers: the stream has started even if nothing happens
             for raw in self._selected(request, existing):
-                yield {"type": "ADDED", "object": raw}
-            if request.params.get("sendInitialEvents") == "true":
+                # Watching from the resourceVersion of a list: only what changed since.
+                changed = _version((raw.get("metadata") or {}).get("resourceVersion"))
+                if since is None or changed is None or changed > since:
+                    yield shown({"type": "ADDED", "object": raw})
+            if initial:
                 yield {
                     "type": "BOOKMARK",
                     "object": {
@@ -405,6 +429,6 @@ class KubectlApi:
                 if request.name is not None and meta.get("name") != request.name:
                     continue
                 if self._selected(request, [obj]):
-                    yield event
+                    yield shown(event)
         finally:
             await bus.unmark(mark)
