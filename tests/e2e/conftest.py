@@ -26,7 +26,7 @@ import pytest
 
 from gpu_sizer.controller.emulator import ApiStatus, LoopbackCluster, crd_document
 from tests.architectures import LLAMA_3_2_1B
-from tests.e2e import real_cluster
+from tests.e2e import real_cluster, status_schema
 
 pytestmark = pytest.mark.e2e
 
@@ -179,19 +179,29 @@ async def cluster() -> AsyncIterator[LoopbackCluster]:
         mode = real_cluster.operator_mode_from_env()
         async with real_cluster.RealCluster(kubeconfig, NS, mode) as real:
             yield real
-            WRITTEN_STATUSES.extend(real.written_statuses)
+            _check_statuses(real.written_statuses)
         return
     async with LoopbackCluster() as c:
         await c.create(CRDS, crd_document())
         await c.create(NODES, gpu_node("l4-1", "NVIDIA-L4", 23034))
         await c.create(NODES, gpu_node("a100-1", "NVIDIA-A100-SXM4-80GB", 81920))
         yield c
-        for (resource, _ns, _name), obj in list(c.emulator.objects.items()):
-            if getattr(resource, "plural", None) != "gpuworkloads":
-                continue
-            for version in obj.history:
-                if version is not None and version.get("status"):
-                    WRITTEN_STATUSES.append(_plain(version.get("status")))
+        written = [
+            _plain(version.get("status"))
+            for (resource, _ns, _name), obj in list(c.emulator.objects.items())
+            if getattr(resource, "plural", None) == "gpuworkloads"
+            for version in obj.history
+            if version is not None and version.get("status")
+        ]
+        _check_statuses(written)
+
+
+def _check_statuses(written: list[dict[str, Any]]) -> None:
+    """Every status this test's operator wrote is declared in the CRD (a real API server would
+    prune what is not): checked per test, so that it holds however the suite is split."""
+    WRITTEN_STATUSES.extend(written)
+    wrong = status_schema.problems(written)
+    assert not wrong, f"statuses a real API server would prune or refuse: {wrong}"
 
 
 def _plain(value: Any) -> Any:
@@ -420,17 +430,8 @@ def kubelet(cluster: LoopbackCluster) -> Kubelet:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip, with the reason, the tests that cannot run against a real cluster (markers).
-
-    Under pytest-xdist (CI runs ``-n 2 --dist loadgroup``) the end-to-end tests stay together
-    on one worker, in file order: test_zz_status_schema.py checks the statuses the others
-    wrote in this process.
-    """
+    """Skip, with the reason, the tests that cannot run against a real cluster (markers)."""
     real_cluster.apply_mode_skips(items)
-    here = Path(__file__).resolve().parent
-    for item in items:
-        if Path(item.path).resolve().is_relative_to(here):
-            item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 @pytest.fixture(autouse=True)

@@ -124,6 +124,7 @@ async def demo(tmp_path: Path) -> AsyncIterator[Demo]:
                 await proc.wait()
 
 
+@pytest.mark.timeout(1200)  # the demo's start, a probe run and kubectl calls on a loaded machine
 async def test_kubectl_walkthrough_against_the_demo(demo: Demo) -> None:
     nodes = await demo.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product")
     assert nodes.returncode == 0, nodes.stderr

@@ -306,6 +306,9 @@ def test_keyboard_interrupt_is_a_failed_result(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
+        # Ctrl-C as in a terminal: SIGINT's default disposition. A pytest-xdist worker ignores
+        # SIGINT, and a child inherits SIG_IGN (Python then keeps it: no KeyboardInterrupt).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     _wait_until_reading_stdin(proc.pid)
     proc.send_signal(signal.SIGINT)
