@@ -92,3 +92,20 @@ def test_catalog_help_explains_rank(capsys: pytest.CaptureFixture[str]) -> None:
     flat = " ".join(out.split())
     assert "RANK is the order of preference" in flat
     assert "first class in rank order (lowest first)" in flat
+
+
+def test_a_parameter_count_only_spec_says_once_what_is_missing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = yaml.safe_load(FITS.read_text())
+    del doc["spec"]["model"]["architecture"]
+    doc["spec"]["model"]["parameterCount"] = 8_030_261_248
+    doc["spec"]["model"]["revision"] = "main"
+    path = tmp_path / "bare.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 3  # Incomplete
+    lines = [line for line in err.splitlines() if "spec.model.architecture" in line]
+    assert len(lines) == 1, err  # one line, not a note per component plus a warning
+    assert "KV cache not counted" in lines[0] and "activations" in lines[0]
+    assert "Warning" not in err
