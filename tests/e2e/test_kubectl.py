@@ -174,6 +174,20 @@ async def test_kubectl_walkthrough_against_the_demo(demo: Demo) -> None:
     refused = await demo.kubectl("apply", "-f", "-", stdin=typo)
     assert refused.returncode != 0
     assert 'unknown field "spec.inference.maxNumSeq"' in refused.stderr
+    # A newcomer's other mistakes get what a cluster answers: a misspelt kind is not found
+    # (kubectl asks for /openapi/v2 then, which once stopped it at "failed to download
+    # openapi"), and a number out of the CRD's range is refused naming the field.
+    wrong_kind = manifest.replace("kind: GPUWorkload", "kind: GpuWorkload")
+    unknown = await demo.kubectl("apply", "-f", "-", stdin=wrong_kind)
+    assert unknown.returncode != 0
+    assert 'no matches for kind "GpuWorkload"' in unknown.stderr, unknown.stderr
+    huge = manifest.replace("maxNumSeqs: 16", "maxNumSeqs: 2000000000").replace(
+        "name: llama-3-8b-chat", "name: huge"
+    )
+    too_big = await demo.kubectl("apply", "-f", "-", stdin=huge)
+    assert too_big.returncode != 0
+    assert "spec.inference.maxNumSeqs" in too_big.stderr, too_big.stderr
+    assert "less than or equal to 65536" in too_big.stderr, too_big.stderr
     explained = await demo.kubectl("explain", "gpuworkload.spec.inference.maxModelLen")
     assert explained.returncode == 0 and "integer" in explained.stdout
 

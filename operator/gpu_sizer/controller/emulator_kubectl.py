@@ -86,6 +86,18 @@ def _status(code: int, reason: str, message: str) -> aiohttp.web.Response:
     return aiohttp.web.json_response(body, status=code)
 
 
+def _openapi_v2() -> aiohttp.web.Response:
+    """``/openapi/v2``, empty: kubectl validates with the OpenAPI v3 documents and asks for v2
+    only for a kind none of them has (a misspelt ``kind:``, e.g. ``GpuWorkload``). An empty
+    protobuf ``openapi_v2.Document`` (zero bytes is its encoding) has no such kind either, so
+    kubectl skips validation and says what a cluster says: ``no matches for kind``. Without
+    it kubectl stops at ``failed to download openapi``."""
+    # The media type without the "@" of kubectl's Accept header: Go's mime parser refuses it.
+    return aiohttp.web.Response(
+        body=b"", content_type="application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    )
+
+
 def _bad_request(message: str) -> kmock.KubernetesError:
     return kmock.KubernetesError(status=400, reason="BadRequest", message=message)
 
@@ -114,6 +126,8 @@ class KubectlApi:
         path = raw_request.path
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             return await self._serve_openapi(path.removeprefix("/openapi/v3").strip("/"))
+        if path == "/openapi/v2":
+            return _openapi_v2()
         if (m := _NAMESPACE_PATH.match(path)) is not None:
             return await self._serve_namespaces(raw_request, m["name"])
         if _PROTOBUF in raw_request.headers.get("Content-Type", ""):
