@@ -86,6 +86,10 @@ async def test_operator_killed_mid_measurement_adopts_the_job(
     op = start_operator()
     job = await kubelet.wait_job()
     await kubelet.running(job, node="l4-1")
+    # The operator creates the Job before it writes the status: killed in between, the next
+    # one adopts the Job as new (test_killed_between_job_creation_and_status_write). Wait for
+    # the status so that this test kills it mid-measurement, however loaded the machine.
+    await eventually(lambda: phase_is(cluster, "adopt", "Measuring"), what="phase Measuring")
     op.kill()
     again = start_operator()
     await eventually(lambda: logged(again, f"{NS}/adopt: resumed"), what="the workload resumed")
