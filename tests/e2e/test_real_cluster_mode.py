@@ -155,8 +155,15 @@ async def _run_suite(kubeconfig: str, *args: str, operator: str | None = None) -
     finally:
         if proc.returncode is None:
             proc.kill()
-    assert proc.returncode == 0, out[-6000:]
+    assert proc.returncode == 0, _failures(out)
     return out
+
+
+def _failures(out: str) -> str:
+    """What a failed nested run says about its failures (its tail alone is the skip list)."""
+    start = out.find("= FAILURES =")
+    failures = out[max(start, 0) : max(start, 0) + 12000] if start >= 0 else ""
+    return failures + "\n...\n" + out[-3000:]
 
 
 def _passed(out: str) -> set[str]:
