@@ -21,11 +21,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
 from gpu_sizer import __version__
+
+if TYPE_CHECKING:
+    from gpu_sizer.api import Problem
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -151,7 +154,17 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p = sub.add_parser("crd", help="print the GPUWorkload CustomResourceDefinition (YAML)")
     p.set_defaults(handler=_crd)
 
-    p = sub.add_parser("catalog", help="print the GPU classes")
+    p = sub.add_parser(
+        "catalog",
+        help="print the GPU classes",
+        description="Print the GPU classes gpu-sizer chooses from: usable memory (GiB as NVML "
+        "reports it), RANK, vendor and the node label values that identify each class. RANK "
+        "is the order of preference: a workload is recommended the first class in rank order "
+        "(lowest first) that leaves spec.placement.minHeadroomFraction free, preferring classes "
+        "with nodes in the cluster. The default ranks follow typical on-demand price per GPU, "
+        "cheapest first; a catalog file (--catalog, or the chart's catalog value) sets your "
+        "own order, e.g. your prices or what you have reserved.",
+    )
     p.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_catalog)
@@ -225,6 +238,7 @@ def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
     is an error, so that a CI gate pointed at a wrong path cannot pass.
     """
     from gpu_sizer.api import KIND
+    from gpu_sizer.api.workload import is_near_kind
     from gpu_sizer.yamlio import UnreadableFile, YamlError, load_all, read_text
 
     docs: list[_Doc] = []
@@ -263,7 +277,8 @@ def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
                     doc = _Doc(source, index, item)
                     index += 1
                     kind = item.get("kind") if isinstance(item, dict) else None
-                    if isinstance(kind, str) and kind != KIND:
+                    # A misspelt GPUWorkload (GpuWorkload) is a typo to report, not another kind.
+                    if isinstance(kind, str) and kind != KIND and not is_near_kind(kind):
                         print(
                             f"Warning: {source}: {doc.name}: kind {kind} is not a {KIND}; skipped",
                             file=err,
@@ -326,16 +341,30 @@ def _estimate(args: argparse.Namespace) -> int:
     if not docs and not invalid:
         print("No GPUWorkload documents found.", file=err)
         invalid = True
-    seen: dict[str, str] = {}
+    seen: dict[str, _Doc] = {}
+    unique: list[_Doc] = []
     for doc in docs:
         key = _row_name(doc)
-        if key in seen:
-            print(
-                f"Warning: {doc.source}: {key}: the same namespace/name is also in {seen[key]}; "
-                "applying both keeps only the last",
-                file=err,
-            )
-        seen.setdefault(key, doc.source)
+        first = seen.setdefault(key, doc)
+        if first is doc:
+            unique.append(doc)
+            continue
+        where = (
+            f"twice in {doc.source} (documents {first.index + 1} and {doc.index + 1})"
+            if first.source == doc.source
+            else f"also in {first.source}"
+        )
+        if doc.data == first.data:  # a copy: one row, one set of messages
+            print(f"Warning: {doc.source}: {key}: the same document is {where}; estimated once",
+                  file=err)  # fmt: skip
+            continue
+        unique.append(doc)
+        print(
+            f"Warning: {doc.source}: {key}: the same namespace/name is {where}; applying both "
+            "keeps only the last",
+            file=err,
+        )
+    docs = unique
     rows: list[tuple[_Doc, Assessment]] = []
     objects: list[dict[str, Any]] = []
     now = _now()
@@ -463,7 +492,7 @@ def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
         table.append(
             [
                 _row_name(doc),
-                f"{rec.gpu_class} x{rec.gpu_count}" if rec else f"- x{a.estimate.gpu_count}",
+                f"{rec.gpu_class} x{rec.gpu_count}" if rec else "-",
                 *(f"{getattr(per, attr) / GIB:.1f}" for attr, _ in columns),
                 f"{per.total_bytes / GIB:.1f} GiB",
                 f"{rec.headroom_fraction:.0%}" if rec else "-",
@@ -567,12 +596,49 @@ def _import_hf_config(args: argparse.Namespace) -> int:
     try:
         parse_workload(doc)
     except InvalidWorkload as exc:
-        for problem in exc.problems:
+        problems = exc.problems
+        if _count_only(config, model, problems, source):
+            try:
+                parse_workload(doc)
+                problems = []
+            except InvalidWorkload as again:
+                problems = again.problems
+        for problem in problems:
             print(f"{source}: {args.name}: {problem}", file=sys.stderr)
-        return EXIT_INVALID
+        if problems:
+            return EXIT_INVALID
     sys.stdout.write(f"# Generated by gpu-sizer import-hf-config from {source}\n")
     yaml.safe_dump(doc, sys.stdout, sort_keys=False, width=100)
     return EXIT_OK
+
+
+def _count_only(
+    config: dict[str, Any], model: dict[str, Any], problems: list[Problem], source: str
+) -> bool:
+    """Keep a model whose architecture gpu-sizer refuses (a layer kind it does not size yet,
+    such as Nemotron-H's MoE layers) as its parameter count alone, when every problem is in
+    the architecture and a count is at hand (``--parameter-count`` or ``transformers``): the
+    estimate is then Incomplete, never a fit. Edits ``model``; ``False`` when it cannot."""
+    from gpu_sizer.hf_meta import HfUnavailable, read_with_transformers
+
+    arch = "spec.model.architecture"
+    if not problems or any(not p.path.startswith(arch) for p in problems):
+        return False
+    count = model.get("parameterCount")
+    if count is None:
+        try:
+            count = read_with_transformers(config).parameters
+        except HfUnavailable:
+            return False
+    del model["architecture"]
+    model["parameterCount"] = count
+    print(
+        f"Warning: {source}: {problems[0]}; spec.model.architecture is left out and "
+        f"parameterCount {count} written (counted by transformers on the meta device unless "
+        "given), so the KV cache and activations are not counted and the estimate is Incomplete",
+        file=sys.stderr,
+    )
+    return True
 
 
 #: config.json keys of the context length, for a model written without an architecture.

@@ -291,7 +291,7 @@ async def webhook(
         )
     )
     try:
-        async with asyncio.timeout(20):
+        async with asyncio.timeout(120):  # generous: a loaded machine; ends when bound
             while server.bound is None:
                 if task.done():
                     task.result()  # re-raise why the operator died

@@ -96,7 +96,7 @@ async def test_invalid_spec_lists_every_problem_with_its_path(webhook: Webhook) 
     assert resp["status"]["code"] == 422
     assert resp["status"]["message"] == (
         "spec.model.dtype: must be one of 'float32', 'bfloat16', 'float16', 'float8_e4m3fn' or "
-        "'float8_e5m2', not 'bfloat17'\n"
+        "'float8_e5m2', not 'bfloat17'; did you mean 'bfloat16'?\n"
         "spec.inference.maxModelLen: must be >= 1, not 0\n"
         "spec.placement.minHeadroomFraction: must be <= 0.5, not 1.5"
     )

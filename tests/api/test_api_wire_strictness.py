@@ -39,8 +39,8 @@ ARCH = "spec.model.architecture"
     ("value", "expected"),
     [
         (True, "must be an integer, not True"),
-        ("32", "must be an integer, not '32'"),
-        (32.0, "must be an integer, not 32.0"),
+        ("32", "must be an integer, not '32': write 32"),
+        (32.0, "must be an integer, not 32.0: write 32"),
     ],
 )
 def test_integers_are_not_coerced(value: Any, expected: str) -> None:

@@ -477,3 +477,47 @@ def test_without_transformers_the_count_is_asked_for(
     # config.json names no layer_types: the window is not applied to layers it may not cover
     assert "layerTypes" not in model["architecture"]
     assert "slidingWindow" not in model["architecture"]
+
+
+def test_a_known_family_with_a_layer_kind_not_sized_keeps_its_count(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Nemotron-H MoE layers (E, Nemotron 3) are refused in an architecture; the published
+    Nemotron-Nano-9B-v2 config with its MLP layers made MoE layers is still accepted as its
+    transformers parameter count alone, and the estimate says Incomplete, not Fits."""
+    base = Path(__file__).parents[1] / "budget" / "configs" / "nvidia-nemotron-nano-9b-v2.json"
+    config = json.loads(base.read_text())
+    config.pop("_source")
+    config["hybrid_override_pattern"] = config["hybrid_override_pattern"].replace("-", "E")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["import-hf-config", str(path), "--name", "w"]) == 0
+    out, err = capsys.readouterr()
+    doc = yaml.safe_load(out)
+    model = doc["spec"]["model"]
+    assert "architecture" not in model and model["parameterCount"] == meta_count(config)
+    assert "E (the MoE layers of Nemotron 3 Nano and later) is not sized yet" in err
+    assert "the estimate is Incomplete" in err
+    spec_path = tmp_path / "w.yaml"
+    spec_path.write_text(out)
+    assert main(["estimate", str(spec_path)]) == 3
+    capsys.readouterr()
+
+
+def test_without_a_count_a_refused_architecture_stays_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpu_sizer import hf_meta
+
+    def unavailable(config: dict[str, Any]) -> Any:
+        raise hf_meta.HfUnavailable("transformers is not installed")
+
+    monkeypatch.setattr(hf_meta, "read_with_transformers", unavailable)
+    base = Path(__file__).parents[1] / "budget" / "configs" / "nvidia-nemotron-nano-9b-v2.json"
+    config = json.loads(base.read_text())
+    config["hybrid_override_pattern"] = config["hybrid_override_pattern"].replace("-", "E")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["import-hf-config", str(path), "--name", "w"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "spec.model.architecture.hybridOverridePattern: layer codes" in err

@@ -9,14 +9,13 @@ run or failed by a real kubelet on its own timeline, which would race the assert
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from tests.e2e import real_cluster
-from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
+from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, logged, spec, workload
 from tests.e2e.test_lifecycle import phase_is
 
 #: Keep an unschedulable measurement pod waiting (the chart's default too).
@@ -45,21 +44,21 @@ async def _job_gone(kubelet: Kubelet, name: str) -> bool:
 async def test_spec_change_replaces_the_job(cluster, start_operator, kubelet: Kubelet) -> None:
     await cluster.create(GW, workload("respec", await pending_spec(cluster)))
     start_operator(*PATIENT)
-    old = await kubelet.wait_job(timeout=60)
+    old = await kubelet.wait_job()
     assert old["metadata"]["namespace"] == NS
     await cluster.change_spec(GW, NS, "respec", {"inference": {"maxNumSeqs": 8}})
-    new = await kubelet.wait_job(not_named={old["metadata"]["name"]}, timeout=60)
+    new = await kubelet.wait_job(not_named={old["metadata"]["name"]})
     assert (
         new["metadata"]["labels"]["gpusizer.dev/spec-hash"]
         != (old["metadata"]["labels"]["gpusizer.dev/spec-hash"])
     )
     # The API server (or the emulator playing it) bumped generation on the spec change.
-    obj = await eventually(lambda: _observed(cluster, "respec", 2), 30, "observedGeneration 2")
+    obj = await eventually(lambda: _observed(cluster, "respec", 2), what="observedGeneration 2")
     assert obj["metadata"]["generation"] == 2
     assert obj["status"]["measurement"]["jobName"] == new["metadata"]["name"]
     measured = condition(obj, "Measured")
     assert measured["reason"] == "SpecChanged" and measured["observedGeneration"] == 2
-    await eventually(lambda: _job_gone(kubelet, old["metadata"]["name"]), 30, "old Job deleted")
+    await eventually(lambda: _job_gone(kubelet, old["metadata"]["name"]), what="old Job deleted")
     assert [j["metadata"]["name"] for j in await kubelet.jobs()] == [new["metadata"]["name"]]
 
 
@@ -69,11 +68,12 @@ async def test_operator_restart_keeps_exactly_one_job(
 ) -> None:
     await cluster.create(GW, workload("restart", await pending_spec(cluster)))
     op = start_operator(*PATIENT)
-    job = await kubelet.wait_job(timeout=60)
-    await eventually(lambda: phase_is(cluster, "restart", "Measuring"), 30, "Measuring")
+    job = await kubelet.wait_job()
+    await eventually(lambda: phase_is(cluster, "restart", "Measuring"), what="Measuring")
     op.kill()
-    start_operator(*PATIENT)
-    await asyncio.sleep(3.0)  # the restarted operator has resumed the workload by now
+    again = start_operator(*PATIENT)
+    # Its actions (an adoption or, wrongly, a new Job) are done when it logs the resumption.
+    await eventually(lambda: logged(again, f"{NS}/restart: resumed"), what="the workload resumed")
     jobs = await kubelet.jobs()
     assert [j["metadata"]["name"] for j in jobs] == [job["metadata"]["name"]]
     assert jobs[0]["metadata"]["uid"] == job["metadata"]["uid"], "adopted, not recreated"
@@ -98,7 +98,7 @@ async def test_invalid_object_is_refused_or_stalled(cluster, start_operator) -> 
     # The emulator stores it as sent (as a cluster would with an older CRD or a bypassed
     # schema): the operator marks it Stalled, naming both fields.
     await cluster.create(GW, workload("broken", bad))
-    stalled = await eventually(lambda: _stalled(cluster, "broken"), 30, "Stalled")
+    stalled = await eventually(lambda: _stalled(cluster, "broken"), what="Stalled")
     msg = condition(stalled, "Stalled")["message"]
     assert "spec.inference.maxNumSeqs" in msg and "spec.model.dtype" in msg
 

@@ -18,6 +18,8 @@ from tests.e2e.test_lifecycle import phase_is
 #: The demo's built-in CPU smoke workload: small enough for the probe's CPU fallback (under its
 #: 2 GiB limit), shaped like a Llama config.
 TINY = demo.TINY["spec"]
+#: A real probe run imports torch: minutes on a loaded machine (the wait ends when it is done).
+PROBE_PATIENCE = 600.0
 
 
 async def run_probe_like_the_container(job: dict, tmp: Path) -> str:
@@ -38,6 +40,7 @@ async def run_probe_like_the_container(job: dict, tmp: Path) -> str:
 
 
 @pytest.mark.emulated_kubelet
+@pytest.mark.timeout(PROBE_PATIENCE + 300)
 async def test_job_success_with_the_real_probe(
     cluster, start_operator, kubelet: Kubelet, tmp_path
 ) -> None:
@@ -47,7 +50,7 @@ async def test_job_success_with_the_real_probe(
     message = await run_probe_like_the_container(job, tmp_path)
     assert len(message.encode()) <= 4096
     await kubelet.succeed(job, message, node="l4-1")
-    ready = await eventually(lambda: phase_is(cluster, "tiny", "Ready"), timeout=30)
+    ready = await eventually(lambda: phase_is(cluster, "tiny", "Ready"), PROBE_PATIENCE)
     m = ready["status"]["measurement"]
     assert m["device"] == "cpu"
     assert "peakDeviceUsedBytes" not in m, "CPU runs carry no GPU figures"
@@ -56,10 +59,11 @@ async def test_job_success_with_the_real_probe(
 
 
 @pytest.mark.local_operator
+@pytest.mark.timeout(PROBE_PATIENCE + 300)
 async def test_local_process_backend(cluster, start_operator) -> None:
     await cluster.create(GW, workload("local", TINY))
-    start_operator("--measurement-backend", "local", "--local-deadline-cap", "60")
-    ready = await eventually(lambda: phase_is(cluster, "local", "Ready"), timeout=60)
+    start_operator("--measurement-backend", "local")
+    ready = await eventually(lambda: phase_is(cluster, "local", "Ready"), PROBE_PATIENCE)
     assert ready["status"]["measurement"]["device"] == "cpu"
     assert ready["status"]["measurement"]["nodeName"].startswith("local/")
     assert condition(ready, "Measured")["reason"] == "CpuSmokeRun"

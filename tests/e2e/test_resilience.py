@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import kmock
 import pytest
 
-from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
+from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, logged, spec, workload
 from tests.e2e.probe_results import GIB, gpu_success
 from tests.e2e.test_lifecycle import phase_is
 
@@ -34,15 +33,20 @@ async def test_spec_change_mid_measurement(cluster, start_operator, kubelet: Kub
     assert measured["observedGeneration"] == 2 and obj["status"]["observedGeneration"] == 2
     jobs = [j["metadata"]["name"] for j in await kubelet.jobs()]
     assert jobs == [new["metadata"]["name"]], "the old Job is deleted"
-    # A late result of the old Job is ignored: its pod shows up after the spec change.
+    # A late result of the old Job is ignored: its pod shows up after the spec change, before
+    # the new Job's result.
     await kubelet.succeed(old, gpu_success(70 * GIB), node="l4-1", job_status=False)
-    await asyncio.sleep(1.0)
-    obj = await cluster.get(GW, NS, "change")
-    assert obj["status"]["phase"] == "Measuring"
     await kubelet.succeed(new, gpu_success(9 * GIB, total=23034 << 20), node="l4-1")
     ready = await eventually(lambda: phase_is(cluster, "change", "Ready"))
     assert ready["status"]["measurement"]["specHash"] == ready["status"]["specHash"]
     assert ready["status"]["measurement"]["peakDeviceUsedBytes"] == 9 * GIB
+    # No status written on the way recorded the old Job's 70 GiB (the emulator keeps them all).
+    peaks = [
+        ((v.get("status") or {}).get("measurement") or {}).get("peakDeviceUsedBytes")
+        for v in cluster.emulator.objects[kmock.resource(*GW), NS, "change"].history
+        if v is not None
+    ]
+    assert 70 * GIB not in peaks, peaks
 
 
 @pytest.mark.emulated_kubelet
@@ -54,14 +58,19 @@ async def test_unchanged_spec_is_never_measured_twice(
     job = await kubelet.wait_job()
     await kubelet.succeed(job, gpu_success(9 * GIB, total=23034 << 20), node="l4-1")
     await eventually(lambda: phase_is(cluster, "once", "Ready"))
-    # A placement-only change (not part of the spec hash) and a restart: no new Job.
+    # A placement-only change (not part of the spec hash) and a restart: no new Job. The
+    # operator starts a Job before it writes the status, so once generation 2 shows in the
+    # status (and once the restarted operator says it resumed the workload), any Job it would
+    # have started exists.
     await cluster.change_spec(GW, NS, "once", {"placement": {"minHeadroomFraction": 0.2}})
-    op.stop()
-    start_operator()
     obj = await eventually(lambda: _generation_seen(cluster, "once", 2))
     assert obj["status"]["phase"] == "Ready"
-    await asyncio.sleep(1.0)
+    op.stop()
+    again = start_operator()
+    await eventually(lambda: logged(again, f"{NS}/once: resumed"), what="the workload resumed")
     assert [j["metadata"]["name"] for j in await kubelet.jobs()] == [job["metadata"]["name"]]
+    obj = await cluster.get(GW, NS, "once")
+    assert obj["status"]["phase"] == "Ready"
 
 
 async def _generation_seen(cluster, name: str, generation: int):
@@ -77,15 +86,20 @@ async def test_operator_killed_mid_measurement_adopts_the_job(
     op = start_operator()
     job = await kubelet.wait_job()
     await kubelet.running(job, node="l4-1")
+    # The operator creates the Job before it writes the status: killed in between, the next
+    # one adopts the Job as new (test_killed_between_job_creation_and_status_write). Wait for
+    # the status so that this test kills it mid-measurement, however loaded the machine.
+    await eventually(lambda: phase_is(cluster, "adopt", "Measuring"), what="phase Measuring")
     op.kill()
-    start_operator()
-    await asyncio.sleep(2.0)
+    again = start_operator()
+    await eventually(lambda: logged(again, f"{NS}/adopt: resumed"), what="the workload resumed")
     jobs = await kubelet.jobs()
     assert [j["metadata"]["name"] for j in jobs] == [job["metadata"]["name"]]
     assert jobs[0]["metadata"]["uid"] == job["metadata"]["uid"], "adopted, not recreated"
     await kubelet.succeed(job, gpu_success(9 * GIB, total=23034 << 20), node="l4-1")
     await eventually(lambda: phase_is(cluster, "adopt", "Ready"))
-    assert len(await kubelet.jobs()) == 1
+    (only,) = await kubelet.jobs()
+    assert only["metadata"]["uid"] == job["metadata"]["uid"]
 
 
 @pytest.mark.emulated_api
@@ -108,7 +122,7 @@ async def test_killed_between_job_creation_and_status_write(
     op.kill()
     cluster.emulator.clear() if hasattr(cluster.emulator, "clear") else None
     start_operator()
-    await eventually(lambda: phase_is(cluster, "crash", "Measuring"), timeout=30)
+    await eventually(lambda: phase_is(cluster, "crash", "Measuring"))
     assert [j["metadata"]["name"] for j in await kubelet.jobs()] == [job["metadata"]["name"]]
 
 
@@ -181,18 +195,18 @@ async def test_api_errors_are_survived(cluster, start_operator, kubelet: Kubelet
     ] << kmock.KubernetesError(status=500, reason="InternalError", message="injected")
     await cluster.create(GW, workload("flaky", spec()))
     op = start_operator()
-    await eventually(lambda: phase_is(cluster, "flaky", "Measuring"), timeout=30)
+    await eventually(lambda: phase_is(cluster, "flaky", "Measuring"))
     # (kmock applies an intercepted write anyway, so Measuring shows after the first 500.)
     # The workload came with the initial listing; the watch that follows is answered with 410
     # and restarted.
-    await eventually(_async(lambda: calls["watch"] >= 2), timeout=30, what="a second watch")
+    await eventually(_async(lambda: calls["watch"] >= 2), what="a second watch")
     assert calls["create"] >= 1 and calls["status"] >= 1
     # The retried create met 409 Conflict (kmock stored the Job despite the 500) and adopted it.
     assert "adopted existing Job" in op.tail(400)
     jobs = await kubelet.jobs()
     assert len(jobs) == 1
     await kubelet.succeed(jobs[0], gpu_success(9 * GIB, total=23034 << 20), node="l4-1")
-    await eventually(lambda: phase_is(cluster, "flaky", "Ready"), timeout=30)
+    await eventually(lambda: phase_is(cluster, "flaky", "Ready"))
 
 
 @pytest.mark.emulated_api

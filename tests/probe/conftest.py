@@ -44,7 +44,7 @@ def run_probe(
     *args: str,
     tmp_path: Path,
     env: dict[str, str] | None = None,
-    timeout: float = 120,
+    timeout: float = 240,
 ) -> tuple[int, dict[str, Any], str, subprocess.CompletedProcess[str]]:
     """Run ``python -m gpu_sizer.probe`` in a subprocess; (exit status, stdout result,
     termination log text, the completed process)."""

@@ -34,7 +34,7 @@ def test_spec_from_environment_and_gpu_class_recorded(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         env={
             **os.environ,
             "PYTHONPATH": str(ROOT / "operator"),
@@ -65,7 +65,7 @@ def test_gpu_sizer_probe_subcommand_reads_stdin(tmp_path: Path) -> None:
         input=json.dumps(inference_spec()),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
     )
     assert proc.returncode == 0, proc.stderr
@@ -102,7 +102,7 @@ def test_importing_the_probe_package_does_not_import_torch() -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=240,
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
     )
     assert proc.stdout.strip() == "False", proc.stderr
@@ -130,7 +130,7 @@ def _run_raw(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator"), **(env or {})},
     )
     result = json.loads(proc.stdout) if proc.stdout.strip() else {}
@@ -277,7 +277,7 @@ def test_sigterm_before_the_model_is_built_is_a_timeout_result(tmp_path: Path) -
     )
     _wait_until_reading_stdin(proc.pid)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(json.dumps(inference_spec()), timeout=60)
+    out, err = proc.communicate(json.dumps(inference_spec()), timeout=240)
     assert proc.returncode == 0, err
     result = json.loads(out)
     assert result["status"] == "Timeout" and "SIGTERM" in result["message"], result
@@ -306,10 +306,13 @@ def test_keyboard_interrupt_is_a_failed_result(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
+        # Ctrl-C as in a terminal: SIGINT's default disposition. A pytest-xdist worker ignores
+        # SIGINT, and a child inherits SIG_IGN (Python then keeps it: no KeyboardInterrupt).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     _wait_until_reading_stdin(proc.pid)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=240)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     result = json.loads(out)

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from gpu_sizer.api import parse_spec
 from gpu_sizer.budget import estimate
 
@@ -31,7 +33,7 @@ def test_dry_run_writes_the_matrix_with_estimates(tmp_path: Path) -> None:
         env={**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr
     table = (tmp_path / "gpu-check.md").read_text()
@@ -95,13 +97,14 @@ def test_script_refuses_without_cuda_instead_of_inventing_figures(tmp_path: Path
         env={**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,
     )
     assert proc.returncode == 3
     assert "no CUDA device" in proc.stderr
     assert not (tmp_path / "gpu-check.md").exists()
 
 
+@pytest.mark.timeout(1600)  # seven probe runs; minutes on a loaded machine
 def test_measuring_path_on_tiny_models(tmp_path: Path) -> None:
     """The non-dry path end to end (probe subprocesses, result parsing, table, overhead) on the
     CPU with tiny architectures; CPU runs carry no GPU figures, so those cells stay empty."""
@@ -118,7 +121,7 @@ def test_measuring_path_on_tiny_models(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONPATH": str(ROOT / "operator")},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1500,
     )
     assert proc.returncode == 0, proc.stderr
     table = (tmp_path / "gpu-check.md").read_text()

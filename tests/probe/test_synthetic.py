@@ -363,7 +363,7 @@ def test_sigterm_during_a_run_still_writes_a_timeout_result(tmp_path: Any) -> No
         if "phase prefill@1 started" in line:
             break
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
     result = json.loads(out)
     assert result["status"] == "Timeout" and "SIGTERM" in result["message"], result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -19,7 +20,9 @@ __all__ = [
     "MAX_SPEC_VALUES",
     "PLURAL",
     "SHORT_NAME",
+    "TOP_LEVEL_FIELDS",
     "VERSION",
+    "is_near_kind",
     "parse_spec",
     "parse_workload",
     "spec_hash",
@@ -40,6 +43,22 @@ CATEGORY: Final = "gpusizer"
 #: proportion to its size (50,000 unknown keys took 0.5 s to list even when only the first few
 #: are reported).
 MAX_SPEC_VALUES: Final = 8192
+
+
+#: The fields of a GPUWorkload object (``status`` too: ``gpu-sizer estimate -o yaml`` output
+#: and ``kubectl get -o yaml`` can be read back).
+TOP_LEVEL_FIELDS: Final = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
+def is_near_kind(kind: Any) -> bool:
+    """Whether ``kind`` is a misspelling of GPUWorkload (``GpuWorkload``, ``GPUWorkloads``,
+    ``gpuworkload``): documents of another kind are someone else's, these are typos."""
+    if not isinstance(kind, str) or kind == KIND:
+        return False
+    lowered = kind.lower()
+    return lowered in (KIND.lower(), PLURAL, SINGULAR, SHORT_NAME) or bool(
+        difflib.get_close_matches(kind, [KIND], n=1, cutoff=0.8)
+    )
 
 
 def parse_spec(spec: Any) -> GPUWorkloadSpec:
@@ -92,12 +111,21 @@ def parse_workload(doc: Any) -> GPUWorkloadSpec:
     if not isinstance(doc, dict):
         raise InvalidWorkload([Problem("(document)", "must be a YAML/JSON object")])
     problems: list[Problem] = []
+    for key in doc:
+        if key not in TOP_LEVEL_FIELDS:
+            close = difflib.get_close_matches(str(key), TOP_LEVEL_FIELDS, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            path = str(key) or repr(key)  # an empty key still gets a visible path
+            problems.append(
+                Problem(path, f"unknown field; {hint}allowed: {', '.join(TOP_LEVEL_FIELDS)}")
+            )
     if doc.get("apiVersion") != API_VERSION:
         problems.append(
             Problem("apiVersion", f"must be {API_VERSION}, not {doc.get('apiVersion')!r}")
         )
     if doc.get("kind") != KIND:
-        problems.append(Problem("kind", f"must be {KIND}, not {doc.get('kind')!r}"))
+        hint = " (kinds are case-sensitive)" if is_near_kind(doc.get("kind")) else ""
+        problems.append(Problem("kind", f"must be {KIND}, not {doc.get('kind')!r}{hint}"))
     problems += _metadata_problems(doc.get("metadata"))
     if "spec" not in doc:
         problems.append(Problem("spec", "required field is missing"))

@@ -26,18 +26,62 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     d = sub.add_parser(
         "demo",
         help="run the whole operator against an in-process Kubernetes API (no cluster, no GPU)",
-        description="Serve a Kubernetes API on loopback (kmock's emulator), install the CRD and "
-        "fake GPU nodes, apply examples/, run the real operator with the local measurement "
-        "backend, print the final statuses and exit.",
+        description="Serve a Kubernetes API on loopback (kmock's emulator), install the CRD, "
+        "namespaces and fake GPU nodes, apply examples/, run the real operator with the local "
+        "measurement backend, print the final statuses and exit; with --serve, keep serving "
+        "for kubectl until Ctrl-C. There is no fixed time limit: the demo waits while the "
+        "operator makes progress.",
     )
     d.add_argument("--examples", default=None, metavar="DIR", help="GPUWorkload YAML directory")
-    d.add_argument("--timeout", type=float, default=100.0, metavar="SECONDS")
+    d.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the workloads settle, keep the API server and the operator running and "
+        "print a kubeconfig for kubectl; Ctrl-C stops both",
+    )
+    d.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="also write the kubeconfig here (removed again when the demo ends)",
+    )
+    d.add_argument(
+        "--port", type=int, default=None, help="API server port on 127.0.0.1 (default: a free one)"
+    )
+    d.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="give up when no status changed and the operator logged nothing for this long "
+        "(default 600)",
+    )
+    d.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give up after this long in all (default: no limit while progress is made)",
+    )
     d.add_argument(
         "--probe-seconds",
         type=float,
-        default=45.0,
+        default=600.0,
         metavar="SECONDS",
-        help="upper bound on each local probe run (seconds)",
+        help="upper bound on each local probe run (default 600; a run ends as soon as it is done)",
+    )
+    d.add_argument(
+        "--probe-device",
+        choices=["auto", "cpu", "cuda"],
+        default=None,
+        help="where the probes run (default: cpu when NVML finds no NVIDIA GPU, else auto)",
+    )
+    d.add_argument(
+        "--probe-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="local probes at once (default: one per CPU core on the CPU, 1 on a GPU, where "
+        "runs sharing the device would spoil each other's peaks)",
     )
     d.add_argument("--verbose", "-v", action="store_true", help="show the operator's log")
     d.set_defaults(handler=_demo)

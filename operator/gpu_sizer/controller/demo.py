@@ -1,17 +1,28 @@
 """``gpu-sizer demo``: the whole operator on one machine, no cluster and no GPU needed.
 
 It serves a Kubernetes API on 127.0.0.1 (kmock's emulator, :mod:`gpu_sizer.controller.emulator`),
-installs the GPUWorkload CRD and fake GPU nodes of a few classes (labelled as GPU Feature
-Discovery would), applies ``examples/``, runs the real ``gpu-sizer operator`` process with the
-local measurement backend, prints a ``kubectl get gpuw``-like table and exits.
+installs the GPUWorkload CRD, the namespaces the examples use and fake GPU nodes of a few
+classes (labelled as GPU Feature Discovery would), applies ``examples/``, runs the real
+``gpu-sizer operator`` process with the local measurement backend, prints a ``kubectl get
+gpuw``-like table and exits. With ``--serve`` it keeps the API server and the operator running
+and prints a kubeconfig for real ``kubectl`` until Ctrl-C.
 
-Honesty rules: the probe runs on whatever device this machine has. Without a GPU it runs on the
-CPU, where it only builds models under its CPU limit (2 GiB) and reports every other workload as
-Unsupported on this device; the operator then keeps the estimate-based recommendation and says
-so. A built-in tiny workload (``tiny-llama-cpu-smoke``) shows a complete measurement round trip;
-its figures are CPU RSS, not GPU memory. Each probe run is capped (``--probe-seconds``).
-The admission webhook is not running here, so specs with no safe headroom are stored and then
-marked ``Rejected`` by the operator instead of being refused at apply time.
+Waiting: there is no fixed time limit. The demo waits as long as the operator makes progress
+(a status changes, or the operator logs something) and gives up only when nothing has moved for
+``--stall-seconds``; then it names each workload it was still waiting for, its phase and the
+reason the operator gave, and shows the operator's last log lines. The operator's log is a
+temporary file, removed when the demo ends well and kept (its path printed) when it does not.
+
+Honesty rules: the probe runs on whatever device this machine has. Without an NVIDIA GPU (NVML
+finds none) it runs on the CPU, told so up front (``--device cpu``), where it only builds models
+under its CPU limit (2 GiB) and reports every other workload as Unsupported on this device,
+before importing torch (so such a workload settles in about a second); the operator then
+keeps the estimate-based recommendation and says so. CPU probes do not share a GPU, so they
+run several at once (one per core). A built-in tiny workload (``tiny-llama-cpu-smoke``) shows a
+complete measurement round trip; its figures are CPU RSS, not GPU memory. Each probe run is
+capped (``--probe-seconds``). The admission webhook is not running here, so specs with no safe
+headroom are stored and then marked ``Rejected`` by the operator instead of being refused at
+apply time.
 """
 
 from __future__ import annotations
@@ -20,10 +31,14 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +46,16 @@ from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.yamlio import load_all, read_text
 
-__all__ = ["main"]
+__all__ = ["TINY", "main"]
 
 GW = (GROUP, VERSION, PLURAL)
+NAMESPACES = ("", "v1", "namespaces")
 GIB = 1 << 30
 MIB = 1 << 20
 FINAL = {"Ready", "Rejected", "Failed"}
 DEMO_NODE_CLASSES = ("nvidia-l4", "nvidia-rtx-a6000", "nvidia-a100-80gb", "nvidia-h100-80gb")
+#: Operator log lines shown when the demo gives up.
+LOG_TAIL = 25
 
 TINY: dict[str, Any] = {
     "apiVersion": f"{GROUP}/{VERSION}",
@@ -60,7 +78,9 @@ TINY: dict[str, Any] = {
             },
         },
         "inference": {"engine": "transformers", "maxModelLen": 512, "maxNumSeqs": 2},
-        "measurement": {"timeoutSeconds": 60},
+        # A cap, not a wait: the run takes seconds, but a loaded machine may take minutes to
+        # import torch; the probe stops at this deadline with a Timeout result.
+        "measurement": {"timeoutSeconds": 600},
     },
 }
 
@@ -99,12 +119,20 @@ def _node(cls: GPUClass, index: int) -> dict[str, Any]:
     }
 
 
+def _key(obj: dict[str, Any]) -> str:
+    return f"{obj['metadata'].get('namespace', 'default')}/{obj['metadata']['name']}"
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
 def _gib(n: Any) -> str:
     return f"{n / GIB:.1f}" if isinstance(n, int) else "-"
 
 
 def _row(obj: dict[str, Any]) -> list[str]:
-    meta, st = obj["metadata"], obj.get("status") or {}
+    st = obj.get("status") or {}
     rec = st.get("recommendation") or {}
     est = ((st.get("estimate") or {}).get("perGpu") or {}).get("totalBytes")
     m = st.get("measurement") or {}
@@ -116,11 +144,10 @@ def _row(obj: dict[str, Any]) -> list[str]:
         measured = "cpu-smoke"
     else:
         measured = "-"
-    conds = {c["type"]: c for c in st.get("conditions") or []}
-    ready = conds.get("Ready", {})
+    ready = _conditions(obj).get("Ready", {})
     headroom = rec.get("headroomFraction")
     return [
-        f"{meta['namespace']}/{meta['name']}",
+        _key(obj),
         str(st.get("phase", "Pending")),
         f"{rec['gpuClass']} x{rec['gpuCount']}" if rec else "-",
         str(rec.get("basis", "-")),
@@ -135,7 +162,214 @@ def _table(objs: list[dict[str, Any]]) -> str:
     head = ["NAMESPACE/NAME", "PHASE", "CLASS", "BASIS", "EST GiB/GPU", "MEASURED", "HEADROOM"]
     rows = [[*head, "READY"], *(_row(o) for o in objs)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) + 1)]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def _settled(obj: dict[str, Any]) -> bool:
+    """A final phase, or Stalled (waiting for something only a person or a new node changes)."""
+    if (obj.get("status") or {}).get("phase") in FINAL:
+        return True
+    return _conditions(obj).get("Stalled", {}).get("status") == "True"
+
+
+def _state(obj: dict[str, Any]) -> str:
+    st = obj.get("status") or {}
+    ready = _conditions(obj).get("Ready", {})
+    phase = st.get("phase") or "Pending"
+    return f"{phase} ({ready['reason']})" if ready.get("reason") else str(phase)
+
+
+def _waiting_for(obj: dict[str, Any]) -> str:
+    """One line: which workload, in which phase, and what the operator said about it."""
+    conds = _conditions(obj)
+    if not (obj.get("status") or {}).get("phase"):
+        return f"{_key(obj)}: no status yet (the operator has not handled it)"
+    detail = (
+        conds.get("Measured", {}) if (obj.get("status") or {}).get("phase") == "Measuring" else {}
+    )
+    detail = detail or conds.get("Ready", {})
+    why = f"{detail.get('reason', '-')}: {detail.get('message', '')}".strip()
+    return f"{_key(obj)}: still {_state(obj)}; {why}"
+
+
+def probe_device() -> tuple[str, str]:
+    """Where the demo's probes run, and why: ``cpu`` when NVML sees no NVIDIA GPU (no driver,
+    or no device), else ``auto`` (the probe picks CUDA when torch sees it)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as exc:  # NVMLError and its library-not-found variants
+        return "cpu", f"no NVIDIA GPU (NVML: {exc})"
+    if count == 0:
+        return "cpu", "no NVIDIA GPU (NVML found 0 devices)"
+    return "auto", f"NVML found {count} NVIDIA GPU(s)"
+
+
+@dataclass
+class _Progress:
+    """What changed since the last look: statuses (resourceVersion) and the operator's log."""
+
+    started: float = field(default_factory=time.monotonic)
+    last_change: float = field(default_factory=time.monotonic)
+    versions: dict[str, str] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+    log_size: int = -1
+
+    def seen(self, objs: list[dict[str, Any]], log_size: int, say: Callable[[str], None]) -> None:
+        now = time.monotonic()
+        if log_size != self.log_size:
+            self.log_size, self.last_change = log_size, now
+        total = len(objs)
+        for gone in set(self.states) - {_key(o) for o in objs}:  # deleted with kubectl
+            del self.states[gone]
+        for obj in objs:
+            key = _key(obj)
+            version = str(obj["metadata"].get("resourceVersion"))
+            if self.versions.get(key) != version:
+                self.versions[key], self.last_change = version, now
+            state = _state(obj) if _settled(obj) else ""
+            if state and self.states.get(key) != state:
+                self.states[key] = state
+                done = len(self.states)
+                say(f"  [{now - self.started:5.0f} s] {done:>3}/{total} settled  {key}: {state}")
+            elif not state:
+                self.states.pop(key, None)
+
+
+async def _settle(
+    cluster: Any,
+    expected: int,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    *,
+    started: float,
+    stall_seconds: float,
+    timeout: float | None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Wait until every workload has settled; returns the workloads and, when the demo gave
+    up, why (the operator exited, nothing moved for ``stall_seconds``, or ``timeout``
+    seconds passed since ``started``)."""
+    progress = _Progress(started=started)
+    objs: list[dict[str, Any]] = []
+    while True:
+        objs = sorted(await cluster.list(GW), key=_key)
+        size = log.stat().st_size if log.exists() else 0
+        progress.seen(objs, size, lambda line: print(line, flush=True))
+        if len(objs) >= expected and all(_settled(o) for o in objs):
+            return objs, None
+        now = time.monotonic()
+        if proc.poll() is not None:
+            return objs, f"the operator exited with code {proc.returncode}"
+        if now - progress.last_change > stall_seconds:
+            return objs, (
+                f"nothing changed for {stall_seconds:.0f} s (no status update, no operator log "
+                "line; --stall-seconds)"
+            )
+        if timeout is not None and now - started > timeout:
+            return objs, f"--timeout {timeout:g} s reached"
+        await asyncio.sleep(0.5)
+
+
+def _report_gave_up(objs: list[dict[str, Any]], why: str, log: Path) -> None:
+    waiting = [o for o in objs if not _settled(o)]
+    print(f"\nGave up: {why}. Still waiting for {len(waiting)} workload(s):", file=sys.stderr)
+    for obj in waiting:
+        print(f"  {_waiting_for(obj)}", file=sys.stderr)
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    print(
+        f"\nThe operator's last {min(LOG_TAIL, len(lines))} log lines (full log kept: {log}):",
+        file=sys.stderr,
+    )
+    for line in lines[-LOG_TAIL:]:
+        print(f"  {line}", file=sys.stderr)
+
+
+def _print_results(objs: list[dict[str, Any]], device: str) -> None:
+    print()
+    print(_table(objs))
+    print()
+    for obj in objs:
+        print(f"{_key(obj)}: {_conditions(obj).get('Ready', {}).get('message')}")
+    print()
+    where = (
+        "no GPU here, so the probe ran on the CPU: 'cpu-smoke' figures are CPU RSS, not GPU "
+        "memory, and models over the probe's CPU limit are 'Unsupported' on this device"
+        if device == "cpu"
+        else "the probe ran on this machine's GPU where one was visible"
+    )
+    print(
+        f"Notes: {where}; recommendations with basis Estimate rest on the memory model. No "
+        "admission webhook runs in the demo, so specs without safe headroom were stored and "
+        "then Rejected by the operator (a cluster refuses them at kubectl apply)."
+    )
+
+
+def _walkthrough(kubeconfig: str, examples: Path | None) -> str:
+    example = (
+        str(examples / "llama-3-8b-vllm-bf16.yaml")
+        if examples and (examples / "llama-3-8b-vllm-bf16.yaml").exists()
+        else "examples/llama-3-8b-vllm-bf16.yaml"
+    )
+    return "\n".join(
+        [
+            "",
+            "Serving until Ctrl-C. In another shell:",
+            "",
+            f"  export KUBECONFIG={kubeconfig}",
+            "  kubectl get gpuw -A",
+            "  kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.memory",
+            "  kubectl create namespace my-team",
+            f"  sed 's/namespace: inference/namespace: my-team/' {example} | kubectl apply -f -",
+            "  kubectl wait -n my-team --for=condition=Ready gpuworkload/llama-3-8b-chat "
+            "--timeout=5m",
+            "  kubectl get gpuw -n my-team -o wide",
+            "  kubectl describe gpuw -n my-team llama-3-8b-chat",
+            "  kubectl get events -n my-team",
+            "  kubectl explain gpuworkload.spec.inference",
+            "",
+        ]
+    )
+
+
+async def _serve_until_stopped(
+    cluster: Any, proc: subprocess.Popen[bytes], log: Path, started: float
+) -> str:
+    """Keep serving; print each workload that settles (kubectl applies more); return why it
+    stopped."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    progress = _Progress(started=started)
+    progress.states = {_key(o): _state(o) for o in await cluster.list(GW) if _settled(o)}
+    try:
+        while not stop.is_set():
+            if proc.poll() is not None:
+                return f"the operator exited with code {proc.returncode}"
+            objs = sorted(await cluster.list(GW), key=_key)
+            size = log.stat().st_size if log.exists() else 0
+            progress.seen(objs, size, lambda line: print(line, flush=True))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return "stopped"
+
+
+def _write_kubeconfig(source: str, target: str | None) -> str:
+    if not target:
+        return source
+    Path(target).write_text(Path(source).read_text())
+    os.chmod(target, 0o600)
+    return target
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -147,10 +381,23 @@ async def _run(args: argparse.Namespace) -> int:
     if not docs:
         print("examples/ not found: applying only the built-in tiny workload")
     docs.append(TINY)
-    async with LoopbackCluster() as cluster:
+    device, why_device = (
+        (args.probe_device, "--probe-device") if args.probe_device else probe_device()
+    )
+    cpus = os.cpu_count() or 1
+    concurrency = args.probe_concurrency or (cpus if device == "cpu" else 1)
+    async with LoopbackCluster(port=args.port) as cluster:
+        kubeconfig = _write_kubeconfig(cluster.kubeconfig, args.kubeconfig)
         await cluster.create(
             ("apiextensions.k8s.io", "v1", "customresourcedefinitions"), crd_document()
         )
+        namespaces = sorted(
+            {"default", *(d["metadata"].get("namespace") or "default" for d in docs)}
+        )
+        for ns in namespaces:
+            await cluster.create(
+                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+            )
         by_name = {c.name: c for c in DEFAULT_CATALOG}
         classes = [by_name[n] for n in DEMO_NODE_CLASSES if n in by_name]
         for i, cls in enumerate(classes):
@@ -158,6 +405,8 @@ async def _run(args: argparse.Namespace) -> int:
         await cluster.create(
             ("", "v1", "nodes"),
             {
+                "apiVersion": "v1",
+                "kind": "Node",
                 "metadata": {"name": "gpu-new-node-no-gfd-labels"},
                 "status": {"allocatable": {"nvidia.com/gpu": "8"}},
             },
@@ -166,76 +415,82 @@ async def _run(args: argparse.Namespace) -> int:
             await cluster.create(GW, doc)
         where = f"{len(docs) - 1} from {examples} + " if examples else ""
         print(
-            f"Kubernetes API (kmock emulator) on {cluster.url}: CRD, {len(classes)} GPU nodes "
+            f"Kubernetes API (kmock emulator) on {cluster.url}: CRD, namespaces "
+            f"{', '.join(namespaces)}, {len(classes)} GPU nodes "
             f"({', '.join(c.name for c in classes)}) and 1 unlabelled node; "
             f"GPUWorkloads: {where}the built-in tiny-llama-cpu-smoke"
         )
-        log = Path(tempfile.mkstemp(prefix="gpu-sizer-demo-", suffix=".log")[1])
+        if args.serve:
+            print(f"kubeconfig: {kubeconfig}", flush=True)
+        fd, name = tempfile.mkstemp(prefix="gpu-sizer-demo-", suffix=".log")
+        os.close(fd)
+        log = Path(name)
         # The demo's operator gets its settings from the flags below only: a stray GPU_SIZER_*
         # variable in the user's shell (say GPU_SIZER_NAMESPACE) must not reconfigure it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SIZER_")}
         env["KUBECONFIG"] = cluster.kubeconfig
         src = Path(__file__).resolve().parents[2]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
+        probe = [sys.executable, "-m", "gpu_sizer.probe", "--device", device]
         argv = [
             sys.executable, "-m", "gpu_sizer.cli", "operator", "-A", "--standalone",
             "--measurement-backend", "local", "--local-deadline-cap", str(args.probe_seconds),
+            "--local-probe-command", shlex.join(probe),
+            "--local-max-concurrency", str(concurrency),
             "--no-webhook", "--metrics-port", "0", "--health-port", "0",
         ]  # fmt: skip
+        ok = False
         with log.open("wb") as fh:
             proc = subprocess.Popen(
                 argv, env=env, stdout=None if args.verbose else fh, stderr=subprocess.STDOUT
             )
-            print(f"operator started (pid {proc.pid}, log {log}); measuring with the local probe")
+            print(
+                f"operator started (pid {proc.pid}); probes on {device} ({why_device}), "
+                f"{concurrency} at a time; waiting for {len(docs)} workloads to settle "
+                f"(giving up only if nothing moves for {args.stall_seconds:g} s)",
+                flush=True,
+            )
             try:
-                objs = await _wait(cluster, len(docs), args.timeout, proc)
+                objs, gave_up = await _settle(
+                    cluster,
+                    len(docs),
+                    proc,
+                    log,
+                    started=started,
+                    stall_seconds=args.stall_seconds,
+                    timeout=args.timeout,
+                )
+                _print_results(objs, device)
+                elapsed = time.monotonic() - started
+                done = sum(1 for o in objs if _settled(o))
+                print(f"{done}/{len(objs)} workloads settled in {elapsed:.0f} s")
+                if gave_up is not None:
+                    _report_gave_up(objs, gave_up, log)
+                elif args.serve:
+                    print(_walkthrough(kubeconfig, examples), flush=True)
+                    stopped = await _serve_until_stopped(cluster, proc, log, started)
+                    if stopped != "stopped":
+                        _report_gave_up(await cluster.list(GW), stopped, log)
+                        gave_up = stopped
+                    else:
+                        print("Stopping the operator and the API server.", flush=True)
+                ok = gave_up is None
             finally:
                 proc.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(10)
+                    proc.wait(30)
                 if proc.poll() is None:
                     proc.kill()
-    print()
-    print(_table(objs))
-    print()
-    for obj in objs:
-        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
-        ready = conds.get("Ready", {})
-        print(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}: {ready.get('message')}")
-    print()
-    print(
-        "Notes: no GPU here, so the probe ran on the CPU: 'cpu-smoke' figures are CPU RSS, not "
-        "GPU memory, and models over the probe's CPU limit are 'Unsupported' on this device; "
-        "recommendations with basis Estimate rest on the memory model. No admission webhook "
-        "runs in the demo, so specs without safe headroom were stored and then Rejected by the "
-        "operator (a cluster refuses them at kubectl apply)."
-    )
-    done = sum(1 for o in objs if (o.get("status") or {}).get("phase") in FINAL)
-    print(f"{done}/{len(objs)} workloads settled in {time.monotonic() - started:.0f} s")
-    return 0 if done == len(objs) else 1
-
-
-async def _wait(
-    cluster: Any, expected: int, timeout: float, proc: subprocess.Popen[bytes]
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    objs: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and proc.poll() is None:
-        objs = await cluster.list(GW)
-        phases = [(o.get("status") or {}).get("phase") for o in objs]
-        if len(objs) >= expected and all(
-            p in FINAL or _stalled(o) for p, o in zip(phases, objs, strict=True)
-        ):
-            break
-        await asyncio.sleep(0.5)
-    return sorted(objs, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
-
-
-def _stalled(obj: dict[str, Any]) -> bool:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Stalled" and c.get("status") == "True" for c in conds)
+                    proc.wait()
+                if args.kubeconfig and kubeconfig != cluster.kubeconfig:
+                    with contextlib.suppress(OSError):
+                        Path(kubeconfig).unlink()
+                if ok:
+                    log.unlink(missing_ok=True)
+    return 0 if ok else 1
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the demo; exit status 0 when every workload reached a final phase."""
+    """Run the demo; exit status 0 when every workload settled (and, with ``--serve``, the demo
+    was stopped with Ctrl-C or SIGTERM), 1 when it gave up."""
     return asyncio.run(_run(args))

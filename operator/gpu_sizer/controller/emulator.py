@@ -24,6 +24,7 @@ from typing import Any, Protocol, Self
 import kmock
 
 from gpu_sizer.api import GROUP, KIND, PLURAL, SHORT_NAME, SINGULAR, VERSION
+from gpu_sizer.controller.emulator_kubectl import KubectlApi
 
 __all__ = [
     "RESOURCES",
@@ -58,6 +59,7 @@ RESOURCES: dict[tuple[str, str, str], dict[str, Any]] = {
         kind="Pod",
         singular="pod",
         namespaced=True,
+        shortnames={"po"},
         subresources={"status"},
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
     ),
@@ -65,6 +67,7 @@ RESOURCES: dict[tuple[str, str, str], dict[str, Any]] = {
         kind="Node",
         singular="node",
         namespaced=False,
+        shortnames={"no"},
         subresources={"status"},
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
     ),
@@ -72,24 +75,28 @@ RESOURCES: dict[tuple[str, str, str], dict[str, Any]] = {
         kind="Namespace",
         singular="namespace",
         namespaced=False,
-        verbs={"get", "list", "watch", "create"},
+        shortnames={"ns"},
+        verbs={"get", "list", "watch", "create", "patch", "delete"},
     ),
     ("", "v1", "events"): dict(
         kind="Event",
         singular="event",
         namespaced=True,
+        shortnames={"ev"},
         verbs={"create", "patch", "list", "get", "watch"},
     ),
     ("events.k8s.io", "v1", "events"): dict(
         kind="Event",
         singular="event",
         namespaced=True,
+        shortnames={"ev"},
         verbs={"create", "patch", "list", "get", "watch"},
     ),
     ("apiextensions.k8s.io", "v1", "customresourcedefinitions"): dict(
         kind="CustomResourceDefinition",
         singular="customresourcedefinition",
         namespaced=False,
+        shortnames={"crd", "crds"},
         verbs={"get", "list", "watch", "create"},
     ),
 }
@@ -151,8 +158,10 @@ def _conflict(message: str) -> Exception:
     return kmock.KubernetesError(status=409, reason="Conflict", message=message)
 
 
-class ApiServerEmulator(kmock.KubernetesEmulator):
-    """kmock's emulator plus the object bookkeeping a real API server does on writes.
+class ApiServerEmulator(KubectlApi, kmock.KubernetesEmulator):
+    """kmock's emulator plus the object bookkeeping a real API server does on writes, and
+    the API surface real ``kubectl`` needs (:class:`~gpu_sizer.controller.emulator_kubectl.
+    KubectlApi`).
 
     kmock 0.8 stores objects exactly as sent. Here, before kmock stores a write: a created
     object gets ``uid``, ``creationTimestamp``, ``generation: 1``, a name from

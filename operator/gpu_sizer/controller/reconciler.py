@@ -206,6 +206,8 @@ class Reconciler:
         #: What was last logged per workload and topic: the same warning is not repeated.
         self._said: dict[Key, dict[str, str]] = {}
         self._headroom_labels: dict[Key, tuple[str, str]] = {}
+        #: Workloads decided at least once by this process (to log a restart's takeover once).
+        self._resumed: set[Key] = set()
         self._events: asyncio.Queue[tuple[dict[str, Any], str, str, str]] | None = None
         self._poster: asyncio.Task[None] | None = None
         #: Measurements waiting for a slot (issue 15); rebuilt from stored statuses on start.
@@ -573,6 +575,12 @@ class Reconciler:
                 else:
                     self._reserved.pop(namespace, None)
         changed = await self._write(key, body, stored, plan)
+        if key not in self._resumed:
+            self._resumed.add(key)
+            if stored.get("phase"):
+                # After a restart: which workloads this process took over; its Job actions
+                # (an adoption, a deletion) are done by now.
+                log.info("%s/%s: resumed in phase %s", *key, plan.status.phase)
         self._record_metrics(key, plan.status)
         log.debug(
             "%s/%s: decided: %s, status %s",
@@ -802,6 +810,7 @@ class Reconciler:
         if body is None:
             self._written.pop(key, None)
             self._said.pop(key, None)
+            self._resumed.discard(key)
             self._forget_metrics(key)
 
     # ----------------------------------------------------------------------- events, logs
