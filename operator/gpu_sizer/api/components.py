@@ -1,0 +1,458 @@
+"""The diffusion component classes gpu-sizer sizes, and the config.json keys it reads from each.
+
+A pipeline component is given as its class name and its ``config.json`` (camelCased, as the
+other spec fields). Like ``diffusers``' ``ConfigMixin.from_config`` and ``transformers``'
+``PretrainedConfig``, keys the memory model does not read are accepted and ignored (a real
+config.json carries ``_class_name``, ``act_fn`` and many more); the keys it reads are checked for
+type and range, and a key left out takes the class's own default, copied from the constructor
+signature of the version modelled: ``diffusers`` 0.42.1 and ``transformers`` 5.24.0 (a test
+compares every default here with the library's).
+
+Roles: ``Denoiser`` (UNet or diffusion transformer), ``Vae`` (autoencoder), ``TextEncoder``,
+``ImageEncoder`` (Wan 2.1 image-to-video's CLIP vision tower).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "COMPONENT_CLASSES",
+    "WEIGHTLESS_SUFFIXES",
+    "ComponentClass",
+    "ConfigKey",
+    "Role",
+    "config_problems",
+    "resolved_config",
+]
+
+
+class Role(StrEnum):
+    """What a component does in the pipeline."""
+
+    Denoiser = "Denoiser"
+    Vae = "Vae"
+    TextEncoder = "TextEncoder"
+    ImageEncoder = "ImageEncoder"
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One config.json key: its kind (``int``, ``float``, ``bool``, ``str``, ``ints``, ``strs``,
+    ``int|ints``, ``bools``), whether ``null`` is allowed, and the class default."""
+
+    kind: str
+    default: Any
+    nullable: bool = False
+
+
+def _k(kind: str, default: Any, nullable: bool = False) -> ConfigKey:
+    return ConfigKey(kind, default, nullable or default is None)
+
+
+@dataclass(frozen=True)
+class ComponentClass:
+    """A class gpu-sizer can size: its library, role and the config keys it reads."""
+
+    library: str
+    role: Role
+    keys: Mapping[str, ConfigKey]
+
+
+_CLIP_TEXT: Final = {
+    "vocab_size": _k("int", 49408),
+    "hidden_size": _k("int", 512),
+    "intermediate_size": _k("int", 2048),
+    "projection_dim": _k("int", 512),
+    "num_hidden_layers": _k("int", 12),
+    "num_attention_heads": _k("int", 8),
+    "max_position_embeddings": _k("int", 77),
+}
+_T5: Final = {
+    "vocab_size": _k("int", 32128),
+    "d_model": _k("int", 512),
+    "d_kv": _k("int", 64),
+    "d_ff": _k("int", 2048),
+    "num_layers": _k("int", 6),
+    "num_heads": _k("int", 8),
+    "relative_attention_num_buckets": _k("int", 32),
+    "feed_forward_proj": _k("str", "relu"),
+}
+
+#: Every class gpu-sizer sizes, by the class name model_index.json gives it.
+COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
+    "UNet2DConditionModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "sample_size": _k("int", None),
+            "in_channels": _k("int", 4),
+            "out_channels": _k("int", 4),
+            "down_block_types": _k(
+                "strs",
+                ("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+            ),
+            "mid_block_type": _k("str", "UNetMidBlock2DCrossAttn", nullable=True),
+            "up_block_types": _k(
+                "strs", ("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D")
+            ),
+            "block_out_channels": _k("ints", (320, 640, 1280, 1280)),
+            "layers_per_block": _k("int|ints", 2),
+            "norm_num_groups": _k("int", 32),
+            "cross_attention_dim": _k("int|ints", 1280),
+            "transformer_layers_per_block": _k("int|ints", 1),
+            "attention_head_dim": _k("int|ints", 8),
+            "num_attention_heads": _k("int|ints", None),
+            "use_linear_projection": _k("bool", False),
+            "only_cross_attention": _k("bool", False),
+            "class_embed_type": _k("str", None),
+            "addition_embed_type": _k("str", None),
+            "addition_time_embed_dim": _k("int", None),
+            "projection_class_embeddings_input_dim": _k("int", None),
+            "encoder_hid_dim": _k("int", None),
+            "encoder_hid_dim_type": _k("str", None),
+            "time_embedding_type": _k("str", "positional"),
+            "time_embedding_dim": _k("int", None),
+            "time_cond_proj_dim": _k("int", None),
+            "conv_in_kernel": _k("int", 3),
+            "conv_out_kernel": _k("int", 3),
+            "resnet_time_scale_shift": _k("str", "default"),
+            "dual_cross_attention": _k("bool", False),
+            "attention_type": _k("str", "default"),
+            "class_embeddings_concat": _k("bool", False),
+            "reverse_transformer_layers_per_block": _k("ints", None),
+        },
+    ),
+    "SD3Transformer2DModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "sample_size": _k("int", 128),
+            "patch_size": _k("int", 2),
+            "in_channels": _k("int", 16),
+            "num_layers": _k("int", 18),
+            "attention_head_dim": _k("int", 64),
+            "num_attention_heads": _k("int", 18),
+            "joint_attention_dim": _k("int", 4096),
+            "caption_projection_dim": _k("int", 1152),
+            "pooled_projection_dim": _k("int", 2048),
+            "out_channels": _k("int", 16),
+            "pos_embed_max_size": _k("int", 96),
+            "dual_attention_layers": _k("ints", ()),
+            "qk_norm": _k("str", None),
+        },
+    ),
+    "FluxTransformer2DModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "patch_size": _k("int", 1),
+            "in_channels": _k("int", 64),
+            "out_channels": _k("int", None),
+            "num_layers": _k("int", 19),
+            "num_single_layers": _k("int", 38),
+            "attention_head_dim": _k("int", 128),
+            "num_attention_heads": _k("int", 24),
+            "joint_attention_dim": _k("int", 4096),
+            "pooled_projection_dim": _k("int", 768),
+            "guidance_embeds": _k("bool", False),
+        },
+    ),
+    "WanTransformer3DModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "patch_size": _k("ints", (1, 2, 2)),
+            "num_attention_heads": _k("int", 40),
+            "attention_head_dim": _k("int", 128),
+            "in_channels": _k("int", 16),
+            "out_channels": _k("int", 16),
+            "text_dim": _k("int", 4096),
+            "freq_dim": _k("int", 256),
+            "ffn_dim": _k("int", 13824),
+            "num_layers": _k("int", 40),
+            "cross_attn_norm": _k("bool", True),
+            "qk_norm": _k("str", "rms_norm_across_heads", nullable=True),
+            "image_dim": _k("int", None),
+            "added_kv_proj_dim": _k("int", None),
+            "rope_max_seq_len": _k("int", 1024),
+            "pos_embed_seq_len": _k("int", None),
+        },
+    ),
+    "HunyuanVideoTransformer3DModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "in_channels": _k("int", 16),
+            "out_channels": _k("int", 16),
+            "num_attention_heads": _k("int", 24),
+            "attention_head_dim": _k("int", 128),
+            "num_layers": _k("int", 20),
+            "num_single_layers": _k("int", 40),
+            "num_refiner_layers": _k("int", 2),
+            "mlp_ratio": _k("float", 4.0),
+            "patch_size": _k("int", 2),
+            "patch_size_t": _k("int", 1),
+            "qk_norm": _k("str", "rms_norm"),
+            "guidance_embeds": _k("bool", True),
+            "text_embed_dim": _k("int", 4096),
+            "pooled_projection_dim": _k("int", 768),
+            "image_condition_type": _k("str", None),
+        },
+    ),
+    "CogVideoXTransformer3DModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "num_attention_heads": _k("int", 30),
+            "attention_head_dim": _k("int", 64),
+            "in_channels": _k("int", 16),
+            "out_channels": _k("int", 16),
+            "time_embed_dim": _k("int", 512),
+            "ofs_embed_dim": _k("int", None),
+            "text_embed_dim": _k("int", 4096),
+            "num_layers": _k("int", 30),
+            "attention_bias": _k("bool", True),
+            "sample_width": _k("int", 90),
+            "sample_height": _k("int", 60),
+            "sample_frames": _k("int", 49),
+            "patch_size": _k("int", 2),
+            "patch_size_t": _k("int", None),
+            "temporal_compression_ratio": _k("int", 4),
+            "max_text_seq_length": _k("int", 226),
+            "norm_elementwise_affine": _k("bool", True),
+            "use_rotary_positional_embeddings": _k("bool", False),
+            "use_learned_positional_embeddings": _k("bool", False),
+            "patch_bias": _k("bool", True),
+        },
+    ),
+    "LTXVideoTransformer3DModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "in_channels": _k("int", 128),
+            "out_channels": _k("int", 128),
+            "patch_size": _k("int", 1),
+            "patch_size_t": _k("int", 1),
+            "num_attention_heads": _k("int", 32),
+            "attention_head_dim": _k("int", 64),
+            "cross_attention_dim": _k("int", 2048),
+            "num_layers": _k("int", 28),
+            "norm_elementwise_affine": _k("bool", False),
+            "caption_channels": _k("int", 4096),
+            "attention_bias": _k("bool", True),
+            "attention_out_bias": _k("bool", True),
+        },
+    ),
+    "AutoencoderKL": ComponentClass(
+        "diffusers",
+        Role.Vae,
+        {
+            "in_channels": _k("int", 3),
+            "out_channels": _k("int", 3),
+            "down_block_types": _k("strs", ("DownEncoderBlock2D",)),
+            "up_block_types": _k("strs", ("UpDecoderBlock2D",)),
+            "block_out_channels": _k("ints", (64,)),
+            "layers_per_block": _k("int", 1),
+            "latent_channels": _k("int", 4),
+            "norm_num_groups": _k("int", 32),
+            "sample_size": _k("int", 32),
+            "force_upcast": _k("bool", True),
+            "use_quant_conv": _k("bool", True),
+            "use_post_quant_conv": _k("bool", True),
+            "mid_block_add_attention": _k("bool", True),
+        },
+    ),
+    "AutoencoderKLWan": ComponentClass(
+        "diffusers",
+        Role.Vae,
+        {
+            "base_dim": _k("int", 96),
+            "decoder_base_dim": _k("int", None),
+            "z_dim": _k("int", 16),
+            "dim_mult": _k("ints", (1, 2, 4, 4)),
+            "num_res_blocks": _k("int", 2),
+            "attn_scales": _k("ints", ()),
+            "temperal_downsample": _k("bools", (False, True, True)),
+            "is_residual": _k("bool", False),
+            "in_channels": _k("int", 3),
+            "out_channels": _k("int", 3),
+            "patch_size": _k("int", None),
+            "scale_factor_temporal": _k("int", 4),
+            "scale_factor_spatial": _k("int", 8),
+        },
+    ),
+    "AutoencoderKLHunyuanVideo": ComponentClass(
+        "diffusers",
+        Role.Vae,
+        {
+            "in_channels": _k("int", 3),
+            "out_channels": _k("int", 3),
+            "latent_channels": _k("int", 16),
+            "block_out_channels": _k("ints", (128, 256, 512, 512)),
+            "layers_per_block": _k("int", 2),
+            "norm_num_groups": _k("int", 32),
+            "spatial_compression_ratio": _k("int", 8),
+            "temporal_compression_ratio": _k("int", 4),
+            "mid_block_add_attention": _k("bool", True),
+        },
+    ),
+    "AutoencoderKLCogVideoX": ComponentClass(
+        "diffusers",
+        Role.Vae,
+        {
+            "in_channels": _k("int", 3),
+            "out_channels": _k("int", 3),
+            "block_out_channels": _k("ints", (128, 256, 256, 512)),
+            "latent_channels": _k("int", 16),
+            "layers_per_block": _k("int", 3),
+            "norm_num_groups": _k("int", 32),
+            "temporal_compression_ratio": _k("float", 4),
+            "force_upcast": _k("bool", True),
+            "use_quant_conv": _k("bool", False),
+            "use_post_quant_conv": _k("bool", False),
+        },
+    ),
+    "AutoencoderKLLTXVideo": ComponentClass(
+        "diffusers",
+        Role.Vae,
+        {
+            "in_channels": _k("int", 3),
+            "out_channels": _k("int", 3),
+            "latent_channels": _k("int", 128),
+            "block_out_channels": _k("ints", (128, 256, 512, 512)),
+            "decoder_block_out_channels": _k("ints", (128, 256, 512, 512)),
+            "layers_per_block": _k("ints", (4, 3, 3, 3, 4)),
+            "decoder_layers_per_block": _k("ints", (4, 3, 3, 3, 4)),
+            "spatio_temporal_scaling": _k("bools", (True, True, True, False)),
+            "decoder_spatio_temporal_scaling": _k("bools", (True, True, True, False)),
+            "decoder_inject_noise": _k("bools", (False, False, False, False, False)),
+            "upsample_residual": _k("bools", (False, False, False, False)),
+            "upsample_factor": _k("ints", (1, 1, 1, 1)),
+            "timestep_conditioning": _k("bool", False),
+            "patch_size": _k("int", 4),
+            "patch_size_t": _k("int", 1),
+        },
+    ),
+    "CLIPTextModel": ComponentClass("transformers", Role.TextEncoder, dict(_CLIP_TEXT)),
+    "CLIPTextModelWithProjection": ComponentClass(
+        "transformers", Role.TextEncoder, dict(_CLIP_TEXT)
+    ),
+    "CLIPVisionModel": ComponentClass(
+        "transformers",
+        Role.ImageEncoder,
+        {
+            "hidden_size": _k("int", 768),
+            "intermediate_size": _k("int", 3072),
+            "projection_dim": _k("int", 512),
+            "num_hidden_layers": _k("int", 12),
+            "num_attention_heads": _k("int", 12),
+            "num_channels": _k("int", 3),
+            "image_size": _k("int", 224),
+            "patch_size": _k("int", 32),
+        },
+    ),
+    "T5EncoderModel": ComponentClass("transformers", Role.TextEncoder, dict(_T5)),
+    "UMT5EncoderModel": ComponentClass(
+        "transformers", Role.TextEncoder, {**_T5, "vocab_size": _k("int", 250112)}
+    ),
+    "LlamaModel": ComponentClass(
+        "transformers",
+        Role.TextEncoder,
+        {
+            "vocab_size": _k("int", 32000),
+            "hidden_size": _k("int", 4096),
+            "intermediate_size": _k("int", 11008),
+            "num_hidden_layers": _k("int", 32),
+            "num_attention_heads": _k("int", 32),
+            "num_key_value_heads": _k("int", None),
+            "head_dim": _k("int", None),
+            "attention_bias": _k("bool", False),
+            "mlp_bias": _k("bool", False),
+        },
+    ),
+}
+
+#: Class-name endings of pipeline parts without weights (tokenizers, schedulers, processors):
+#: ``import-diffusers`` leaves them out of ``spec.model.pipeline.components``.
+WEIGHTLESS_SUFFIXES: Final = (
+    "Tokenizer",
+    "TokenizerFast",
+    "Scheduler",
+    "ImageProcessor",
+    "FeatureExtractor",
+    "Processor",
+)
+
+_BOUND: Final = 10_000_000
+
+
+def _check(kind: str, value: Any) -> str | None:
+    """Why ``value`` is not of ``kind``, or ``None``."""
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be an integer"
+        if not 0 <= value <= _BOUND:
+            return f"must be between 0 and {_BOUND}"
+        return None
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return "must be a number"
+        return None if 0 < value <= _BOUND else f"must be above 0 and at most {_BOUND}"
+    if kind == "bool":
+        return None if isinstance(value, bool) else "must be true or false"
+    if kind == "str":
+        return None if isinstance(value, str) else "must be a string"
+    if kind in ("ints", "strs", "bools"):
+        if not isinstance(value, list | tuple):
+            return "must be a list"
+        item = {"ints": "int", "strs": "str", "bools": "bool"}[kind]
+        for i, v in enumerate(value):
+            bad = _check(item, v)
+            if bad is not None:
+                return f"item {i} {bad}"
+        return None
+    if kind == "int|ints":
+        return _check("ints" if isinstance(value, list | tuple) else "int", value)
+    raise AssertionError(kind)
+
+
+def config_problems(cls: str, config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(camelCase key, message) for each key of ``config`` that ``cls`` reads and that has the
+    wrong type; empty for classes gpu-sizer does not know (their config is not read)."""
+    known = COMPONENT_CLASSES.get(cls)
+    if known is None:
+        return []
+    problems: list[tuple[str, str]] = []
+    for key, spec in known.keys.items():
+        wire = to_camel(key)
+        if wire not in config:
+            continue
+        value = config[wire]
+        if value is None:
+            if not spec.nullable:
+                problems.append((wire, "must not be null"))
+            continue
+        bad = _check(spec.kind, value)
+        if bad is not None:
+            problems.append((wire, bad))
+    return problems
+
+
+def resolved_config(cls: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys ``cls`` reads (snake_case), from ``config`` (camelCase) or the class default.
+
+    Lists come back as tuples. Call only for a known class whose config passed
+    :func:`config_problems`.
+    """
+    known = COMPONENT_CLASSES[cls]
+    out: dict[str, Any] = {}
+    for key, spec in known.keys.items():
+        value = config.get(to_camel(key), spec.default)
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return out

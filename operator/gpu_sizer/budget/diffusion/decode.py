@@ -1,0 +1,290 @@
+"""Activation bytes of a VAE decode (and of a VAE encode, for image-to-video). Pure.
+
+The decoder runs at inference, so its peak is one stage's live set at that stage's resolution,
+plus what the decode loop keeps (decoded chunks, feature caches). For each stage the live set is
+read from the class's ``diffusers`` 0.42.1 source (elements of the given channel widths at that
+stage's voxel count), with three recurring effects:
+
+- a ResNet block holds its input while ``norm -> SiLU -> conv`` runs, and at the end the
+  shortcut, the block output and their sum: ``Cin + max(2 Cin, Cin + Cout, 4 Cout)``;
+- causal 3D convolutions copy their input to pad it in time (``F.pad`` in the Hunyuan, LTX and
+  CogVideoX wrappers; ``torch.cat`` with the cached frames in Wan's ``WanCausalConv3d``): one
+  more ``Cin`` while the convolution runs;
+- up-sampling holds the input, the interpolated copy (two for Hunyuan's and CogVideoX's
+  first-frame split and concatenation) and the convolution output at the new resolution.
+
+Video decoders differ in how much of the video one decoder call sees, which is what makes the
+VAE decode the peak of many video pipelines:
+
+- ``AutoencoderKLWan._decode``: one latent frame per call with a two-frame feature cache per
+  causal convolution; the output grows by ``torch.cat`` (old and new output together);
+- ``AutoencoderKLCogVideoX._decode``: two latent frames per call (the first call also takes the
+  odd remainder), with ``conv_cache``; outputs concatenated at the end;
+- ``AutoencoderKLHunyuanVideo``: ``use_framewise_decoding`` is on by default: temporal tiles of
+  ``tile_sample_min_num_frames`` (16) samples (5 latent frames) every 12 samples; every decoded
+  tile is kept for blending. The mid-block attention builds a causal mask
+  (``prepare_causal_attention_mask``) of ``tokens x tokens`` in the VAE dtype, through a
+  boolean comparison and a float32 ``torch.where``: quadratic in the tile's latent tokens,
+  which is why HunyuanVideo needs ``enable_tiling()``;
+- ``AutoencoderKLLTXVideo``: the whole video in one call unless tiling is enabled;
+- ``AutoencoderKL`` (images): the whole batch at once unless slicing (one image per call) or
+  tiling.
+
+``enable_tiling()`` (``vaeTiling``) decodes spatial tiles of each class's
+``tile_sample_min_height/width`` (512 px for ``AutoencoderKL``; 256 for Wan and HunyuanVideo;
+512 for LTX; half the configured sample size for CogVideoX) and keeps the decoded tiles of a row
+for blending; ``enable_slicing()`` (``vaeSlicing``) decodes one batch element at a time.
+``tests/budget/diffusion`` checks each class against PyTorch's CPU allocation trace of the real
+decoder in float32 on small configs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "DecodeShape",
+    "latent_geometry",
+    "vae_decode_bytes",
+    "vae_encode_bytes",
+]
+
+Config = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DecodeShape:
+    """A decode: latent grid of ``batch`` samples, and the VAE's dtype and memory options.
+
+    ``frames``, ``height`` and ``width`` are latent sizes; ``act_bytes`` the VAE dtype's bytes.
+    """
+
+    batch: int
+    frames: int
+    height: int
+    width: int
+    act_bytes: int
+    tiling: bool = False
+    slicing: bool = False
+
+
+def latent_geometry(cls: str, c: Config) -> tuple[int, int, int]:
+    """(spatial factor, temporal factor, latent channels) of a VAE class and config: pixels per
+    latent cell per side, frames per latent frame after the first, channels of the latent."""
+    if cls == "AutoencoderKL":
+        return 2 ** (len(c["block_out_channels"]) - 1), 1, c["latent_channels"]
+    if cls == "AutoencoderKLWan":
+        return c["scale_factor_spatial"], c["scale_factor_temporal"], c["z_dim"]
+    if cls == "AutoencoderKLHunyuanVideo":
+        return c["spatial_compression_ratio"], c["temporal_compression_ratio"], c["latent_channels"]
+    if cls == "AutoencoderKLCogVideoX":
+        spatial = 2 ** (len(c["block_out_channels"]) - 1)
+        return spatial, int(c["temporal_compression_ratio"]), c["latent_channels"]
+    if cls == "AutoencoderKLLTXVideo":
+        scaled = sum(1 for s in c["spatio_temporal_scaling"] if s)
+        return c["patch_size"] * 2**scaled, c["patch_size_t"] * 2**scaled, c["latent_channels"]
+    raise KeyError(cls)
+
+
+#: Measured over modelled live set of the decoder chain, per class: PyTorch's CPU allocation
+#: trace of the published config's real decoder (float32, a small latent grid; see
+#: ``tests/budget/diffusion``) divided by :func:`_chain`'s count. They absorb what the walk does
+#: not spell out: spatial-norm interpolations of the latent (CogVideoX), convolution input
+#: reorders and workspaces, the first-frame split copies. CUDA's cuDNN workspaces differ from
+#: oneDNN's reorders; docs/accuracy.md tracks the GPU check.
+_CALIBRATION: Final[dict[str, float]] = {
+    "AutoencoderKL": 1.30,
+    "AutoencoderKLWan": 0.84,
+    "AutoencoderKLHunyuanVideo": 1.20,
+    "AutoencoderKLCogVideoX": 1.23,
+    "AutoencoderKLLTXVideo": 1.02,
+}
+
+
+def _resnet(cin: int, cout: int, pad: int) -> int:
+    """Elements per voxel of a ResNet block (see the module docstring)."""
+    return cin + max(2 * cin + pad * cin, cin + pad * cin + cout, 2 * cout + pad * cout + cout, 4 * cout)
+
+
+def _conv_cache(channels: list[int], convs: int, frames: int, h: int, w: int) -> int:
+    """Elements of the causal-convolution feature caches: ``frames`` frames of each
+    convolution's input, ``convs`` convolutions per block; ``channels[0]`` (mid block) and
+    ``channels[1]`` (first up block) at the latent grid, the grid doubling per later block."""
+    total = 0
+    for i, d in enumerate(channels):
+        if i >= 2:
+            h, w = h * 2, w * 2
+        total += convs * frames * d * h * w
+    return total
+
+
+def _sample_frames(latent: int, temporal: int) -> int:
+    return (latent - 1) * temporal + 1 if temporal > 1 else latent
+
+
+def _tile(latent_h: int, latent_w: int, tile_latent: int, tiling: bool) -> tuple[int, int]:
+    if not tiling:
+        return latent_h, latent_w
+    return min(latent_h, tile_latent), min(latent_w, tile_latent)
+
+
+def _chain(
+    channels: list[int], spatial_ups: list[bool], temporal_ups: list[bool], layers: int, pad: int, up_copies: int
+) -> Callable[[int, int, int], int]:
+    """The live-set peak of a decoder's up path, as a function of (frames, height, width) at
+    the latent resolution: ``channels[0]`` at the latent grid (conv_in, mid block), then for each
+    up block ``i`` its ResNets into ``channels[i + 1]`` and, when flagged, an up-sampling."""
+
+    def peak(frames: int, h: int, w: int) -> int:
+        top = channels[0]
+        best = _resnet(top, top, pad) * frames * h * w
+        prev = top
+        for i, out in enumerate(channels[1:]):
+            vox = frames * h * w
+            best = max(best, _resnet(prev, out, pad) * vox, _resnet(out, out, pad) * vox)
+            prev = out
+            if i < len(spatial_ups) and (spatial_ups[i] or temporal_ups[i]):
+                nf = frames * 2 if temporal_ups[i] else frames
+                nh, nw = (h * 2, w * 2) if spatial_ups[i] else (h, w)
+                out_vox = nf * nh * nw
+                best = max(best, out * vox + (up_copies + 1 + pad) * out * out_vox)
+                frames, h, w = nf, nh, nw
+        last = frames * h * w
+        return max(best, 3 * channels[-1] * last)
+
+    return peak
+
+
+def _kl(c: Config, s: DecodeShape) -> int:
+    """``AutoencoderKL`` (``vae.py`` ``Decoder``): 2D, no padding copies; mid-block attention
+    over the latent pixels of each image through SDPA. ``force_upcast`` is the pipeline's
+    business (it decides ``act_bytes``)."""
+    boc = list(c["block_out_channels"])[::-1]
+    n = len(boc)
+    chain = _chain([boc[0], *boc], [True] * (n - 1), [False] * (n - 1), c["layers_per_block"], 0, 0)
+    h, w = _tile(s.height, s.width, 512 // 2 ** (n - 1), s.tiling)
+    batch = 1 if s.slicing or s.tiling else s.batch
+    peak = _CALIBRATION["AutoencoderKL"] * batch * chain(1, h, w)
+    if s.tiling:
+        f = 2 ** (n - 1)
+        peak += s.batch * 3 * (s.height * f) * (s.width * f)
+    return int(peak * s.act_bytes)
+
+
+def _wan(c: Config, s: DecodeShape) -> int:
+    """``AutoencoderKLWan``: one latent frame per decoder call (four output frames after the
+    first), a feature cache of two frames per causal convolution input, the output concatenated
+    call by call. Wan 2.2's residual decoder (``is_residual``) keeps a copy of each up block's
+    input for its ``DupUp3D`` shortcut."""
+    mult = list(c["dim_mult"])
+    base = c["decoder_base_dim"] or c["base_dim"]
+    dims = [base * u for u in [mult[-1], *mult[::-1]]]
+    ups = list(c["temperal_downsample"])[::-1]
+    n = len(mult)
+    spatial_ups = [True] * (n - 1)
+    residual = c["is_residual"]
+    chain = _chain(dims, spatial_ups, ups, c["num_res_blocks"], 1, 1)
+    h, w = _tile(s.height, s.width, 256 // (c["scale_factor_spatial"] // (2 if c["patch_size"] else 1)), s.tiling)
+    batch = 1 if s.slicing else s.batch
+    step = chain(1, h, w) * (2 if residual else 1)
+    cache = _conv_cache(dims, 2 * (c["num_res_blocks"] + 1), 2, h, w)
+    out_frames = _sample_frames(s.frames, c["scale_factor_temporal"])
+    fs = c["scale_factor_spatial"]
+    output = 2 * 3 * out_frames * (s.height * fs) * (s.width * fs)
+    return int((batch * (_CALIBRATION["AutoencoderKLWan"] * step + cache) + s.batch * output) * s.act_bytes)
+
+
+def _hunyuan(c: Config, s: DecodeShape) -> int:
+    """``AutoencoderKLHunyuanVideo``: framewise temporal tiles (5 latent frames), spatial tiles
+    of 32 latents with ``vaeTiling``; the causal mask of the mid-block attention costs
+    ``tokens^2 x (1 + 4 + a)`` bytes while it is built."""
+    boc = list(c["block_out_channels"])[::-1]
+    n = len(boc)
+    spatial = int(math.log2(c["spatial_compression_ratio"]))
+    temporal = int(math.log2(c["temporal_compression_ratio"]))
+    spatial_ups = [i < spatial for i in range(n - 1)]
+    temporal_ups = [i >= n - 1 - temporal for i in range(n - 1)]
+    chain = _chain([boc[0], *boc], spatial_ups, temporal_ups, c["layers_per_block"], 1, 2)
+    frames = min(s.frames, 5)
+    h, w = _tile(s.height, s.width, 32, s.tiling)
+    batch = 1 if s.slicing else s.batch
+    tokens = frames * h * w
+    mask = tokens * tokens * (1 + 4 + s.act_bytes) if c["mid_block_add_attention"] else 0
+    fs = c["spatial_compression_ratio"]
+    out_frames = _sample_frames(s.frames, c["temporal_compression_ratio"])
+    video = 3 * out_frames * (s.height * fs) * (s.width * fs)
+    tiles = (16 + 1) / 12
+    live = _CALIBRATION["AutoencoderKLHunyuanVideo"] * chain(frames, h, w)
+    return int(batch * (live * s.act_bytes + mask) + s.batch * video * (1 + tiles) * s.act_bytes)
+
+
+def _cogvideox(c: Config, s: DecodeShape) -> int:
+    """``AutoencoderKLCogVideoX``: two latent frames per decoder call (three for the first when
+    the count is odd), spatial norms conditioned on the latent, ``conv_cache`` of two frames per
+    causal convolution, outputs concatenated at the end."""
+    boc = list(c["block_out_channels"])[::-1]
+    n = len(boc)
+    level = int(math.log2(c["temporal_compression_ratio"]))
+    chain = _chain(
+        [boc[0], *boc], [True] * (n - 1), [i < level for i in range(n - 1)], c["layers_per_block"], 1, 2
+    )
+    frames = 2 + (s.frames % 2) if s.frames > 1 else 1
+    spatial = 2 ** (n - 1)
+    h, w = _tile(s.height, s.width, 240 // spatial, s.tiling)
+    batch = 1 if s.slicing else s.batch
+    out_frames = _sample_frames(s.frames, int(c["temporal_compression_ratio"]))
+    video = 3 * out_frames * (s.height * spatial) * (s.width * spatial)
+    calls = 2 if s.frames > frames else 1  # a later call holds the previous call's cache too
+    cache = calls * _conv_cache([boc[0], *boc], 2 * (c["layers_per_block"] + 1), 2, h, w)
+    live = _CALIBRATION["AutoencoderKLCogVideoX"] * chain(frames, h, w)
+    return int((batch * (live + cache) + 2 * s.batch * video) * s.act_bytes)
+
+
+def _ltx(c: Config, s: DecodeShape) -> int:
+    """``AutoencoderKLLTXVideo``: the whole video per call (spatial tiles of 16 latents with
+    ``vaeTiling``); up-sampling is a convolution to 8x the channels followed by a depth-to-space
+    permutation copy; the output is unpatchified (a copy) from ``3 x patch^2`` channels."""
+    dboc = list(c["decoder_block_out_channels"])[::-1]
+    factors = list(c["upsample_factor"])[::-1]
+    scale = list(c["decoder_spatio_temporal_scaling"])[::-1]
+    channels = [dboc[0], *(b // f for b, f in zip(dboc, factors, strict=True))]
+    chain = _chain(channels, scale, scale, 1, 1, 1)
+    h, w = _tile(s.height, s.width, 512 // (c["patch_size"] * 2 ** sum(1 for x in scale if x)), s.tiling)
+    batch = 1 if s.slicing else s.batch
+    p = c["patch_size"]
+    spatial, temporal, _ = latent_geometry("AutoencoderKLLTXVideo", c)
+    out_frames = _sample_frames(s.frames, temporal)
+    video = 3 * out_frames * (s.height * spatial) * (s.width * spatial)
+    del p
+    live = _CALIBRATION["AutoencoderKLLTXVideo"] * chain(s.frames, h, w)
+    return int((batch * live + 2 * s.batch * video) * s.act_bytes)
+
+
+_DECODERS: dict[str, Callable[[Config, DecodeShape], int]] = {
+    "AutoencoderKL": _kl,
+    "AutoencoderKLWan": _wan,
+    "AutoencoderKLHunyuanVideo": _hunyuan,
+    "AutoencoderKLCogVideoX": _cogvideox,
+    "AutoencoderKLLTXVideo": _ltx,
+}
+
+
+def vae_decode_bytes(cls: str, c: Config, shape: DecodeShape) -> int:
+    """Peak transient bytes of ``vae.decode`` for ``shape`` (output included).
+
+    :raises KeyError: ``cls`` is not a supported VAE class.
+    """
+    return int(_DECODERS[cls](c, shape))
+
+
+def vae_encode_bytes(cls: str, c: Config, shape: DecodeShape) -> int:
+    """Peak transient bytes of ``vae.encode`` of an input of the same sample size (the
+    conditioning video of image-to-video pipelines, the input image of image-to-image).
+
+    The encoder mirrors the decoder at the same resolutions with about the same widths, so the
+    decoder's live set is taken for it.
+    """
+    return vae_decode_bytes(cls, c, shape)

@@ -1,0 +1,188 @@
+"""Text and image encoders as module trees, from their config. Pure.
+
+Each builder mirrors one ``transformers`` 5.24.0 class (``models/<family>/modeling_<family>.py``
+named in its docstring); the oracle tests compare counts with the library's models on the meta
+device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpu_sizer.budget.diffusion.denoisers import UnsupportedConfig
+from gpu_sizer.budget.diffusion.parts import (
+    Part,
+    buffer,
+    conv,
+    embedding,
+    layer_norm,
+    linear,
+    module,
+    param,
+    rms_norm,
+    sequence,
+)
+
+__all__ = [
+    "clip_text_model",
+    "clip_text_model_with_projection",
+    "clip_vision_model",
+    "llama_model",
+    "t5_encoder_model",
+    "umt5_encoder_model",
+]
+
+Config = Mapping[str, Any]
+
+
+def _clip_layers(c: Config) -> Part:
+    """``modeling_clip.py`` ``CLIPEncoder``: ``layers`` of ``CLIPEncoderLayer``."""
+    h, inner = c["hidden_size"], c["intermediate_size"]
+    layer = module(
+        "0",
+        module(
+            "self_attn",
+            linear("k_proj", h, h),
+            linear("v_proj", h, h),
+            linear("q_proj", h, h),
+            linear("out_proj", h, h),
+        ),
+        layer_norm("layer_norm1", h),
+        module("mlp", linear("fc1", h, inner), linear("fc2", inner, h)),
+        layer_norm("layer_norm2", h),
+        copies=c["num_hidden_layers"],
+    )
+    return module("encoder", sequence("layers", layer))
+
+
+def clip_text_model(c: Config) -> Part:
+    """``modeling_clip.py`` ``CLIPTextModel`` (SD's CLIP ViT-L/14 text tower)."""
+    h, pos = c["hidden_size"], c["max_position_embeddings"]
+    return module(
+        "text_encoder",
+        module(
+            "embeddings",
+            embedding("token_embedding", c["vocab_size"], h),
+            embedding("position_embedding", pos, h),
+            buffer("position_ids", pos),
+        ),
+        _clip_layers(c),
+        layer_norm("final_layer_norm", h),
+    )
+
+
+def clip_text_model_with_projection(c: Config) -> Part:
+    """``modeling_clip.py`` ``CLIPTextModelWithProjection`` (SDXL's and SD3's OpenCLIP
+    bigG/14, SD3's CLIP-L): ``text_model`` and a bias-free ``text_projection``."""
+    inner = clip_text_model(c)
+    return module(
+        "text_encoder",
+        module("text_model", *inner.children),
+        linear("text_projection", c["hidden_size"], c["projection_dim"], bias=False),
+    )
+
+
+def clip_vision_model(c: Config) -> Part:
+    """``modeling_clip.py`` ``CLIPVisionModel`` (Wan 2.1 image-to-video's ViT-H/14 image
+    encoder)."""
+    h, p = c["hidden_size"], c["patch_size"]
+    positions = (c["image_size"] // p) ** 2 + 1
+    return module(
+        "image_encoder",
+        module(
+            "embeddings",
+            param("class_embedding", h),
+            conv("patch_embedding", c["num_channels"], h, (p, p), bias=False),
+            embedding("position_embedding", positions, h),
+            buffer("position_ids", positions),
+        ),
+        layer_norm("pre_layrnorm", h),
+        _clip_layers(c),
+        layer_norm("post_layernorm", h),
+    )
+
+
+def _t5(c: Config, every_layer_bias: bool) -> Part:
+    d, inner, heads, kv = c["d_model"], c["d_ff"], c["num_heads"], c["d_kv"]
+    proj = str(c["feed_forward_proj"])
+    gated = proj.startswith("gated-")
+    if proj.removeprefix("gated-") not in ("relu", "gelu", "gelu_new", "silu"):
+        raise UnsupportedConfig(f"feedForwardProj {proj!r}")
+    wide = heads * kv
+
+    def block(name: str, bias: bool, copies: int) -> Part:
+        attn = module(
+            "SelfAttention",
+            linear("q", d, wide, False),
+            linear("k", d, wide, False),
+            linear("v", d, wide, False),
+            linear("o", wide, d, False),
+            embedding("relative_attention_bias", c["relative_attention_num_buckets"], heads) if bias else None,
+        )
+        ff = (
+            module("DenseReluDense", linear("wi_0", d, inner, False), linear("wi_1", d, inner, False), linear("wo", inner, d, False))
+            if gated
+            else module("DenseReluDense", linear("wi", d, inner, False), linear("wo", inner, d, False))
+        )
+        return module(
+            name,
+            sequence("layer", module("0", attn, rms_norm("layer_norm", d)), module("1", ff, rms_norm("layer_norm", d))),
+            copies=copies,
+        )
+
+    layers = c["num_layers"]
+    if every_layer_bias:
+        blocks = sequence("block", block("0", True, layers))
+    else:
+        blocks = sequence("block", block("0", True, 1), block("1", False, layers - 1) if layers > 1 else None)
+    return module(
+        "text_encoder",
+        embedding("shared", c["vocab_size"], d),
+        module("encoder", blocks, rms_norm("final_layer_norm", d)),
+    )
+
+
+def t5_encoder_model(c: Config) -> Part:
+    """``models/t5/modeling_t5.py`` ``T5EncoderModel`` (T5 v1.1 XXL in SD3, Flux, CogVideoX,
+    LTX-Video): relative position bias in the first block only; ``encoder.embed_tokens`` is
+    ``shared``."""
+    return _t5(c, every_layer_bias=False)
+
+
+def umt5_encoder_model(c: Config) -> Part:
+    """``models/umt5/modeling_umt5.py`` ``UMT5EncoderModel`` (Wan's umT5-XXL): a relative
+    position bias in every block."""
+    return _t5(c, every_layer_bias=True)
+
+
+def llama_model(c: Config) -> Part:
+    """``models/llama/modeling_llama.py`` ``LlamaModel`` without ``lm_head`` (HunyuanVideo's
+    LLaVA-Llama-3-8B text encoder)."""
+    h, inner = c["hidden_size"], c["intermediate_size"]
+    heads = c["num_attention_heads"]
+    kv = c["num_key_value_heads"] or heads
+    hd = c["head_dim"] or h // heads
+    ab, mb = c["attention_bias"], c["mlp_bias"]
+    layer = module(
+        "0",
+        module(
+            "self_attn",
+            linear("q_proj", h, heads * hd, ab),
+            linear("k_proj", h, kv * hd, ab),
+            linear("v_proj", h, kv * hd, ab),
+            linear("o_proj", heads * hd, h, ab),
+        ),
+        module("mlp", linear("gate_proj", h, inner, mb), linear("up_proj", h, inner, mb), linear("down_proj", inner, h, mb)),
+        rms_norm("input_layernorm", h),
+        rms_norm("post_attention_layernorm", h),
+        copies=c["num_hidden_layers"],
+    )
+    half = hd // 2
+    return module(
+        "text_encoder",
+        embedding("embed_tokens", c["vocab_size"], h),
+        sequence("layers", layer),
+        rms_norm("norm", h),
+        module("rotary_emb", buffer("inv_freq", half), buffer("original_inv_freq", half)),
+    )
