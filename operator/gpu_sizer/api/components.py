@@ -95,11 +95,17 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "out_channels": _k("int", 4),
             "down_block_types": _k(
                 "strs",
-                ("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
+                (
+                    "CrossAttnDownBlock2D",
+                    "CrossAttnDownBlock2D",
+                    "CrossAttnDownBlock2D",
+                    "DownBlock2D",
+                ),
             ),
             "mid_block_type": _k("str", "UNetMidBlock2DCrossAttn", nullable=True),
             "up_block_types": _k(
-                "strs", ("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D")
+                "strs",
+                ("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
             ),
             "block_out_channels": _k("ints", (320, 640, 1280, 1280)),
             "layers_per_block": _k("int|ints", 2),

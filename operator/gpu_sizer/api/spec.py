@@ -1185,6 +1185,11 @@ class Model(_Model):
     )
     dtype: Dtype = Field(Dtype.bfloat16, description="Storage dtype of unquantized weights.")
     quantization: Quantization | None = Field(None, description="Weight quantization, if any.")
+    pipeline: Pipeline | None = Field(
+        None,
+        description="A diffusion pipeline (image or video generation): its class and components "
+        "from model_index.json and each config.json (gpu-sizer import-diffusers).",
+    )
 
     @property
     def quantization_method(self) -> QuantizationMethod | None:
@@ -1194,10 +1199,18 @@ class Model(_Model):
     @model_validator(mode="after")
     def _check(self) -> Model:
         problems = _Problems()
-        if self.architecture is None and self.parameter_count is None:
+        if self.pipeline is not None:
+            if self.architecture is not None:
+                problems.add(
+                    "pipeline",
+                    "give spec.model.pipeline (a diffusion pipeline) or spec.model.architecture "
+                    "(a language model), not both",
+                )
+        elif self.architecture is None and self.parameter_count is None:
             problems.add(
                 "parameterCount",
-                "give spec.model.architecture (config.json keys) or spec.model.parameterCount",
+                "give spec.model.architecture (config.json keys), spec.model.parameterCount, or "
+                "spec.model.pipeline (a diffusion pipeline)",
             )
         arch = self.architecture
         if (
@@ -1751,6 +1764,9 @@ class GPUWorkloadSpec(_Model):
     model: Model = Field(description="The model that is loaded.")
     inference: Inference | None = Field(None, description="Serving configuration.")
     training: Training | None = Field(None, description="Training configuration.")
+    generation: Generation | None = Field(
+        None, description="Image or video generation with a diffusion pipeline."
+    )
     measurement: Measurement = Field(
         default_factory=lambda: Measurement(), description="Measurement Job settings."
     )
@@ -1761,18 +1777,20 @@ class GPUWorkloadSpec(_Model):
     @model_validator(mode="after")
     def _check(self) -> GPUWorkloadSpec:
         problems = _Problems()
-        if self.inference is not None and self.training is not None:
+        set_ = [k for k in ("inference", "training", "generation") if getattr(self, k) is not None]
+        if len(set_) > 1:
             problems.add(
-                "training",
-                "spec.inference and spec.training are both set; set exactly one "
+                set_[-1],
+                " and ".join(f"spec.{k}" for k in set_) + " are set; set exactly one "
                 "(one GPUWorkload sizes one workload)",
             )
-        elif self.inference is None and self.training is None:
+        elif not set_:
             problems.add(
                 "inference",
-                "set exactly one of spec.inference (serving) or spec.training (training or "
-                "fine-tuning)",
+                "set exactly one of spec.inference (serving a language model), spec.training "
+                "(training or fine-tuning) or spec.generation (image or video generation)",
             )
+        _check_pipeline(problems, self)
         arch = self.model.architecture
         if self.inference is not None:
             inf = self.inference
@@ -1883,6 +1901,8 @@ class GPUWorkloadSpec(_Model):
     @property
     def gpu_count(self) -> int:
         """GPUs one replica uses: only the parallelism the spec declares."""
+        if self.generation is not None:
+            return self.generation.parallelism.gpu_count
         if self.inference is not None:
             return self.inference.tensor_parallel_size * self.inference.pipeline_parallel_size
         assert self.training is not None
@@ -1917,6 +1937,34 @@ def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, fie
             )
 
 
+def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
+    """A pipeline is generated with (spec.generation); spec.generation needs one."""
+    pipeline = spec.model.pipeline
+    if spec.generation is not None and pipeline is None:
+        problems.add(
+            "model.pipeline",
+            "spec.generation runs a diffusion pipeline: give spec.model.pipeline (its class and "
+            "components; gpu-sizer import-diffusers writes it)",
+        )
+    if pipeline is not None and spec.generation is None:
+        where = "inference" if spec.inference is not None else "training"
+        if spec.inference is not None or spec.training is not None:
+            problems.add(
+                where,
+                f"spec.model.pipeline is a diffusion pipeline: spec.{where} sizes language "
+                "models; use spec.generation (fine-tuning a pipeline's denoiser is not sized "
+                "yet)",
+            )
+
+
 def spec_to_wire(spec: GPUWorkloadSpec) -> dict[str, Any]:
     """The spec as camelCase JSON-compatible data, defaults filled, ``None`` fields dropped."""
     return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# Generation models import the base classes above; they are bound here, after them, so that the
+# forward references in Model and GPUWorkloadSpec resolve.
+from gpu_sizer.api.generation import Generation, Pipeline  # noqa: E402
+
+Model.model_rebuild()
+GPUWorkloadSpec.model_rebuild()

@@ -168,10 +168,16 @@ class MissingComponent(_Status):
 
 
 class PhaseEstimate(_Status):
-    """The per-GPU total of one phase of the workload (bytes)."""
+    """The per-GPU total of one phase of the workload (bytes); generation phases also say
+    what is resident and running."""
 
     name: PeakPhase = Field(description="Phase (Load, Step, TextEncode, Denoise, VaeDecode).")
     total_bytes: int = Field(description="Bytes on the most loaded GPU during the phase.")
+    weights_bytes: int = Field(0, description="Generation: weights resident (offload applied).")
+    activation_bytes: int = Field(
+        0, description="Generation: activations and buffers of the running model."
+    )
+    running: str = Field("", description="Generation: the components running at the peak.")
 
 
 class EstimateStatus(_Status):

@@ -47,6 +47,7 @@ from gpu_sizer.budget.activations import (
     inference_activation_bytes,
     prefill_tokens,
 )
+from gpu_sizer.budget.diffusion import diffusion_estimate
 from gpu_sizer.budget.families import FAMILIES
 from gpu_sizer.budget.kv_cache import (
     kv_cache_bytes,
@@ -107,8 +108,11 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
 
     Every ``PerGpuBreakdown`` field is filled and ``totalBytes`` is their sum; a component the
     spec does not give enough to count is 0 and named in ``missingComponents``. Never raises for
-    a spec that passed validation.
+    a spec that passed validation. Image and video generation (``spec.generation``) is sized phase
+    by phase in :mod:`gpu_sizer.budget.diffusion`.
     """
+    if spec.generation is not None:
+        return diffusion_estimate(spec)
     arch = spec.model.architecture
     if arch is None or arch.model_type not in FAMILIES:
         return _estimate_from_parameter_count(spec, arch)

@@ -23,8 +23,8 @@ __all__ = [
     "attention",
     "feed_forward",
     "qk_norms",
-    "timestep_embedding",
     "text_projection",
+    "timestep_embedding",
 ]
 
 
@@ -136,10 +136,19 @@ def ada_layer_norm_zero(name: str, dim: int, chunks: int = 6) -> Part:
 
 
 def ada_layer_norm_continuous(
-    name: str, dim: int, conditioning_dim: int, *, affine: bool = False, norm_type: str = "layer_norm"
+    name: str,
+    dim: int,
+    conditioning_dim: int,
+    *,
+    affine: bool = False,
+    norm_type: str = "layer_norm",
 ) -> Part:
     """``normalization.py`` ``AdaLayerNormContinuous``: ``Linear(cond, 2 * dim)`` and the norm."""
-    norm = layer_norm("norm", dim, affine) if norm_type == "layer_norm" else rms_norm("norm", dim, affine)
+    norm = (
+        layer_norm("norm", dim, affine)
+        if norm_type == "layer_norm"
+        else rms_norm("norm", dim, affine)
+    )
     return module(name, linear("linear", conditioning_dim, 2 * dim), norm)
 
 
@@ -154,7 +163,9 @@ def timestep_embedding(
     )
 
 
-def text_projection(name: str, in_features: int, hidden: int, out_features: int | None = None) -> Part:
+def text_projection(
+    name: str, in_features: int, hidden: int, out_features: int | None = None
+) -> Part:
     """``embeddings.py`` ``PixArtAlphaTextProjection``: ``linear_1`` and ``linear_2``."""
     return module(
         name,

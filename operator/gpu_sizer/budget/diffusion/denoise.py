@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "DenoiseShape",
     "FP32",
+    "DenoiseShape",
     "denoiser_forward_bytes",
     "denoiser_tokens",
 ]
@@ -258,7 +258,9 @@ def _unet(c: Config, s: DenoiseShape) -> int:
     for i, ch in enumerate(boc):
         resnet = 2 * ch + 4 * ch
         geglu = 4 * ch + 8 * ch + 4 * ch + 4 * ch
-        cross = i < len(c["down_block_types"]) and c["down_block_types"][i] == "CrossAttnDownBlock2D"
+        cross = (
+            i < len(c["down_block_types"]) and c["down_block_types"][i] == "CrossAttnDownBlock2D"
+        )
         local = geglu if cross else resnet
         attn = 0
         if cross and s.materialised:
@@ -285,4 +287,4 @@ def denoiser_forward_bytes(cls: str, c: Config, shape: DenoiseShape) -> int:
 
     :raises KeyError: ``cls`` is not a supported denoiser class.
     """
-    return int(math.ceil(_FAMILIES[cls](c, shape)))
+    return math.ceil(_FAMILIES[cls](c, shape))

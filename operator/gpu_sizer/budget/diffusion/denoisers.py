@@ -114,7 +114,9 @@ def sd3_transformer(c: Config) -> Part:
     p = c["patch_size"]
     grid = c["pos_embed_max_size"] or int(((c["sample_size"] // p) ** 2) ** 0.5)
     pos_embed = module(
-        "pos_embed", conv("proj", c["in_channels"], dim, (p, p)), buffer("pos_embed", grid * grid * dim)
+        "pos_embed",
+        conv("proj", c["in_channels"], dim, (p, p)),
+        buffer("pos_embed", grid * grid * dim),
     )
     time_text = module(
         "time_text_embed",
@@ -122,6 +124,7 @@ def sd3_transformer(c: Config) -> Part:
         text_projection("text_embedder", c["pooled_projection_dim"], dim),
     )
     dual = set(c["dual_attention_layers"])
+    gelu = "gelu-approximate"
     layers = c["num_layers"]
 
     def block(i: int) -> Part:
@@ -143,7 +146,7 @@ def sd3_transformer(c: Config) -> Part:
             if i in dual
             else None,
             feed_forward("ff", dim, dim_out=dim, activation_fn="gelu-approximate"),
-            None if last else feed_forward("ff_context", dim, dim_out=dim, activation_fn="gelu-approximate"),
+            None if last else feed_forward("ff_context", dim, dim_out=dim, activation_fn=gelu),
         )  # fmt: skip
 
     return module(
@@ -162,7 +165,9 @@ def wan_transformer(c: Config) -> Part:
     heads, head_dim = c["num_attention_heads"], c["attention_head_dim"]
     dim = heads * head_dim
     if c["qk_norm"] not in ("rms_norm_across_heads", None):
-        raise UnsupportedConfig(f"qkNorm {c['qk_norm']!r} (WanAttention supports rms_norm_across_heads)")
+        raise UnsupportedConfig(
+            f"qkNorm {c['qk_norm']!r} (WanAttention supports rms_norm_across_heads)"
+        )
     image = None
     if c["image_dim"] is not None:
         d_img = c["image_dim"]
@@ -402,8 +407,16 @@ def _transformer_2d(
     """``transformers/transformer_2d.py`` ``Transformer2DModel`` (continuous input) of
     ``attention.py`` ``BasicTransformerBlock`` (self-attention, cross-attention, GEGLU)."""
     inner = heads * head_dim
-    proj_in = linear("proj_in", channels, inner) if linear_proj else conv("proj_in", channels, inner, (1, 1))
-    proj_out = linear("proj_out", inner, channels) if linear_proj else conv("proj_out", inner, channels, (1, 1))
+    proj_in = (
+        linear("proj_in", channels, inner)
+        if linear_proj
+        else conv("proj_in", channels, inner, (1, 1))
+    )
+    proj_out = (
+        linear("proj_out", inner, channels)
+        if linear_proj
+        else conv("proj_out", inner, channels, (1, 1))
+    )
     block = module(
         "block",
         layer_norm("norm1", inner),
@@ -414,7 +427,11 @@ def _transformer_2d(
         feed_forward("ff", inner, activation_fn="geglu"),
     )
     return module(
-        name, group_norm("norm", channels), proj_in, _blocks("transformer_blocks", block, layers), proj_out
+        name,
+        group_norm("norm", channels),
+        proj_in,
+        _blocks("transformer_blocks", block, layers),
+        proj_out,
     )
 
 
@@ -452,7 +469,9 @@ def unet_2d_condition(c: Config) -> Part:
     n = len(downs)
     boc = list(c["block_out_channels"])
     if len(boc) != n or len(ups) != n:
-        raise UnsupportedConfig("blockOutChannels, downBlockTypes and upBlockTypes differ in length")
+        raise UnsupportedConfig(
+            "blockOutChannels, downBlockTypes and upBlockTypes differ in length"
+        )
     heads = _per_block(c["num_attention_heads"] or c["attention_head_dim"], n)
     cross = _per_block(c["cross_attention_dim"], n)
     layers = _per_block(c["layers_per_block"], n)
@@ -467,14 +486,19 @@ def unet_2d_condition(c: Config) -> Part:
     if c["addition_embed_type"] == "text_time":
         proj = c["projection_class_embeddings_input_dim"]
         if proj is None:
-            raise UnsupportedConfig("additionEmbedType text_time needs projectionClassEmbeddingsInputDim")
+            raise UnsupportedConfig(
+                "additionEmbedType text_time needs projectionClassEmbeddingsInputDim"
+            )
         parts.append(timestep_embedding("add_embedding", proj, temb))
     down_parts = []
     out = boc[0]
     for i, kind in enumerate(downs):
         cin, out = out, boc[i]
         blocks: list[Part | None] = [
-            sequence("resnets", *(_resnet(str(j), cin if j == 0 else out, out, temb) for j in range(layers[i])))
+            sequence(
+                "resnets",
+                *(_resnet(str(j), cin if j == 0 else out, out, temb) for j in range(layers[i])),
+            )
         ]
         if kind == "CrossAttnDownBlock2D":
             blocks.insert(
@@ -482,7 +506,15 @@ def unet_2d_condition(c: Config) -> Part:
                 sequence(
                     "attentions",
                     *(
-                        _transformer_2d(str(j), heads[i], out // heads[i], out, tlayers[i], cross[i], linear_proj)
+                        _transformer_2d(
+                            str(j),
+                            heads[i],
+                            out // heads[i],
+                            out,
+                            tlayers[i],
+                            cross[i],
+                            linear_proj,
+                        )
                         for j in range(layers[i])
                     ),
                 ),
@@ -511,7 +543,9 @@ def unet_2d_condition(c: Config) -> Part:
                 sequence(
                     "attentions",
                     *(
-                        _transformer_2d(str(j), rheads[i], out // rheads[i], out, rtl[i], rcross[i], linear_proj)
+                        _transformer_2d(
+                            str(j), rheads[i], out // rheads[i], out, rtl[i], rcross[i], linear_proj
+                        )
                         for j in range(count)
                     ),
                 ),
@@ -526,7 +560,9 @@ def unet_2d_condition(c: Config) -> Part:
             "mid_block",
             sequence(
                 "attentions",
-                _transformer_2d("0", heads[-1], ch // heads[-1], ch, tlayers[-1], cross[-1], linear_proj),
+                _transformer_2d(
+                    "0", heads[-1], ch // heads[-1], ch, tlayers[-1], cross[-1], linear_proj
+                ),
             ),
             sequence("resnets", _resnet("0", ch, ch, temb), _resnet("1", ch, ch, temb)),
         )

@@ -85,7 +85,8 @@ def module(name: str, *children: Part | None, copies: int = 1) -> Part:
 
 
 def sequence(name: str, *children: Part | None) -> Part:
-    """An ``nn.ModuleList`` / ``nn.Sequential``: children named ``"0"``, ``"1"``, ... (by caller)."""
+    """An ``nn.ModuleList`` / ``nn.Sequential`` (children named ``"0"``, ``"1"``... by the
+    caller)."""
     return Part(name, tuple(c for c in children if c is not None), sequence=True)
 
 

@@ -118,16 +118,29 @@ def _t5(c: Config, every_layer_bias: bool) -> Part:
             linear("k", d, wide, False),
             linear("v", d, wide, False),
             linear("o", wide, d, False),
-            embedding("relative_attention_bias", c["relative_attention_num_buckets"], heads) if bias else None,
+            embedding("relative_attention_bias", c["relative_attention_num_buckets"], heads)
+            if bias
+            else None,
         )
         ff = (
-            module("DenseReluDense", linear("wi_0", d, inner, False), linear("wi_1", d, inner, False), linear("wo", inner, d, False))
+            module(
+                "DenseReluDense",
+                linear("wi_0", d, inner, False),
+                linear("wi_1", d, inner, False),
+                linear("wo", inner, d, False),
+            )
             if gated
-            else module("DenseReluDense", linear("wi", d, inner, False), linear("wo", inner, d, False))
+            else module(
+                "DenseReluDense", linear("wi", d, inner, False), linear("wo", inner, d, False)
+            )
         )
         return module(
             name,
-            sequence("layer", module("0", attn, rms_norm("layer_norm", d)), module("1", ff, rms_norm("layer_norm", d))),
+            sequence(
+                "layer",
+                module("0", attn, rms_norm("layer_norm", d)),
+                module("1", ff, rms_norm("layer_norm", d)),
+            ),
             copies=copies,
         )
 
@@ -135,7 +148,9 @@ def _t5(c: Config, every_layer_bias: bool) -> Part:
     if every_layer_bias:
         blocks = sequence("block", block("0", True, layers))
     else:
-        blocks = sequence("block", block("0", True, 1), block("1", False, layers - 1) if layers > 1 else None)
+        blocks = sequence(
+            "block", block("0", True, 1), block("1", False, layers - 1) if layers > 1 else None
+        )
     return module(
         "text_encoder",
         embedding("shared", c["vocab_size"], d),
@@ -173,7 +188,12 @@ def llama_model(c: Config) -> Part:
             linear("v_proj", h, kv * hd, ab),
             linear("o_proj", heads * hd, h, ab),
         ),
-        module("mlp", linear("gate_proj", h, inner, mb), linear("up_proj", h, inner, mb), linear("down_proj", inner, h, mb)),
+        module(
+            "mlp",
+            linear("gate_proj", h, inner, mb),
+            linear("up_proj", h, inner, mb),
+            linear("down_proj", inner, h, mb),
+        ),
         rms_norm("input_layernorm", h),
         rms_norm("post_attention_layernorm", h),
         copies=c["num_hidden_layers"],
@@ -186,3 +206,36 @@ def llama_model(c: Config) -> Part:
         rms_norm("norm", h),
         module("rotary_emb", buffer("inv_freq", half), buffer("original_inv_freq", half)),
     )
+
+
+def encoder_forward_bytes(cls: str, c: Config, batch: int, tokens: int, act_bytes: int) -> int:
+    """Peak transient bytes of one text (or image) encoder forward pass over ``batch`` sequences
+    of ``tokens`` tokens.
+
+    Per token the live set of a pre-norm transformer layer is at most the residual stream, its
+    normalised copy, q, k, v and the attention output (6 x width) or the residual stream, the
+    normalised copy and the MLP's intermediate tensors (two of the FFN width, three for gated
+    MLPs). T5 and UMT5 compute attention eagerly in ``transformers`` (``T5Attention.forward``:
+    ``matmul`` scores plus the position bias, ``softmax(scores.float())``): the scores in the
+    activation dtype, their float32 softmax and the cast back, per head, plus the position bias
+    ``[1, heads, L, L]`` kept across layers. CLIP and Llama use SDPA (no score matrix). Every
+    pipeline keeps the hidden states it reads: HunyuanVideo's Llama and Wan's CLIP vision tower
+    are called with ``output_hidden_states=True`` (one tensor per layer).
+    """
+    a = act_bytes
+    if cls in ("T5EncoderModel", "UMT5EncoderModel"):
+        d, inner, heads = c["d_model"], c["d_ff"], c["num_heads"]
+        gated = str(c["feed_forward_proj"]).startswith("gated-")
+        per_token = max(6 * d, 2 * d + (3 if gated else 2) * inner) * a
+        scores = batch * heads * tokens * tokens * (a + 4 + a)
+        bias = heads * tokens * tokens * 4
+        return batch * tokens * per_token + scores + bias
+    if cls == "LlamaModel":
+        h, inner = c["hidden_size"], c["intermediate_size"]
+        layers = c["num_hidden_layers"]
+        per_token = max(6 * h, 2 * h + 3 * inner) * a
+        return batch * tokens * (per_token + (layers + 1) * h * a)
+    h, inner = c["hidden_size"], c["intermediate_size"]
+    per_token = max(6 * h, 2 * h + 2 * inner) * a
+    keep = (c["num_hidden_layers"] + 1) * h * a if cls == "CLIPVisionModel" else 0
+    return batch * tokens * (per_token + keep)

@@ -7,6 +7,7 @@ decoder's activation model lives in :mod:`gpu_sizer.budget.diffusion.decode`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -79,7 +80,9 @@ def autoencoder_kl(c: Config) -> Part:
     ``Encoder``/``Decoder`` (``DownEncoderBlock2D``, ``UpDecoderBlock2D``)."""
     for kind in c["down_block_types"]:
         if kind != "DownEncoderBlock2D":
-            raise UnsupportedConfig(f"downBlockTypes entry {kind!r} (supported: DownEncoderBlock2D)")
+            raise UnsupportedConfig(
+                f"downBlockTypes entry {kind!r} (supported: DownEncoderBlock2D)"
+            )
     for kind in c["up_block_types"]:
         if kind != "UpDecoderBlock2D":
             raise UnsupportedConfig(f"upBlockTypes entry {kind!r} (supported: UpDecoderBlock2D)")
@@ -93,8 +96,13 @@ def autoencoder_kl(c: Config) -> Part:
         downs.append(
             module(
                 str(i),
-                sequence("resnets", *(_resnet_2d(str(j), cin if j == 0 else out, out) for j in range(layers))),
-                sequence("downsamplers", module("0", conv("conv", out, out, K2))) if i < n - 1 else None,
+                sequence(
+                    "resnets",
+                    *(_resnet_2d(str(j), cin if j == 0 else out, out) for j in range(layers)),
+                ),
+                sequence("downsamplers", module("0", conv("conv", out, out, K2)))
+                if i < n - 1
+                else None,
             )
         )
     encoder = module(
@@ -114,9 +122,12 @@ def autoencoder_kl(c: Config) -> Part:
             module(
                 str(i),
                 sequence(
-                    "resnets", *(_resnet_2d(str(j), prev if j == 0 else out, out) for j in range(layers + 1))
+                    "resnets",
+                    *(_resnet_2d(str(j), prev if j == 0 else out, out) for j in range(layers + 1)),
                 ),
-                sequence("upsamplers", module("0", conv("conv", out, out, K2))) if i < n - 1 else None,
+                sequence("upsamplers", module("0", conv("conv", out, out, K2)))
+                if i < n - 1
+                else None,
             )
         )
     decoder = module(
@@ -158,7 +169,12 @@ def _wan_resnet(name: str, cin: int, cout: int) -> Part:
 
 def _wan_attention(name: str, dim: int) -> Part:
     """``WanAttentionBlock``: per-frame single-head attention with 1x1 convolutions."""
-    return module(name, _wan_rms("norm", dim), conv("to_qkv", dim, 3 * dim, (1, 1)), conv("proj", dim, dim, (1, 1)))
+    return module(
+        name,
+        _wan_rms("norm", dim),
+        conv("to_qkv", dim, 3 * dim, (1, 1)),
+        conv("proj", dim, dim, (1, 1)),
+    )
 
 
 def _wan_mid(dim: int) -> Part:
@@ -193,11 +209,14 @@ def autoencoder_kl_wan(c: Config) -> Part:
     base = c["base_dim"]
     dims = [base * u for u in [1, *mult]]
     enc_blocks: list[Part] = []
-    for i, (din, dout) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+    for i, (din, dout) in enumerate(itertools.pairwise(dims)):
         last = i == len(mult) - 1
         if residual:
             parts: list[Part | None] = [
-                sequence("resnets", *(_wan_resnet(str(j), din if j == 0 else dout, dout) for j in range(blocks)))
+                sequence(
+                    "resnets",
+                    *(_wan_resnet(str(j), din if j == 0 else dout, dout) for j in range(blocks)),
+                )
             ]
             if not last:
                 mode = "downsample3d" if down_t[i] else "downsample2d"
@@ -221,13 +240,14 @@ def autoencoder_kl_wan(c: Config) -> Part:
     dbase = c["decoder_base_dim"] or base
     ddims = [dbase * u for u in [mult[-1], *mult[::-1]]]
     up_blocks: list[Part] = []
-    for i, (din, dout) in enumerate(zip(ddims[:-1], ddims[1:], strict=True)):
+    for i, (din, dout) in enumerate(itertools.pairwise(ddims)):
         if i > 0 and not residual:
             din = din // 2
         up = i != len(mult) - 1
         mode = ("upsample3d" if up_t[i] else "upsample2d") if up else None
         resnets = sequence(
-            "resnets", *(_wan_resnet(str(j), din if j == 0 else dout, dout) for j in range(blocks + 1))
+            "resnets",
+            *(_wan_resnet(str(j), din if j == 0 else dout, dout) for j in range(blocks + 1)),
         )
         if residual:
             sampler = _wan_resample("upsampler", dout, mode, dout) if mode else None
@@ -283,7 +303,9 @@ def _hunyuan_mid(ch: int, attention: bool) -> Part:
 def autoencoder_kl_hunyuan_video(c: Config) -> Part:
     """``autoencoders/autoencoder_kl_hunyuan_video.py`` ``AutoencoderKLHunyuanVideo``."""
     if c["temporal_compression_ratio"] != 4:
-        raise UnsupportedConfig(f"temporalCompressionRatio {c['temporal_compression_ratio']} (4 only)")
+        raise UnsupportedConfig(
+            f"temporalCompressionRatio {c['temporal_compression_ratio']} (4 only)"
+        )
     boc = list(c["block_out_channels"])
     n, layers, latent = len(boc), c["layers_per_block"], c["latent_channels"]
     spatial = int(math.log2(c["spatial_compression_ratio"]))
@@ -298,7 +320,10 @@ def autoencoder_kl_hunyuan_video(c: Config) -> Part:
         downs.append(
             module(
                 str(i),
-                sequence("resnets", *(_hunyuan_resnet(str(j), cin if j == 0 else out, out) for j in range(layers))),
+                sequence(
+                    "resnets",
+                    *(_hunyuan_resnet(str(j), cin if j == 0 else out, out) for j in range(layers)),
+                ),
                 sequence("downsamplers", _causal("0", out, out, K3)) if sample else None,
             )
         )
@@ -322,7 +347,10 @@ def autoencoder_kl_hunyuan_video(c: Config) -> Part:
                 str(i),
                 sequence(
                     "resnets",
-                    *(_hunyuan_resnet(str(j), prev if j == 0 else out, out) for j in range(layers + 1)),
+                    *(
+                        _hunyuan_resnet(str(j), prev if j == 0 else out, out)
+                        for j in range(layers + 1)
+                    ),
                 ),
                 sequence("upsamplers", _causal("0", out, out, K3)) if sample else None,
             )
@@ -384,8 +412,16 @@ def autoencoder_kl_cogvideox(c: Config) -> Part:
         downs.append(
             module(
                 str(i),
-                sequence("resnets", *(_cog_resnet(str(j), cin if j == 0 else out, out, None) for j in range(layers))),
-                sequence("downsamplers", module("0", conv("conv", out, out, K2))) if i < n - 1 else None,
+                sequence(
+                    "resnets",
+                    *(
+                        _cog_resnet(str(j), cin if j == 0 else out, out, None)
+                        for j in range(layers)
+                    ),
+                ),
+                sequence("downsamplers", module("0", conv("conv", out, out, K2)))
+                if i < n - 1
+                else None,
             )
         )
     ch = boc[-1]
@@ -393,7 +429,10 @@ def autoencoder_kl_cogvideox(c: Config) -> Part:
         "encoder",
         _causal("conv_in", c["in_channels"], boc[0], K3),
         sequence("down_blocks", *downs),
-        module("mid_block", sequence("resnets", _cog_resnet("0", ch, ch, None), _cog_resnet("1", ch, ch, None))),
+        module(
+            "mid_block",
+            sequence("resnets", _cog_resnet("0", ch, ch, None), _cog_resnet("1", ch, ch, None)),
+        ),
         group_norm("norm_out", ch),
         _causal("conv_out", ch, 2 * latent, K3),
     )
@@ -407,16 +446,26 @@ def autoencoder_kl_cogvideox(c: Config) -> Part:
                 str(i),
                 sequence(
                     "resnets",
-                    *(_cog_resnet(str(j), prev if j == 0 else out, out, latent) for j in range(layers + 1)),
+                    *(
+                        _cog_resnet(str(j), prev if j == 0 else out, out, latent)
+                        for j in range(layers + 1)
+                    ),
                 ),
-                sequence("upsamplers", module("0", conv("conv", out, out, K2))) if i < n - 1 else None,
+                sequence("upsamplers", module("0", conv("conv", out, out, K2)))
+                if i < n - 1
+                else None,
             )
         )
     top = rev[0]
     decoder = module(
         "decoder",
         _causal("conv_in", latent, top, K3),
-        module("mid_block", sequence("resnets", _cog_resnet("0", top, top, latent), _cog_resnet("1", top, top, latent))),
+        module(
+            "mid_block",
+            sequence(
+                "resnets", _cog_resnet("0", top, top, latent), _cog_resnet("1", top, top, latent)
+            ),
+        ),
         sequence("up_blocks", *ups),
         _spatial_norm("norm_out", rev[-1], latent),
         _causal("conv_out", rev[-1], c["out_channels"], K3),
@@ -433,7 +482,9 @@ def autoencoder_kl_cogvideox(c: Config) -> Part:
 # --- AutoencoderKLLTXVideo ---------------------------------------------------------------------
 
 
-def _ltx_resnet(name: str, cin: int, cout: int, noise: bool = False, timestep: bool = False) -> Part:
+def _ltx_resnet(
+    name: str, cin: int, cout: int, noise: bool = False, timestep: bool = False
+) -> Part:
     """``LTXVideoResnetBlock3d``: affine-free RMS norms, causal 3x3x3 convolutions; a layer norm
     and 1x1x1 shortcut when the width changes; noise scales and a modulation table optionally."""
     return module(
@@ -478,7 +529,10 @@ def autoencoder_kl_ltx_video(c: Config) -> Part:
         "encoder",
         _causal("conv_in", c["in_channels"] * p * p, boc[0], K3),
         sequence("down_blocks", *downs),
-        module("mid_block", sequence("resnets", *(_ltx_resnet(str(j), out, out) for j in range(layers[-1])))),
+        module(
+            "mid_block",
+            sequence("resnets", *(_ltx_resnet(str(j), out, out) for j in range(layers[-1]))),
+        ),
         _causal("conv_out", out, c["latent_channels"] + 1, K3),
     )
     dboc = list(c["decoder_block_out_channels"])[::-1]
@@ -491,7 +545,10 @@ def autoencoder_kl_ltx_video(c: Config) -> Part:
     mid = module(
         "mid_block",
         _ltx_time_embedder("time_embedder", top * 4) if timestep else None,
-        sequence("resnets", *(_ltx_resnet(str(j), top, top, noise[0], timestep) for j in range(dlayers[0]))),
+        sequence(
+            "resnets",
+            *(_ltx_resnet(str(j), top, top, noise[0], timestep) for j in range(dlayers[0])),
+        ),
     )
     ups = []
     out = top
@@ -502,14 +559,15 @@ def autoencoder_kl_ltx_video(c: Config) -> Part:
                 str(i),
                 _ltx_time_embedder("time_embedder", out * 4) if timestep else None,
                 _ltx_resnet("conv_in", cin, out, noise[i + 1], timestep) if cin != out else None,
-                sequence(
-                    "upsamplers", module("0", _causal("conv", out * factors[i], out * 8, K3))
-                )
+                sequence("upsamplers", module("0", _causal("conv", out * factors[i], out * 8, K3)))
                 if dscale[i]
                 else None,
                 sequence(
                     "resnets",
-                    *(_ltx_resnet(str(j), out, out, noise[i + 1], timestep) for j in range(dlayers[i + 1])),
+                    *(
+                        _ltx_resnet(str(j), out, out, noise[i + 1], timestep)
+                        for j in range(dlayers[i + 1])
+                    ),
                 ),
             )
         )

@@ -1,0 +1,284 @@
+"""Image and video generation in the GPUWorkload spec: ``spec.model.pipeline`` and
+``spec.generation``.
+
+A diffusion pipeline is described the way ``diffusers`` loads it: a pipeline class (the
+``_class_name`` of ``model_index.json``) and its components, each with the name it has in
+``model_index.json`` (``transformer``, ``vae``, ``text_encoder_2``...), its class and its
+``config.json`` in camelCase (``gpu-sizer import-diffusers`` writes them). ``spec.generation``
+is what one ``pipe(...)`` call asks for and how the pipeline is set up: resolution, frames,
+batch, classifier-free guidance, offloading (``enable_model_cpu_offload``,
+``enable_sequential_cpu_offload``, ``enable_group_offload``), VAE tiling and slicing, the
+attention backend, and multi-GPU sequence and CFG parallelism.
+
+The names follow ``diffusers`` where it has one (``maxSequenceLength``, ``numFrames``, the
+attention backend names of ``set_attention_backend``); enum values are CamelCase otherwise.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field, StrictBool, model_validator
+
+from gpu_sizer.api.components import COMPONENT_CLASSES, config_problems
+from gpu_sizer.api.spec import (
+    LIMITS,
+    Dtype,
+    Quantization,
+    _Model,
+    _Problems,
+)
+
+__all__ = [
+    "AttentionBackend",
+    "ComponentDevice",
+    "Generation",
+    "GenerationEngine",
+    "GenerationParallelism",
+    "GenerationTask",
+    "GroupOffload",
+    "GroupOffloadType",
+    "Offload",
+    "Pipeline",
+    "PipelineComponent",
+]
+
+
+class GenerationTask(StrEnum):
+    """What the pipeline produces from what."""
+
+    TextToImage = "TextToImage"
+    ImageToImage = "ImageToImage"
+    TextToVideo = "TextToVideo"
+    ImageToVideo = "ImageToVideo"
+
+    @property
+    def video(self) -> bool:
+        """Whether the output is a video (``numFrames`` frames)."""
+        return self in (GenerationTask.TextToVideo, GenerationTask.ImageToVideo)
+
+
+class GenerationEngine(StrEnum):
+    """The library that runs the pipeline."""
+
+    diffusers = "diffusers"
+
+
+class Offload(StrEnum):
+    """``diffusers`` offloading: ``Model`` is ``enable_model_cpu_offload`` (one whole model on the
+    GPU at a time), ``Sequential`` is ``enable_sequential_cpu_offload`` (each module's weights
+    streamed in while it runs), ``Group`` is ``enable_group_offload`` (groups of blocks)."""
+
+    None_ = "None"
+    Model = "Model"
+    Sequential = "Sequential"
+    Group = "Group"
+
+
+class GroupOffloadType(StrEnum):
+    """``enable_group_offload(offload_type=...)``: ``block_level`` or ``leaf_level``."""
+
+    BlockLevel = "BlockLevel"
+    LeafLevel = "LeafLevel"
+
+
+class AttentionBackend(StrEnum):
+    """``set_attention_backend`` names (``diffusers/models/attention_dispatch.py``):
+    ``native`` is PyTorch SDPA (flash or memory-efficient kernels), ``flash``, ``sage`` and
+    ``xformers`` the libraries of those names; ``math`` is ``_native_math``, the SDPA reference
+    path that materialises the score matrix (as do the legacy ``AttnProcessor`` classes)."""
+
+    native = "native"
+    flash = "flash"
+    sage = "sage"
+    xformers = "xformers"
+    math = "math"
+
+
+class ComponentDevice(StrEnum):
+    """Where a component runs: ``Gpu`` (following ``spec.generation.offload``), or ``Cpu``
+    (never on the GPU, as Wan's ``--t5_cpu`` keeps the text encoder)."""
+
+    Gpu = "Gpu"
+    Cpu = "Cpu"
+
+
+Dim = Annotated[int, Field(ge=8, le=16384, strict=True)]
+Frames = Annotated[int, Field(ge=1, le=10_000, strict=True)]
+Degree = Annotated[int, Field(ge=1, le=64, strict=True)]
+
+
+class GroupOffload(_Model):
+    """``enable_group_offload`` settings (``diffusers/hooks/group_offloading.py``)."""
+
+    offload_type: GroupOffloadType = Field(
+        GroupOffloadType.BlockLevel, description="BlockLevel | LeafLevel (offload_type)."
+    )
+    num_blocks_per_group: Annotated[int, Field(ge=1, le=1024, strict=True)] = Field(
+        1, description="Blocks onloaded together at block level (num_blocks_per_group)."
+    )
+    use_stream: StrictBool = Field(
+        False,
+        description="Prefetch the next group on a CUDA stream (use_stream): one more group on "
+        "the GPU; forces num_blocks_per_group 1.",
+    )
+
+
+class PipelineComponent(_Model):
+    """One model of the pipeline, as ``model_index.json`` and its ``config.json`` give it."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64)] = Field(
+        description="The component's name in model_index.json (transformer, vae, text_encoder)."
+    )
+    class_name: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        alias="class",
+        description="Its class (UNet2DConditionModel, WanTransformer3DModel, AutoencoderKLWan, "
+        "T5EncoderModel...).",
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The component's config.json, keys camelCased. Keys gpu-sizer does not read "
+        "are kept and ignored, as diffusers' from_config does.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    parameter_count: Annotated[int, Field(ge=1, le=LIMITS["parameters"], strict=True)] | None = (
+        Field(
+            None,
+            description="Parameters, for a class gpu-sizer does not size (its activations are then "
+            "not counted: the estimate is Incomplete).",
+        )
+    )
+    dtype: Dtype | None = Field(
+        None,
+        description="Storage dtype (torch_dtype); default spec.model.dtype. float8 dtypes are "
+        "diffusers' enable_layerwise_casting storage (compute in bfloat16).",
+    )
+    quantization: Quantization | None = Field(None, description="Weight quantization, if any.")
+    offload: Offload | None = Field(
+        None, description="This component's offloading; default spec.generation.offload."
+    )
+    device: ComponentDevice = Field(
+        ComponentDevice.Gpu, description="Gpu | Cpu (runs on the CPU, e.g. Wan's --t5_cpu)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineComponent:
+        problems = _Problems()
+        for key, message in config_problems(self.class_name, self.config):
+            problems.add(f"config.{key}", message)
+        problems.raise_if_any()
+        return self
+
+    @property
+    def known(self) -> bool:
+        """Whether gpu-sizer sizes this class from its config."""
+        return self.class_name in COMPONENT_CLASSES
+
+
+class Pipeline(_Model):
+    """A diffusers pipeline: its class and its model components (tokenizers and schedulers,
+    which hold no weights, are left out)."""
+
+    class_name: Annotated[str, Field(min_length=1, max_length=128)] = Field(
+        alias="class",
+        description="Pipeline class (model_index.json _class_name), e.g. WanPipeline.",
+    )
+    components: Annotated[list[PipelineComponent], Field(min_length=1, max_length=16)] = Field(
+        description="The pipeline's models."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Pipeline:
+        problems = _Problems()
+        seen: set[str] = set()
+        for i, component in enumerate(self.components):
+            if component.name in seen:
+                problems.add(
+                    f"components[{i}].name", f"duplicate component name {component.name!r}"
+                )
+            seen.add(component.name)
+        problems.raise_if_any()
+        return self
+
+    def component(self, name: str) -> PipelineComponent | None:
+        """The component named ``name``, or ``None``."""
+        return next((c for c in self.components if c.name == name), None)
+
+
+class GenerationParallelism(_Model):
+    """Multi-GPU generation: GPUs are added only by what is declared here.
+
+    Sequence parallelism splits the denoiser's tokens over ``ulyssesDegree x ringDegree`` GPUs
+    (diffusers ``ContextParallelConfig(ulysses_degree, ring_degree)``; xDiT and the Wan and
+    HunyuanVideo repositories' ``--ulysses-degree``/``--ring-degree``); CFG parallelism runs the
+    conditional and unconditional passes on two GPUs (xDiT ``--use_cfg_parallel``);
+    ``denoiserFsdp`` shards the denoiser's weights over all of them (Wan's ``--dit_fsdp``).
+    """
+
+    ulysses_degree: Degree = Field(1, description="Ulysses (all-to-all) sequence-parallel degree.")
+    ring_degree: Degree = Field(1, description="Ring-attention sequence-parallel degree.")
+    cfg_parallel: StrictBool = Field(
+        False, description="Conditional and unconditional passes on two GPUs."
+    )
+    denoiser_fsdp: StrictBool = Field(
+        False, description="Shard the denoiser's weights over the GPUs (FSDP full shard)."
+    )
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs one replica uses."""
+        return self.ulysses_degree * self.ring_degree * (2 if self.cfg_parallel else 1)
+
+
+class Generation(_Model):
+    """One image or video generation call and the pipeline's memory settings."""
+
+    engine: GenerationEngine = Field(GenerationEngine.diffusers, description="diffusers.")
+    task: GenerationTask = Field(
+        description="TextToImage | ImageToImage | TextToVideo | ImageToVideo."
+    )
+    height: Dim = Field(description="Output height in pixels.")
+    width: Dim = Field(description="Output width in pixels.")
+    num_frames: Frames = Field(1, description="Output frames (1 for images).")
+    batch_size: Annotated[int, Field(ge=1, le=1024, strict=True)] = Field(
+        1, description="Images or videos per call (prompts x num_images_per_prompt)."
+    )
+    classifier_free_guidance: StrictBool = Field(
+        True,
+        description="Run the unconditional pass too (guidance_scale > 1, or true_cfg_scale > 1 "
+        "for guidance-distilled models such as Flux.1 dev and HunyuanVideo).",
+    )
+    max_sequence_length: Annotated[int, Field(ge=1, le=8192, strict=True)] | None = Field(
+        None, description="Text tokens (max_sequence_length); default the pipeline's."
+    )
+    offload: Offload = Field(Offload.None_, description="None | Model | Sequential | Group.")
+    group_offload: GroupOffload = Field(
+        default_factory=lambda: GroupOffload(), description="Settings for offload Group."
+    )
+    vae_tiling: StrictBool = Field(False, description="vae.enable_tiling().")
+    vae_slicing: StrictBool = Field(False, description="vae.enable_slicing().")
+    attention_backend: AttentionBackend = Field(
+        AttentionBackend.native, description="native | flash | sage | xformers | math."
+    )
+    parallelism: GenerationParallelism = Field(
+        default_factory=lambda: GenerationParallelism(), description="Multi-GPU generation."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Generation:
+        problems = _Problems()
+        if not self.task.video and self.num_frames != 1:
+            problems.add(
+                "numFrames",
+                f"task {self.task.value} produces images: numFrames must be 1, not "
+                f"{self.num_frames} (use TextToVideo or ImageToVideo)",
+            )
+        if self.parallelism.cfg_parallel and not self.classifier_free_guidance:
+            problems.add(
+                "parallelism.cfgParallel",
+                "cfgParallel runs the unconditional pass on a second GPU; it needs "
+                "classifierFreeGuidance true",
+            )
+        problems.raise_if_any()
+        return self

@@ -1,0 +1,203 @@
+"""What each diffusers pipeline class does with its components during one call. Pure.
+
+Read from the ``__call__`` and ``encode_prompt`` of each pipeline in ``diffusers`` 0.42.1
+(``diffusers/pipelines/<family>/pipeline_<name>.py``):
+
+- ``offload_sequence``: the class's ``model_cpu_offload_seq``: under
+  ``enable_model_cpu_offload`` each model is moved to the GPU when its ``forward`` runs and the
+  previous one in this chain is moved back (``accelerate`` ``cpu_offload_with_hook`` with
+  ``prev_module_hook``), so one model of the chain is resident at a time;
+- ``guidance``: ``Batched`` pipelines concatenate the unconditional and conditional inputs into
+  one denoiser call (``torch.cat([latents] * 2)``: SD, SDXL, SD3, CogVideoX, LTX-Video);
+  ``Sequential`` ones call the denoiser twice (Wan's ``noise_uncond = current_model(...)``,
+  Flux's and HunyuanVideo's ``true_cfg_scale`` path);
+- ``text_tokens``: the tokens each text encoder encodes (CLIP's 77; the ``max_sequence_length``
+  default of the call for T5, UMT5 and Llama; HunyuanVideo's Llama also encodes its prompt
+  template's ``crop_start`` tokens, 95, before cropping them);
+- ``denoiser_tokens``: the text tokens the denoiser attends to (SD3 concatenates CLIP's 77 with
+  T5's; Flux and HunyuanVideo feed only the T5/Llama sequence, CLIP gives the pooled vector);
+- ``upcast_vae``: SDXL decodes in float32 when the VAE is float16 and its config says
+  ``force_upcast`` (``StableDiffusionXLPipeline.upcast_vae``);
+- ``encodes``: what image-to-image and image-to-video calls put through the VAE encoder first
+  (``Image``: the input image; ``Video``: Wan's conditioning video, the image followed by
+  ``num_frames - 1`` zero frames, ``WanImageToVideoPipeline.prepare_latents``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from gpu_sizer.api import GenerationTask
+
+__all__ = ["PIPELINES", "Encodes", "Guidance", "PipelineKind"]
+
+T2I, I2I = GenerationTask.TextToImage, GenerationTask.ImageToImage
+T2V, I2V = GenerationTask.TextToVideo, GenerationTask.ImageToVideo
+
+
+class Guidance(StrEnum):
+    """How classifier-free guidance runs the denoiser."""
+
+    Batched = "Batched"
+    Sequential = "Sequential"
+
+
+class Encodes(StrEnum):
+    """What the VAE encodes before denoising."""
+
+    Nothing = "Nothing"
+    Image = "Image"
+    Video = "Video"
+
+
+@dataclass(frozen=True)
+class PipelineKind:
+    """One pipeline class's behaviour (see the module docstring)."""
+
+    tasks: tuple[GenerationTask, ...]
+    offload_sequence: tuple[str, ...]
+    guidance: Guidance
+    text_tokens: dict[str, int]
+    denoiser_tokens: int
+    sequence_length: int | None = None
+    upcast_vae: bool = False
+    encodes: Encodes = Encodes.Nothing
+    template_tokens: dict[str, int] = field(default_factory=dict)
+
+
+_SD_SEQ = ("text_encoder", "image_encoder", "unet", "vae")
+_SDXL_SEQ = ("text_encoder", "text_encoder_2", "image_encoder", "unet", "vae")
+_SD3_SEQ = (
+    "text_encoder",
+    "text_encoder_2",
+    "text_encoder_3",
+    "image_encoder",
+    "transformer",
+    "vae",
+)
+_FLUX_SEQ = ("text_encoder", "text_encoder_2", "image_encoder", "transformer", "vae")
+
+#: Pipeline classes by ``model_index.json`` ``_class_name``. ``sequence_length`` is the call's
+#: ``max_sequence_length`` default (applied to the encoders listed with it in ``text_tokens``
+#: when ``spec.generation.maxSequenceLength`` overrides it).
+PIPELINES: Final[dict[str, PipelineKind]] = {
+    "StableDiffusionPipeline": PipelineKind(
+        (T2I,), _SD_SEQ, Guidance.Batched, {"text_encoder": 77}, 77
+    ),
+    "StableDiffusionImg2ImgPipeline": PipelineKind(
+        (I2I,), _SD_SEQ, Guidance.Batched, {"text_encoder": 77}, 77, encodes=Encodes.Image
+    ),
+    "StableDiffusionXLPipeline": PipelineKind(
+        (T2I,),
+        _SDXL_SEQ,
+        Guidance.Batched,
+        {"text_encoder": 77, "text_encoder_2": 77},
+        77,
+        upcast_vae=True,
+    ),
+    "StableDiffusionXLImg2ImgPipeline": PipelineKind(
+        (I2I,),
+        _SDXL_SEQ,
+        Guidance.Batched,
+        {"text_encoder": 77, "text_encoder_2": 77},
+        77,
+        upcast_vae=True,
+        encodes=Encodes.Image,
+    ),
+    "StableDiffusion3Pipeline": PipelineKind(
+        (T2I,),
+        _SD3_SEQ,
+        Guidance.Batched,
+        {"text_encoder": 77, "text_encoder_2": 77, "text_encoder_3": 256},
+        77 + 256,
+        sequence_length=256,
+    ),
+    "StableDiffusion3Img2ImgPipeline": PipelineKind(
+        (I2I,),
+        _SD3_SEQ,
+        Guidance.Batched,
+        {"text_encoder": 77, "text_encoder_2": 77, "text_encoder_3": 256},
+        77 + 256,
+        sequence_length=256,
+        encodes=Encodes.Image,
+    ),
+    "FluxPipeline": PipelineKind(
+        (T2I,),
+        _FLUX_SEQ,
+        Guidance.Sequential,
+        {"text_encoder": 77, "text_encoder_2": 512},
+        512,
+        sequence_length=512,
+    ),
+    "FluxImg2ImgPipeline": PipelineKind(
+        (I2I,),
+        _FLUX_SEQ,
+        Guidance.Sequential,
+        {"text_encoder": 77, "text_encoder_2": 512},
+        512,
+        sequence_length=512,
+        encodes=Encodes.Image,
+    ),
+    "WanPipeline": PipelineKind(
+        (T2V,),
+        ("text_encoder", "transformer", "transformer_2", "vae"),
+        Guidance.Sequential,
+        {"text_encoder": 226},
+        226,
+        sequence_length=226,
+    ),
+    "WanImageToVideoPipeline": PipelineKind(
+        (I2V,),
+        ("text_encoder", "image_encoder", "transformer", "transformer_2", "vae"),
+        Guidance.Sequential,
+        {"text_encoder": 512},
+        512,
+        sequence_length=512,
+        encodes=Encodes.Video,
+    ),
+    "HunyuanVideoPipeline": PipelineKind(
+        (T2V,),
+        ("text_encoder", "text_encoder_2", "transformer", "vae"),
+        Guidance.Sequential,
+        {"text_encoder": 256, "text_encoder_2": 77},
+        256,
+        sequence_length=256,
+        template_tokens={"text_encoder": 95},
+    ),
+    "CogVideoXPipeline": PipelineKind(
+        (T2V,),
+        ("text_encoder", "transformer", "vae"),
+        Guidance.Batched,
+        {"text_encoder": 226},
+        226,
+        sequence_length=226,
+    ),
+    "CogVideoXImageToVideoPipeline": PipelineKind(
+        (I2V,),
+        ("text_encoder", "transformer", "vae"),
+        Guidance.Batched,
+        {"text_encoder": 226},
+        226,
+        sequence_length=226,
+        encodes=Encodes.Image,
+    ),
+    "LTXPipeline": PipelineKind(
+        (T2V,),
+        ("text_encoder", "transformer", "vae"),
+        Guidance.Batched,
+        {"text_encoder": 128},
+        128,
+        sequence_length=128,
+    ),
+    "LTXImageToVideoPipeline": PipelineKind(
+        (I2V,),
+        ("text_encoder", "transformer", "vae"),
+        Guidance.Batched,
+        {"text_encoder": 128},
+        128,
+        sequence_length=128,
+        encodes=Encodes.Image,
+    ),
+}
