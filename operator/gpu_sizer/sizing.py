@@ -30,6 +30,7 @@ from gpu_sizer.api import (
     RecommendationStatus,
 )
 from gpu_sizer.budget import estimate
+from gpu_sizer.budget.diffusion.fixes import generation_candidates
 from gpu_sizer.catalog import (
     DEFAULT_CATALOG,
     GPUClass,
@@ -434,6 +435,14 @@ def _fixes(
         )
 
     out: list[Fix] = []
+    if spec.generation is not None:
+        for path, value, changed, what in generation_candidates(spec):
+            if path.endswith("ulyssesDegree") and any(f.field == path for f in out):
+                continue  # the smallest degree that fits is the fix
+            candidate = fix(path, value, changed, what)
+            if not path.endswith("ulyssesDegree") or candidate.fits:
+                out.append(candidate)
+        return out
     inf, tr = spec.inference, spec.training
     arch = spec.model.architecture
     # A fix that acts only on an uncounted component would change nothing in the figures.

@@ -112,8 +112,8 @@ async def test_unknown_fields_are_rejected_by_path(webhook: Webhook) -> None:
         "spec.inference.maxNumSeq: unknown field; did you mean maxNumSeqs? allowed: engine, "
         "maxModelLen, maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
         "pipelineParallelSize, enforceEager\n"
-        "spec.replicas: unknown field; allowed: model, inference, training, measurement, "
-        "placement"
+        "spec.replicas: unknown field; allowed: model, inference, training, generation, "
+        "measurement, placement"
     )
 
 

@@ -130,8 +130,14 @@ _ARCH = "self.model.architecture"
 VALIDATION_RULES: Final[dict[str, list[dict[str, str]]]] = {
     "": [
         {
-            "rule": "has(self.inference) != has(self.training)",
-            "message": "set exactly one of spec.inference or spec.training",
+            "rule": "(has(self.inference) ? 1 : 0) + (has(self.training) ? 1 : 0) + "
+            "(has(self.generation) ? 1 : 0) == 1",
+            "message": "set exactly one of spec.inference, spec.training or spec.generation",
+        },
+        {
+            "rule": "!has(self.generation) || has(self.model.pipeline)",
+            "message": "spec.generation runs a diffusion pipeline: give spec.model.pipeline",
+            "fieldPath": ".model.pipeline",
         },
         *_tp_rules("inference", "inference"),
         *_tp_rules("training", "training.parallelism"),
@@ -152,9 +158,23 @@ VALIDATION_RULES: Final[dict[str, list[dict[str, str]]]] = {
     ],
     "model": [
         {
-            "rule": "has(self.architecture) || has(self.parameterCount)",
-            "message": "give model.architecture (config.json keys) or model.parameterCount",
+            "rule": "has(self.architecture) || has(self.parameterCount) || has(self.pipeline)",
+            "message": "give model.architecture (config.json keys), model.parameterCount or "
+            "model.pipeline",
             "fieldPath": ".parameterCount",
+        },
+        {
+            "rule": "!has(self.pipeline) || !has(self.architecture)",
+            "message": "give model.pipeline or model.architecture, not both",
+            "fieldPath": ".pipeline",
+        },
+    ],
+    "generation": [
+        {
+            "rule": "self.task == 'TextToVideo' || self.task == 'ImageToVideo' || "
+            "!has(self.numFrames) || self.numFrames == 1",
+            "message": "image tasks produce one frame: numFrames must be 1",
+            "fieldPath": ".numFrames",
         },
     ],
     "model.architecture": [
@@ -218,6 +238,7 @@ _KEEP: Final = frozenset(
         "minLength",
         "maxLength",
         "pattern",
+        "x-kubernetes-preserve-unknown-fields",
         "minItems",
         "maxItems",
         "minProperties",

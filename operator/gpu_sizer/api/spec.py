@@ -1779,9 +1779,10 @@ class GPUWorkloadSpec(_Model):
         problems = _Problems()
         set_ = [k for k in ("inference", "training", "generation") if getattr(self, k) is not None]
         if len(set_) > 1:
+            both = "both " if len(set_) == 2 else "all "
             problems.add(
                 set_[-1],
-                " and ".join(f"spec.{k}" for k in set_) + " are set; set exactly one "
+                " and ".join(f"spec.{k}" for k in set_) + f" are {both}set; set exactly one "
                 "(one GPUWorkload sizes one workload)",
             )
         elif not set_:

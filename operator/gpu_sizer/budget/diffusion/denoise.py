@@ -82,32 +82,36 @@ def _attention_matrix(shape: DenoiseShape, heads: int, q_tokens: int, k_tokens: 
         return 0
     local_heads = -(-heads // shape.ulysses)
     local_q = -(-q_tokens // max(1, shape.sequence_split // shape.ulysses))  # ring splits queries
-    return 2 * shape.batch * local_heads * local_q * k_tokens * shape.act_bytes
+    return int(2 * shape.batch * local_heads * local_q * k_tokens * shape.act_bytes)
 
 
 def _ulysses(tokens: int, width: int, shape: DenoiseShape) -> int:
     """Ulysses' all-to-all output buffers for q, k and v (a second copy while resharding)."""
-    return 3 * tokens * width * shape.act_bytes if shape.ulysses > 1 else 0
+    return int(3 * tokens * width * shape.act_bytes if shape.ulysses > 1 else 0)
 
 
 def denoiser_tokens(cls: str, c: Config, shape: DenoiseShape) -> int:
     """Image/video tokens per sample the denoiser sees (before any sequence split)."""
     if cls == "UNet2DConditionModel":
-        return shape.frames * shape.height * shape.width
+        return int(shape.frames * shape.height * shape.width)
     if cls == "WanTransformer3DModel":
         pt, ph, pw = c["patch_size"]
-        return (shape.frames // pt) * (shape.height // ph) * (shape.width // pw)
+        return int((shape.frames // pt) * (shape.height // ph) * (shape.width // pw))
     if cls == "HunyuanVideoTransformer3DModel":
         p, pt = c["patch_size"], c["patch_size_t"]
-        return (shape.frames // pt) * (shape.height // p) * (shape.width // p)
+        return int((shape.frames // pt) * (shape.height // p) * (shape.width // p))
     if cls == "CogVideoXTransformer3DModel":
         p, pt = c["patch_size"], c["patch_size_t"] or 1
-        return -(-shape.frames // pt) * (shape.height // p) * (shape.width // p)
+        return int(-(-shape.frames // pt) * (shape.height // p) * (shape.width // p))
     if cls == "LTXVideoTransformer3DModel":
         p, pt = c["patch_size"], c["patch_size_t"]
-        return (shape.frames // pt) * (shape.height // p) * (shape.width // p)
-    p = c["patch_size"]  # SD3, Flux
-    return shape.frames * (shape.height // p) * (shape.width // p)
+        return int((shape.frames // pt) * (shape.height // p) * (shape.width // p))
+    if cls == "FluxTransformer2DModel":
+        # FluxPipeline._pack_latents packs 2x2 latent cells into one token before the transformer.
+        p = 2 * c["patch_size"]
+        return int(shape.frames * (shape.height // p) * (shape.width // p))
+    p = c["patch_size"]  # SD3
+    return int(shape.frames * (shape.height // p) * (shape.width // p))
 
 
 def _wan(c: Config, s: DenoiseShape) -> int:
@@ -137,7 +141,7 @@ def _wan(c: Config, s: DenoiseShape) -> int:
     text = s.batch * (s.text_tokens + (257 if c["image_dim"] else 0)) * d * a
     around = n * a * d + per_sample * 2 * hd * FP32 + text
     tokens = denoiser_tokens("WanTransformer3DModel", c, s)
-    return around + n * block + _attention_matrix(s, heads, tokens, tokens) + _ulysses(n, d, s)
+    return int(around + n * block + _attention_matrix(s, heads, tokens, tokens) + _ulysses(n, d, s))
 
 
 def _mmdit_joint(d: int, f: int, a: int) -> int:
@@ -146,7 +150,7 @@ def _mmdit_joint(d: int, f: int, a: int) -> int:
     ``a`` (5 a), ``x.float() * cos`` and ``rotated.float() * sin`` float32 products with their
     sum (3 x 4), against the FFN stage (residual, stale attention output, modulated input and the
     two ``F``-wide GELU tensors)."""
-    return max(5 * a * d + 3 * FP32 * d, 3 * a * d + 2 * a * f)
+    return int(max(5 * a * d + 3 * FP32 * d, 3 * a * d + 2 * a * f))
 
 
 def _single_stream(d: int, f: int, a: int) -> int:
@@ -156,7 +160,7 @@ def _single_stream(d: int, f: int, a: int) -> int:
     its float32 products), then ``cat([attn, mlp])`` (``D + F``) meets ``proj_out``."""
     attention = 2 * a * d + a * f + 4 * a * d + 3 * FP32 * d
     output = 2 * a * d + a * f + a * d + a * (d + f) + a * d
-    return max(attention, output)
+    return int(max(attention, output))
 
 
 def _flux(c: Config, s: DenoiseShape) -> int:
@@ -170,7 +174,7 @@ def _flux(c: Config, s: DenoiseShape) -> int:
     block = max(_mmdit_joint(d, f, a), _single_stream(d, f, a))
     around = n * a * d + (n // max(1, s.batch)) * 2 * hd * FP32
     per = img // s.batch + s.text_tokens
-    return around + n * block + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s)
+    return int(around + n * block + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s))
 
 
 def _hunyuan(c: Config, s: DenoiseShape) -> int:
@@ -187,7 +191,7 @@ def _hunyuan(c: Config, s: DenoiseShape) -> int:
     block = max(_mmdit_joint(d, f, a) + a * d, _single_stream(d, f, a) + a * d, norm + a * f)
     around = 2 * n * a * d + (n // max(1, s.batch)) * 2 * hd * FP32
     per = vid // s.batch + s.text_tokens
-    return around + n * block + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s)
+    return int(around + n * block + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s))
 
 
 def _sd3(c: Config, s: DenoiseShape) -> int:
@@ -201,7 +205,7 @@ def _sd3(c: Config, s: DenoiseShape) -> int:
     dual = 2 * a * d if c["dual_attention_layers"] else 0
     block = max(9 * a * d + dual, 4 * a * d + 2 * a * 4 * d)
     per = img // s.batch + s.text_tokens
-    return n * (a * d + block) + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s)
+    return int(n * (a * d + block) + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s))
 
 
 def _cogvideox(c: Config, s: DenoiseShape) -> int:
@@ -217,7 +221,7 @@ def _cogvideox(c: Config, s: DenoiseShape) -> int:
     block = max(7 * a * d + rotary, 4 * a * d + 2 * a * f)
     around = n * a * d + ((n // max(1, s.batch)) * 2 * hd * FP32 if rotary else 0)
     per = vid // s.batch + s.text_tokens
-    return around + n * block + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s)
+    return int(around + n * block + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s))
 
 
 def _ltx(c: Config, s: DenoiseShape) -> int:
@@ -230,7 +234,7 @@ def _ltx(c: Config, s: DenoiseShape) -> int:
     tokens = denoiser_tokens("LTXVideoTransformer3DModel", c, s)
     block = max(6 * a * d + 3 * FP32 * d, 3 * a * d + 2 * a * 4 * d)
     around = n * a * d + _split(tokens, s) * 2 * d * FP32 + s.batch * s.text_tokens * d * a
-    return around + n * block + _attention_matrix(s, heads, tokens, tokens) + _ulysses(n, d, s)
+    return int(around + n * block + _attention_matrix(s, heads, tokens, tokens) + _ulysses(n, d, s))
 
 
 def _unet(c: Config, s: DenoiseShape) -> int:
@@ -268,7 +272,7 @@ def _unet(c: Config, s: DenoiseShape) -> int:
         peak = max(peak, local * level + attn)
         if i < len(boc) - 1:
             level //= 4
-    return s.batch * a * (skips + peak)
+    return int(s.batch * a * (skips + peak))
 
 
 _FAMILIES: dict[str, Callable[[Config, DenoiseShape], int]] = {

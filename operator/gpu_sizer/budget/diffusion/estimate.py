@@ -368,7 +368,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         for c in denoisers:
             if c.part is None or c.config is None:
                 continue
-            shape = DenoiseShape(
+            dshape = DenoiseShape(
                 batch,
                 frames,
                 lh,
@@ -380,7 +380,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
                 ulysses=par.ulysses_degree,
             )
             try:
-                act = denoiser_forward_bytes(c.spec.class_name, c.config, shape)
+                act = denoiser_forward_bytes(c.spec.class_name, c.config, dshape)
             except (KeyError, ValueError, ZeroDivisionError) as exc:
                 missing.append(
                     Missing(

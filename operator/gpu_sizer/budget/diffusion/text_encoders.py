@@ -229,13 +229,13 @@ def encoder_forward_bytes(cls: str, c: Config, batch: int, tokens: int, act_byte
         per_token = max(6 * d, 2 * d + (3 if gated else 2) * inner) * a
         scores = batch * heads * tokens * tokens * (a + 4 + a)
         bias = heads * tokens * tokens * 4
-        return batch * tokens * per_token + scores + bias
+        return int(batch * tokens * per_token + scores + bias)
     if cls == "LlamaModel":
         h, inner = c["hidden_size"], c["intermediate_size"]
         layers = c["num_hidden_layers"]
         per_token = max(6 * h, 2 * h + 3 * inner) * a
-        return batch * tokens * (per_token + (layers + 1) * h * a)
+        return int(batch * tokens * (per_token + (layers + 1) * h * a))
     h, inner = c["hidden_size"], c["intermediate_size"]
     per_token = max(6 * h, 2 * h + 2 * inner) * a
     keep = (c["num_hidden_layers"] + 1) * h * a if cls == "CLIPVisionModel" else 0
-    return batch * tokens * (per_token + keep)
+    return int(batch * tokens * (per_token + keep))

@@ -244,16 +244,18 @@ def autoencoder_kl_wan(c: Config) -> Part:
         if i > 0 and not residual:
             din = din // 2
         up = i != len(mult) - 1
-        mode = ("upsample3d" if up_t[i] else "upsample2d") if up else None
+        up_mode = ("upsample3d" if up_t[i] else "upsample2d") if up else None
         resnets = sequence(
             "resnets",
             *(_wan_resnet(str(j), din if j == 0 else dout, dout) for j in range(blocks + 1)),
         )
         if residual:
-            sampler = _wan_resample("upsampler", dout, mode, dout) if mode else None
+            sampler = _wan_resample("upsampler", dout, up_mode, dout) if up_mode else None
             up_blocks.append(module(str(i), resnets, sampler))
         else:
-            samplers = sequence("upsamplers", _wan_resample("0", dout, mode)) if mode else None
+            samplers = (
+                sequence("upsamplers", _wan_resample("0", dout, up_mode)) if up_mode else None
+            )
             up_blocks.append(module(str(i), resnets, samplers))
     decoder = module(
         "decoder",
