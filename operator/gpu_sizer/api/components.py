@@ -365,7 +365,18 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
     ),
     "T5EncoderModel": ComponentClass("transformers", Role.TextEncoder, dict(_T5)),
     "UMT5EncoderModel": ComponentClass(
-        "transformers", Role.TextEncoder, {**_T5, "vocab_size": _k("int", 250112)}
+        "transformers",
+        Role.TextEncoder,
+        {
+            "vocab_size": _k("int", 250112),
+            "d_model": _k("int", 512),
+            "d_kv": _k("int", 64),
+            "d_ff": _k("int", 1024),
+            "num_layers": _k("int", 8),
+            "num_heads": _k("int", 6),
+            "relative_attention_num_buckets": _k("int", 32),
+            "feed_forward_proj": _k("str", "gated-gelu"),
+        },
     ),
     "LlamaModel": ComponentClass(
         "transformers",

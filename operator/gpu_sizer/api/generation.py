@@ -158,6 +158,11 @@ class PipelineComponent(_Model):
     offload: Offload | None = Field(
         None, description="This component's offloading; default spec.generation.offload."
     )
+    group_offload: GroupOffload | None = Field(
+        None,
+        description="This component's enable_group_offload settings; default "
+        "spec.generation.groupOffload.",
+    )
     device: ComponentDevice = Field(
         ComponentDevice.Gpu, description="Gpu | Cpu (runs on the CPU, e.g. Wan's --t5_cpu)."
     )

@@ -194,8 +194,8 @@ def _resident(c: _Component, running: bool, spec: GPUWorkloadSpec, fsdp: int) ->
     assert c.part is not None
     if mode is Offload.Sequential:
         return sequential_resident(c.part) * c.storage_bytes, 0
-    g = spec.generation.group_offload if spec.generation is not None else None
-    assert g is not None
+    assert spec.generation is not None
+    g = c.spec.group_offload or spec.generation.group_offload
     held = group_resident(
         c.part,
         leaf_level=g.offload_type is GroupOffloadType.LeafLevel,
@@ -460,9 +460,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         runtime_overhead_bytes=runtime,
         total_bytes=peak.weights + peak.quant + peak.activations + runtime,
     )
-    for c in comps:
-        if c.offload is not Offload.None_ or not c.on_gpu:
-            notes.append(_offload_note(c))
+    notes += _offload_notes(comps)
     params = sum(c.params or 0 for c in comps)
     status = EstimateStatus(
         parameter_count=params,
@@ -485,11 +483,17 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
     return status, missing
 
 
-def _offload_note(c: _Component) -> str:
-    if not c.on_gpu:
-        gib = c.weights / (1 << 30)
-        return f"{c.name} runs on the CPU: none of its {gib:.1f} GiB of weights is on the GPU"
-    return (
-        f"{c.name}: offload {c.offload.value}, its weights are on the GPU only while it runs "
-        "(host RAM holds them)"
-    )
+def _offload_notes(comps: list[_Component]) -> list[str]:
+    """One line per offload mode in use, naming its components."""
+    out: list[str] = []
+    cpu = [c.name for c in comps if not c.on_gpu]
+    if cpu:
+        out.append(f"on the CPU, never on the GPU: {', '.join(cpu)}")
+    for mode in (Offload.Model, Offload.Sequential, Offload.Group):
+        names = [c.name for c in comps if c.on_gpu and c.offload is mode]
+        if names:
+            out.append(
+                f"offload {mode.value}: {', '.join(names)} on the GPU only while running; "
+                "host memory holds their weights"
+            )
+    return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = [
     "Part",
@@ -168,10 +168,12 @@ def tensor_bytes(part: Part, element_bytes: int, keep_fp32: Iterable[str] = ()) 
 
 
 def expanded(part: Part) -> Iterator[Part]:
-    """The children of a module one list entry at a time (``copies`` unrolled)."""
+    """The children of a module one list entry at a time (``copies`` unrolled: each entry is
+    yielded with ``copies=1``, so its counts are one entry's)."""
     for child in part.children:
+        one = child if child.copies == 1 else replace(child, copies=1)
         for _ in range(child.copies):
-            yield child
+            yield one
 
 
 def sequential_resident(part: Part) -> int:
