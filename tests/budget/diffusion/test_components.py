@@ -1,0 +1,101 @@
+"""Every supported component class, built from each published config by diffusers/transformers
+on PyTorch's meta device: gpu-sizer's module trees give exactly the library's parameter and
+buffer counts, and its config defaults are the constructors' own."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+from tests import diffusers_configs as published
+from tests.budget.diffusion.conftest import CONFIG_CLASSES, build_on_meta, diffusers, transformers
+
+from gpu_sizer.api.components import COMPONENT_CLASSES, resolved_config
+from gpu_sizer.budget.diffusion.parts import buffer_count, parameter_count
+from gpu_sizer.budget.diffusion.registry import KINDS
+
+
+def _tree(cls: str, config: dict[str, Any]) -> Any:
+    return KINDS[cls].build(resolved_config(cls, published.camel(config)))
+
+
+@pytest.mark.parametrize("key", sorted(published.COMPONENTS))
+def test_published_component_counts_equal_the_library(key: str) -> None:
+    cls, config = published.COMPONENTS[key]
+    model = build_on_meta(cls, config)
+    tree = _tree(cls, config)
+    assert parameter_count(tree) == sum(p.numel() for p in model.parameters()), key
+    assert buffer_count(tree) == sum(b.numel() for b in model.buffers()), key
+
+
+#: Variants the published pipelines above do not exercise: class defaults, Wan 2.2's residual
+#: VAE (TI2V-5B, from scripts/convert_wan_to_diffusers.py), LTX-Video 0.9.1's decoder
+#: (convert_ltx_to_diffusers.py get_vae_config), SD3.5 medium's dual attention, CogVideoX-2B.
+VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    *((cls, {}) for cls in sorted(COMPONENT_CLASSES)),
+    (
+        "AutoencoderKLWan",
+        {"base_dim": 160, "decoder_base_dim": 256, "z_dim": 48, "is_residual": True,
+         "in_channels": 12, "out_channels": 12, "patch_size": 2, "scale_factor_spatial": 16},
+    ),
+    (
+        "AutoencoderKLLTXVideo",
+        {"decoder_block_out_channels": [256, 512, 1024], "decoder_layers_per_block": [5, 6, 7, 8],
+         "decoder_spatio_temporal_scaling": [True, True, True],
+         "decoder_inject_noise": [True, True, True, False], "upsample_residual": [True, True, True],
+         "upsample_factor": [2, 2, 2], "timestep_conditioning": True},
+    ),
+    (
+        "SD3Transformer2DModel",
+        {"num_layers": 24, "num_attention_heads": 24, "caption_projection_dim": 1536,
+         "pos_embed_max_size": 384, "qk_norm": "rms_norm",
+         "dual_attention_layers": list(range(13))},
+    ),
+    ("CogVideoXTransformer3DModel", {}),
+    ("WanTransformer3DModel", {**published.WAN21_I2V_14B, "pos_embed_seq_len": 514}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("cls", "config"), VARIANTS, ids=lambda v: v if isinstance(v, str) else "")
+def test_variant_counts_equal_the_library(cls: str, config: dict[str, Any]) -> None:
+    model = build_on_meta(cls, config)
+    tree = _tree(cls, config)
+    assert parameter_count(tree) == sum(p.numel() for p in model.parameters())
+    assert buffer_count(tree) == sum(b.numel() for b in model.buffers())
+
+
+def test_stable_diffusion_15_unet_has_its_published_count() -> None:
+    # The figure quoted for the SD 1.5 UNet (e.g. the diffusers docs and the CompVis model card's
+    # "860M UNet"): 859,520,964 parameters.
+    assert parameter_count(_tree("UNet2DConditionModel", published.SD15_UNET)) == 859_520_964
+
+
+def _library_defaults(cls: str) -> dict[str, Any]:
+    if cls in CONFIG_CLASSES:
+        config = getattr(transformers, CONFIG_CLASSES[cls])()
+        return {k: getattr(config, k, None) for k in COMPONENT_CLASSES[cls].keys}
+    params = inspect.signature(getattr(diffusers, cls).__init__).parameters
+    return {k: v.default for k, v in params.items() if k != "self"}
+
+
+#: Keys the config class derives when left unset (LlamaConfig fills num_key_value_heads with
+#: num_attention_heads and head_dim with hidden_size // num_attention_heads); gpu-sizer keeps
+#: them unset and derives the same values.
+DERIVED = {("LlamaModel", "num_key_value_heads"), ("LlamaModel", "head_dim")}
+
+
+@pytest.mark.parametrize("cls", sorted(COMPONENT_CLASSES))
+def test_config_defaults_are_the_libraries(cls: str) -> None:
+    ours = COMPONENT_CLASSES[cls].keys
+    theirs = _library_defaults(cls)
+    for key, spec in ours.items():
+        assert key in theirs, f"{cls} has no {key}"
+        expected = theirs[key]
+        value = spec.default
+        if (cls, key) in DERIVED:
+            assert value is None
+            continue
+        if isinstance(expected, list | tuple):
+            expected = tuple(expected)
+        assert value == expected, f"{cls}.{key}: {value!r} != {expected!r}"

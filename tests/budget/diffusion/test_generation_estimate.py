@@ -1,0 +1,183 @@
+"""How the generation estimate follows the pipeline's settings: residency under each offload
+mode, guidance, parallelism, VAE options, and what it cannot count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.budget.diffusion.specs import pipeline_spec
+
+from gpu_sizer.api import EstimateStatus
+from gpu_sizer.budget import estimate
+from gpu_sizer.budget.diffusion import generation_estimate
+
+WAN14 = "Wan-AI/Wan2.1-T2V-14B-Diffusers"
+FLUX = "black-forest-labs/FLUX.1-dev"
+VIDEO: dict[str, Any] = {"task": "TextToVideo", "height": 480, "width": 832, "numFrames": 81}
+GIB = 1 << 30
+
+
+def _phase(est: EstimateStatus, name: str) -> Any:
+    assert est.phases is not None
+    return next(p for p in est.phases if p.phase == name)
+
+
+def test_phases_and_peak_are_reported() -> None:
+    est = estimate(pipeline_spec(WAN14, **VIDEO))
+    assert [p.phase for p in est.phases or []] == ["TextEncode", "Denoise", "VaeDecode"]
+    peak = max(est.phases or [], key=lambda p: p.total_bytes)
+    assert est.peak_phase == peak.phase
+    assert est.per_gpu.total_bytes == peak.total_bytes
+    assert est.parameter_count > 14_288_491_584 + 5_680_910_336  # transformer + UMT5 + VAE
+
+
+def test_without_offload_every_component_is_resident_in_every_phase() -> None:
+    est = estimate(pipeline_spec(WAN14, **VIDEO))
+    weights = {p.phase: p.weights_bytes for p in est.phases or []}
+    assert len(set(weights.values())) == 1
+
+
+def test_model_offload_keeps_only_the_running_model() -> None:
+    none = estimate(pipeline_spec(WAN14, **VIDEO))
+    model = estimate(pipeline_spec(WAN14, offload="Model", **VIDEO))
+    assert _phase(model, "Denoise").running == "transformer"
+    # bf16 transformer alone (fp32-kept modules included), not the encoder too
+    assert 26 * GIB < _phase(model, "Denoise").weights_bytes < 27 * GIB
+    assert _phase(model, "VaeDecode").weights_bytes < 1 * GIB
+    assert model.per_gpu.total_bytes < none.per_gpu.total_bytes
+
+
+def test_sequential_and_group_offload_stream_weights() -> None:
+    model = _phase(estimate(pipeline_spec(WAN14, offload="Model", **VIDEO)), "Denoise")
+    group = _phase(estimate(pipeline_spec(WAN14, offload="Group", **VIDEO)), "Denoise")
+    sequential = _phase(estimate(pipeline_spec(WAN14, offload="Sequential", **VIDEO)), "Denoise")
+    assert sequential.weights_bytes < group.weights_bytes < model.weights_bytes
+    # block level, one block per group: the unmatched modules and one of the 40 blocks
+    assert group.weights_bytes < model.weights_bytes / 20
+
+
+def test_a_component_on_the_cpu_holds_nothing_on_the_gpu() -> None:
+    on_gpu = estimate(pipeline_spec(WAN14, offload="Model", **VIDEO))
+    on_cpu = estimate(
+        pipeline_spec(
+            WAN14, components={"text_encoder": {"device": "Cpu"}}, offload="Model", **VIDEO
+        )
+    )
+    assert _phase(on_cpu, "TextEncode").weights_bytes == 0
+    assert _phase(on_gpu, "TextEncode").weights_bytes > 10 * GIB
+
+
+def test_batched_guidance_doubles_the_denoiser_batch() -> None:
+    image = {"task": "TextToImage", "height": 1024, "width": 1024}
+    sd3 = "stabilityai/stable-diffusion-3.5-large"
+    with_cfg = _phase(estimate(pipeline_spec(sd3, **image)), "Denoise").activation_bytes
+    without = _phase(
+        estimate(pipeline_spec(sd3, classifierFreeGuidance=False, **image)), "Denoise"
+    ).activation_bytes
+    assert 1.8 < with_cfg / without < 2.1
+
+
+def test_sequential_guidance_does_not_grow_one_pass() -> None:
+    # Wan calls the transformer twice per step; one pass holds one sample
+    with_cfg = _phase(estimate(pipeline_spec(WAN14, **VIDEO)), "Denoise").activation_bytes
+    without = _phase(
+        estimate(pipeline_spec(WAN14, classifierFreeGuidance=False, **VIDEO)), "Denoise"
+    ).activation_bytes
+    assert with_cfg == without
+
+
+def test_sequence_parallelism_splits_tokens_and_adds_gpus() -> None:
+    one = estimate(pipeline_spec(WAN14, height=720, width=1280, task="TextToVideo", numFrames=81))
+    four = estimate(
+        pipeline_spec(
+            WAN14, height=720, width=1280, task="TextToVideo", numFrames=81,
+            parallelism={"ulyssesDegree": 4},
+        )
+    )  # fmt: skip
+    assert four.gpu_count == 4 and one.gpu_count == 1
+    d1, d4 = _phase(one, "Denoise"), _phase(four, "Denoise")
+    assert d4.activation_bytes < d1.activation_bytes / 2.5
+    assert d4.weights_bytes == d1.weights_bytes
+
+
+def test_denoiser_fsdp_shards_its_weights() -> None:
+    par = {"ulyssesDegree": 4, "denoiserFsdp": True}
+    plain = _phase(
+        estimate(pipeline_spec(WAN14, parallelism={"ulyssesDegree": 4}, **VIDEO)), "Denoise"
+    )
+    fsdp = _phase(estimate(pipeline_spec(WAN14, parallelism=par, **VIDEO)), "Denoise")
+    # a quarter of the transformer plus two unsharded blocks, the encoder and VAE whole
+    assert plain.weights_bytes - fsdp.weights_bytes > 18 * GIB
+
+
+def test_cfg_parallel_gives_each_gpu_one_branch() -> None:
+    image = {"task": "TextToImage", "height": 1024, "width": 1024}
+    sd3 = "stabilityai/stable-diffusion-3.5-large"
+    batched = estimate(pipeline_spec(sd3, **image))
+    split = estimate(pipeline_spec(sd3, parallelism={"cfgParallel": True}, **image))
+    assert split.gpu_count == 2
+    assert _phase(split, "Denoise").activation_bytes < _phase(batched, "Denoise").activation_bytes
+
+
+def test_vae_tiling_removes_hunyuan_videos_quadratic_attention_mask() -> None:
+    repo = "hunyuanvideo-community/HunyuanVideo"
+    video = {"task": "TextToVideo", "height": 720, "width": 1280, "numFrames": 129}
+    whole = _phase(estimate(pipeline_spec(repo, offload="Model", **video)), "VaeDecode")
+    tiled = _phase(
+        estimate(pipeline_spec(repo, offload="Model", vaeTiling=True, **video)), "VaeDecode"
+    )
+    assert whole.activation_bytes > 50 * GIB > 10 * GIB > tiled.activation_bytes
+
+
+def test_a_materialised_attention_matrix_is_counted() -> None:
+    native = estimate(pipeline_spec(WAN14, **VIDEO))
+    math = estimate(pipeline_spec(WAN14, attentionBackend="math", **VIDEO))
+    assert (
+        _phase(math, "Denoise").activation_bytes > 20 * _phase(native, "Denoise").activation_bytes
+    )
+
+
+def test_an_unknown_component_class_makes_the_estimate_incomplete() -> None:
+    spec = pipeline_spec(FLUX, task="TextToImage", height=1024, width=1024)
+    assert spec.model.pipeline is not None
+    extra = spec.model.pipeline.components[0].model_copy(
+        update={
+            "name": "safety_checker",
+            "class_name": "StableDiffusionSafetyChecker",
+            "config": {},
+        }
+    )
+    pipeline = spec.model.pipeline.model_copy(
+        update={"components": [*spec.model.pipeline.components, extra]}
+    )
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update={"pipeline": pipeline})})
+    _, missing = generation_estimate(spec)
+    assert [m.component for m in missing] == ["weightsBytes"]
+    assert "safety_checker" in missing[0].message
+    assert any("incomplete estimate" in n for n in estimate(spec).notes)
+
+
+def test_an_unknown_pipeline_class_makes_the_estimate_incomplete() -> None:
+    spec = pipeline_spec(FLUX, task="TextToImage", height=1024, width=1024)
+    assert spec.model.pipeline is not None
+    pipeline = spec.model.pipeline.model_copy(update={"class_name": "FluxKontextPipeline"})
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update={"pipeline": pipeline})})
+    _, missing = generation_estimate(spec)
+    assert missing and "FluxKontextPipeline" in missing[0].message
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    frames=st.integers(min_value=0, max_value=40),
+    more=st.integers(min_value=1, max_value=20),
+    offload=st.sampled_from(["None", "Model", "Sequential", "Group"]),
+)
+def test_more_frames_never_need_less(frames: int, more: int, offload: str) -> None:
+    def total(n: int) -> int:
+        spec = pipeline_spec(WAN14, task="TextToVideo", height=480, width=832,
+                             numFrames=4 * n + 1, offload=offload)  # fmt: skip
+        return estimate(spec).per_gpu.total_bytes
+
+    assert total(frames) <= total(frames + more)
