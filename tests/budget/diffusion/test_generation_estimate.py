@@ -12,6 +12,7 @@ from tests.budget.diffusion.specs import pipeline_spec
 from gpu_sizer.api import EstimateStatus
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion import generation_estimate
+from gpu_sizer.sizing import Verdict, assess
 
 WAN14 = "Wan-AI/Wan2.1-T2V-14B-Diffusers"
 FLUX = "black-forest-labs/FLUX.1-dev"
@@ -156,7 +157,9 @@ def test_an_unknown_component_class_makes_the_estimate_incomplete() -> None:
     _, missing = generation_estimate(spec)
     assert [m.component for m in missing] == ["weightsBytes"]
     assert "safety_checker" in missing[0].message
-    assert any("incomplete estimate" in n for n in estimate(spec).notes)
+    listed = estimate(spec).missing_components
+    assert [m.component for m in listed] == ["weightsBytes"]
+    assert assess(spec).verdict is Verdict.Incomplete
 
 
 def test_an_unknown_pipeline_class_makes_the_estimate_incomplete() -> None:
@@ -166,6 +169,7 @@ def test_an_unknown_pipeline_class_makes_the_estimate_incomplete() -> None:
     spec = spec.model_copy(update={"model": spec.model.model_copy(update={"pipeline": pipeline})})
     _, missing = generation_estimate(spec)
     assert missing and "FluxKontextPipeline" in missing[0].message
+    assert assess(spec).verdict is Verdict.Incomplete
 
 
 @settings(max_examples=25, deadline=None)

@@ -10,7 +10,7 @@ assembles the phases (TextEncode, Denoise, VaeDecode).
 
 from __future__ import annotations
 
-from gpu_sizer.api import EstimateStatus, GPUWorkloadSpec
+from gpu_sizer.api import EstimateStatus, GPUWorkloadSpec, MissingComponent
 from gpu_sizer.budget.diffusion.estimate import Missing, generation_estimate
 
 __all__ = ["Missing", "diffusion_estimate", "generation_estimate"]
@@ -18,9 +18,12 @@ __all__ = ["Missing", "diffusion_estimate", "generation_estimate"]
 
 def diffusion_estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
     """:func:`generation_estimate` as ``budget.estimate`` reports it: the parts that could not be
-    counted become notes saying so (and the verdict is never Fits while any is missing)."""
+    counted become ``missingComponents``, so the verdict is ``Incomplete``, never ``Fits``."""
     status, missing = generation_estimate(spec)
     if not missing:
         return status
-    notes = [f"incomplete estimate: {m.message}; {m.fix}" for m in missing]
-    return status.model_copy(update={"notes": [*status.notes, *notes]})
+    listed = [
+        MissingComponent(component=m.component, fields=m.fields, message=m.message, fix=m.fix)
+        for m in missing
+    ]
+    return status.model_copy(update={"missing_components": [*status.missing_components, *listed]})
