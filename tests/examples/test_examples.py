@@ -3,6 +3,7 @@ verdict it was written for from the one assessment path."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,18 @@ EXPECTED: dict[str, tuple[Verdict, int]] = {
     "phi-4-vllm.yaml": (Verdict.Fits, 1),
     "nemotron-nano-9b-v2-vllm.yaml": (Verdict.Fits, 1),
     "jamba-v0.1-vllm-tp2.yaml": (Verdict.Fits, 2),
+    "sd15-txt2img-l4.yaml": (Verdict.Fits, 1),
+    "sdxl-base-1024-batch4.yaml": (Verdict.Fits, 1),
+    "sd35-large-1024.yaml": (Verdict.Fits, 1),
+    "flux1-dev-1024.yaml": (Verdict.Fits, 1),
+    "flux1-schnell-48gb-offload.yaml": (Verdict.Fits, 1),
+    "wan21-t2v-1.3b-480p-4090.yaml": (Verdict.Fits, 1),
+    "wan21-t2v-14b-720p.yaml": (Verdict.Fits, 1),
+    "wan21-i2v-14b-720p-offload.yaml": (Verdict.Fits, 1),
+    "wan22-t2v-a14b-720p-too-big-for-48gb.yaml": (Verdict.NoSafeHeadroom, 1),
+    "hunyuanvideo-720p-129f.yaml": (Verdict.Fits, 1),
+    "cogvideox-5b-l4.yaml": (Verdict.Fits, 1),
+    "ltx-video-768x512-161f.yaml": (Verdict.Fits, 1),
 }
 
 
@@ -153,8 +166,6 @@ FROM_CONFIG: dict[str, str] = {
 @pytest.mark.parametrize("name", sorted(FROM_CONFIG))
 def test_example_architecture_is_import_hf_configs_reading(name: str) -> None:
     """The example's architecture is what ``import-hf-config`` writes for the published file."""
-    import json
-
     from gpu_sizer.api.hf import model_from_hf_config
 
     config = json.loads((ROOT / "tests/budget/configs" / f"{FROM_CONFIG[name]}.json").read_text())
@@ -164,3 +175,25 @@ def test_example_architecture_is_import_hf_configs_reading(name: str) -> None:
     assert architectures.arch(model["architecture"]) == architectures.arch(imported["architecture"])
     # the checkpoint's quantization as stored (quantization_config), when it has one
     assert model.get("quantization") == imported.get("quantization")
+
+
+GENERATION = [p for p in EXAMPLES if "pipeline" in _load(p)["spec"]["model"]]
+
+
+@pytest.mark.parametrize("path", GENERATION, ids=lambda p: p.name)
+def test_generation_example_is_the_published_pipeline(path: Path) -> None:
+    """Every component config key of a pipeline example has the value of the published
+    config.json (tests/diffusers_configs.py, the parameter-count oracle's configs)."""
+    from tests.diffusers_configs import PIPELINES, camel
+
+    model = _load(path)["spec"]["model"]
+    cls, parts = PIPELINES[model["name"]]
+    published = {name: (klass, camel(config)) for name, klass, config in parts}
+    assert model["pipeline"]["class"] == cls
+    given = model["pipeline"]["components"]
+    assert {c["name"] for c in given} == set(published)
+    for component in given:
+        klass, config = published[component["name"]]
+        assert component["class"] == klass
+        for key, value in component.get("config", {}).items():
+            assert json.loads(json.dumps(config[key])) == value, (component["name"], key)

@@ -456,3 +456,12 @@ def test_prefill_follows_the_engine(
     if engine != "vllm":
         assert not any("vLLM V1" in n for n in result.notes), result.notes
     assert any("DynamicCache" in n for n in result.notes) is (engine == "transformers")
+
+
+def test_generation_is_unsupported_in_synthetic_mode_with_the_reason() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "sd15-txt2img-l4.yaml").read_text())
+    result, code = _measure(doc["spec"])
+    assert code == 0
+    assert result.status == "Unsupported"
+    assert "diffusion pipelines" in (result.message or "")
+    assert "measurement.mode: Command" in (result.message or "")

@@ -34,6 +34,12 @@ def _importable(name: str) -> bool:
 def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | None:
     """Why the synthetic path cannot reproduce ``spec`` faithfully, or ``None`` when it can."""
     model = spec.model
+    if spec.generation is not None:
+        return (
+            "synthetic mode does not build diffusion pipelines yet (random-weight components, "
+            "denoising steps and the VAE decode at the spec's resolution and frames); "
+            "use measurement.mode: Command with the diffusers script to measure it"
+        )
     if model.architecture is None:
         return (
             "synthetic mode needs spec.model.architecture (config.json keys): a bare "
