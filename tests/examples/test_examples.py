@@ -184,7 +184,10 @@ GENERATION = [p for p in EXAMPLES if "pipeline" in _load(p)["spec"]["model"]]
 def test_generation_example_is_the_published_pipeline(path: Path) -> None:
     """Every component config key of a pipeline example has the value of the published
     config.json (tests/diffusers_configs.py, the parameter-count oracle's configs)."""
+    from tests.budget.diffusion.specs import pipeline_spec
     from tests.diffusers_configs import PIPELINES, camel
+
+    from gpu_sizer.budget.diffusion.estimate import pipeline_parameter_count
 
     model = _load(path)["spec"]["model"]
     cls, parts = PIPELINES[model["name"]]
@@ -197,3 +200,7 @@ def test_generation_example_is_the_published_pipeline(path: Path) -> None:
         assert component["class"] == klass
         for key, value in component.get("config", {}).items():
             assert json.loads(json.dumps(config[key])) == value, (component["name"], key)
+    # the keys left out default to the published values: same parameter count as the full configs
+    generation = {"task": "TextToImage", "height": 512, "width": 512}
+    full = pipeline_spec(model["name"], **generation)
+    assert pipeline_parameter_count(parse_workload(_load(path))) == pipeline_parameter_count(full)
