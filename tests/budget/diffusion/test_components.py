@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 from tests import diffusers_configs as published
-from tests.budget.diffusion.conftest import CONFIG_CLASSES, build_on_meta, diffusers, transformers
+from tests.budget.diffusion.conftest import (
+    CONFIG_CLASSES,
+    build_on_meta,
+    diffusers,
+    torch,
+    transformers,
+)
 
 from gpu_sizer.api.components import COMPONENT_CLASSES, resolved_config
 from gpu_sizer.budget.diffusion.parts import buffer_count, parameter_count
@@ -99,3 +105,23 @@ def test_config_defaults_are_the_libraries(cls: str) -> None:
         if isinstance(expected, list | tuple):
             expected = tuple(expected)
         assert value == expected, f"{cls}.{key}: {value!r} != {expected!r}"
+
+
+DENOISERS = sorted(
+    k for k, (cls, _) in published.COMPONENTS.items() if "Transformer" in cls or "UNet" in cls
+)
+
+
+@pytest.mark.parametrize("key", DENOISERS)
+def test_layerwise_casting_stores_the_librarys_layers_in_float8(key: str) -> None:
+    """``enable_layerwise_casting`` on the library's model (meta device) leaves in float8
+    exactly the elements gpu-sizer counts as cast: same Linear/Conv/Embedding modules, same
+    skip patterns (defaults, _keep_in_fp32_modules, _skip_layerwise_casting_patterns)."""
+    from gpu_sizer.budget.diffusion.parts import layerwise_cast_elements
+
+    cls, config = published.COMPONENTS[key]
+    model = build_on_meta(cls, config, torch.bfloat16)
+    model.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+    tensors = [*model.parameters(), *model.buffers()]
+    in_float8 = sum(t.numel() for t in tensors if t.dtype == torch.float8_e4m3fn)
+    assert layerwise_cast_elements(_tree(cls, config), KINDS[cls].casting_skips) == in_float8

@@ -165,3 +165,54 @@ def test_sdxl_blog(dtype: str, changes: dict[str, str], published: float) -> Non
     (docs/accuracy.md)."""
     spec = pipeline_spec("stabilityai/stable-diffusion-xl-base-1.0", dtype, **SDXL, **changes)
     assert estimate(spec).per_gpu.total_bytes == pytest.approx(published * GIB, rel=0.10)
+
+
+FLUX_1024 = {"task": "TextToImage", "height": 1024, "width": 1024, "classifierFreeGuidance": False}
+
+
+@pytest.mark.parametrize(
+    ("transformer", "loaded", "peak"),
+    [({}, 31.447, 36.166), ({"dtype": "float8_e4m3fn"}, 23.682, 28.451)],
+    ids=["bf16", "fp8-layerwise-casting"],
+)
+def test_flux_dev_quantization_blog(
+    transformer: dict[str, str], loaded: float, peak: float
+) -> None:
+    """huggingface.co/blog/diffusers-quantization (huggingface/blog ``diffusers-quantization.md``,
+    one H100 80GB): FLUX.1-dev with ``pipe.to("cuda")``, 1024x1024, guidance 3.5 (distilled: no
+    unconditional pass), ``max_sequence_length`` 512, printed from
+    ``torch.cuda.max_memory_reserved() / 1024**3`` (GiB, reserved by the caching allocator).
+    BF16: "Memory after loading ~31.447 GB", "Peak memory 36.166 GB". FP8 layerwise casting of
+    the transformer (``enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn,
+    compute_dtype=torch.bfloat16)``): 23.682 and 28.451; the norms' modulation Linears stay in
+    bfloat16 (the "norm" skip pattern), 3.2 B of the 11.9 B parameters.
+
+    Weights: every component resident, 2% tolerance. Peak: the estimate counts live tensors,
+    the figure is what the allocator reserved (blocks rounded up, freed blocks kept cached);
+    tolerance 12% below, none above."""
+    spec = pipeline_spec(
+        "black-forest-labs/FLUX.1-dev", components={"transformer": transformer}, **FLUX_1024
+    )
+    est = estimate(spec)
+    weights = max(p.weights_bytes for p in est.phases or [])
+    assert weights == pytest.approx(loaded * GIB, rel=0.02)
+    assert 0.88 <= est.per_gpu.total_bytes / (peak * GIB) <= 1.0
+
+
+def test_wan21_1_3b_diffusers_docs_model_offload() -> None:
+    """diffusers docs v0.33, api/pipelines/wan.md, "Text to Video Generation": "The following
+    example requires 11GB VRAM to run" for Wan-AI/Wan2.1-T2V-1.3B-Diffusers loaded in bfloat16
+    with ``pipe.enable_model_cpu_offload()`` (default 832x480, 81 frames). Under model offload
+    one model is on the GPU at a time, and the largest is the UMT5-XXL encoder (5.68 B
+    parameters, 10.6 GiB in bf16): the peak is the text encoding. Tolerance 10% ("11GB")."""
+    spec = pipeline_spec(
+        "Wan-AI/Wan2.1-T2V-1.3B-Diffusers",
+        task="TextToVideo",
+        height=480,
+        width=832,
+        numFrames=81,
+        offload="Model",
+    )
+    est = estimate(spec)
+    assert est.peak_phase == "TextEncode"
+    assert est.per_gpu.total_bytes == pytest.approx(11 * GB, rel=0.10)

@@ -59,6 +59,7 @@ from gpu_sizer.budget.diffusion.parts import (
     Part,
     expanded,
     group_resident,
+    layerwise_cast_elements,
     parameter_count,
     sequential_resident,
     tensor_bytes,
@@ -72,6 +73,7 @@ from gpu_sizer.budget.weights import flat_weight_bytes
 __all__ = ["Missing", "generation_estimate", "pipeline_parameter_count"]
 
 TEXT_ENCODE, DENOISE, VAE_DECODE = "TextEncode", "Denoise", "VaeDecode"
+_FLOAT8 = (Dtype.float8_e4m3fn, Dtype.float8_e5m2)
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def _resolve(spec: GPUWorkloadSpec, index: int, c: PipelineComponent) -> _Compon
     assert gen is not None
     dtype = c.dtype or spec.model.dtype
     storage = DTYPE_BYTES[dtype]
-    act = max(2, storage) if dtype in (Dtype.float8_e4m3fn, Dtype.float8_e5m2) else storage
+    act = max(2, storage) if dtype in _FLOAT8 else storage
     offload = c.offload or gen.offload
     role = _role(c)
     base = _Component(index, c, role, None, None, c.parameter_count, 0, 0, storage, act, offload)
@@ -158,6 +160,12 @@ def _resolve(spec: GPUWorkloadSpec, index: int, c: PipelineComponent) -> _Compon
         if c.quantization is not None:
             model = Model(parameter_count=base.params, dtype=dtype, quantization=c.quantization)
             base.weights, base.quant = flat_weight_bytes(base.params, model)
+        elif base.part is not None and dtype in _FLOAT8:
+            # enable_layerwise_casting: the castable layers in float8, the rest in bfloat16
+            assert kind is not None
+            cast = layerwise_cast_elements(base.part, kind.casting_skips)
+            compute = tensor_bytes(base.part, DTYPE_BYTES[Dtype.bfloat16], kind.keep_fp32)
+            base.weights = compute - cast * (DTYPE_BYTES[Dtype.bfloat16] - storage)
         elif base.part is not None:
             fp32 = kind.keep_fp32 if kind is not None else ()
             base.weights = tensor_bytes(base.part, storage, fp32)

@@ -23,10 +23,13 @@ Counts are elements (parameters), sizes bytes.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 __all__ = [
+    "DEFAULT_SKIP_CASTING",
     "Part",
     "buffer",
     "buffer_count",
@@ -36,6 +39,7 @@ __all__ = [
     "group_norm",
     "group_resident",
     "layer_norm",
+    "layerwise_cast_elements",
     "linear",
     "module",
     "param",
@@ -58,6 +62,9 @@ class Part:
     :param is_buffer: a buffer (moved with the module, not a parameter).
     :param copies: this child appears ``copies`` times in a row (list indices ``i .. i+copies-1``).
     :param sequence: a ``ModuleList``/``Sequential`` whose children are blocks.
+    :param castable: an ``nn.Linear``, ``nn.Conv*d`` or ``nn.Embedding``: a layer diffusers'
+        layerwise casting stores in the float8 dtype (``hooks/_common.py``
+        ``_GO_LC_SUPPORTED_PYTORCH_LAYERS``).
     """
 
     name: str
@@ -67,6 +74,7 @@ class Part:
     is_buffer: bool = False
     copies: int = 1
     sequence: bool = False
+    castable: bool = False
 
 
 def param(name: str, numel: int) -> Part:
@@ -92,11 +100,8 @@ def sequence(name: str, *children: Part | None) -> Part:
 
 def linear(name: str, in_features: int, out_features: int, bias: bool = True) -> Part:
     """``nn.Linear``: weight ``[out, in]`` and bias ``[out]``."""
-    return module(
-        name,
-        param("weight", in_features * out_features),
-        param("bias", out_features) if bias else None,
-    )
+    weight = param("weight", in_features * out_features)
+    return _layer(name, weight, param("bias", out_features) if bias else None)
 
 
 def conv(
@@ -104,11 +109,8 @@ def conv(
 ) -> Part:
     """``nn.Conv1d/2d/3d`` (groups 1): weight ``[out, in, *kernel]`` and bias ``[out]``."""
     size = math.prod(kernel) if isinstance(kernel, Sequence) else kernel
-    return module(
-        name,
-        param("weight", out_channels * in_channels * size),
-        param("bias", out_channels) if bias else None,
-    )
+    weight = param("weight", out_channels * in_channels * size)
+    return _layer(name, weight, param("bias", out_channels) if bias else None)
 
 
 def layer_norm(name: str, dim: int, affine: bool = True, bias: bool = True) -> Part:
@@ -130,7 +132,11 @@ def group_norm(name: str, channels: int, affine: bool = True) -> Part:
 
 def embedding(name: str, num: int, dim: int) -> Part:
     """``nn.Embedding``: ``[num, dim]``."""
-    return module(name, param("weight", num * dim))
+    return _layer(name, param("weight", num * dim))
+
+
+def _layer(name: str, *tensors: Part | None) -> Part:
+    return Part(name, tuple(t for t in tensors if t is not None), castable=True)
 
 
 def parameter_count(part: Part) -> int:
@@ -165,6 +171,42 @@ def tensor_bytes(part: Part, element_bytes: int, keep_fp32: Iterable[str] = ()) 
     total = parameter_count(part) + buffer_count(part)
     kept = _fp32_elements(part, frozenset(keep_fp32), False) if element_bytes < 4 else 0
     return (total - kept) * element_bytes + kept * 4
+
+
+#: ``diffusers/hooks/layerwise_casting.py`` ``DEFAULT_SKIP_MODULES_PATTERN`` (0.42.1).
+DEFAULT_SKIP_CASTING: Final = ("pos_embed", "patch_embed", "norm", "^proj_in$", "^proj_out$")
+
+
+def layerwise_cast_elements(part: Part, skip: Iterable[str], _prefix: str = "") -> int:
+    """Elements stored in the float8 dtype under ``enable_layerwise_casting``.
+
+    ``diffusers`` 0.42.1 ``hooks/layerwise_casting.py`` ``_apply_layerwise_casting`` walks the
+    modules by dotted name: a module whose name matches one of the skip patterns
+    (``re.search``: the defaults, the class's ``_keep_in_fp32_modules`` and its
+    ``_skip_layerwise_casting_patterns``) is left whole in the compute dtype; a Linear, Conv or
+    Embedding is stored in float8 (its weight and bias); anything else is descended into. The
+    tensors a module owns directly (modulation tables, norm weights) are never cast.
+    """
+    patterns = tuple(skip)
+    if _prefix and any(re.search(p, _prefix) for p in patterns):
+        return 0
+    if part.castable:
+        return parameter_count(part) + buffer_count(part)
+    total = 0
+    for child in part.children:
+        if child.tensor:
+            continue
+        name = f"{_prefix}.{child.name}" if _prefix else child.name
+        if child.copies == 1:
+            total += layerwise_cast_elements(child, patterns, name)
+            continue
+        # list entries i .. i+copies-1: the same module under consecutive indices
+        one = replace(child, copies=1)
+        first = int(child.name) if child.name.isdigit() else None
+        for i in range(child.copies):
+            entry = f"{_prefix}.{first + i}" if first is not None and _prefix else name
+            total += layerwise_cast_elements(one, patterns, entry)
+    return total
 
 
 def expanded(part: Part) -> Iterator[Part]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gpu_sizer.budget.diffusion import denoisers, text_encoders, vaes
-from gpu_sizer.budget.diffusion.parts import Part
+from gpu_sizer.budget.diffusion.parts import DEFAULT_SKIP_CASTING, Part
 
 __all__ = ["KINDS", "Kind"]
 
@@ -25,26 +25,42 @@ class Kind:
         model is loaded in 16 bits.
     :param block_modules: ``ModelMixin._group_offload_block_modules``: children whose lists are
         grouped too under block-level group offloading.
+    :param skip_casting: ``ModelMixin._skip_layerwise_casting_patterns``: module-name patterns
+        ``enable_layerwise_casting`` leaves in the compute dtype, besides the defaults.
     """
 
     build: Callable[[Mapping[str, Any]], Part]
     keep_fp32: tuple[str, ...] = ()
     block_modules: tuple[str, ...] = ()
+    skip_casting: tuple[str, ...] = ()
+
+    @property
+    def casting_skips(self) -> tuple[str, ...]:
+        """Every pattern ``enable_layerwise_casting`` skips for this class (``diffusers``
+        0.42.1 ``ModelMixin.enable_layerwise_casting``: the defaults, ``_keep_in_fp32_modules``
+        and ``_skip_layerwise_casting_patterns``)."""
+        return (*DEFAULT_SKIP_CASTING, *self.keep_fp32, *self.skip_casting)
 
 
 _VAE_BLOCKS: Final = ("quant_conv", "post_quant_conv", "encoder", "decoder")
 
 KINDS: Final[dict[str, Kind]] = {
-    "UNet2DConditionModel": Kind(denoisers.unet_2d_condition),
-    "SD3Transformer2DModel": Kind(denoisers.sd3_transformer),
-    "FluxTransformer2DModel": Kind(denoisers.flux_transformer),
+    "UNet2DConditionModel": Kind(denoisers.unet_2d_condition, skip_casting=("norm",)),
+    "SD3Transformer2DModel": Kind(denoisers.sd3_transformer, skip_casting=("pos_embed", "norm")),
+    "FluxTransformer2DModel": Kind(denoisers.flux_transformer, skip_casting=("pos_embed", "norm")),
     "WanTransformer3DModel": Kind(
         denoisers.wan_transformer,
         keep_fp32=("rope", "time_embedder", "scale_shift_table", "norm1", "norm2", "norm3"),
+        skip_casting=("patch_embedding", "condition_embedder", "norm"),
     ),
-    "HunyuanVideoTransformer3DModel": Kind(denoisers.hunyuan_video_transformer),
-    "CogVideoXTransformer3DModel": Kind(denoisers.cogvideox_transformer),
-    "LTXVideoTransformer3DModel": Kind(denoisers.ltx_video_transformer),
+    "HunyuanVideoTransformer3DModel": Kind(
+        denoisers.hunyuan_video_transformer,
+        skip_casting=("x_embedder", "context_embedder", "norm"),
+    ),
+    "CogVideoXTransformer3DModel": Kind(
+        denoisers.cogvideox_transformer, skip_casting=("patch_embed", "norm")
+    ),
+    "LTXVideoTransformer3DModel": Kind(denoisers.ltx_video_transformer, skip_casting=("norm",)),
     "AutoencoderKL": Kind(vaes.autoencoder_kl, block_modules=_VAE_BLOCKS),
     "AutoencoderKLWan": Kind(vaes.autoencoder_kl_wan, block_modules=_VAE_BLOCKS),
     "AutoencoderKLHunyuanVideo": Kind(vaes.autoencoder_kl_hunyuan_video),
