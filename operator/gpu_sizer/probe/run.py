@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpu_sizer.api import (
+    DTYPE_BYTES,
     GPUWorkloadSpec,
     InvalidWorkload,
     MeasurementMode,
@@ -348,11 +349,16 @@ def _measure_synthetic(
     from gpu_sizer.probe.inference import run_inference
     from gpu_sizer.probe.training import run_training
 
+    if spec.generation is not None:
+        from gpu_sizer.probe.generation import run_generation
+
     try:
         if options.memory_limit_bytes is not None:
             note, lift_cap = _apply_memory_limit(options.memory_limit_bytes, device, dtype)
             notes.append(note)
-        if spec.inference is not None:
+        if spec.generation is not None:
+            figures = run_generation(spec, dtype, device, recorder)
+        elif spec.inference is not None:
             figures = run_inference(spec, dtype, device, recorder)
         else:
             figures = run_training(spec, device, recorder)
@@ -405,6 +411,10 @@ def resident_bytes(spec: GPUWorkloadSpec) -> tuple[int, str]:
     """
     per_gpu = estimate(spec).per_gpu
     weights = per_gpu.weights_bytes + per_gpu.quantization_overhead_bytes
+    if spec.generation is not None:
+        # every component is built (on the CPU when offloaded), whatever the phase
+        est = estimate(spec)
+        return est.parameter_count * DTYPE_BYTES[spec.model.dtype], "every component's weights"
     if spec.training is not None:
         state = per_gpu.gradient_bytes + per_gpu.optimizer_state_bytes + per_gpu.master_weight_bytes
         return weights + state, "weights, gradients and optimizer state"

@@ -12,19 +12,24 @@ import importlib.util
 
 from gpu_sizer.api import (
     KNOWN_MODEL_TYPES,
+    AttentionBackend,
     Dtype,
     FinetuningMethod,
     GPUWorkloadSpec,
+    Offload,
     OffloadTarget,
     Optimizer,
     ParallelStrategy,
     PrecisionRecipe,
 )
+from gpu_sizer.api.components import COMPONENT_CLASSES
+from gpu_sizer.budget.diffusion.pipelines import PIPELINES
 from gpu_sizer.budget.training_precision import Framework, framework, recipe
 
 __all__ = ["synthetic_unsupported_reason"]
 
 _USE_COMMAND = "use measurement.mode: Command with the real engine to measure it"
+_FLOAT8 = (Dtype.float8_e4m3fn, Dtype.float8_e5m2)
 
 
 def _importable(name: str) -> bool:
@@ -35,11 +40,7 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
     """Why the synthetic path cannot reproduce ``spec`` faithfully, or ``None`` when it can."""
     model = spec.model
     if spec.generation is not None:
-        return (
-            "synthetic mode does not build diffusion pipelines yet (random-weight components, "
-            "denoising steps and the VAE decode at the spec's resolution and frames); "
-            "use measurement.mode: Command with the diffusers script to measure it"
-        )
+        return _generation_reason(spec)
     if model.architecture is None:
         return (
             "synthetic mode needs spec.model.architecture (config.json keys): a bare "
@@ -178,4 +179,45 @@ def _distributed_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | None:
         return f"NVMe offload needs an NVMe path mounted in the probe container; {_USE_COMMAND}"
     if off is not None and not cuda:
         return "offload moves state from the GPU to the host: measuring it needs a GPU"
+def _generation_reason(spec: GPUWorkloadSpec) -> str | None:
+    """Why :func:`gpu_sizer.probe.generation.run_generation` cannot run ``spec`` faithfully."""
+    gen, pipeline = spec.generation, spec.model.pipeline
+    assert gen is not None and pipeline is not None
+    if not (_importable("diffusers") and _importable("transformers")):
+        return (
+            "synthetic generation builds the pipeline's components with diffusers and "
+            "transformers, which are not installed in the probe image; install "
+            "gpu-sizer[probe] there or " + _USE_COMMAND
+        )
+    if pipeline.class_name not in PIPELINES:
+        return (
+            f"synthetic generation does not know how {pipeline.class_name} calls its models; "
+            + _USE_COMMAND
+        )
+    par = gen.parallelism
+    if par.gpu_count > 1 or par.denoiser_fsdp:
+        return (
+            "synthetic generation runs on one GPU; sequence, CFG or FSDP parallelism needs "
+            "every rank of torch.distributed; " + _USE_COMMAND
+        )
+    if gen.attention_backend is not AttentionBackend.native:
+        return (
+            f"synthetic generation runs PyTorch SDPA (attentionBackend native), not "
+            f"{gen.attention_backend.value}; " + _USE_COMMAND
+        )
+    for c in pipeline.components:
+        where = f"component {c.name} ({c.class_name})"
+        if c.class_name not in COMPONENT_CLASSES:
+            return f"synthetic generation does not build {where}; " + _USE_COMMAND
+        if c.quantization is not None or (c.dtype or spec.model.dtype) in _FLOAT8:
+            return (
+                f"synthetic generation builds unquantized bf16/fp16/fp32 weights; {where} is "
+                "quantized or stored in float8; " + _USE_COMMAND
+            )
+        mode = c.offload or gen.offload
+        if mode in (Offload.Sequential, Offload.Group):
+            return (
+                f"synthetic generation emulates offload None and Model only; {where} uses "
+                f"{mode.value} (accelerate or diffusers hooks per module); " + _USE_COMMAND
+            )
     return None
