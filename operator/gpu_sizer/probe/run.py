@@ -412,9 +412,11 @@ def resident_bytes(spec: GPUWorkloadSpec) -> tuple[int, str]:
     per_gpu = estimate(spec).per_gpu
     weights = per_gpu.weights_bytes + per_gpu.quantization_overhead_bytes
     if spec.generation is not None:
-        # every component is built (on the CPU when offloaded), whatever the phase
+        # every component is built (on the CPU when offloaded), and a phase's activations (a
+        # VAE decode, a denoiser step) can be larger than the weights: the larger of the two
         est = estimate(spec)
-        return est.parameter_count * DTYPE_BYTES[spec.model.dtype], "every component's weights"
+        every = est.parameter_count * DTYPE_BYTES[spec.model.dtype]
+        return max(every, est.per_gpu.total_bytes), "weights and the peak phase's activations"
     if spec.training is not None:
         state = per_gpu.gradient_bytes + per_gpu.optimizer_state_bytes + per_gpu.master_weight_bytes
         return weights + state, "weights, gradients and optimizer state"
