@@ -39,9 +39,9 @@ __all__ = [
     "GenerationTask",
     "GroupOffload",
     "GroupOffloadType",
-    "Offload",
     "Pipeline",
     "PipelineComponent",
+    "PipelineOffload",
 ]
 
 
@@ -65,7 +65,7 @@ class GenerationEngine(StrEnum):
     diffusers = "diffusers"
 
 
-class Offload(StrEnum):
+class PipelineOffload(StrEnum):
     """``diffusers`` offloading: ``Model`` is ``enable_model_cpu_offload`` (one whole model on the
     GPU at a time), ``Sequential`` is ``enable_sequential_cpu_offload`` (each module's weights
     streamed in while it runs), ``Group`` is ``enable_group_offload`` (groups of blocks)."""
@@ -155,7 +155,7 @@ class PipelineComponent(_Model):
         "diffusers' enable_layerwise_casting storage (compute in bfloat16).",
     )
     quantization: Quantization | None = Field(None, description="Weight quantization, if any.")
-    offload: Offload | None = Field(
+    offload: PipelineOffload | None = Field(
         None, description="This component's offloading; default spec.generation.offload."
     )
     group_offload: GroupOffload | None = Field(
@@ -257,7 +257,9 @@ class Generation(_Model):
     max_sequence_length: Annotated[int, Field(ge=1, le=8192, strict=True)] | None = Field(
         None, description="Text tokens (max_sequence_length); default the pipeline's."
     )
-    offload: Offload = Field(Offload.None_, description="None | Model | Sequential | Group.")
+    offload: PipelineOffload = Field(
+        PipelineOffload.None_, description="None | Model | Sequential | Group."
+    )
     group_offload: GroupOffload = Field(
         default_factory=lambda: GroupOffload(), description="Settings for offload Group."
     )

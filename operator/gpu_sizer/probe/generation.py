@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from pydantic.alias_generators import to_snake
 
-from gpu_sizer.api import ComponentDevice, GPUWorkloadSpec, Offload, PipelineComponent
+from gpu_sizer.api import ComponentDevice, GPUWorkloadSpec, PipelineComponent, PipelineOffload
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 from gpu_sizer.budget.diffusion.decode import latent_geometry
 from gpu_sizer.budget.diffusion.pipelines import PIPELINES, Encodes, Guidance
@@ -224,7 +224,7 @@ def run_generation(
     offload = {c.name: c.offload or gen.offload for c in comps}
 
     def home(c: PipelineComponent) -> torch.device:
-        if c.device is ComponentDevice.Cpu or offload[c.name] is Offload.Model:
+        if c.device is ComponentDevice.Cpu or offload[c.name] is PipelineOffload.Model:
             return cpu
         return device
 

@@ -16,10 +16,10 @@ from gpu_sizer.api import (
     Dtype,
     FinetuningMethod,
     GPUWorkloadSpec,
-    Offload,
     OffloadTarget,
     Optimizer,
     ParallelStrategy,
+    PipelineOffload,
     PrecisionRecipe,
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES
@@ -179,6 +179,9 @@ def _distributed_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | None:
         return f"NVMe offload needs an NVMe path mounted in the probe container; {_USE_COMMAND}"
     if off is not None and not cuda:
         return "offload moves state from the GPU to the host: measuring it needs a GPU"
+    return None
+
+
 def _generation_reason(spec: GPUWorkloadSpec) -> str | None:
     """Why :func:`gpu_sizer.probe.generation.run_generation` cannot run ``spec`` faithfully."""
     gen, pipeline = spec.generation, spec.model.pipeline
@@ -215,7 +218,7 @@ def _generation_reason(spec: GPUWorkloadSpec) -> str | None:
                 "quantized or stored in float8; " + _USE_COMMAND
             )
         mode = c.offload or gen.offload
-        if mode in (Offload.Sequential, Offload.Group):
+        if mode in (PipelineOffload.Sequential, PipelineOffload.Group):
             return (
                 f"synthetic generation emulates offload None and Model only; {where} uses "
                 f"{mode.value} (accelerate or diffusers hooks per module); " + _USE_COMMAND

@@ -22,21 +22,21 @@ GIB = 1 << 30
 
 def _phase(est: EstimateStatus, name: str) -> Any:
     assert est.phases is not None
-    return next(p for p in est.phases if p.phase == name)
+    return next(p for p in est.phases if p.name == name)
 
 
 def test_phases_and_peak_are_reported() -> None:
     est = estimate(pipeline_spec(WAN14, **VIDEO))
-    assert [p.phase for p in est.phases or []] == ["TextEncode", "Denoise", "VaeDecode"]
+    assert [p.name for p in est.phases or []] == ["TextEncode", "Denoise", "VaeDecode"]
     peak = max(est.phases or [], key=lambda p: p.total_bytes)
-    assert est.peak_phase == peak.phase
+    assert est.peak_phase == peak.name
     assert est.per_gpu.total_bytes == peak.total_bytes
     assert est.parameter_count > 14_288_491_584 + 5_680_910_336  # transformer + UMT5 + VAE
 
 
 def test_without_offload_every_component_is_resident_in_every_phase() -> None:
     est = estimate(pipeline_spec(WAN14, **VIDEO))
-    weights = {p.phase: p.weights_bytes for p in est.phases or []}
+    weights = {p.name: p.weights_bytes for p in est.phases or []}
     assert len(set(weights.values())) == 1
 
 

@@ -40,11 +40,11 @@ from gpu_sizer.api import (
     GPUWorkloadSpec,
     GroupOffloadType,
     Model,
-    Offload,
     PeakPhase,
     PerGpuBreakdown,
     PhaseEstimate,
     PipelineComponent,
+    PipelineOffload,
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role, resolved_config
 from gpu_sizer.budget.diffusion.decode import (
@@ -100,7 +100,7 @@ class _Component:
     quant: int
     storage_bytes: int
     act_bytes: int
-    offload: Offload
+    offload: PipelineOffload
     problem: str | None = None
 
     @property
@@ -195,12 +195,14 @@ def _resident(c: _Component, running: bool, spec: GPUWorkloadSpec, fsdp: int) ->
         held = 2 * blocks * c.storage_bytes if running else 0
         return -(-c.weights // fsdp) + held, -(-c.quant // fsdp)
     mode = c.offload
-    if mode is Offload.None_ or (running and (mode is Offload.Model or c.part is None)):
+    if mode is PipelineOffload.None_ or (
+        running and (mode is PipelineOffload.Model or c.part is None)
+    ):
         return c.weights, c.quant
     if not running:
         return 0, 0
     assert c.part is not None
-    if mode is Offload.Sequential:
+    if mode is PipelineOffload.Sequential:
         return sequential_resident(c.part) * c.storage_bytes, 0
     assert spec.generation is not None
     g = c.spec.group_offload or spec.generation.group_offload
@@ -434,7 +436,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         out_frames = gen.num_frames if gen.task.video else 1
         act += 2 * gen.batch_size * 3 * out_frames * gen.height * gen.width * act_bytes
         w, q = weights_now({vae.name})
-        if upcast and vae.on_gpu and vae.offload in (Offload.None_, Offload.Model):
+        if upcast and vae.on_gpu and vae.offload in (PipelineOffload.None_, PipelineOffload.Model):
             w += vae.weights
             notes.append(
                 f"{pipeline.class_name} decodes in float32: the float16 VAE has forceUpcast, so "
@@ -497,7 +499,7 @@ def _offload_notes(comps: list[_Component]) -> list[str]:
     cpu = [c.name for c in comps if not c.on_gpu]
     if cpu:
         out.append(f"on the CPU, never on the GPU: {', '.join(cpu)}")
-    for mode in (Offload.Model, Offload.Sequential, Offload.Group):
+    for mode in (PipelineOffload.Model, PipelineOffload.Sequential, PipelineOffload.Group):
         names = [c.name for c in comps if c.on_gpu and c.offload is mode]
         if names:
             out.append(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_sizer.api import GPUWorkloadSpec, Offload
+from gpu_sizer.api import GPUWorkloadSpec, PipelineOffload
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role, resolved_config
 
 __all__ = ["generation_candidates"]
@@ -31,12 +31,12 @@ def generation_candidates(spec: GPUWorkloadSpec) -> list[tuple[str, Any, GPUWork
     gen = spec.generation
     assert gen is not None
     out: list[tuple[str, Any, GPUWorkloadSpec, str]] = []
-    if gen.offload is Offload.None_:
+    if gen.offload is PipelineOffload.None_:
         out.append(
             (
                 "spec.generation.offload",
                 "Model",
-                _with(spec, offload=Offload.Model),
+                _with(spec, offload=PipelineOffload.Model),
                 "offload Model",
             )
         )
