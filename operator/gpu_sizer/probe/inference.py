@@ -63,7 +63,6 @@ from gpu_sizer.probe.model import (
 __all__ = [
     "BLOCK_SIZE",
     "EngineStart",
-    "pool_bytes",
     "InferenceFigures",
     "LayerCache",
     "allocate_kv_cache",
@@ -72,6 +71,7 @@ __all__ = [
     "default_prefill_note",
     "fp8_cache_note",
     "kv_cache_dtype",
+    "pool_bytes",
     "run_inference",
 ]
 
