@@ -35,7 +35,10 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from gpu_sizer.api import DTYPE_BYTES, Engine, GPUWorkloadSpec, KvCacheDtype, QuantizationMethod
-from gpu_sizer.budget.activations import activation_token_elements, logits_bytes
+from gpu_sizer.budget.activations import (
+    activation_token_elements,
+    inference_activation_bytes,
+)
 from gpu_sizer.budget.kv_cache import (
     kv_cache_bytes,
     kv_element_bytes,
@@ -63,6 +66,7 @@ __all__ = [
     "graph_pool_bytes",
     "kv_capacity",
     "kv_demand",
+    "profile_activation_bytes",
     "serving_facts",
 ]
 
@@ -103,8 +107,8 @@ class ServingFacts:
     """Class-independent figures of one serving spec on its most loaded GPU (bytes).
 
     ``token_activation_bytes``: live activation bytes per token of a forward pass
-    (:func:`gpu_sizer.budget.activations.activation_token_elements` times the activation width);
-    ``logits_row_bytes``: bytes per sampled row; ``kv``: the geometry with the spec's
+    (:func:`gpu_sizer.budget.activations.activation_token_elements` times the activation width,
+    what a captured CUDA graph holds per token); ``kv``: the KV demand with the spec's
     ``kvCacheDtype``, ``kv16``: with the model's 16-bit dtype (engines fall back to it where the GPU
     has no FP8 KV cache); ``marlin_scale_bytes``/``fp8_expert_bytes``: for the FP8 weight-only path
     (:func:`fp8_weight_only`); ``groups``: tensor/pipeline-parallel groups the process joins.
@@ -114,7 +118,6 @@ class ServingFacts:
     quant: int
     dequant_workspace: int
     token_activation_bytes: int
-    logits_row_bytes: int
     kv: KvDemand
     kv16: KvDemand
     fp8_weights: bool
@@ -177,7 +180,6 @@ def serving_facts(
         quant=quant,
         dequant_workspace=dequantization_workspace_bytes(lay, model.quantization, training=False),
         token_activation_bytes=activation_token_elements(arch, tp) * act_bytes,
-        logits_row_bytes=logits_bytes(arch, 1, act_bytes),
         kv=kv,
         kv16=kv16,
         fp8_weights=fp8,
@@ -221,6 +223,19 @@ def fp8_weight_only(facts: ServingFacts, gpu: GPUClass) -> tuple[int, int, list[
             "from vllm-project/vllm#22177)"
         )
     return facts.marlin_scale_bytes, excess, notes
+
+
+def profile_activation_bytes(
+    spec: GPUWorkloadSpec, facts: ServingFacts, tokens: int, rows: int
+) -> int:
+    """The engine's profile (or warm-up) forward pass of ``tokens`` tokens sampling ``rows`` rows:
+    :func:`gpu_sizer.budget.activations.inference_activation_bytes` (decoder live set, sampler
+    logits, a vision encoder's largest image) plus the dequantization workspace."""
+    arch = spec.model.architecture
+    inf = spec.inference
+    assert arch is not None and inf is not None
+    acts = inference_activation_bytes(arch, inf, facts.act_bytes, tokens, rows)
+    return acts + facts.dequant_workspace
 
 
 def graph_pool_bytes(facts: ServingFacts, batch: int) -> int:

@@ -45,6 +45,7 @@ from gpu_sizer.budget.engines.common import (
     graph_pool_bytes,
     kv_capacity,
     parallel_args,
+    profile_activation_bytes,
 )
 from gpu_sizer.catalog import GPUClass
 
@@ -131,8 +132,7 @@ def plan(
     usable = gpu.usable
     quant, marlin_excess, kv_flag, kv, notes = class_inputs(spec, facts, gpu)
     chunk, decode_bs, prefill_graphs = _settings(spec, gpu)
-    acts = chunk * facts.token_activation_bytes + inf.max_num_seqs * facts.logits_row_bytes
-    acts += facts.dequant_workspace
+    acts = profile_activation_bytes(spec, facts, chunk, inf.max_num_seqs)
     graphs = graph_pool_bytes(facts, decode_bs) + prefill_graphs * PREFILL_GRAPH_BYTES
     outside = CUDA_CONTEXT_BYTES + facts.groups * COMM_GROUP_BYTES
     pre_load = usable - outside

@@ -41,6 +41,7 @@ from gpu_sizer.budget.engines.common import (
     class_inputs,
     graph_pool_bytes,
     kv_capacity,
+    profile_activation_bytes,
 )
 from gpu_sizer.budget.runtime import allocator_reserve_bytes
 from gpu_sizer.catalog import GPUClass
@@ -148,8 +149,7 @@ def plan(
             1.0, ((1 - headroom) * usable - beyond) / (WIGGLE_ROOM * usable), 2
         )
     prefill = max_batch_prefill_tokens(spec, gpu, fraction)
-    acts = prefill * facts.token_activation_bytes + inf.max_num_seqs * facts.logits_row_bytes
-    acts += facts.dequant_workspace
+    acts = profile_activation_bytes(spec, facts, prefill, inf.max_num_seqs)
     acts += allocator_reserve_bytes(acts)  # the warm-up's blocks stay reserved when measured
     inside = CUDA_CONTEXT_BYTES + facts.groups * COMM_GROUP_BYTES + NON_TORCH_BYTES
     budget = int(WIGGLE_ROOM * fraction * usable)

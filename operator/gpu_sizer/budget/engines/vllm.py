@@ -75,6 +75,7 @@ from gpu_sizer.budget.engines.common import (
     graph_pool_bytes,
     kv_capacity,
     parallel_args,
+    profile_activation_bytes,
 )
 from gpu_sizer.budget.runtime import allocator_reserve_bytes
 from gpu_sizer.catalog import GPUClass
@@ -179,8 +180,7 @@ def planner(
         """(activations, CUDA graph pool) for a profile run of ``batched`` tokens."""
         if batched not in by_batch:
             rows = min(inf.max_num_seqs, batched)
-            acts = batched * facts.token_activation_bytes + rows * facts.logits_row_bytes
-            acts += facts.dequant_workspace
+            acts = profile_activation_bytes(spec, facts, batched, rows)
             if not rel.v1:  # V0 measures the profile run's reserved memory, not allocated
                 acts += allocator_reserve_bytes(acts)
             by_batch[batched] = (acts, graph_pool_bytes(facts, graph_batch(spec, rel, batched)))
