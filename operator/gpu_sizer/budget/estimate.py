@@ -48,7 +48,7 @@ from gpu_sizer.budget.activations import (
     inference_activation_bytes,
     prefill_tokens,
 )
-from gpu_sizer.budget.engines import EnginePlan, models_pool, serving_facts
+from gpu_sizer.budget.engines import EnginePlan, ServingFacts, models_pool, serving_facts
 from gpu_sizer.budget.engines.common import COMM_GROUP_BYTES
 from gpu_sizer.budget.families import FAMILIES
 from gpu_sizer.budget.kv_cache import (
@@ -136,8 +136,25 @@ def engine_planner(spec: GPUWorkloadSpec, headroom: float) -> Callable[[GPUClass
     leaves ``gpuMemoryUtilization`` unset. Requires ``spec.model.architecture`` and a
     pre-allocating engine (:func:`gpu_sizer.budget.engines.is_pre_allocating`).
     """
-    whole, lay, outer = _rank_layout(spec)
-    return engines.planner(spec, serving_facts(spec, lay, outer, whole.total), headroom)
+    return engines.planner(spec, _serving_facts(spec), headroom)
+
+
+#: Serving facts by (model, inference), both frozen: the verdict plans the same spec on many
+#: classes and its fixes re-plan variants of it. Bounded: cleared when full.
+_FACTS: dict[tuple[object, object], ServingFacts] = {}
+_FACTS_MAX = 1024
+
+
+def _serving_facts(spec: GPUWorkloadSpec) -> ServingFacts:
+    key = (spec.model, spec.inference)
+    facts = _FACTS.get(key)
+    if facts is None:
+        whole, lay, outer = _rank_layout(spec)
+        facts = serving_facts(spec, lay, outer, whole.total)
+        if len(_FACTS) >= _FACTS_MAX:
+            _FACTS.clear()
+        _FACTS[key] = facts
+    return facts
 
 
 def engine_plans(

@@ -62,11 +62,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from gpu_sizer.api import GPUWorkloadSpec
+from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
 from gpu_sizer.budget.engines.common import (
     COMM_GROUP_BYTES,
     CUDA_CONTEXT_BYTES,
     GIB,
+    ClassInputs,
     EnginePlan,
     KvDemand,
     ServingFacts,
@@ -175,6 +176,9 @@ def planner(
     if inf.enforce_eager:
         extra_args["--enforce-eager"] = "true"
     by_batch: dict[int, tuple[int, int]] = {}
+    plain = not facts.fp8_weights and inf.kv_cache_dtype is KvCacheDtype.auto
+    as_stored = ClassInputs(facts.quant, 0, "auto", facts.kv, ())
+    weights = facts.weights
 
     def per_batch(batched: int) -> tuple[int, int]:
         """(activations, CUDA graph pool) for a profile run of ``batched`` tokens."""
@@ -188,7 +192,9 @@ def planner(
 
     def on(gpu: GPUClass) -> EnginePlan:
         usable = gpu.usable
-        quant, marlin_excess, kv_flag, kv, notes = class_inputs(spec, facts, gpu)
+        quant, marlin_excess, kv_flag, kv, notes = (
+            as_stored if plain else class_inputs(spec, facts, gpu)
+        )
         batched = max_num_batched_tokens(spec, gpu, rel)
         acts, graphs = per_batch(batched)
         beyond = before_snapshot + graphs + marlin_excess
@@ -199,7 +205,7 @@ def planner(
                 DEFAULT_UTILIZATION, ((1 - headroom) * usable - beyond) / usable, 2
             )
         requested = math.ceil(usable * fraction) if rel.v1 else int(usable * fraction)
-        pool = requested - (facts.weights + quant + acts + non_torch)
+        pool = requested - (weights + quant + acts + non_torch)
         start_error = _start_error(
             spec, rel, usable, fraction, requested, before_snapshot, pool, kv
         )
