@@ -211,7 +211,6 @@ _KEEP: Final = frozenset(
         "type",
         "description",
         "properties",
-        "additionalProperties",
         "required",
         "items",
         "enum",
