@@ -494,7 +494,7 @@ def _fixes(
 ) -> list[Fix]:
     min_room = spec.placement.min_headroom_fraction
     # Where "fits on the largest class" turns false; steers the search, never decides it.
-    target_bytes = largest.memory_bytes * (1 - min_room)
+    target_bytes = largest.usable * (1 - min_room)
     estimates: dict[tuple[str, str, Any], EstimateStatus] = {}
 
     def estimated(part: str, field: str, value: Any) -> tuple[GPUWorkloadSpec, EstimateStatus]:

@@ -100,14 +100,25 @@ def inference(arch: dict[str, Any], **inf: Any) -> dict[str, Any]:
 
 
 def test_llama_3_70b_without_tensor_parallelism() -> None:
-    # The issue's case: Llama-3-70B bf16 on one GPU. Fixes are maxNumSeqs, maxModelLen and TP.
-    spec = parse_spec(inference(LLAMA_3_70B, maxModelLen=8192, maxNumSeqs=256))
-    result, fast, slow = both(spec)
+    # The issue's case: Llama-3-70B bf16 on one GPU. On vLLM the KV cache is a pool carved from
+    # what the weights leave (issue 9), so maxNumSeqs is no fix and the spec fits one MI300X;
+    # restricted to H100 the weights alone do not fit: the fixes are maxModelLen and TP. On an
+    # on-demand engine (transformers) each of the 256 sequences holds its KV: maxNumSeqs fixes.
+    doc = inference(LLAMA_3_70B, maxModelLen=8192, maxNumSeqs=256)
+    doc["placement"] = {"gpuClasses": ["nvidia-h100-80gb"]}
+    result, _, _ = both(parse_spec(doc))  # pools are planned per class, not estimated
     assert result.verdict is Verdict.NoSafeHeadroom
     assert {f.field for f in result.fixes} >= {
-        "spec.inference.maxNumSeqs",
+        "spec.inference.maxModelLen",
         "spec.inference.tensorParallelSize",
     }
+    spec = parse_spec(
+        inference(LLAMA_3_70B, engine="transformers", maxModelLen=8192, maxNumSeqs=256)
+    )
+    result, fast, slow = both(spec)
+    assert result.verdict is Verdict.NoSafeHeadroom
+    assert "spec.inference.maxNumSeqs" in {f.field for f in result.fixes}
+    assert fast < slow and fast <= 12, (fast, slow)
     assert fast < slow and fast <= 12, (fast, slow)
 
 
