@@ -17,6 +17,11 @@ from typing import Annotated
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, computed_field
 from pydantic.alias_generators import to_camel
 
+#: One value of ``recommendation.engineArgs``, keyed by the flag's own name.
+EngineArgValue = Annotated[
+    str, Field(description="The flag's value as the engine's command line takes it (e.g. 0.9).")
+]
+
 __all__ = [
     "Basis",
     "Condition",
@@ -314,7 +319,7 @@ class RecommendationStatus(_Status):
     resources: ResourcesSnippet | None = Field(
         None, description="Ready-to-paste container resources (the GPU limit) per replica."
     )
-    engine_args: dict[str, str] | None = Field(
+    engine_args: dict[str, EngineArgValue] | None = Field(
         None,
         description="Inference: the engine's own flags (e.g. --gpu-memory-utilization, "
         "--max-model-len) to start it with on gpuClass so that it behaves as estimated.",
