@@ -194,7 +194,7 @@ def assess(
     min_room = spec.placement.min_headroom_fraction
     warnings = _warnings(spec)
     if models_pool(spec):
-        return _assess_pool(spec, allowed, present, bool(names), warnings)
+        return _assess_pool(spec, allowed, present, bool(names), warnings, catalog)
     est, capped = _capped(estimate(spec))
     required = est.per_gpu.total_bytes
     choice = choose_class(required, min_room, allowed, present)
@@ -274,6 +274,7 @@ def _assess_pool(
     present: Collection[str] | None,
     named: bool,
     warnings: list[str],
+    catalog: Sequence[GPUClass],
 ) -> Assessment:
     """The verdict for a pre-allocating engine: per class, see :mod:`gpu_sizer.pool_verdict`.
 
@@ -322,6 +323,7 @@ def _assess_pool(
         present_in_cluster=choice.present_in_cluster,
         cheapest_fitting_class=choice.cheapest.name if choice.cheapest else cls.name,
         engine_args=dict(plan.engine_args),
+        **snippets(cls, est.gpu_count, catalog=catalog),
     )
     message = (
         f"{cls.name} x{est.gpu_count}: {pool_verdict.describe(spec, plan)}, "
