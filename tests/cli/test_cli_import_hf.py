@@ -420,12 +420,25 @@ def test_unknown_family_estimate_counts_its_kv_cache(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = tmp_path / "w.yaml"
-    path.write_text(yaml.safe_dump(imported(capsys, tmp_path, COHERE2)))
-    assert main(["estimate", str(path), "-o", "json"]) == 0
+    doc = imported(capsys, tmp_path, COHERE2)
+    assert main_on(capsys, path, doc) == 0
     status = json.loads(capsys.readouterr().out)["status"]
-    # 6 sliding layers hold 4096 tokens, 2 full ones 8192: 16 sequences, 4 KiB per token-layer
+    # vLLM: the KV cache is the engine's pool on the class, sized like a known family's (issue 9)
+    assert status["estimate"]["kvCacheCapacityTokens"] > 0
+    assert status["estimate"]["maxConcurrency"] >= 1
+    assert status["estimate"].get("missingComponents", []) == []
+    # On demand (transformers): 6 sliding layers hold 4096 tokens, 2 full ones 8192: 16
+    # sequences, 4 KiB per token-layer.
+    doc["spec"]["inference"]["engine"] = "transformers"
+    assert main_on(capsys, path, doc) == 0
+    status = json.loads(capsys.readouterr().out)["status"]
     assert status["estimate"]["perGpu"]["kvCacheBytes"] == (6 * 4096 + 2 * 8192) * 16 * 4096
     assert status["estimate"].get("missingComponents", []) == []
+
+
+def main_on(capsys: pytest.CaptureFixture[str], path: Path, doc: dict[str, Any]) -> int:
+    path.write_text(yaml.safe_dump(doc))
+    return main(["estimate", str(path), "-o", "json"])
 
 
 def test_a_model_that_is_not_all_attention_keeps_only_its_count(

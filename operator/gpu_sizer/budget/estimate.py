@@ -49,7 +49,7 @@ from gpu_sizer.budget.activations import (
     prefill_tokens,
 )
 from gpu_sizer.budget.engines import EnginePlan, ServingFacts, models_pool, serving_facts
-from gpu_sizer.budget.engines.common import COMM_GROUP_BYTES
+from gpu_sizer.budget.engines.common import COMM_GROUP_BYTES, generic_serving_facts
 from gpu_sizer.budget.families import FAMILIES
 from gpu_sizer.budget.kv_cache import (
     kv_cache_bytes,
@@ -149,8 +149,17 @@ def _serving_facts(spec: GPUWorkloadSpec) -> ServingFacts:
     key = (spec.model, spec.inference)
     facts = _FACTS.get(key)
     if facts is None:
-        whole, lay, outer = _rank_layout(spec)
-        facts = serving_facts(spec, lay, outer, whole.total)
+        arch = spec.model.architecture
+        inf = spec.inference
+        assert arch is not None and inf is not None
+        if arch.model_type in FAMILIES:
+            whole, lay, outer = _rank_layout(spec)
+            facts = serving_facts(spec, lay, outer, whole.total)
+        else:
+            params = spec.model.parameter_count
+            assert params is not None
+            shard = -(-params // (inf.tensor_parallel_size * inf.pipeline_parallel_size))
+            facts = generic_serving_facts(spec, *flat_weight_bytes(shard, spec.model))
         if len(_FACTS) >= _FACTS_MAX:
             _FACTS.clear()
         _FACTS[key] = facts
@@ -172,6 +181,9 @@ def plan_estimate(spec: GPUWorkloadSpec, plan: EnginePlan) -> EstimateStatus:
     assert inf is not None
     params = plan.parameter_count
     notes = list(plan.notes)
+    arch = spec.model.architecture
+    if arch is not None and arch.model_type not in FAMILIES:
+        notes.insert(0, _generic_note(arch.model_type))
     if spec.model.parameter_count is not None and spec.model.parameter_count != params:
         notes.insert(0, _count_note(spec.model.parameter_count, params))
     if plan.fraction_chosen:
@@ -210,12 +222,12 @@ def estimate(spec: GPUWorkloadSpec, gpu_class: GPUClass | None = None) -> Estima
     ``maxModelLen`` tokens needs (the smallest pool the verdict accepts).
     """
     arch = spec.model.architecture
-    if arch is None or arch.model_type not in FAMILIES:
-        return _estimate_from_parameter_count(spec, arch)
     inf = spec.inference
     if gpu_class is not None and models_pool(spec):
         headroom = spec.placement.min_headroom_fraction
         return plan_estimate(spec, engine_plans(spec, [gpu_class], headroom)[0])
+    if arch is None or arch.model_type not in FAMILIES:
+        return _estimate_from_parameter_count(spec, arch)
     whole, lay, outer = _rank_layout(spec)
     if inf is not None:
         tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
@@ -293,6 +305,14 @@ def estimate(spec: GPUWorkloadSpec, gpu_class: GPUClass | None = None) -> Estima
     )
 
 
+def _generic_note(model_type: str) -> str:
+    return (
+        f"model type {model_type!r} has no parameter layout here: weights come from "
+        "spec.model.parameterCount, the KV cache and activations from the architecture's "
+        "attention geometry (layerTypes, slidingWindow, kvLoraRank; MLP taken as gated)"
+    )
+
+
 def _count_note(given: int, counted: int) -> str:
     return (
         f"spec.model.parameterCount {given} differs from the {counted} parameters of "
@@ -334,11 +354,7 @@ def _estimate_from_parameter_count(
     why = _NO_ARCH if arch is None else f"for model type {arch.model_type!r}"
     notes: list[str] = []
     if arch is not None:
-        notes.append(
-            f"model type {arch.model_type!r} has no parameter layout here: weights come from "
-            "spec.model.parameterCount, the KV cache and activations from the architecture's "
-            "attention geometry (layerTypes, slidingWindow, kvLoraRank; MLP taken as gated)"
-        )
+        notes.append(_generic_note(arch.model_type))
     if spec.model.quantization is not None:
         notes.append(
             f"quantized weights are approximate {why}: every parameter is taken as "
@@ -368,7 +384,13 @@ def _estimate_from_parameter_count(
             )
         element = kv_element_bytes(spec.model, inf)
         geometry = kv_geometry(arch, element, tp, pp, state_element_bytes(spec.model))
-        kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
+        if models_pool(spec):
+            # Class-independent demand, as for a known family: targetConcurrency requests.
+            request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
+            kv = math.ceil(inf.target_concurrency * request)
+            kv_tokens = math.ceil(inf.target_concurrency * inf.max_model_len)
+        else:
+            kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
         acts = inference_activation_bytes(
             arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs

@@ -25,7 +25,6 @@ from typing import Final
 from gpu_sizer.api import Engine, GPUWorkloadSpec, Inference
 from gpu_sizer.budget.engines import sglang, tgi, vllm
 from gpu_sizer.budget.engines.common import EnginePlan, ServingFacts, serving_facts
-from gpu_sizer.budget.families import FAMILIES
 from gpu_sizer.catalog import GPUClass
 
 __all__ = [
@@ -59,12 +58,10 @@ def is_pre_allocating(inference: Inference | None) -> bool:
 
 def models_pool(spec: GPUWorkloadSpec) -> bool:
     """Whether ``spec``'s KV pool is planned as its engine allocates it: a pre-allocating engine
-    and an architecture whose parameter layout is known (``budget.families.FAMILIES``). A family
-    sized from ``parameterCount`` and its attention geometry alone keeps the on-demand budget
-    (every one of ``maxNumSeqs`` sequences holds ``maxModelLen`` tokens), an upper bound on the
-    pool's demand."""
-    arch = spec.model.architecture
-    return arch is not None and arch.model_type in FAMILIES and is_pre_allocating(spec.inference)
+    and an architecture (a known family's layout, or a family sized from ``parameterCount`` and
+    its attention geometry, :func:`~gpu_sizer.budget.engines.common.generic_serving_facts`).
+    Without an architecture the KV cache is a missing component and the verdict Incomplete."""
+    return spec.model.architecture is not None and is_pre_allocating(spec.inference)
 
 
 def modeled_releases(engine: Engine) -> tuple[str, ...]:

@@ -191,6 +191,36 @@ def serving_facts(
     )
 
 
+def generic_serving_facts(spec: GPUWorkloadSpec, weights: int, quant: int) -> ServingFacts:
+    """:func:`serving_facts` of a family without a parameter layout (``budget.families``): the
+    weights are ``spec.model.parameterCount`` split evenly over the GPUs (``weights``/``quant``,
+    from :func:`gpu_sizer.budget.weights.flat_weight_bytes`), the KV cache and activations come
+    from the architecture's attention geometry as for a known family. Without a layout the FP8
+    weight-only path's per-channel scales and expert buffers are not counted (0)."""
+    arch = spec.model.architecture
+    inf = spec.inference
+    assert arch is not None and inf is not None and spec.model.parameter_count is not None
+    model = spec.model
+    act_bytes = max(2, DTYPE_BYTES[model.dtype])
+    element = kv_element_bytes(model, inf)
+    kv = kv_demand(spec, element)
+    return ServingFacts(
+        weights=weights,
+        quant=quant,
+        dequant_workspace=0,
+        token_activation_bytes=activation_token_elements(arch, inf.tensor_parallel_size)
+        * act_bytes,
+        kv=kv,
+        kv16=kv if element >= 2 else kv_demand(spec, act_bytes),
+        fp8_weights=model.quantization_method is QuantizationMethod.fp8,
+        marlin_scale_bytes=0,
+        fp8_expert_bytes=0,
+        groups=(inf.tensor_parallel_size > 1) + (inf.pipeline_parallel_size > 1),
+        act_bytes=act_bytes,
+        parameter_count=spec.model.parameter_count,
+    )
+
+
 _NO_NOTES: Final[list[str]] = []
 
 
