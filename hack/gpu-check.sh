@@ -7,6 +7,12 @@
 # engines' KV pools of issue 9 (vLLM, SGLang, TGI rules on this GPU: pool in tokens against the
 # estimate on the device's catalog class; not yet run on a GPU) and the probe-overhead check, and writes a markdown table of estimate vs measured (allocated, reserved, NVML) with
 # the relative error per component to $OUT/gpu-check.md (default ./gpu-check-out).
+# step with and without activation checkpointing, a 7B-shaped LoRA step; the 1B-shaped step
+# under FSDP2, FSDP1, DDP and DeepSpeed ZeRO-2 with one rank per visible GPU under
+# torch.distributed.run, issue 11) and the probe-overhead check, and writes a markdown table of
+# estimate vs measured (allocated, reserved, NVML) with the relative error per component to
+# $OUT/gpu-check.md (default ./gpu-check-out). Not yet run for the distributed rows: no GPU was
+# available when they were written (2026-11-30).
 #
 # Installs nothing from the network: it uses the machine's preinstalled torch and runs the
 # package from this working tree (PYTHONPATH); with GPU_CHECK_INSTALL=1 it pip-installs the

@@ -11,11 +11,13 @@ measurement Job does) on a fixed matrix of reference configurations and writes, 
 
 Components isolated from the probe's phases (all on one GPU, torch caching allocator):
 
-- weights: ``load`` phase peak allocated (the model is built in place on the device);
+- weights: ``load`` phase peak allocated (the model is built in place on the device) against
+  the estimate's Load phase; for training, the Load phase of the spec's initialization;
 - KV cache: ``kv-cache`` phase peak allocated minus the weights;
 - inference activations: the highest prefill/decode peak allocated minus weights and KV cache;
 - training step: the steady-state step (``step2.*``) peak allocated against everything but the
-  runtime overhead;
+  runtime overhead; for the data-parallel configurations (FSDP2, FSDP1, DDP, ZeRO-2, one rank per
+  visible GPU under ``torch.distributed.run``) the most loaded rank's;
 - total: the NVML device peak less the device's used bytes before the probe started, against
   the estimate's total.
 
@@ -44,6 +46,8 @@ from tests.architectures import LLAMA_2_7B, LLAMA_3_2_1B, LLAMA_3_8B  # noqa: E4
 
 from gpu_sizer.api import EstimateStatus, GPUWorkloadSpec, parse_spec  # noqa: E402
 from gpu_sizer.budget import estimate  # noqa: E402
+from gpu_sizer.budget.estimate import parallel_groups  # noqa: E402
+from gpu_sizer.budget.runtime import base_overhead_bytes  # noqa: E402
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, class_for_product  # noqa: E402
 
 GIB = float(1 << 30)
@@ -71,7 +75,19 @@ def _training(arch: dict[str, Any], **training: Any) -> dict[str, Any]:
     }
 
 
-#: name -> (description, spec). The matrix of issue 4.
+def _data_parallel_step(parallelism: dict[str, Any]) -> dict[str, Any]:
+    """The 1B-shaped step with checkpointing under a data-parallel strategy (issue 11); the
+    ranks are set to the visible GPUs when the check runs."""
+    return _training(
+        LLAMA_3_2_1B,
+        microBatchSize=4,
+        sequenceLength=2048,
+        activationCheckpointing=True,
+        parallelism=parallelism,
+    )
+
+
+#: name -> (description, spec). The matrix of issues 4 and 11.
 MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
     "llama8b-bf16": (
         "8B-shaped, vLLM-style bf16 inference, 16 x 8192, concurrency 1/8/16",
@@ -105,6 +121,23 @@ MATRIX: dict[str, tuple[str, dict[str, Any]]] = {
             activationCheckpointing=True,
             finetuning={"method": "lora", "loraRank": 16},
         ),
+    ),
+    "llama1b-fsdp2": (
+        "1B-shaped full step under FSDP2 (fully_shard) over every visible GPU via torchrun, "
+        "AdamW, bf16-mixed, 4 x 2048, checkpointing",
+        _data_parallel_step({"strategy": "fsdp-full-shard", "fsdp": {"version": 2}}),
+    ),
+    "llama1b-fsdp1": (
+        "the same under FSDP1 (FullyShardedDataParallel, FlatParameter units)",
+        _data_parallel_step({"strategy": "fsdp-full-shard"}),
+    ),
+    "llama1b-ddp": (
+        "the same under DDP (gradient buckets as a second copy)",
+        _data_parallel_step({"strategy": "ddp"}),
+    ),
+    "llama1b-zero2": (
+        "the same under DeepSpeed ZeRO-2 (Unsupported when the image has no DeepSpeed)",
+        _data_parallel_step({"strategy": "zero2"}),
     ),
 }
 
@@ -218,18 +251,13 @@ def components(
             )
         )
     else:
-        tr = spec.training
-        assert tr is not None
-        if tr.finetuning.method.value == "full" and g.master_weight_bytes:
-            # Mixed precision keeps float32 parameters (the master weights); autocast's bf16
-            # copies exist only during the forward pass and count in the step peak.
-            label, weights_est = (
-                "fp32 parameters after load (master weights)",
-                g.master_weight_bytes,
-            )
-        else:
-            label, weights_est = "parameters after load (base + adapters)", g.weights_bytes
-        rows.append((label, weights_est, weights_measured))
+        # The Load phase (model built, wrapped and sharded): its total less the runtime
+        # overhead that the caching allocator does not see (CUDA context, cuBLAS, NCCL).
+        load = next(p.total_bytes for p in est.phases if p.name == "Load")
+        load_tensors = load - base_overhead_bytes(parallel_groups(spec))
+        rows.append(
+            ("load phase (parameters, shards, master copy)", load_tensors, weights_measured)
+        )
         step = _max_alloc(r, lambda n: n.startswith("step2."))
         rows.append(
             ("step peak allocated (steady state)", g.total_bytes - g.runtime_overhead_bytes, step)
@@ -415,6 +443,23 @@ def environment() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _data_parallel(doc: dict[str, Any]) -> bool:
+    training = doc.get("training") or {}
+    return (training.get("parallelism") or {}).get("strategy", "none") != "none"
+
+
+def _with_ranks(doc: dict[str, Any], world: int) -> dict[str, Any]:
+    """``doc`` with ``dataParallelSize`` = ``world`` (one rank per visible GPU)."""
+    par = {**doc["training"]["parallelism"], "dataParallelSize": world}
+    return {**doc, "training": {**doc["training"], "parallelism": par}}
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("gpu-check-out"))
@@ -455,9 +500,20 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|",
     ]
     statuses = []
+    world = 1 if args.dry_run or args.tiny else _cuda_devices()
     for name, (description, doc) in MATRIX.items():
         if args.only and name not in args.only:
             continue
+        distributed = _data_parallel(doc)
+        if distributed and args.tiny:
+            statuses.append(
+                f"- `{name}`: skipped in the tiny run (tests/probe/test_distributed.py runs the "
+                "distributed path on CPU processes)"
+            )
+            continue
+        if distributed:
+            doc = _with_ranks(doc, world)
+            description += f" ({world} rank(s))"
         if args.tiny:
             doc = tiny(doc)
         spec = parse_spec(doc)

@@ -302,6 +302,7 @@ _COLUMNS = (
     ("gradient_bytes", "GRADS"),
     ("optimizer_state_bytes", "OPTIM"),
     ("master_weight_bytes", "MASTER"),
+    ("communication_buffer_bytes", "COMM"),
     ("runtime_overhead_bytes", "RUNTIME"),
 )
 """Component columns of the table (GiB per GPU on the most loaded GPU); all-zero ones are hidden."""
@@ -341,21 +342,29 @@ def _estimate(args: argparse.Namespace) -> int:
         print("No GPUWorkload documents found.", file=err)
         invalid = True
     seen: dict[str, _Doc] = {}
+    unique: list[_Doc] = []
     for doc in docs:
         key = _row_name(doc)
         first = seen.setdefault(key, doc)
         if first is doc:
+            unique.append(doc)
             continue
         where = (
             f"twice in {doc.source} (documents {first.index + 1} and {doc.index + 1})"
             if first.source == doc.source
             else f"also in {first.source}"
         )
+        if doc.data == first.data:  # a copy: one row, one set of messages
+            print(f"Warning: {doc.source}: {key}: the same document is {where}; estimated once",
+                  file=err)  # fmt: skip
+            continue
+        unique.append(doc)
         print(
             f"Warning: {doc.source}: {key}: the same namespace/name is {where}; applying both "
             "keeps only the last",
             file=err,
         )
+    docs = unique
     rows: list[tuple[_Doc, Assessment]] = []
     objects: list[dict[str, Any]] = []
     now = _now()

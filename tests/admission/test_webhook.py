@@ -97,7 +97,7 @@ async def test_invalid_spec_lists_every_problem_with_its_path(webhook: Webhook) 
     assert resp["status"]["code"] == 422
     assert resp["status"]["message"] == (
         "spec.model.dtype: must be one of 'float32', 'bfloat16', 'float16', 'float8_e4m3fn' or "
-        "'float8_e5m2', not 'bfloat17'\n"
+        "'float8_e5m2', not 'bfloat17'; did you mean 'bfloat16'?\n"
         "spec.inference.maxModelLen: must be >= 1, not 0\n"
         "spec.placement.minHeadroomFraction: must be <= 0.5, not 1.5"
     )
@@ -299,10 +299,10 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
     }
     resp = await webhook.validate(admission_review(workload(training)))
     assert resp["status"]["message"] == (
-        "needs 1200.1 GiB per GPU x1 (optimizer state 521.5 GiB, gradients 260.8 GiB, master "
-        "weights 260.8 GiB); the largest class in the catalog, amd-mi300x (190.9 GiB usable), "
-        "is 1009.2 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
-        "What is counted fits with any of: parallelism zero3 with dataParallelSize 8 (133.9 GiB "
+        "needs 1356.6 GiB per GPU x1 (optimizer state 521.5 GiB, weights 260.8 GiB, "
+        "activations 260.8 GiB); the largest class in the catalog, amd-mi300x (190.9 GiB usable), "
+        "is 1165.6 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
+        "What is counted fits with any of: parallelism zero3 with dataParallelSize 8 (141.0 GiB "
         "per GPU, amd-mi300x x8).\n"
         "The real need is higher: incomplete estimate: activations and logits not counted: "
         "needs spec.model.architecture (numHiddenLayers, hiddenSize, intermediateSize, "

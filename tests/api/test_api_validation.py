@@ -89,6 +89,39 @@ def test_tensor_parallel_must_divide_or_replicate_kv_heads(doc: dict[str, Any]) 
     assert "numKeyValueHeads (8)" in message and "multiple" in message
 
 
+@pytest.mark.parametrize(
+    ("heads", "groups", "tp", "accepted"),
+    [(128, 8, 8, True), (128, 1, 16, True), (8, 8, 16, False), (128, 8, 16, False)],
+)
+def test_tensor_parallel_must_split_mamba2_heads_and_groups(
+    doc: dict[str, Any], heads: int, groups: int, tp: int, accepted: bool
+) -> None:
+    # vLLM mamba_mixer2.py MambaMixer2.__init__: TP divides the Mamba heads, and the B/C groups
+    # unless there is a single group (replicated to every rank).
+    doc["spec"]["model"]["architecture"] = {
+        "modelType": "nemotron_h",
+        "numHiddenLayers": 4,
+        "hiddenSize": 512,
+        "intermediateSize": 1024,
+        "numAttentionHeads": 32,
+        "numKeyValueHeads": 8,
+        "vocabSize": 1000,
+        "maxPositionEmbeddings": 131072,
+        "hybridOverridePattern": "M*M-",
+        "mambaNumHeads": heads,
+        "mambaHeadDim": 4,
+        "ssmStateSize": 16,
+        "nGroups": groups,
+    }
+    doc["spec"]["inference"]["tensorParallelSize"] = tp
+    if accepted:
+        assert parse_workload(doc).gpu_count == tp
+    else:
+        found = problems(doc)
+        assert {p.path for p in found} == {"spec.inference.tensorParallelSize"}
+        assert any("mambaNumHeads" in p.message or "nGroups" in p.message for p in found)
+
+
 def test_training_tensor_parallel_is_checked_too(train_doc: dict[str, Any]) -> None:
     train_doc["spec"]["training"]["parallelism"]["tensorParallelSize"] = 5
     found = problems(train_doc)
@@ -216,6 +249,12 @@ def test_data_parallel_needs_a_strategy(train_doc: dict[str, Any]) -> None:
          "spec.placement.gpuClasses", "must be a list"),
         (lambda d: d["spec"].update(model=[]), "spec.model", "must be an object"),
         (lambda d: d["spec"]["model"].update(dtype="fp16"), "spec.model.dtype", "'bfloat16'"),
+        (lambda d: d["spec"]["model"].update(dtype="bf16"), "spec.model.dtype",
+         "not 'bf16'; did you mean 'bfloat16'?"),
+        (lambda d: d["spec"]["model"].update(dtype="fp16"), "spec.model.dtype",
+         "did you mean 'float16'?"),
+        (lambda d: d["spec"]["inference"].update(engine="vLLM"), "spec.inference.engine",
+         "not 'vLLM'; did you mean 'vllm'?"),
         (lambda d: d["spec"]["model"]["architecture"].update(modelType="gpt2"),
          "spec.model.architecture.modelType", "(those with one: llama, "),
     ],

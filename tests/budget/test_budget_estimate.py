@@ -39,6 +39,7 @@ def _sum(est: EstimateStatus) -> int:
         + g.gradient_bytes
         + g.optimizer_state_bytes
         + g.master_weight_bytes
+        + g.communication_buffer_bytes
         + g.runtime_overhead_bytes
     )
 

@@ -5,8 +5,11 @@
 - more sharding (tensor parallelism, a higher ZeRO stage, more data-parallel ranks under
   ZeRO/FSDP) never needs more memory per GPU. Two physical exceptions are excluded by the
   generated cases and stated here: going from 1 to 2 ranks of a group adds that group's NCCL
-  communicator buffers, and ZeRO-3's gathered working set (largest module plus a prefetched
-  layer) can outweigh what sharding saves on a model of very few layers or a huge vocabulary.
+  communicator buffers, and ZeRO-3's gathered working set can outweigh what sharding saves: on
+  a model of very few layers or a huge vocabulary (its largest module), and on any model smaller
+  than ``stage3_max_live_parameters`` (DeepSpeed keeps up to 1e9 gathered elements resident, so
+  a small model stays gathered on top of its partition), which the ZeRO-stage comparison rules
+  out by setting that limit and the prefetch bucket to 0.
 """
 
 from __future__ import annotations
@@ -287,6 +290,10 @@ def _estimate(doc: dict[str, Any]) -> EstimateStatus:
     return estimate(spec)
 
 
+def _phase(est: EstimateStatus, name: str) -> int:
+    return next(p.total_bytes for p in est.phases if p.name == name)
+
+
 def _components(est: EstimateStatus) -> int:
     g = est.per_gpu
     return (
@@ -297,6 +304,7 @@ def _components(est: EstimateStatus) -> int:
         + g.gradient_bytes
         + g.optimizer_state_bytes
         + g.master_weight_bytes
+        + g.communication_buffer_bytes
         + g.runtime_overhead_bytes
     )
 
@@ -327,7 +335,9 @@ def test_more_training_tokens_never_need_less(doc: dict[str, Any], more: int, ke
     doc["training"][key] += more
     bigger = _estimate(doc)
     assert bigger.per_gpu.total_bytes >= base.per_gpu.total_bytes
-    assert bigger.per_gpu.activation_bytes >= base.per_gpu.activation_bytes
+    # perGpu shows the peak instant (backward, or the optimizer step with its workspace in
+    # activationBytes), so compare the Step phase as a whole.
+    assert _phase(bigger, "Step") >= _phase(base, "Step")
 
 
 @SETTINGS
@@ -358,7 +368,10 @@ def test_higher_zero_stage_never_needs_more_per_gpu(doc: dict[str, Any], dp: int
     totals = []
     for stage in ("zero1", "zero2", "zero3"):
         par["strategy"] = stage
+        if stage == "zero3":
+            par["deepspeed"] = {"stage3MaxLiveParameters": 0, "stage3PrefetchBucketSize": 0}
         totals.append(_estimate(doc).per_gpu.total_bytes)
+    par.pop("deepspeed")
     _no_huge_module(doc)
     assert totals[0] >= totals[1] >= totals[2]
     par["strategy"] = "fsdp-shard-grad-op"

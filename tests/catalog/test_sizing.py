@@ -442,6 +442,15 @@ def test_every_reported_integer_fits_int64_even_at_the_field_maxima() -> None:
         assert any("1 EiB" in n for n in a.estimate.notes)
 
 
+def test_an_estimate_within_the_cap_is_kept_as_it_is() -> None:
+    """The cap check reads the figures without dumping the estimate (admission throughput);
+    an estimate with nothing to cap is passed on unchanged, the same object."""
+    from gpu_sizer.sizing import _capped
+
+    est = estimate(spec())
+    assert _capped(est) == (est, False) and _capped(est)[0] is est
+
+
 def test_a_sharded_spec_is_never_placed_on_mig_slices() -> None:
     # MIG devices have no peer-to-peer (nvidia-smi mig -lgip prints "P2P No"): TP=2 on two slices
     # is not a configuration NCCL runs, so only whole GPUs are considered.

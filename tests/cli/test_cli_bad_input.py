@@ -129,13 +129,30 @@ def test_only_other_kinds_is_an_error(capsys: pytest.CaptureFixture[str], tmp_pa
 
 def test_same_name_twice_warns(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "twice.yaml"
-    path.write_text(FITS.read_text() + "---\n" + FITS.read_text())
-    code, _, err = run(capsys, "estimate", str(path))
+    changed = FITS.read_text().replace("maxNumSeqs: 16", "maxNumSeqs: 32")
+    assert changed != FITS.read_text()
+    path.write_text(FITS.read_text() + "---\n" + changed)
+    code, out, err = run(capsys, "estimate", str(path))
     assert code == 0
     assert (
         f"Warning: {path}: inference/llama-3-8b-chat: the same namespace/name is twice in "
         f"{path} (documents 1 and 2); applying both keeps only the last"
     ) in err
+    assert out.count("inference/llama-3-8b-chat ") == 2  # two different specs, two rows
+
+
+def test_same_document_twice_is_estimated_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(FITS.read_text() + "---\n" + FITS.read_text())
+    code, out, err = run(capsys, "estimate", str(path))
+    assert code == 0
+    assert (
+        f"Warning: {path}: inference/llama-3-8b-chat: the same document is twice in {path} "
+        "(documents 1 and 2); estimated once"
+    ) in err
+    assert out.count("inference/llama-3-8b-chat ") == 1
 
 
 def test_same_name_in_two_files_warns(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -143,7 +160,7 @@ def test_same_name_in_two_files_warns(capsys: pytest.CaptureFixture[str], tmp_pa
     (tmp_path / "b.yaml").write_text(FITS.read_text())
     code, _, err = run(capsys, "estimate", str(tmp_path))
     assert code == 0
-    assert f"the same namespace/name is also in {tmp_path / 'a.yaml'}" in err
+    assert f"the same document is also in {tmp_path / 'a.yaml'}; estimated once" in err
 
 
 @pytest.mark.parametrize(

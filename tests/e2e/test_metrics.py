@@ -84,6 +84,7 @@ async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -
         "gradient",
         "optimizerState",
         "masterWeight",
+        "communicationBuffer",
         "runtimeOverhead",
         "total",
     }

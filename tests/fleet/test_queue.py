@@ -93,3 +93,13 @@ def test_never_more_start_than_the_free_slots(
     admitted = [k for k in [(ns, str(i)) for ns, i in entries] if q.admit(k, running).admitted]
     assert len(admitted) == min(free, len(entries))
     assert sorted(admitted) == sorted(q.startable(running))
+
+
+def test_positions_are_exact_up_to_ten_then_steps() -> None:
+    from gpu_sizer.controller.reconciler import _shown_position
+
+    assert [_shown_position(p) for p in (1, 10)] == [(False, 1), (False, 10)]
+    assert _shown_position(11) == (True, 10)
+    assert _shown_position(26) == (True, 25)
+    assert _shown_position(999) == (True, 500)
+    assert _shown_position(10**6) == (True, 10000)

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 from kubernetes import client
 
-from gpu_sizer.api import parse_spec, spec_hash
+from gpu_sizer.api import GPUWorkloadSpec, parse_spec, spec_hash
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.measurement.job import (
     GIB,
@@ -163,3 +163,50 @@ def test_host_memory_synthetic_is_the_runtime_command_adds_the_weights() -> None
     assert host_memory_bytes(command, 16 * GIB) == 20 * GIB
     assert host_memory_bytes(command, 16 * GIB + 1) == 21 * GIB  # rounded up to a GiB
     assert host_memory_bytes(command, 10_000 * GIB) == 512 * GIB  # capped
+
+
+def _training_spec(**parallelism: object) -> GPUWorkloadSpec:
+    return parse_spec(
+        {
+            "model": {"name": "m", "parameterCount": 7_000_000_000},
+            "training": {
+                "microBatchSize": 1,
+                "sequenceLength": 2048,
+                "parallelism": parallelism,
+            },
+        }
+    )
+
+
+def test_data_parallel_training_requests_the_nodes_gpus() -> None:
+    """One process per GPU of one node (gpu_sizer.probe.launch): a replica of 4 ranks gets 4
+    GPUs; one of 16 ranks gets the node's 8 (the probe then reports multi-node Unsupported)."""
+    four = _training_spec(strategy="zero2", dataParallelSize=4)
+    sixteen = _training_spec(strategy="zero2", dataParallelSize=16)
+    for spec, gpus in ((four, "4"), (sixteen, "8")):
+        req = JobRequest(
+            namespace="ml",
+            workload="t",
+            workload_uid="u",
+            spec_hash=spec_hash(spec),
+            gpu_class=H100,
+            gpus=int(gpus) * 2,
+            memory_bytes=8 * GIB,
+            image="probe:1",
+            name="gpusizer-t-0123456789",
+        )
+        resources = job_manifest(spec, req)["spec"]["template"]["spec"]["containers"][0][
+            "resources"
+        ]
+        assert resources["limits"]["nvidia.com/gpu"] == gpus
+        assert resources["requests"]["nvidia.com/gpu"] == gpus
+
+
+def test_host_memory_follows_the_training_host_bytes() -> None:
+    """4 GiB of runtime per rank on the node plus status.estimate.hostBytesPerNode (offloaded
+    state, the model staged for loading)."""
+    spec = _training_spec(strategy="zero2", dataParallelSize=4)
+    assert host_memory_bytes(spec, 0, 0) == 4 * 4 * GIB
+    assert host_memory_bytes(spec, 0, 30 * GIB) == 46 * GIB
+    single = _training_spec(strategy="none")
+    assert host_memory_bytes(single, 0, 10 * GIB) == 14 * GIB

@@ -40,7 +40,11 @@ def training_spec(arch: dict[str, Any] | None = None, **training: Any) -> dict[s
 
 
 def run_probe(
-    spec: dict[str, Any], *args: str, tmp_path: Path, env: dict[str, str] | None = None
+    spec: dict[str, Any],
+    *args: str,
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 240,
 ) -> tuple[int, dict[str, Any], str, subprocess.CompletedProcess[str]]:
     """Run ``python -m gpu_sizer.probe`` in a subprocess; (exit status, stdout result,
     termination log text, the completed process)."""
@@ -64,7 +68,7 @@ def run_probe(
         capture_output=True,
         text=True,
         env=full_env,
-        timeout=240,
+        timeout=timeout,
     )
     result = json.loads(proc.stdout) if proc.stdout.strip() else {}
     return proc.returncode, result, log.read_text() if log.exists() else "", proc

@@ -49,6 +49,10 @@ def test_dry_run_writes_the_matrix_with_estimates(tmp_path: Path) -> None:
         "llama8b-vllm-pool",  # issue 9: the pre-allocating engines' pools
         "llama8b-sglang-pool",
         "llama8b-tgi-pool",
+        "llama1b-fsdp2",
+        "llama1b-fsdp1",
+        "llama1b-ddp",
+        "llama1b-zero2",
     }
     for name, (_, doc) in gc.MATRIX.items():
         total = estimate(parse_spec(doc)).per_gpu.total_bytes

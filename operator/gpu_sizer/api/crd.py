@@ -77,6 +77,8 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
      "description": "Pre-allocating engines: the KV cache pool in tokens."},
     {"name": "Basis", "type": "string", "jsonPath": ".status.recommendation.basis",
      "priority": 1, "description": "Estimate or Measurement."},
+    {"name": "Peak Phase", "type": "string", "jsonPath": ".status.estimate.peakPhase",
+     "priority": 1, "description": "Phase of the estimated peak (training: Load or Step)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]  # fmt: skip
 

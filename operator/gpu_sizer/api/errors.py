@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -137,6 +138,32 @@ def _allowed_fields(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list
     return [f.alias or n for n, f in model.model_fields.items()]
 
 
+#: Spellings newcomers use for a value the API spells otherwise (PyTorch's and engines' short
+#: dtype names: vLLM's ``--dtype`` takes ``half`` and ``float``, PyTorch has ``torch.half``).
+_VALUE_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float": "float32",
+}
+
+
+def _enum_guess(value: Any, choices: list[str]) -> str | None:
+    """The allowed value ``value`` most likely meant: the same but for case (``vLLM``), a
+    common alias (``bf16``) or a near spelling (``bfloat17``); None when nothing is close."""
+    if not isinstance(value, str) or not choices or value in choices:
+        return None
+    folded = {c.lower(): c for c in choices}
+    if value.lower() in folded:
+        return folded[value.lower()]
+    alias = _VALUE_ALIASES.get(value.lower())
+    if alias in choices:
+        return alias
+    close = difflib.get_close_matches(value, choices, n=1)
+    return close[0] if close else None
+
+
 def _message(err: Any, model: type[BaseModel] | None) -> str:
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -149,7 +176,9 @@ def _message(err: Any, model: type[BaseModel] | None) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "enum" and "expected" in ctx:
-        return f"must be one of {ctx['expected']}, not {_show(err.get('input'))}"
+        message = f"must be one of {ctx['expected']}, not {_show(err.get('input'))}"
+        guess = _enum_guess(err.get("input"), re.findall(r"'([^']*)'", str(ctx["expected"])))
+        return message if guess is None else f"{message}; did you mean {guess!r}?"
     if kind == "finite_number":
         return "must be a finite number"
     if kind == "too_long":

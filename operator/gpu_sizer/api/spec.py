@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 
 __all__ = [
+    "DEEPSPEED_DEFAULTS",
     "DTYPE_BYTES",
     "KNOWN_MODEL_TYPES",
     "KNOWN_ROPE_TYPES",
@@ -46,28 +47,37 @@ __all__ = [
     "CompressedTensorsArgs",
     "CompressedTensorsGroup",
     "CompressionFormat",
+    "DdpOptions",
+    "DeepSpeedOptions",
     "Dtype",
     "Engine",
     "FieldError",
     "Finetuning",
     "FinetuningMethod",
+    "FsdpOptions",
     "GPUWorkloadSpec",
     "Inference",
+    "Initialization",
     "KvCacheDtype",
+    "Loss",
     "Measurement",
     "MeasurementMode",
     "Model",
+    "Offload",
+    "OffloadTarget",
     "Optimizer",
     "ParallelStrategy",
     "Parallelism",
     "Placement",
     "Precision",
+    "PrecisionRecipe",
     "Quantization",
     "QuantizationMethod",
     "QuantizationStrategy",
     "QuantizationType",
     "RopeScaling",
     "Training",
+    "TrainingDtype",
     "VisionConfig",
     "spec_to_wire",
 ]
@@ -246,6 +256,7 @@ class ParallelStrategy(StrEnum):
     ddp = "ddp"
     fsdp_full_shard = "fsdp-full-shard"
     fsdp_shard_grad_op = "fsdp-shard-grad-op"
+    fsdp_hybrid_shard = "fsdp-hybrid-shard"
     zero1 = "zero1"
     zero2 = "zero2"
     zero3 = "zero3"
@@ -1304,16 +1315,253 @@ class Finetuning(_Model):
         return self
 
 
+class PrecisionRecipe(StrEnum):
+    """Which tensors hold which dtype in training (see docs/memory-model.md, "Precision recipes").
+
+    ``Auto`` picks the framework's default for ``precision``: ``fp32`` -> ``Float32``;
+    ``bf16-true`` -> ``LowPrecision``; ``bf16-mixed``/``fp16-mixed`` -> ``Autocast`` with
+    PyTorch-native training (``none``, ``ddp``, ``fsdp-*``: ``torch.autocast``, Lightning's
+    ``*-mixed``, Hugging Face Trainer ``--bf16``) and ``MasterWeights`` with DeepSpeed ZeRO
+    (``zero1/2/3``: the model in 16 bits, fp32 master partition in the ZeRO optimizer).
+    """
+
+    Auto = "Auto"
+    Float32 = "Float32"
+    Autocast = "Autocast"
+    MasterWeights = "MasterWeights"
+    LowPrecision = "LowPrecision"
+
+
+class TrainingDtype(StrEnum):
+    """A dtype the training recipe may hold gradients or optimizer state in."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class OffloadTarget(StrEnum):
+    """Where offloaded training state lives: the GPU (``None``), host RAM or NVMe."""
+
+    None_ = "None"
+    Cpu = "Cpu"
+    Nvme = "Nvme"
+
+
+class Loss(StrEnum):
+    """How the language-model loss is computed; decides the logits' bytes.
+
+    ``standard``: full logits in the compute dtype, upcast to float32 and log-softmax saved
+    (Hugging Face ``ForCausalLMLoss``). ``chunked``: torchtune's ``CEWithChunkedOutputLoss``
+    (the 16-bit logits, one fp32 chunk of 8 at a time, compiled as torchtune recommends).
+    ``fused``: a fused linear cross-entropy (Liger ``LigerFusedLinearCrossEntropyLoss``,
+    unsloth, Apple's Cut Cross-Entropy) that never materialises the full logits.
+    """
+
+    standard = "standard"
+    fused = "fused"
+    chunked = "chunked"
+
+
+class Initialization(StrEnum):
+    """How each rank gets the model before sharding: decides the ``Load`` phase's peak.
+
+    ``GpuPerRank``: every rank materialises the full model on its GPU, then shards (loaded with
+    a ``device_map``, or moved with ``.to("cuda")`` before wrapping). ``CpuPerRank``: every rank
+    loads the full model into host RAM and the wrapper moves it to the GPU (FSDP ``device_id``:
+    unit by unit).
+    ``RankZeroCpu``: rank 0 loads it into host RAM, the others build it on the meta device and
+    receive it by broadcast (FSDP ``sync_module_states``, accelerate
+    ``cpu_ram_efficient_loading``). ``MetaDevice``: no rank materialises the full model (meta
+    device then sharded load, DeepSpeed ``zero.Init``). ``Auto``: ``MetaDevice`` under ``zero3``
+    (Hugging Face ``from_pretrained`` runs inside ``deepspeed.zero.Init``), ``CpuPerRank``
+    otherwise (``from_pretrained`` loads into host memory; the Trainer, accelerate's FSDP or
+    DeepSpeed move the model to the GPU).
+    """
+
+    Auto = "Auto"
+    GpuPerRank = "GpuPerRank"
+    CpuPerRank = "CpuPerRank"
+    RankZeroCpu = "RankZeroCpu"
+    MetaDevice = "MetaDevice"
+
+
+#: DeepSpeed ``zero_optimization`` defaults (``deepspeed/runtime/zero/config.py``,
+#: ``DeepSpeedZeroConfig``, DeepSpeed 0.19.5), in elements.
+DEEPSPEED_DEFAULTS: dict[str, int] = {
+    "reduceBucketSize": 500_000_000,
+    "allgatherBucketSize": 500_000_000,
+    "stage3PrefetchBucketSize": 50_000_000,
+    "stage3MaxLiveParameters": 1_000_000_000,
+    "stage3MaxReuseDistance": 1_000_000_000,
+    "stage3ParamPersistenceThreshold": 100_000,
+    "subGroupSize": 1_000_000_000,
+}
+
+Elements = Annotated[int, Field(ge=0, le=LIMITS["parameters"], strict=True)]
+
+
+class Offload(_Model):
+    """Optimizer state and parameters kept off the GPU (DeepSpeed ZeRO-Offload/-Infinity,
+    FSDP ``CPUOffload``/``CPUOffloadPolicy``)."""
+
+    optimizer: OffloadTarget = Field(
+        OffloadTarget.None_,
+        description="None | Cpu | Nvme: fp32 master weights, optimizer state and the optimizer "
+        "step (DeepSpeed offload_optimizer; Nvme needs zero3).",
+    )
+    parameters: OffloadTarget = Field(
+        OffloadTarget.None_,
+        description="None | Cpu | Nvme: sharded 16-bit parameters (DeepSpeed offload_param, "
+        "zero3 only; FSDP CPUOffload moves parameters, gradients and the optimizer together).",
+    )
+
+
+class DdpOptions(_Model):
+    """PyTorch ``DistributedDataParallel`` options that change memory."""
+
+    gradient_as_bucket_view: StrictBool = Field(
+        False,
+        description="Gradients are views into the reducer's buckets (DDP gradient_as_bucket_view); "
+        "false keeps a bucket copy of every gradient.",
+    )
+
+
+class FsdpOptions(_Model):
+    """PyTorch FSDP options that change memory."""
+
+    version: Literal[1, 2] = Field(
+        1,
+        description="1: FullyShardedDataParallel (FlatParameter units; Hugging Face accelerate and "
+        "Lightning default); 2: fully_shard (per-parameter DTensor sharding).",
+    )
+    shard_group_size: Annotated[int, Field(ge=1, le=LIMITS["gpus"], strict=True)] | None = Field(
+        None,
+        description="fsdp-hybrid-shard: ranks one copy is sharded over; default gpusPerNode.",
+    )
+
+
+class DeepSpeedOptions(_Model):
+    """DeepSpeed ``zero_optimization`` settings that change memory, in elements; defaults are
+    DeepSpeed's own (``DeepSpeedZeroConfig``)."""
+
+    reduce_bucket_size: Elements = Field(
+        DEEPSPEED_DEFAULTS["reduceBucketSize"],
+        description="Gradient elements reduced at a time (one buffer; two with overlapComm).",
+    )
+    allgather_bucket_size: Elements = Field(
+        DEEPSPEED_DEFAULTS["allgatherBucketSize"],
+        description="Parameter elements all-gathered at a time after the step (ZeRO-1/2).",
+    )
+    overlap_comm: StrictBool | None = Field(
+        None,
+        description="Overlap gradient reduction with backward (double reduce buffer in ZeRO-1/2); "
+        "default true for zero3, false otherwise.",
+    )
+    stage3_prefetch_bucket_size: Elements = Field(
+        DEEPSPEED_DEFAULTS["stage3PrefetchBucketSize"],
+        description="ZeRO-3: parameter elements prefetched ahead of use.",
+    )
+    stage3_max_live_parameters: Elements = Field(
+        DEEPSPEED_DEFAULTS["stage3MaxLiveParameters"],
+        description="ZeRO-3: gathered parameter elements kept resident before releasing.",
+    )
+    stage3_max_reuse_distance: Elements = Field(
+        DEEPSPEED_DEFAULTS["stage3MaxReuseDistance"],
+        description="ZeRO-3: a parameter reused within this many elements is not released.",
+    )
+    stage3_param_persistence_threshold: Elements = Field(
+        DEEPSPEED_DEFAULTS["stage3ParamPersistenceThreshold"],
+        description="ZeRO-3: parameters of at most this many elements stay unpartitioned.",
+    )
+    sub_group_size: Elements = Field(
+        DEEPSPEED_DEFAULTS["subGroupSize"],
+        description="ZeRO-3: elements of one optimizer sub-group (its fp32 gradient copy at the "
+        "step).",
+    )
+
+
 class Parallelism(_Model):
     """How training is spread over GPUs; GPUs are only ever added by what is declared here."""
 
     strategy: ParallelStrategy = Field(
         ParallelStrategy.none,
-        description="none | ddp | fsdp-full-shard | fsdp-shard-grad-op | zero1 | zero2 | zero3.",
+        description="none | ddp | fsdp-full-shard | fsdp-shard-grad-op | fsdp-hybrid-shard | "
+        "zero1 | zero2 | zero3.",
     )
     data_parallel_size: Gpus = Field(1, description="Data-parallel replicas (ranks).")
     tensor_parallel_size: Gpus = Field(1, description="Tensor-parallel degree.")
     pipeline_parallel_size: Layers = Field(1, description="Pipeline-parallel stages.")
+    context_parallel_size: Gpus = Field(
+        1,
+        description="Ranks one sequence is split across (context parallelism: ring attention, "
+        "DeepSpeed Ulysses); ZeRO/FSDP shard over dataParallelSize x contextParallelSize.",
+    )
+    sequence_parallel: StrictBool = Field(
+        False,
+        description="Megatron sequence parallelism: layer norms and dropout split over the "
+        "tensor-parallel ranks (needs tensorParallelSize > 1).",
+    )
+    gpus_per_node: Annotated[int, Field(ge=1, le=64, strict=True)] | None = Field(
+        None,
+        description="GPUs (ranks) per node; default the replica's GPUs up to 8. Sizes host "
+        "memory per node, the measurement Job and fsdp-hybrid-shard's shard group.",
+    )
+    ddp: DdpOptions | None = Field(None, description="DDP options (strategy ddp).")
+    fsdp: FsdpOptions | None = Field(None, description="FSDP options (strategy fsdp-*).")
+    deepspeed: DeepSpeedOptions | None = Field(
+        None, description="DeepSpeed ZeRO options (strategy zero1/2/3)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Parallelism:
+        problems = _Problems()
+        s = self.strategy
+        fsdp = s.value.startswith("fsdp")
+        zero = s in (ParallelStrategy.zero1, ParallelStrategy.zero2, ParallelStrategy.zero3)
+        for name, options, applies, which in (
+            ("ddp", self.ddp, s is ParallelStrategy.ddp, "ddp"),
+            ("fsdp", self.fsdp, fsdp, "fsdp-*"),
+            ("deepspeed", self.deepspeed, zero, "zero1/2/3"),
+        ):
+            if options is not None and not applies:
+                problems.add(
+                    name, f"{name} options apply to strategy {which}, not {s.value}; remove them"
+                )
+        if self.sequence_parallel and self.tensor_parallel_size == 1:
+            problems.add(
+                "sequenceParallel",
+                "sequence parallelism splits activations over tensor-parallel ranks: it needs "
+                "tensorParallelSize > 1",
+            )
+        if (
+            self.fsdp is not None
+            and self.fsdp.shard_group_size is not None
+            and s is not ParallelStrategy.fsdp_hybrid_shard
+        ):
+            problems.add("fsdp.shardGroupSize", "shardGroupSize applies to fsdp-hybrid-shard only")
+        problems.raise_if_any()
+        return self
+
+    @property
+    def data_shards(self) -> int:
+        """Ranks that ZeRO/FSDP shard model states over (data x context parallel)."""
+        return self.data_parallel_size * self.context_parallel_size
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: data x tensor x pipeline x context parallel."""
+        return (
+            self.data_parallel_size
+            * self.tensor_parallel_size
+            * self.pipeline_parallel_size
+            * self.context_parallel_size
+        )
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks on one node: ``gpusPerNode``, else the replica's GPUs up to 8."""
+        return min(self.gpus, self.gpus_per_node or 8)
 
 
 class Training(_Model):
@@ -1345,6 +1593,121 @@ class Training(_Model):
     parallelism: Parallelism = Field(
         default_factory=lambda: Parallelism(), description="Sharding over GPUs."
     )
+    precision_recipe: PrecisionRecipe = Field(
+        PrecisionRecipe.Auto,
+        description="Which tensors hold which dtype: Auto | Float32 | Autocast (fp32 parameters, "
+        "16-bit compute) | MasterWeights (16-bit parameters and gradients, fp32 master copy) | "
+        "LowPrecision (16-bit parameters and gradients, no fp32 copy).",
+    )
+    gradient_dtype: TrainingDtype | None = Field(
+        None,
+        description="Gradients' dtype when it differs from the recipe's (e.g. float32 for "
+        "Megatron's main_grad or DeepSpeed data_types.grad_accum_dtype).",
+    )
+    optimizer_state_dtype: TrainingDtype | None = Field(
+        None,
+        description="Optimizer state dtype when it differs from the recipe's (float32, or "
+        "bfloat16 states; 8-bit optimizers set their own).",
+    )
+    offload: Offload | None = Field(
+        None, description="Optimizer state and parameters offloaded to CPU or NVMe."
+    )
+    loss: Loss = Field(Loss.standard, description="standard | fused | chunked.")
+    initialization: Initialization = Field(
+        Initialization.Auto,
+        description="How ranks get the model before sharding: Auto | GpuPerRank | CpuPerRank | "
+        "RankZeroCpu | MetaDevice.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Training:
+        problems = _Problems()
+        recipe, precision = self.precision_recipe, self.precision
+        if recipe is PrecisionRecipe.Float32 and precision is not Precision.fp32:
+            problems.add(
+                "precisionRecipe",
+                f"Float32 trains in fp32; precision is {precision.value}: set precision fp32 or "
+                "choose Autocast, MasterWeights or LowPrecision",
+            )
+        if precision is Precision.fp32 and recipe not in (
+            PrecisionRecipe.Auto,
+            PrecisionRecipe.Float32,
+        ):
+            problems.add(
+                "precisionRecipe",
+                f"{recipe.value} needs 16-bit compute; precision fp32 goes with Float32 (or Auto)",
+            )
+        if recipe is PrecisionRecipe.Autocast and precision is Precision.bf16_true:
+            problems.add(
+                "precisionRecipe",
+                "Autocast keeps fp32 parameters; bf16-true keeps bfloat16 ones: use "
+                "bf16-mixed with Autocast, or LowPrecision/MasterWeights with bf16-true",
+            )
+        sixteen = "float16" if precision is Precision.fp16_mixed else "bfloat16"
+        for name, dtype in (
+            ("gradientDtype", self.gradient_dtype),
+            ("optimizerStateDtype", self.optimizer_state_dtype),
+        ):
+            if dtype is None or dtype is TrainingDtype.float32:
+                continue
+            if precision is Precision.fp32 or dtype.value != sixteen:
+                problems.add(
+                    name,
+                    f"{dtype.value} does not go with precision {precision.value}: use float32 "
+                    f"or {sixteen if precision is not Precision.fp32 else 'a 16-bit precision'}",
+                )
+        if self.optimizer_state_dtype is not None and self.optimizer is Optimizer.adamw_8bit:
+            problems.add(
+                "optimizerStateDtype",
+                "adamw-8bit keeps its states in 8 bits (bitsandbytes); remove optimizerStateDtype",
+            )
+        strategy = self.parallelism.strategy
+        off = self.offload
+        if off is not None:
+            zero = strategy in (
+                ParallelStrategy.zero1,
+                ParallelStrategy.zero2,
+                ParallelStrategy.zero3,
+            )
+            fsdp = strategy.value.startswith("fsdp")
+            if off.parameters is not OffloadTarget.None_ and strategy not in (
+                ParallelStrategy.zero3,
+                ParallelStrategy.fsdp_full_shard,
+                ParallelStrategy.fsdp_hybrid_shard,
+                ParallelStrategy.fsdp_shard_grad_op,
+            ):
+                problems.add(
+                    "offload.parameters",
+                    f"parameter offload needs sharded parameters (zero3 or fsdp-*), not "
+                    f"strategy {strategy.value}",
+                )
+            if off.optimizer is not OffloadTarget.None_ and not (zero or fsdp):
+                problems.add(
+                    "offload.optimizer",
+                    f"optimizer offload needs DeepSpeed ZeRO (zero1/2/3; with one GPU, zero2 "
+                    f"with dataParallelSize 1) or FSDP, not strategy {strategy.value}",
+                )
+            nvme = OffloadTarget.Nvme in (off.optimizer, off.parameters)
+            if nvme and strategy is not ParallelStrategy.zero3:
+                problems.add(
+                    "offload",
+                    "NVMe offload is DeepSpeed ZeRO-Infinity: it needs strategy zero3",
+                )
+            if fsdp and off.optimizer is not off.parameters:
+                problems.add(
+                    "offload",
+                    "FSDP offloads parameters, gradients and the optimizer step together "
+                    "(CPUOffload(offload_params=True)): set both optimizer and parameters to Cpu",
+                )
+        cp = self.parallelism.context_parallel_size
+        if self.sequence_length % cp:
+            problems.add(
+                "parallelism.contextParallelSize",
+                f"contextParallelSize {cp} must divide sequenceLength ({self.sequence_length}): "
+                "each rank holds an equal chunk of the sequence",
+            )
+        problems.raise_if_any()
+        return self
 
 
 class Measurement(_Model):
@@ -1565,12 +1928,12 @@ class GPUWorkloadSpec(_Model):
         if self.inference is not None:
             return self.inference.tensor_parallel_size * self.inference.pipeline_parallel_size
         assert self.training is not None
-        par = self.training.parallelism
-        return par.data_parallel_size * par.tensor_parallel_size * par.pipeline_parallel_size
+        return self.training.parallelism.gpus
 
 
 def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, field: str) -> None:
-    """vLLM's rule: heads split evenly; KV heads split evenly or are replicated evenly."""
+    """vLLM's rule: heads split evenly; KV heads split evenly or are replicated evenly; Mamba-2
+    heads split evenly and B/C groups split evenly or are a single replicated group."""
     if arch.num_attention_heads % tp != 0:
         problems.add(
             field,
@@ -1582,6 +1945,18 @@ def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, fie
             field,
             f"tensorParallelSize {tp} must divide numKeyValueHeads ({kv}) or be a multiple of it",
         )
+    if arch.model_type == "nemotron_h":
+        # vLLM mamba_mixer2.py MambaMixer2.__init__ asserts both; the defaults are
+        # NemotronHConfig's (128 heads, 8 groups).
+        heads = arch.mamba_num_heads or 128
+        groups = arch.n_groups or 8
+        if heads % tp != 0:
+            problems.add(field, f"tensorParallelSize {tp} must divide mambaNumHeads ({heads})")
+        if groups % tp != 0 and groups != 1:
+            problems.add(
+                field,
+                f"tensorParallelSize {tp} must divide nGroups ({groups}), or nGroups must be 1",
+            )
 
 
 def spec_to_wire(spec: GPUWorkloadSpec) -> dict[str, Any]:

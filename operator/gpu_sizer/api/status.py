@@ -35,8 +35,10 @@ __all__ = [
     "NodeSelector",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
+    "PeakPhase",
     "PerGpuBreakdown",
     "Phase",
+    "PhaseEstimate",
     "RecommendationStatus",
     "ResourcesSnippet",
 ]
@@ -61,6 +63,21 @@ class Phase(StrEnum):
     Ready = "Ready"
     Rejected = "Rejected"
     Failed = "Failed"
+
+
+class PeakPhase(StrEnum):
+    """The phase of a workload whose memory is the peak (``status.estimate.peakPhase``).
+
+    Training: ``Load`` (initialisation and checkpoint load, before sharding completes) or
+    ``Step`` (forward, backward and the optimizer update). Generation: ``TextEncode``,
+    ``Denoise`` or ``VaeDecode``.
+    """
+
+    Load = "Load"
+    Step = "Step"
+    TextEncode = "TextEncode"
+    Denoise = "Denoise"
+    VaeDecode = "VaeDecode"
 
 
 class Basis(StrEnum):
@@ -116,6 +133,12 @@ class PerGpuBreakdown(_Status):
     gradient_bytes: int = Field(0, description="Gradients of trainable parameters.")
     optimizer_state_bytes: int = Field(0, description="Optimizer state.")
     master_weight_bytes: int = Field(0, description="fp32 master weights (mixed precision).")
+    communication_buffer_bytes: int = Field(
+        0,
+        description="Gradient and parameter communication buffers: DDP gradient buckets, "
+        "DeepSpeed reduce buckets, FSDP all-gather and reduce-scatter buffers; not inside "
+        "gradientBytes.",
+    )
     runtime_overhead_bytes: int = Field(
         0, description="CUDA context, library workspaces, CUDA graphs, NCCL, allocator cache."
     )
@@ -147,6 +170,13 @@ class MissingComponent(_Status):
     )
     message: str = Field("", description="What is not counted and the fields it needs.")
     fix: str = Field("", description="How to supply the missing fields.")
+
+
+class PhaseEstimate(_Status):
+    """The per-GPU total of one phase of the workload (bytes)."""
+
+    name: PeakPhase = Field(description="Phase (Load, Step, TextEncode, Denoise, VaeDecode).")
+    total_bytes: int = Field(description="Bytes on the most loaded GPU during the phase.")
 
 
 class EstimateStatus(_Status):
@@ -181,6 +211,20 @@ class EstimateStatus(_Status):
     )
     engine_version: str | None = Field(
         None, description="Engine release whose allocation rules the estimate follows."
+    )
+    peak_phase: PeakPhase | None = Field(
+        None,
+        description="Phase whose per-GPU total is the peak and is shown in perGpu (training: "
+        "Load or Step; generation: TextEncode, Denoise or VaeDecode).",
+    )
+    phases: list[PhaseEstimate] = Field(
+        default_factory=list,
+        description="Per-GPU total of every phase estimated; perGpu shows the largest.",
+    )
+    host_bytes_per_node: int | None = Field(
+        None,
+        description="Host memory (RAM) the workload's processes on one node hold for model "
+        "data: offloaded optimizer state and parameters, checkpoint staging at load (bytes).",
     )
     notes: list[str] = Field(
         default_factory=list,

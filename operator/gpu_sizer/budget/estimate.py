@@ -38,9 +38,12 @@ from gpu_sizer.api import (
     EstimateStatus,
     FinetuningMethod,
     GPUWorkloadSpec,
+    MissingComponent,
     Optimizer,
     ParallelStrategy,
+    PeakPhase,
     PerGpuBreakdown,
+    PhaseEstimate,
 )
 from gpu_sizer.budget import engines
 from gpu_sizer.budget.activations import (
@@ -58,25 +61,24 @@ from gpu_sizer.budget.kv_cache import (
     state_element_bytes,
 )
 from gpu_sizer.budget.missing import missing_without_architecture
-from gpu_sizer.budget.params import Layout, layout, stage_layers
+from gpu_sizer.budget.params import Layout, geometry_layout, layout, stage_layers
 from gpu_sizer.budget.runtime import (
     CUDA_GRAPH_BASE_BYTES,
     allocator_reserve_bytes,
     base_overhead_bytes,
     cuda_graph_batch,
 )
-from gpu_sizer.budget.training import activation_bytes as training_activation_bytes
 from gpu_sizer.budget.training import (
-    communication_buffer_bytes,
-    gradient_bytes_per_param,
-    master_bytes_per_param,
-    model_states,
-    optimizer_state_bytes,
+    TrainingBudget,
+    autocast_copy_bytes,
+    flat_holdings,
+    phases,
     trainable_parameter_count,
     training_budget,
-    weight_bytes_per_param,
 )
-from gpu_sizer.budget.training import logits_bytes as training_logits_bytes
+from gpu_sizer.budget.training import activation_bytes as training_activation_bytes
+from gpu_sizer.budget.training_loss import logits_bytes as training_logits_bytes
+from gpu_sizer.budget.training_precision import recipe
 from gpu_sizer.budget.weights import (
     dequantization_workspace_bytes,
     flat_weight_bytes,
@@ -88,9 +90,12 @@ __all__ = [
     "engine_planner",
     "engine_plans",
     "estimate",
+    "parallel_groups",
     "plan_estimate",
     "stage_outer_params",
 ]
+
+GIB = 1 << 30
 
 _NO_ARCH = "without spec.model.architecture"
 
@@ -280,29 +285,7 @@ def estimate(spec: GPUWorkloadSpec, gpu_class: GPUClass | None = None) -> Estima
             "(use lora or qlora to train adapters on a quantized base)"
         )
     tb = training_budget(spec, lay, outer)
-    par = tr.parallelism
-    groups = (par.strategy is not ParallelStrategy.none and par.data_parallel_size > 1) + (
-        (tp > 1) + (pp > 1)
-    )
-    runtime = base_overhead_bytes(groups) + allocator_reserve_bytes(tb.activations + tb.gradients)
-    breakdown = _breakdown(
-        tb.weights,
-        tb.quantization_overhead,
-        0,
-        tb.activations,
-        tb.gradients,
-        tb.optimizer,
-        tb.master,
-        runtime,
-    )
-    return EstimateStatus(
-        parameter_count=params,
-        gpu_count=spec.gpu_count,
-        kv_cache_bytes_per_token=0,
-        per_gpu=breakdown,
-        trainable_parameter_count=trainable_parameter_count(whole, tr),
-        notes=notes,
-    )
+    return _training_estimate(spec, tb, params, trainable_parameter_count(whole, tr), notes)
 
 
 def _generic_note(model_type: str) -> str:
@@ -329,6 +312,7 @@ def _breakdown(
     opt: int,
     master: int,
     runtime: int,
+    comm: int = 0,
 ) -> PerGpuBreakdown:
     return PerGpuBreakdown(
         weights_bytes=weights,
@@ -338,8 +322,9 @@ def _breakdown(
         gradient_bytes=grads,
         optimizer_state_bytes=opt,
         master_weight_bytes=master,
+        communication_buffer_bytes=comm,
         runtime_overhead_bytes=runtime,
-        total_bytes=weights + quant + kv + acts + grads + opt + master + runtime,
+        total_bytes=weights + quant + kv + acts + grads + opt + master + comm + runtime,
     )
 
 
@@ -413,7 +398,6 @@ def _estimate_from_parameter_count(
     par = tr.parallelism
     tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
     shard = -(-params // (tp * pp))
-    precision = tr.precision
     if tr.finetuning.method is not FinetuningMethod.full:
         notes.append(
             f"{tr.finetuning.method.value} adapters are not laid out {why}: every parameter is "
@@ -423,42 +407,98 @@ def _estimate_from_parameter_count(
         notes.append(f"Adafactor's factored state taken as unfactored {why}")
     if tp * pp > 1:
         notes.append(f"parameters split evenly over {tp * pp} model-parallel GPUs {why}")
-    opt = optimizer_state_bytes(tr.optimizer, precision, shard, shard, 0)
-    states = model_states(
-        shard * weight_bytes_per_param(precision),
-        shard,
-        gradient_bytes_per_param(precision, par.strategy),
-        opt,
-        master_bytes_per_param(precision),
-        par.strategy,
-        par.data_parallel_size,
-    )
-    groups = (par.strategy is not ParallelStrategy.none and par.data_parallel_size > 1) + (
-        (tp > 1) + (pp > 1)
-    )
-    grads = states.gradients + communication_buffer_bytes(
-        par.strategy, shard, gradient_bytes_per_param(precision, par.strategy)
-    )
+    if par.strategy in _GATHERING:
+        notes.append(f"the units {par.strategy.value} gathers for compute are not computed {why}")
     acts = 0
     if arch is not None:
-        stage = -(-arch.num_hidden_layers // pp)
-        acts = training_activation_bytes(arch, tr, stage) + training_logits_bytes(arch, tr)
-    runtime = base_overhead_bytes(groups) + allocator_reserve_bytes(acts + grads)
+        stage = geometry_layout(arch, tp, range(-(-arch.num_hidden_layers // pp)))
+        outer = stage_outer_params(stage, pp, arch.word_embed_proj_dim or arch.hidden_size)
+        acts = (
+            training_activation_bytes(arch, tr, stage)
+            + training_logits_bytes(arch, tr, recipe(tr).compute)
+            + autocast_copy_bytes(spec, stage, outer)
+        )
+    tb = phases(spec, flat_holdings(spec, shard), acts)
+    return _training_estimate(spec, tb, params, params, notes, missing)
+
+
+#: Strategies whose gathered working set needs the layout (ZeRO-3 is bounded by its
+#: ``stage3_max_live_parameters`` and is computed without it).
+_GATHERING = frozenset(
+    {
+        ParallelStrategy.fsdp_full_shard,
+        ParallelStrategy.fsdp_shard_grad_op,
+        ParallelStrategy.fsdp_hybrid_shard,
+    }
+)
+
+
+def parallel_groups(spec: GPUWorkloadSpec) -> int:
+    """NCCL communicators a training rank joins: data (and, for hybrid sharding, replica),
+    tensor, pipeline and context parallel groups of more than one rank."""
+    assert spec.training is not None
+    par = spec.training.parallelism
+    data = par.strategy is not ParallelStrategy.none and par.data_parallel_size > 1
+    hybrid = par.strategy is ParallelStrategy.fsdp_hybrid_shard and data
+    return (
+        data
+        + hybrid
+        + (par.tensor_parallel_size > 1)
+        + (par.pipeline_parallel_size > 1)
+        + (par.context_parallel_size > 1)
+    )
+
+
+def _training_estimate(
+    spec: GPUWorkloadSpec,
+    tb: TrainingBudget,
+    params: int,
+    trainable: int,
+    notes: list[str],
+    missing: list[MissingComponent] | None = None,
+) -> EstimateStatus:
+    """The status of a training budget: the larger phase in ``perGpu``, both in ``phases``."""
+    base = base_overhead_bytes(parallel_groups(spec))
+    step, load = tb.step, tb.load
+    step_runtime = base + allocator_reserve_bytes(step.transient)
+    step_total = step.total + step_runtime
+    load_total = load.total + base
+    peak, phase, runtime = (step, PeakPhase.Step, step_runtime)
+    if load_total > step_total:
+        peak, phase, runtime = (load, PeakPhase.Load, base)
+        notes.append(
+            f"the Load phase needs {load_total / GIB:.1f} GiB per GPU, more than the step's "
+            f"{step_total / GIB:.1f} GiB: set spec.training.initialization to RankZeroCpu or "
+            "MetaDevice so that no rank holds the unsharded model"
+        )
+    elif tb.step_instant != "backward":
+        notes.append(
+            f"the step peaks at the {tb.step_instant} ({step_total / GIB:.1f} GiB per GPU: "
+            "the optimizer's gradient copies and temporaries), not during backward"
+        )
+    breakdown = _breakdown(
+        peak.weights,
+        peak.quant,
+        0,
+        peak.activations,
+        peak.gradients,
+        peak.optimizer,
+        peak.master,
+        runtime,
+        peak.communication,
+    )
     return EstimateStatus(
         parameter_count=params,
         gpu_count=spec.gpu_count,
         kv_cache_bytes_per_token=0,
-        per_gpu=_breakdown(
-            states.weights,
-            0,
-            0,
-            acts,
-            grads,
-            states.optimizer,
-            states.master,
-            runtime,
-        ),
-        trainable_parameter_count=params,
+        per_gpu=breakdown,
+        trainable_parameter_count=trainable,
+        peak_phase=phase,
+        phases=[
+            PhaseEstimate(name=PeakPhase.Load, total_bytes=load_total),
+            PhaseEstimate(name=PeakPhase.Step, total_bytes=step_total),
+        ],
+        host_bytes_per_node=tb.host_per_node,
         notes=notes,
-        missing_components=missing,
+        missing_components=missing or [],
     )

@@ -53,6 +53,7 @@ __all__ = [
     "Layout",
     "Linear",
     "config_value",
+    "geometry_layout",
     "layer_plan",
     "layout",
     "parameter_count",
@@ -391,9 +392,21 @@ def layout(arch: Architecture, tp: int = 1, layers: range | None = None) -> Layo
     :raises KeyError: a ``modelType`` without a parameter layout (the estimate takes its
         weights from ``parameterCount`` and never asks).
     """
+    return _layout(arch, FAMILIES[arch.model_type], tp, layers)
+
+
+def geometry_layout(arch: Architecture, tp: int = 1, layers: range | None = None) -> Layout:
+    """:func:`layout` for any model type: one without a parameter layout is laid out as
+    :data:`~gpu_sizer.budget.families.GENERIC` declares it (its attention geometry and a gated
+    MLP of ``intermediateSize``). For activations; its parameter totals are not the model's."""
+    if arch.model_type in FAMILIES:
+        return layout(arch, tp, layers)
+    return _layout(arch, family(arch.model_type), tp, layers)
+
+
+def _layout(arch: Architecture, fam: Family, tp: int, layers: range | None) -> Layout:
     from gpu_sizer.budget.vision import encoder_params
 
-    fam = FAMILIES[arch.model_type]
     h = arch.hidden_size
     vocab = _ceil_div(arch.vocab_size, tp)
     tied = _flag(arch, "tie_word_embeddings", fam.tied)

@@ -1,50 +1,25 @@
-"""Training memory: model states, sharding, LoRA, activations and logits. Pure.
+"""Training memory on the most loaded GPU: phases, LoRA, activations. Pure.
 
-Model states (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
-Parameter Models", section 3.1): with mixed-precision Adam each trainable parameter costs 2 bytes
-of 16-bit weights, 2 bytes of 16-bit gradients and K = 12 bytes of optimizer state (fp32 master
-copy, momentum, variance), 16 bytes in all. Here the fp32 master copy is reported as
-``masterWeightBytes`` and the rest of K as ``optimizerStateBytes``.
+This module assembles the training budget from its parts, each with its sources:
 
-- Weights: 4 bytes per parameter under ``fp32``, 2 otherwise (Micikevicius et al. 2018, "Mixed
-  Precision Training", section 3: 16-bit working copy; under PyTorch autocast the 16-bit copies
-  are the cast weights saved for backward).
-- Master weights: 4 bytes per trainable parameter under ``bf16-mixed``/``fp16-mixed``; none for
-  ``fp32`` (the weights are the master) and ``bf16-true`` (no fp32 copy).
-- Gradients: the weights' dtype under ``fp32`` and ``bf16-true``; under mixed precision 2 bytes
-  with DeepSpeed ZeRO (16-bit gradients, ZeRO paper section 3.1) and 4 bytes with PyTorch-native
-  training (``none``/``ddp``/``fsdp-*``: autocast keeps parameters, hence gradients, in fp32;
-  FSDP casts reduced gradients back to the fp32 sharded parameter).
-- Optimizer state per trainable parameter, in ``s`` bytes per state (4, or 2 under ``bf16-true``
-  where ``torch.optim`` creates states like the parameters): AdamW 2s (Loshchilov & Hutter
-  2019); SGD 0; SGD with momentum s; Lion s (Chen et al. 2023, one momentum); 8-bit AdamW 2 bytes
-  plus one fp32 absmax per 256-element block per state (Dettmers et al. 2022, "8-bit Optimizers
-  via Block-wise Quantization", section 2, as bitsandbytes ``Optimizer2State.init_state``
-  allocates it; tensors under 4096 elements keep 32-bit states, ``min_8bit_size``); Adafactor
-  factored second moments, ``rows + cols`` per matrix and the full size per vector, no first
-  moment (Shazeer & Stern 2018, section 3; Hugging Face
-  ``Adafactor`` default ``beta1=None``).
+- ``training_precision``: which tensors hold which dtype (precision recipes), optimizer state;
+- ``training_sharding``: DDP, FSDP 1/2, DeepSpeed ZeRO-1/2/3 and offload as implemented;
+- ``training_load``: the ``Load`` phase (initialisation and checkpoint load);
+- ``training_loss``: the logits and the loss's float32 working set;
+- here: what one GPU holds before sharding (:class:`~gpu_sizer.budget.training_sharding.Holdings`:
+  full fine-tuning, LoRA and QLoRA), activations, and the phases.
 
-Sharding over ``dataParallelSize`` N (ZeRO paper section 5.1, Figure 1; PyTorch FSDP docs,
-``ShardingStrategy``): ``zero1`` shards optimizer state and master weights; ``zero2`` and
-``fsdp-shard-grad-op`` also gradients; ``zero3`` and ``fsdp-full-shard`` also weights. Sharded
-weights must be gathered to compute: ZeRO-3 holds the largest module plus one prefetched layer
-(``stage3_prefetch_bucket_size``); FSDP full-shard holds the root unit (embeddings, lm_head) and
-the current and prefetched layer (``BackwardPrefetch.BACKWARD_PRE``); shard-grad-op keeps all
-weights gathered between forward and backward. Communication buffers: DDP's gradient buckets
-(``bucket_cap_mb`` 25 MiB each) are copies of every gradient unless ``gradient_as_bucket_view``
-(PyTorch DDP docs: "the saved memory size will be equal to the total gradients size");
-DeepSpeed ZeRO-1/2/3 reduce gradients through a bucket of ``reduce_bucket_size`` = 5e8 elements
-(DeepSpeed config docs); FSDP reduce-scatters one unit's unsharded gradient at a time.
-
-Tensor parallelism divides each layer (see ``params``); pipeline parallelism gives the most loaded
-stage ``ceil(layers / pp)`` layers plus its share of embeddings and lm_head.
+A step has two instants whose larger is its peak (``Step``): **backward** (activations saved for
+backward, logits, gathered units, gradients being produced, communication buffers) and the
+**optimizer step** (activations freed; the optimizer's gradient copies and temporaries). The
+``Load`` phase is computed apart; ``status.estimate.peakPhase`` names the larger.
 
 LoRA (Hu et al. 2021, section 4): each targeted projection of K inputs and N outputs gets
 ``A (r x K)`` and ``B (N x r)``, r x (K + N) trainable parameters, which alone receive gradients,
 optimizer state and master copies; the base model is frozen in its dtype, or in NF4 for QLoRA
 (Dettmers et al. 2023), where bitsandbytes dequantizes one linear at a time to 16-bit for the
-matmul.
+matmul. PEFT creates the adapters in float32 (``autocast_adapter_dtype``), which is the
+recipe's parameter dtype under Autocast.
 
 Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 Models", section 4.1, equation 1): per layer ``sbh(34 + 5as/h)`` bytes for a 16-bit micro-batch
@@ -52,79 +27,65 @@ of b sequences of s tokens, width h, a heads: attention 11sbh + 5as^2b, MLP 19sb
 4sbh. The MLP's 16sbh (two 4h-wide tensors of 2 bytes) is generalised to the model's
 intermediate size I (2 bytes x 2 I-wide tensors, or x 4 for gated MLPs: gate, up, activated gate,
 product; x top-k for MoE) and the attention's 8sbh (Q, K, V, output) to the model's q and kv
-widths; with I = 4h, multi-head attention and a GeLU MLP it is the paper's 34 exactly. Tensor
+widths; with I = 4h, multi-head attention and a GeLU MLP it is the paper's 34 exactly. Each
+layer group (:class:`~gpu_sizer.budget.params.LayerGroup`) is sized by its own kind and its rank's
+linear layers: MLA, Mamba-1/2, dense and MoE feed-forwards and Nemotron-H's single-block layers
+(:func:`layer_activation_bytes`), and the groups are summed. Tensor
 parallelism without sequence parallelism (section 4.2.1, equation 2): ``sbh(10 + 24/t +
-5as/(ht))``. FlashAttention (Dao et al. 2022) keeps no score matrix: the ``5as/h`` term goes.
-Full activation checkpointing (section 4.3 / 5): only each layer's input, ``2sbh`` per layer, plus
-one layer's full activations during recomputation. Pipeline parallelism with 1F1B: the first stage
-holds ``min(pp, gradientAccumulationSteps)`` micro-batches in flight (section 4.2.3). fp32
-training doubles the bytes. Logits: the lm_head output (16-bit), its float32 upcast in the loss,
-and the float32 log-softmax that cross-entropy saves for backward, per token over the vocabulary
-(Hugging Face ``ForCausalLMLoss`` upcasts logits with ``.float()``).
+5as/(ht))``; with sequence parallelism (section 4.2.2, equation 3) every term is divided by t.
+Context parallelism gives each rank ``s / cp`` tokens. FlashAttention (Dao et al. 2022) keeps no
+score matrix: the ``5as/h`` term goes. Full activation checkpointing (section 4.3 / 5): only each
+layer's input, ``2sbh`` per layer, plus one layer's full activations during recomputation.
+Pipeline parallelism with 1F1B: the first stage holds ``min(pp, gradientAccumulationSteps)``
+micro-batches in flight (section 4.2.3). fp32 compute doubles the bytes. Under the ``Autocast``
+recipe ``torch.autocast`` also keeps a 16-bit copy of every fp32 weight it casts for a matmul
+(the weight cast cache, saved for backward), counted with the activations.
 
 All results are bytes on the most loaded GPU, or parameters where named so.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpu_sizer.api import (
+    DTYPE_BYTES,
     Architecture,
+    Dtype,
     FinetuningMethod,
     GPUWorkloadSpec,
-    Model,
-    Optimizer,
-    ParallelStrategy,
-    Precision,
     Training,
 )
-from gpu_sizer.budget.families import family
-from gpu_sizer.budget.params import Layout
+from gpu_sizer.budget.params import LayerGroup, Layout, Linear
+from gpu_sizer.budget.training_load import load_peak
+from gpu_sizer.budget.training_loss import logits_bytes
+from gpu_sizer.budget.training_precision import (
+    ADAM8_MIN_SIZE,
+    Recipe,
+    optimizer_state_bytes,
+    recipe,
+)
+from gpu_sizer.budget.training_sharding import (
+    Holdings,
+    PhaseBytes,
+    deepspeed_options,
+    sharded_states,
+)
 from gpu_sizer.budget.weights import dequantization_workspace_bytes, weight_bytes
 
 __all__ = [
-    "DEEPSPEED_REDUCE_BUCKET_ELEMENTS",
-    "ModelStates",
+    "PhaseBytes",
     "TrainingBudget",
     "activation_bytes",
     "adapter_params",
-    "communication_buffer_bytes",
-    "gradient_bytes_per_param",
-    "logits_bytes",
-    "master_bytes_per_param",
-    "model_states",
-    "optimizer_state_bytes",
+    "autocast_copy_bytes",
+    "flat_holdings",
+    "holdings",
+    "layer_activation_bytes",
+    "phases",
     "trainable_parameter_count",
     "training_budget",
-    "weight_bytes_per_param",
 ]
-
-#: DeepSpeed ``zero_optimization.reduce_bucket_size`` default, in elements.
-DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
-#: bitsandbytes blockwise 8-bit optimizer: block size and ``min_8bit_size``.
-_ADAM8_BLOCK = 256
-_ADAM8_MIN_SIZE = 4096
-
-_DEEPSPEED = frozenset({ParallelStrategy.zero1, ParallelStrategy.zero2, ParallelStrategy.zero3})
-_SHARD_OPTIMIZER = frozenset(
-    {
-        ParallelStrategy.zero1,
-        ParallelStrategy.zero2,
-        ParallelStrategy.zero3,
-        ParallelStrategy.fsdp_shard_grad_op,
-        ParallelStrategy.fsdp_full_shard,
-    }
-)
-_SHARD_GRADIENTS = frozenset(
-    {
-        ParallelStrategy.zero2,
-        ParallelStrategy.zero3,
-        ParallelStrategy.fsdp_shard_grad_op,
-        ParallelStrategy.fsdp_full_shard,
-    }
-)
-_SHARD_WEIGHTS = frozenset({ParallelStrategy.zero3, ParallelStrategy.fsdp_full_shard})
 
 #: Module names a LoRA target selects, mapped to canonical roles. Llama's names also select the
 #: fused projections of families that fuse them (Phi-3 ``qkv_proj``, GPT-NeoX/Falcon
@@ -141,102 +102,27 @@ _TARGET_ROLES: dict[str, frozenset[str]] = {
 }
 
 
-def weight_bytes_per_param(precision: Precision) -> int:
-    """Bytes per weight of the working copy: 4 under fp32, else 2."""
-    return 4 if precision is Precision.fp32 else 2
+#: Roles of the linear layers that take an MLP's (or an expert's) input.
+_UP_ROLES = frozenset({"gate", "up", "gate_up"})
 
 
-def gradient_bytes_per_param(precision: Precision, strategy: ParallelStrategy) -> int:
-    """Bytes per gradient element (see the module docstring for the rule)."""
-    if precision is Precision.fp32:
-        return 4
-    if precision is Precision.bf16_true:
-        return 2
-    return 2 if strategy in _DEEPSPEED else 4
+def _roles(targets: list[str]) -> tuple[set[str], set[str]]:
+    roles: set[str] = set()
+    for t in targets:
+        roles |= _TARGET_ROLES.get(t, frozenset())
+    return roles, set(targets)
 
 
-def _state_bytes(precision: Precision) -> int:
-    return 2 if precision is Precision.bf16_true else 4
-
-
-def master_bytes_per_param(precision: Precision) -> int:
-    """fp32 master-copy bytes per trainable parameter: 4 under mixed precision, else 0."""
-    return 4 if precision in (Precision.bf16_mixed, Precision.fp16_mixed) else 0
-
-
-def optimizer_state_bytes(
-    optimizer: Optimizer,
-    precision: Precision,
-    params: int,
-    factored: int,
-    small: int,
-) -> int:
-    """Optimizer-state bytes for ``params`` trainable parameters.
-
-    :param factored: Adafactor's state elements (``rows + cols`` per matrix, size per vector).
-    :param small: how many of ``params`` sit in tensors under 4096 elements (8-bit AdamW keeps
-        those in 32-bit).
-    """
-    s = _state_bytes(precision)
-    if optimizer is Optimizer.adamw:
-        return 2 * s * params
-    if optimizer is Optimizer.sgd:
-        return 0
-    if optimizer is Optimizer.sgd_momentum or optimizer is Optimizer.lion:
-        return s * params
-    if optimizer is Optimizer.adafactor:
-        return s * factored
-    big = params - small
-    return 2 * big + 2 * 4 * -(-big // _ADAM8_BLOCK) + 2 * 4 * small
-
-
-@dataclass(frozen=True, slots=True)
-class ModelStates:
-    """Per-GPU model-state bytes (weights, gradients, optimizer state, master weights)."""
-
-    weights: int
-    gradients: int
-    optimizer: int
-    master: int
-
-    @property
-    def total(self) -> int:
-        """Sum of the four, in bytes."""
-        return self.weights + self.gradients + self.optimizer + self.master
-
-
-def model_states(
-    weight_bytes_: int,
-    trainable: int,
-    grad_per_param: int,
-    optimizer_bytes: int,
-    master_per_param: int,
-    strategy: ParallelStrategy,
-    data_parallel: int,
-) -> ModelStates:
-    """Model states on one GPU after ZeRO/FSDP partitioning over ``data_parallel`` ranks.
-
-    Reproduces the ZeRO paper's Figure 1: Psi = 7.5e9, K = 12, N_d = 64 gives 120 GB for the
-    baseline (``ddp``), 31.4 GB for P_os (``zero1``), 16.6 GB for P_os+g (``zero2``) and 1.88 GB
-    for P_os+g+p (``zero3``) with ``weight_bytes_ = 2 Psi``, ``grad_per_param = 2``,
-    ``optimizer_bytes + master = 12 Psi``.
-
-    :param weight_bytes_: bytes of all weights held before partitioning (frozen ones included).
-    :param trainable: trainable parameters held before partitioning.
-    """
-    n = data_parallel
-    grads = trainable * grad_per_param
-    master = trainable * master_per_param
-    opt = optimizer_bytes
-    weights = weight_bytes_
-    if strategy in _SHARD_OPTIMIZER:
-        opt = -(-opt // n)
-        master = -(-master // n)
-    if strategy in _SHARD_GRADIENTS:
-        grads = -(-grads // n)
-    if strategy in _SHARD_WEIGHTS:
-        weights = -(-weights // n)
-    return ModelStates(weights, grads, opt, master)
+def _group_adapters(group: LayerGroup, rank: int, targets: list[str]) -> tuple[int, int, int]:
+    """LoRA adapters of one layer of ``group``: (parameters, Adafactor elements, largest)."""
+    roles, names = _roles(targets)
+    params = factored = largest = 0
+    for lin in group.linears:
+        if lin.role in roles or lin.name in names:
+            params += rank * (lin.in_features + lin.out_features) * lin.copies
+            factored += (2 * rank + lin.in_features + lin.out_features) * lin.copies
+            largest = max(largest, rank * max(lin.in_features, lin.out_features))
+    return params, factored, largest
 
 
 def adapter_params(lay: Layout, rank: int, targets: list[str]) -> tuple[int, int, int]:
@@ -245,22 +131,12 @@ def adapter_params(lay: Layout, rank: int, targets: list[str]) -> tuple[int, int
     A target selects modules by their name in the family (e.g. ``dense_h_to_4h``) or by the
     Llama name of the same role (``_TARGET_ROLES``); ``all-linear`` selects every linear layer.
     """
-    roles: set[str] = set()
-    names = set(targets)
-    for t in targets:
-        roles |= _TARGET_ROLES.get(t, frozenset())
-    params = 0
-    factored = 0
-    largest = 0
+    params = factored = largest = 0
     for group in lay.groups:
-        for lin in group.linears:
-            if lin.role in roles or lin.name in names:
-                one = rank * (lin.in_features + lin.out_features)
-                params += group.count * one * lin.copies
-                factored += (
-                    group.count * (2 * rank + lin.in_features + lin.out_features) * lin.copies
-                )
-                largest = max(largest, rank * max(lin.in_features, lin.out_features))
+        p, f, big = _group_adapters(group, rank, targets)
+        params += group.count * p
+        factored += group.count * f
+        largest = max(largest, big)
     return params, factored, largest
 
 
@@ -278,75 +154,289 @@ def _outer_factored(lay: Layout) -> int:
     return matrices * (lay.vocab + lay.hidden) + rest
 
 
-def activation_bytes(arch: Architecture, tr: Training, layers: int) -> int:
-    """Activation bytes of ``layers`` layers, in-flight micro-batches (Korthikanti eq. 1, 2)."""
+def _largest_group(lay: Layout) -> LayerGroup | None:
+    """The group of the largest decoder layer (the unit FSDP gathers at its largest)."""
+    return max(lay.groups, key=lambda g: g.params, default=None)
+
+
+def _one_layer(lay: Layout, group: LayerGroup) -> Layout:
+    """A layout holding one layer of ``group`` and nothing else (to size one unit)."""
+    return replace(
+        lay, groups=(replace(group, indices=group.indices[:1]),), embedding=0, head=0, encoder=0
+    )
+
+
+def _mlp_token_bytes(linears: list[Linear]) -> int:
+    """Bytes one token saves for backward in one MLP (or one expert), 16-bit: the outputs of
+    gate and up (or the fused gate_up, or the one up projection) and, per width-I tensor after
+    them, the activation's output and (gated) the product that enters down."""
+    outs = sum(lin.out_features for lin in linears if lin.role in _UP_ROLES)
+    down = sum(lin.in_features for lin in linears if lin.role == "down")
+    gated = any(lin.role in {"gate", "gate_up"} for lin in linears)
+    return 2 * outs + 2 * down * (2 if gated else 1)
+
+
+def _width(linears: tuple[Linear, ...], role: str, side: str) -> int:
+    return sum(getattr(lin, side) for lin in linears if lin.role == role)
+
+
+def _mixer_token_bytes(group: LayerGroup) -> int:
+    """Bytes one token saves for backward in ``group``'s token mixer on this rank (16-bit),
+    beyond the block's input and norm (counted with the replicated part).
+
+    - attention: Q, K, V and the attention output entering o_proj (Korthikanti's 8sbh for
+      multi-head attention; q and kv widths of the rank's heads);
+    - MLA (transformers ``DeepseekV3Attention.forward``; Megatron ``MLASelfAttention``): the
+      q_a_layernorm and kv_a_layernorm inputs (q_a and kv_a outputs, the latter with the shared
+      rope key), the normed latents entering q_b_proj and kv_b_proj, then Q and K of
+      ``heads x (qkNope + qkRope)`` each (the rope key concatenated to every head), V of
+      ``heads x vHead`` and the attention output entering o_proj;
+    - Mamba-2 (mamba_ssm ``ssd_combined.py`` ``MambaSplitConv1dScanCombinedFn.forward``, the
+      training path of transformers' Nemotron-H mixer): ``zxbcdt`` (in_proj's output of
+      ``2 x inner + 2 x groups x state + heads``) and ``out_x`` (the scan output, inner); the
+      conv output and the gated norm's output are recomputed in backward;
+    - Mamba-1 (transformers ``JambaMambaMixer.cuda_kernels_forward`` with mamba_ssm's
+      ``causal_conv1d_fn`` and ``selective_scan_fn``): in_proj's output (x and the gate z,
+      2 x inner), the conv output (inner), x_proj's output (dt rank + 2 x state), dt_proj's
+      output (inner) and the scan output entering out_proj (inner).
+    """
+    lins = group.linears
+    mixer = group.kind.mixer
+    if mixer == "attention":
+        qkv = sum(lin.out_features for lin in lins if lin.role in {"q", "k", "v", "qkv"})
+        return 2 * qkv + 2 * _width(lins, "o", "in_features")
+    if mixer == "mla":
+        q = _width(lins, "q", "out_features") + _width(lins, "q_b", "out_features")
+        latents = (
+            _width(lins, "q_a", "out_features")
+            + _width(lins, "q_b", "in_features")
+            + _width(lins, "kv_a", "out_features")
+            + _width(lins, "kv_b", "in_features")
+        )
+        v = _width(lins, "o", "in_features")
+        return 2 * latents + 2 * (2 * q + 2 * v)
+    if mixer == "mamba":
+        inner = _width(lins, "out_proj", "in_features")
+        saved = _width(lins, "in_proj", "out_features") + inner
+        if any(lin.role == "x_proj" for lin in lins):
+            saved += inner + _width(lins, "x_proj", "out_features")
+            saved += _width(lins, "dt_proj", "out_features")
+        return 2 * saved
+    return 0
+
+
+def _ffn_token_bytes(arch: Architecture, group: LayerGroup) -> int:
+    """Bytes one token saves for backward in ``group``'s feed-forward on this rank (16-bit).
+
+    Dense: :func:`_mlp_token_bytes`. MoE (transformers ``MixtralSparseMoeBlock`` /
+    ``MixtralExperts.forward`` and the families built like it): the router's float32 softmax
+    over the experts, and per routed expert (``numExpertsPerTok``) the token's gathered copy
+    entering the expert, the expert's MLP tensors and its output scaled by the routing weight;
+    plus the shared experts' MLP tensors.
+    """
+    kind = group.kind.ffn
+    mlp = [lin for lin in group.linears if lin.role in _UP_ROLES | {"down"}]
+    if kind == "dense":
+        return _mlp_token_bytes(mlp)
+    if kind != "moe" or arch.experts is None:
+        return 0
+    experts = arch.experts
+    routed = [lin for lin in mlp if lin.copies == experts]
+    shared = [lin for lin in mlp if lin.copies != experts]
+    k = arch.num_experts_per_tok or 1
+    h = arch.hidden_size
+    return 4 * experts + k * (2 * h + _mlp_token_bytes(routed) + 2 * h) + _mlp_token_bytes(shared)
+
+
+def layer_activation_bytes(arch: Architecture, tr: Training, group: LayerGroup) -> int:
+    """Bytes one layer of ``group`` saves for backward for one micro-batch on this rank.
+
+    Korthikanti et al. 2022 (section 4.1) per block: its input and its norm's input (2 + 2 bytes
+    per hidden element) and the dropout mask on its output (1 byte), so 10sbh for a layer of
+    attention and MLP and 5sbh for Nemotron-H's single-block layers, divided by t under sequence
+    parallelism; then the mixer's and the feed-forward's own tensors (already the rank's share:
+    the group's linears are the rank's), and without FlashAttention the attention scores'
+    ``5 x heads x s`` bytes per token (heads on this rank).
+    """
     par = tr.parallelism
     t = par.tensor_parallel_size
-    s = tr.sequence_length
-    b = tr.micro_batch_size
+    tokens = (tr.sequence_length // par.context_parallel_size) * tr.micro_batch_size
     h = arch.hidden_size
-    hd = arch.head_size
-    a = arch.num_attention_heads
-    q_dim = a * hd
-    kv_dim = arch.kv_heads * hd
-    inter = arch.moe_intermediate_size or arch.intermediate_size
-    tensors = 4 if family(arch.model_type).mlp.gated else 2
-    mlp = 2 * tensors * inter
-    if arch.experts is not None and arch.num_experts_per_tok is not None:
-        mlp *= arch.num_experts_per_tok
-        if arch.shared_expert_intermediate_size is not None:
-            mlp += 2 * tensors * arch.shared_expert_intermediate_size
-    attn = 4 * q_dim + 4 * kv_dim
-    # Bytes per layer, times sbh: replicated 10 (layer norms 4, attention and MLP inputs 2 + 2,
-    # dropout masks 1 + 1) and the split attention and MLP parts.
-    sb = s * b
-    per_layer = sb * (10 * h + (attn + mlp) // t)
-    if not tr.flash_attention:
-        per_layer += 5 * a * s * sb // t
-    scale = 2 if tr.precision is Precision.fp32 else 1
+    blocks = (group.kind.mixer != "none") + (group.kind.ffn != "none")
+    replicated = 5 * blocks * h
+    if par.sequence_parallel:
+        replicated //= t
+    per_token = replicated + _mixer_token_bytes(group) + _ffn_token_bytes(arch, group)
+    if not tr.flash_attention and group.kind.mixer in {"attention", "mla"}:
+        seq = tr.sequence_length // par.context_parallel_size
+        per_token += 5 * (arch.num_attention_heads // t) * seq
+    return tokens * per_token
+
+
+def activation_bytes(arch: Architecture, tr: Training, lay: Layout) -> int:
+    """Activation bytes of ``lay``'s layers (a tensor-parallel rank's pipeline stage) with the
+    in-flight micro-batches: each layer group's :func:`layer_activation_bytes` times its layers,
+    or under full checkpointing each layer's input plus the largest layer recomputed."""
+    par = tr.parallelism
+    t = par.tensor_parallel_size
+    tokens = (tr.sequence_length // par.context_parallel_size) * tr.micro_batch_size
     in_flight = min(par.pipeline_parallel_size, tr.gradient_accumulation_steps)
+    per_group = [(g.count, layer_activation_bytes(arch, tr, g)) for g in lay.groups]
+    largest = max((b for _, b in per_group), default=0)
     if tr.activation_checkpointing:
-        stored = in_flight * layers * 2 * sb * h + per_layer
+        checkpoint = 2 * tokens * arch.hidden_size // (t if par.sequence_parallel else 1)
+        stored = in_flight * lay.layers * checkpoint + largest
     else:
-        stored = in_flight * layers * per_layer
+        stored = in_flight * sum(n * b for n, b in per_group)
+    scale = 2 if recipe(tr).compute == 4 else 1
     return stored * scale
 
 
-def logits_bytes(arch: Architecture, tr: Training) -> int:
-    """Logits of one micro-batch: 16-bit output, fp32 upcast and fp32 log-softmax (bytes)."""
-    vocab = -(-arch.vocab_size // tr.parallelism.tensor_parallel_size)
-    per = 8 if tr.precision is Precision.fp32 else 10
-    return tr.sequence_length * tr.micro_batch_size * vocab * per
+def autocast_copy_bytes(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> int:
+    """16-bit copies ``torch.autocast`` keeps of fp32 weights used in matmuls (bytes): every
+    trainable fp32 matrix (all decoder-layer matrices and lm_head in a full fine-tune, the
+    adapters under LoRA) and, for a float32 LoRA base, the base's matrices too."""
+    tr = spec.training
+    assert tr is not None
+    r = recipe(tr)
+    if not r.autocast:
+        return 0
+    ft = tr.finetuning
+    head = min(outer, lay.vocab * lay.hidden)
+    matrices = sum(g.count * g.matrix_params for g in lay.groups) + head
+    if ft.method is FinetuningMethod.full:
+        return r.compute * matrices
+    adapters, _, _ = adapter_params(lay, ft.lora_rank, ft.lora_target_modules)
+    base = matrices if spec.model.dtype is Dtype.float32 and spec.model.quantization is None else 0
+    return r.compute * (adapters + base)
 
 
-def communication_buffer_bytes(
-    strategy: ParallelStrategy, trainable: int, grad_per_param: int
-) -> int:
-    """Gradient communication buffers (bytes): DDP's bucket copies of every gradient, DeepSpeed's
-    reduce bucket of ``reduce_bucket_size`` elements; none without data parallelism."""
-    if strategy is ParallelStrategy.ddp:
-        return trainable * grad_per_param
-    if strategy in _DEEPSPEED:
-        return min(DEEPSPEED_REDUCE_BUCKET_ELEMENTS, trainable) * grad_per_param
-    return 0
+def holdings(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> Holdings:
+    """What one GPU's tensor-parallel part of the most loaded pipeline stage holds.
+
+    :param lay: the tensor-parallel rank's layout of the stage's decoder layers.
+    :param outer: the stage's parameters outside the layers (embeddings, lm_head, final norm,
+        vision encoder).
+    """
+    tr = spec.training
+    assert tr is not None
+    r = recipe(tr)
+    ft = tr.finetuning
+    model = spec.model
+    stage_params = lay.layer_total + outer
+    vectors = sum(g.count * g.vectors for g in lay.groups)
+    group = _largest_group(lay)
+    unit_params = group.params if group is not None else 0
+    if ft.method is FinetuningMethod.full:
+        trainable = stage_params
+        unit_trainable = unit_params
+        root_trainable = outer
+        stored, quant = stage_params * r.param, 0
+        unit_bytes = unit_params * r.param
+        root_bytes = outer * r.param
+        factored = _layer_factored(lay) + vectors + _outer_factored(lay)
+        small = vectors if lay.hidden < ADAM8_MIN_SIZE else 0
+        largest = 0
+    else:
+        targets = ft.lora_target_modules
+        trainable, factored, largest = adapter_params(lay, ft.lora_rank, targets)
+        unit_trainable = _group_adapters(group, ft.lora_rank, targets)[0] if group else 0
+        root_trainable = 0
+        base, quant = weight_bytes(lay, model, outer)
+        stored = base + trainable * r.param
+        unit_base = weight_bytes(_one_layer(lay, group), model, 0)[0] if group else 0
+        unit_bytes = unit_base + unit_trainable * r.param
+        root_bytes = weight_bytes(replace(lay, groups=()), model, outer)[0]
+        small = trainable if largest < ADAM8_MIN_SIZE else 0
+    largest_linear = max(
+        (lin.in_features * lin.out_features * lin.copies for lin in lay.linears), default=0
+    )
+    largest_module = max(largest_linear, min(outer, max(lay.embedding, lay.head)))
+    threshold = deepspeed_options(tr).stage3_param_persistence_threshold
+    persistent = vectors + lay.hidden if lay.hidden <= threshold else 0
+    return Holdings(
+        params=stage_params,
+        trainable=trainable,
+        weight_bytes=stored,
+        quant_overhead=quant,
+        optimizer_bytes=optimizer_state_bytes(tr.optimizer, r.state, trainable, factored, small),
+        layers=lay.layers,
+        unit_params=unit_params,
+        unit_trainable=unit_trainable,
+        unit_bytes=unit_bytes,
+        root_params=outer,
+        root_trainable=root_trainable,
+        root_bytes=root_bytes,
+        largest_module=largest_module,
+        persistent=min(persistent, stage_params),
+        largest_trainable_module=largest or largest_module,
+    )
+
+
+def flat_holdings(spec: GPUWorkloadSpec, params: int) -> Holdings:
+    """Holdings of a full fine-tune of ``params`` parameters with no known layout: no units
+    (FSDP's gathered units and ZeRO-3's largest module are unknown), Adafactor unfactored."""
+    tr = spec.training
+    assert tr is not None
+    r = recipe(tr)
+    return Holdings(
+        params=params,
+        trainable=params,
+        weight_bytes=params * r.param,
+        quant_overhead=0,
+        optimizer_bytes=optimizer_state_bytes(tr.optimizer, r.state, params, params, 0),
+        layers=0,
+        unit_params=0,
+        unit_trainable=0,
+        unit_bytes=0,
+        root_params=0,
+        root_trainable=0,
+        root_bytes=0,
+        largest_module=0,
+        persistent=0,
+        largest_trainable_module=0,
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class TrainingBudget:
-    """Per-GPU training bytes by component, and trainable parameters on that GPU."""
+    """Per-GPU training bytes of the ``Step`` and ``Load`` phases, trainable parameters on the
+    GPU, host bytes per node, and which instant of the step is its peak."""
 
-    weights: int
-    quantization_overhead: int
-    gradients: int
-    optimizer: int
-    master: int
-    activations: int
+    step: PhaseBytes
+    load: PhaseBytes
     trainable: int
+    host_per_node: int
+    step_instant: str
+    recipe: Recipe
 
 
-def _largest_unit(lay: Layout, stage_outer: int) -> int:
-    """Largest module ZeRO-3 gathers at once: a layer, the embedding or lm_head (parameters)."""
-    return max(lay.largest_layer, min(stage_outer, max(lay.embedding, lay.head)))
+def _staged_bytes(spec: GPUWorkloadSpec, h: Holdings) -> int:
+    """Checkpoint bytes this rank stages in host memory: a bitsandbytes base is quantized on
+    load from its 16-bit checkpoint; everything else is staged as stored."""
+    q = spec.model.quantization
+    if q is not None and q.method.value.startswith("bitsandbytes"):
+        return h.params * max(2, DTYPE_BYTES[spec.model.dtype])
+    return h.weight_bytes + h.quant_overhead
+
+
+def phases(spec: GPUWorkloadSpec, h: Holdings, activations: int) -> TrainingBudget:
+    """The ``Step`` and ``Load`` phases of ``h`` with ``activations`` bytes at the backward
+    instant (activations, logits, workspaces)."""
+    tr = spec.training
+    assert tr is not None
+    r = recipe(tr)
+    states = sharded_states(tr, r, h)
+    backward = replace(states.backward, activations=states.backward.activations + activations)
+    update = states.step
+    if backward.reserved >= update.reserved:
+        step, instant = backward, "backward"
+    else:
+        step, instant = update, "optimizer step"
+    peak = load_peak(tr, r, h, _staged_bytes(spec, h))
+    load = PhaseBytes(peak.weights, peak.quant, 0, 0, peak.master, 0)
+    host = max(peak.host_per_node, tr.parallelism.ranks_per_node * states.host)
+    return TrainingBudget(step, load, h.trainable, host, instant, r)
 
 
 def training_budget(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> TrainingBudget:
@@ -359,59 +449,16 @@ def training_budget(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> TrainingB
     assert tr is not None
     arch = spec.model.architecture
     assert arch is not None
-    model: Model = spec.model
-    par = tr.parallelism
-    strategy = par.strategy
-    n = par.data_parallel_size
-    precision = tr.precision
-    w_per = weight_bytes_per_param(precision)
-    g_per = gradient_bytes_per_param(precision, strategy)
-    layers = lay.layers
-    vectors = sum(g.count * g.vectors for g in lay.groups)
-    stage_params = lay.layer_total + outer
-    ft = tr.finetuning
-    overhead = 0
-    extra_activation = 0
-    if ft.method is FinetuningMethod.full:
-        trainable = stage_params
-        weights = stage_params * w_per
-        factored = _layer_factored(lay) + vectors + _outer_factored(lay)
-        small = vectors if lay.hidden < _ADAM8_MIN_SIZE else 0
-        bytes_per_weight = float(w_per)
-    else:
-        trainable, factored, largest = adapter_params(lay, ft.lora_rank, ft.lora_target_modules)
-        small = trainable if largest < _ADAM8_MIN_SIZE else 0
-        base, overhead = weight_bytes(lay, model, outer)
-        weights = base + trainable * w_per
-        bytes_per_weight = (base + overhead) / max(1, stage_params)
-        extra_activation = dequantization_workspace_bytes(lay, model.quantization, training=True)
-    opt = optimizer_state_bytes(tr.optimizer, precision, trainable, factored, small)
-    states = model_states(
-        weights, trainable, g_per, opt, master_bytes_per_param(precision), strategy, n
+    h = holdings(spec, lay, outer)
+    r = recipe(tr)
+    acts = (
+        activation_bytes(arch, tr, lay)
+        + logits_bytes(arch, tr, r.compute)
+        + autocast_copy_bytes(spec, lay, outer)
     )
-    weights_out = states.weights
-    grads_out = states.gradients
-    if strategy is ParallelStrategy.zero3:
-        unit = _largest_unit(lay, outer) + lay.largest_layer
-        weights_out += int(min(unit, stage_params) * bytes_per_weight)
-    elif strategy is ParallelStrategy.fsdp_full_shard:
-        unit = outer + 2 * lay.largest_layer
-        weights_out += int(min(unit, stage_params) * bytes_per_weight)
-        grads_out += min(lay.largest_layer, trainable) * g_per
-    elif strategy is ParallelStrategy.fsdp_shard_grad_op:
-        weights_out += int(stage_params * bytes_per_weight)
-        grads_out += min(lay.largest_layer, trainable) * g_per
-    grads_out += communication_buffer_bytes(strategy, trainable, g_per)
-    acts = activation_bytes(arch, tr, layers) + logits_bytes(arch, tr) + extra_activation
-    return TrainingBudget(
-        weights=weights_out,
-        quantization_overhead=-(-overhead // n) if strategy in _SHARD_WEIGHTS else overhead,
-        gradients=grads_out,
-        optimizer=states.optimizer,
-        master=states.master,
-        activations=acts,
-        trainable=trainable,
-    )
+    if tr.finetuning.method is not FinetuningMethod.full:
+        acts += dequantization_workspace_bytes(lay, spec.model.quantization, training=True)
+    return phases(spec, h, acts)
 
 
 def trainable_parameter_count(lay: Layout, training: Training) -> int:

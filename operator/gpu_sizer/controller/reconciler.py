@@ -97,7 +97,10 @@ CONFLICT_RETRY_SECONDS = 60.0
 NAMESPACE_LABELS_TTL = 30.0
 #: Queue positions are written exactly up to this one; later entries say "over N", so a Job
 #: that starts does not rewrite the status of every workload in a long queue.
-POSITIONS_SHOWN = 100
+POSITIONS_SHOWN = 10
+#: Beyond POSITIONS_SHOWN, a position reads "over T" for the largest of these below it: an entry
+#: deep in a long queue is rewritten only when it crosses one, not on every start ahead of it.
+POSITION_STEPS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 
 _COMPONENTS = (
     "weights",
@@ -107,6 +110,7 @@ _COMPONENTS = (
     "gradient",
     "optimizerState",
     "masterWeight",
+    "communicationBuffer",
     "runtimeOverhead",
     "total",
 )
@@ -214,8 +218,8 @@ class Reconciler:
         self._seeded = False
         #: Slots taken by admitted starts whose Job the backend does not list yet, by namespace.
         self._reserved: dict[str, int] = {}
-        #: The queue position last written per waiting workload (POSITIONS_SHOWN + 1: "over").
-        self._shown: dict[Key, int] = {}
+        #: The queue position last written per waiting workload (see :func:`_shown_position`).
+        self._shown: dict[Key, tuple[bool, int]] = {}
         #: Namespaces whose ResourceQuota refused a Job: monotonic time until which they wait.
         self._quota_blocked: dict[str, float] = {}
         #: The API server's words of the last quota refusal per namespace.
@@ -355,13 +359,8 @@ class Reconciler:
         return self._queued(key, wl, plan, verdict, now), False
 
     def _queued(self, key: Key, wl: Workload, plan: Plan, verdict: Admission, now: str) -> Plan:
-        shown = min(verdict.position, POSITIONS_SHOWN + 1)
-        self._shown[key] = shown
-        where = (
-            f"position {shown} in the measurement queue"
-            if shown <= POSITIONS_SHOWN
-            else f"position over {POSITIONS_SHOWN} in the measurement queue"
-        )
+        over, shown = self._shown[key] = _shown_position(verdict.position)
+        where = f"position {'over ' if over else ''}{shown} in the measurement queue"
         if verdict.reason == QueueReason.Quota:
             because = (
                 f"a ResourceQuota of namespace {key[0]} refused a measurement Job "
@@ -393,11 +392,9 @@ class Reconciler:
             blocked = self._blocked()
             for key in self.slots.startable(running, self._limit_of, blocked):
                 self.queue.add(key)
-            ranked = self.slots.positions(
-                running, self._limit_of, blocked, first=POSITIONS_SHOWN + 1
-            )
+            ranked = self.slots.positions(running, self._limit_of, blocked)
             for position, key in enumerate(ranked, 1):
-                if self._shown.get(key) != min(position, POSITIONS_SHOWN + 1):
+                if self._shown.get(key) != _shown_position(position):
                     self.queue.add(key)
         self._gauge_slots()
 
@@ -522,9 +519,10 @@ class Reconciler:
             hash_ = spec_hash(parsed)
             present = self.present()
             assessment = assess(parsed, self.config.catalog, present=present)
-            weights = 0
+            weights = host = 0
             if assessment.estimate is not None:
                 weights = assessment.estimate.per_gpu.weights_bytes * assessment.estimate.gpu_count
+                host = assessment.estimate.host_bytes_per_node or 0
             wl = Workload(name, namespace, generation, parsed, hash_, prev)
             spec_hash_ = hash_
 
@@ -545,7 +543,7 @@ class Reconciler:
                 present=present,
                 now=now,
                 job_name=namer,
-                memory_bytes=host_memory_bytes(parsed, weights),
+                memory_bytes=host_memory_bytes(parsed, weights, host),
                 observe=observe,
             )
         outcome = seen[-1] if seen else None
@@ -927,6 +925,14 @@ class Reconciler:
         if old is not None:
             with contextlib.suppress(KeyError):
                 metrics.RECOMMENDATION_HEADROOM.remove(namespace, name, *old)
+
+
+def _shown_position(position: int) -> tuple[bool, int]:
+    """How a queue position is written: exactly up to :data:`POSITIONS_SHOWN` (False, n), else
+    "over T" (True, T) for the largest step T of :data:`POSITION_STEPS` below it."""
+    if position <= POSITIONS_SHOWN:
+        return False, position
+    return True, max(t for t in POSITION_STEPS if t < position)
 
 
 def _load_policy(opts: Options) -> Policy | None:

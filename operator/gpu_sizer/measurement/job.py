@@ -29,6 +29,7 @@ __all__ = [
     "JobRequest",
     "adoptable",
     "host_memory_bytes",
+    "job_gpu_count",
     "job_manifest",
     "job_name",
     "owner_uid",
@@ -135,23 +136,47 @@ def adoptable(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | N
     return None
 
 
-def host_memory_bytes(spec: GPUWorkloadSpec, weights_bytes_per_replica: int) -> int:
+def host_memory_bytes(
+    spec: GPUWorkloadSpec, weights_bytes_per_replica: int, host_bytes_per_node: int = 0
+) -> int:
     """Host RAM (bytes) for the probe container's memory request and limit.
 
     Synthetic mode creates every parameter directly on the GPU (``gpu_sizer.probe.model``: factory
     calls with ``device=``, no CPU copy), so the container needs the runtime only: Python,
-    PyTorch, the CUDA libraries and the CUDA context's host side, 4 GiB. Command mode runs the
-    workload's own engine, which may stage a full copy of the replica's weights in host memory
-    while loading (Hugging Face ``from_pretrained`` without ``low_cpu_mem_usage``; safetensors
-    pages count against the container's memory cgroup), so it gets 4 GiB plus the replica's
-    weights. Rounded up to a GiB and capped at 512 GiB. A container OOM-killed anyway is retried
-    once with twice the memory.
+    PyTorch, the CUDA libraries and the CUDA context's host side, 4 GiB per process. Training
+    with a data-parallel strategy runs one process per GPU of the node
+    (``gpu_sizer.probe.launch``), and holds in host memory what the workload does there
+    (``status.estimate.hostBytesPerNode``: offloaded optimizer state and parameters, the model
+    staged for loading). Command mode runs the workload's own engine, which may stage a full copy
+    of the replica's weights in host memory while loading (Hugging Face ``from_pretrained``
+    without ``low_cpu_mem_usage``; safetensors pages count against the container's memory
+    cgroup), so it gets 4 GiB plus the replica's weights, or the training workload's host bytes
+    when larger. Rounded up to a GiB and capped at 512 GiB. A container OOM-killed anyway is
+    retried once with twice the memory.
+
+    :param host_bytes_per_node: ``status.estimate.hostBytesPerNode`` (training; 0 otherwise).
     """
-    total = BASE_HOST_MEMORY_BYTES
+    processes = job_gpu_count(spec, 1) if _distributed(spec) else 1
+    total = BASE_HOST_MEMORY_BYTES * processes + max(0, host_bytes_per_node)
     if spec.measurement.mode is MeasurementMode.Command:
-        total += max(0, weights_bytes_per_replica)
+        total = BASE_HOST_MEMORY_BYTES + max(weights_bytes_per_replica, host_bytes_per_node, 0)
     rounded = -(-total // GIB) * GIB
     return int(min(rounded, MAX_HOST_MEMORY_BYTES))
+
+
+def _distributed(spec: GPUWorkloadSpec) -> bool:
+    """Training whose measurement runs one process per GPU (a data-parallel strategy)."""
+    return spec.training is not None and spec.training.parallelism.strategy.value != "none"
+
+
+def job_gpu_count(spec: GPUWorkloadSpec, gpus: int) -> int:
+    """GPUs the measurement Job requests: ``gpus`` (the replica's), except that training is
+    measured on one node, so at most ``parallelism.gpusPerNode`` (default 8); the probe reports
+    a replica larger than a node as ``Unsupported``."""
+    if spec.training is None:
+        return gpus
+    par = spec.training.parallelism
+    return max(1, min(max(gpus, par.gpus), par.ranks_per_node))
 
 
 @dataclass(frozen=True)
@@ -182,6 +207,8 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
 
     The spec travels in env ``GPU_SIZER_SPEC`` (camelCase JSON); the result comes back in the
     container's termination message (``/dev/termination-log``, falling back to the log tail).
+    Data-parallel training requests the node's GPUs (:func:`job_gpu_count`); the probe then runs
+    ``torch.distributed.run`` with one process per GPU (``gpu_sizer.probe.launch``).
     """
     timeout = spec.measurement.timeout_seconds
     labels = {
@@ -204,6 +231,7 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
         req.gpu_class.name,
     ]
     memory = str(req.memory_bytes)
+    gpus = str(job_gpu_count(spec, req.gpus))
     gpu_resource = "amd.com/gpu" if req.gpu_class.vendor == "amd" else "nvidia.com/gpu"
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -216,8 +244,8 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
             {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {
-            "requests": {"cpu": "1", "memory": memory, gpu_resource: str(req.gpus)},
-            "limits": {"memory": memory, gpu_resource: str(req.gpus)},
+            "requests": {"cpu": "1", "memory": memory, gpu_resource: gpus},
+            "limits": {"memory": memory, gpu_resource: gpus},
         },
         "securityContext": {
             "runAsNonRoot": True,

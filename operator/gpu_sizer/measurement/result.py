@@ -16,6 +16,13 @@ Field meanings, by source:
   library workspaces and every other process on the device.
 - ``peakRssBytes``: CPU runs only: the process's (or, in Command mode, the command's) peak
   resident set size from ``getrusage(2)`` / ``/proc/self/status`` ``VmHWM``. Never a GPU figure.
+- ``peakCpuTensorBytes``: CPU runs of synthetic training only: the peak of live CPU tensor
+  storages, counted through PyTorch's dispatcher (``gpu_sizer.probe.tensor_memory``), the CPU's
+  counterpart of ``peakAllocatedBytes``: what the estimate's tensor components (everything but
+  the runtime overhead) predict. Never a GPU figure.
+- ``ranks``: distributed training (``worldSize`` > 1 processes under ``torch.distributed.run``):
+  each rank's own peaks; the top-level peaks are the most loaded rank's (the device peak is
+  NVML's most loaded device).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ __all__ = [
     "NvmlInfo",
     "PhaseResult",
     "ProbeResult",
+    "RankPeaks",
     "ResultStatus",
     "VllmReport",
     "compact_message",
@@ -65,6 +73,24 @@ class PhaseResult(_Doc):
     peak_reserved_bytes: int | None = None
     peak_device_used_bytes: int | None = None
     peak_rss_bytes: int | None = Field(None, description="CPU runs: peak RSS during the phase.")
+    peak_cpu_tensor_bytes: int | None = Field(
+        None, description="CPU training runs: peak live CPU tensor bytes during the phase."
+    )
+
+
+class RankPeaks(_Doc):
+    """One rank's peaks in a distributed run (bytes)."""
+
+    rank: int
+    status: ResultStatus
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    peak_device_used_bytes: int | None = Field(
+        None, description="NVML peak of the rank's device (LOCAL_RANK)."
+    )
+    peak_rss_bytes: int | None = None
+    peak_cpu_tensor_bytes: int | None = None
+    oom_phase: str | None = None
 
 
 class NvmlDevice(_Doc):
@@ -130,6 +156,16 @@ class ProbeResult(_Doc):
     peak_reserved_bytes: int | None = None
     peak_device_used_bytes: int | None = None
     peak_rss_bytes: int | None = Field(None, description="CPU runs: the process's peak RSS.")
+    peak_cpu_tensor_bytes: int | None = Field(
+        None,
+        description="CPU training runs: peak live CPU tensor bytes (the most loaded rank's).",
+    )
+    world_size: int | None = Field(
+        None, description="Distributed training: processes (ranks) measured together."
+    )
+    ranks: list[RankPeaks] = Field(
+        default_factory=list, description="Distributed training: every rank's peaks."
+    )
     weights_bytes: int | None = Field(
         None, description="Synthetic: bytes of the parameters built (allocated after load)."
     )
@@ -170,6 +206,7 @@ _BYTE_FIELDS: Final = (
     ("peak_reserved_bytes", "peakReservedBytes"),
     ("peak_device_used_bytes", "peakDeviceUsedBytes"),
     ("peak_rss_bytes", "peakRssBytes"),
+    ("peak_cpu_tensor_bytes", "peakCpuTensorBytes"),
     ("weights_bytes", "weightsBytes"),
     ("kv_cache_bytes", "kvCacheBytes"),
     ("oom_requested_bytes", "oomRequestedBytes"),
@@ -191,10 +228,15 @@ def implausibilities(result: ProbeResult) -> list[str]:
         if value is not None and value < 0:
             problems.append(f"{wire} is {value}, a byte count cannot be negative")
     for i, phase in enumerate(result.phases):
-        for attr, wire in (*_GPU_PEAKS, _BYTE_FIELDS[3]):
+        for attr, wire in (*_GPU_PEAKS, _BYTE_FIELDS[3], _BYTE_FIELDS[4]):
             value = getattr(phase, attr)
             if value is not None and value < 0:
                 problems.append(f"phases[{i}].{wire} is {value}, a byte count cannot be negative")
+    for i, rank in enumerate(result.ranks):
+        for attr, wire in (*_GPU_PEAKS, _BYTE_FIELDS[3], _BYTE_FIELDS[4]):
+            value = getattr(rank, attr)
+            if value is not None and value < 0:
+                problems.append(f"ranks[{i}].{wire} is {value}, a byte count cannot be negative")
     if result.device != "cuda":
         return problems
     peaks = {wire: getattr(result, attr) for attr, wire in _GPU_PEAKS}
@@ -256,8 +298,8 @@ def compact_message(result: ProbeResult, limit: int = MAX_TERMINATION_MESSAGE_BY
     Kubernetes keeps at most 4096 bytes of ``terminationMessagePath``. Detail goes first, peaks
     last: per-process NVML figures, per-device lists, notes, phase timings, then phases one by
     one from the middle (the first and the most expensive phases are the most telling), then the
-    message is shortened. Top-level peaks, status and OOM fields are never dropped; the count of
-    dropped phases is kept in ``phasesOmitted``.
+    per-rank peaks of a distributed run, then the message is shortened. Top-level peaks, status
+    and OOM fields are never dropped; the count of dropped phases is kept in ``phasesOmitted``.
 
     :raises ValueError: when even the bare peaks do not fit (``limit`` far too small).
     """
@@ -284,6 +326,11 @@ def compact_message(result: ProbeResult, limit: int = MAX_TERMINATION_MESSAGE_BY
         omitted += 1
         slim.phases = phases
         slim.phases_omitted = omitted
+        text = _dump(slim)
+        if _fits(text, limit):
+            return text
+    if slim.ranks:
+        slim.ranks = []  # the top-level peaks are the most loaded rank's
         text = _dump(slim)
         if _fits(text, limit):
             return text

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -85,10 +86,12 @@ def run_command(
     sampler: NvmlSampler,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     sink: IO[str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> CommandOutcome:
     """Run ``command`` until it exits or ``deadline`` (a ``time.monotonic()`` value) passes.
 
     :param sink: where the command's output goes (default the probe's stderr).
+    :param env: the command's environment (default the probe's own).
     """
     sink = sink or sys.stderr
     started = time.monotonic()
@@ -102,6 +105,7 @@ def run_command(
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env=None if env is None else dict(env),
             )
         except OSError as exc:
             return CommandOutcome(

@@ -5,7 +5,9 @@ On CUDA every phase starts with ``torch.cuda.reset_peak_memory_stats()`` and end
 management"), and the NVML sampler's window peak. On the CPU the basis is the peak resident set
 size: the kernel's high-water mark ``VmHWM`` from ``/proc/self/status``, reset per phase by
 writing ``5`` to ``/proc/self/clear_refs`` (Linux ``proc(5)``), with ``getrusage(2)``'s
-``ru_maxrss`` as the whole-run figure where ``/proc`` is missing.
+``ru_maxrss`` as the whole-run figure where ``/proc`` is missing; with a
+:class:`~gpu_sizer.probe.tensor_memory.TensorMeter` also the peak of live CPU tensor bytes, the
+CPU's counterpart of ``max_memory_allocated``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from gpu_sizer.measurement.result import PhaseResult
 from gpu_sizer.probe.errors import TERMINATED, DeadlineExceeded
 from gpu_sizer.probe.nvml import NvmlSampler
+from gpu_sizer.probe.tensor_memory import TensorMeter
 
 __all__ = [
     "DeadlineExceeded",
@@ -113,14 +116,20 @@ class Recorder:
     """Times phases and records their memory peaks; knows the phase running (for OOM reports).
 
     :param deadline: ``time.monotonic()`` value after which :meth:`check_deadline` raises.
+    :param meter: on the CPU, the live tensor-byte meter whose peak each phase records.
     """
 
     def __init__(
-        self, device: torch.device, sampler: NvmlSampler, deadline: float | None = None
+        self,
+        device: torch.device,
+        sampler: NvmlSampler,
+        deadline: float | None = None,
+        meter: TensorMeter | None = None,
     ) -> None:
         self.device = device
         self.sampler = sampler
         self.deadline = deadline
+        self.meter = meter
         self.phases: list[PhaseResult] = []
         self.current = "setup"
         self._cpu_phase_peaks = True
@@ -149,6 +158,8 @@ class Recorder:
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
             self._cpu_phase_peaks = _reset_hwm()
+        if self.meter is not None:
+            self.meter.reset_peak()
         self.sampler.mark()
         started = time.perf_counter()
         try:
@@ -178,7 +189,10 @@ class Recorder:
             )
         else:
             rss = _vm_hwm() if self._cpu_phase_peaks else None
-            phase = PhaseResult(name=name, seconds=seconds, peak_rss_bytes=rss)
+            tensors = self.meter.peak if self.meter is not None else None
+            phase = PhaseResult(
+                name=name, seconds=seconds, peak_rss_bytes=rss, peak_cpu_tensor_bytes=tensors
+            )
         self.phases.append(phase)
         log.info(
             "phase %s took %.3f s; peaks in bytes: allocated %s, reserved %s, device used (NVML) "
@@ -192,7 +206,8 @@ class Recorder:
         )
 
     def peaks(self) -> dict[str, int | None]:
-        """Maxima over phases: allocated, reserved, device used (NVML), RSS (CPU)."""
+        """Maxima over phases: allocated, reserved, device used (NVML), RSS and live tensor
+        bytes (CPU)."""
 
         def top(values: list[int | None]) -> int | None:
             present = [v for v in values if v is not None]
@@ -203,6 +218,7 @@ class Recorder:
             "peak_reserved_bytes": top([p.peak_reserved_bytes for p in self.phases]),
             "peak_device_used_bytes": self.sampler.peak_used(),
             "peak_rss_bytes": None,
+            "peak_cpu_tensor_bytes": top([p.peak_cpu_tensor_bytes for p in self.phases]),
         }
         if not self.cuda:
             result["peak_rss_bytes"] = max(

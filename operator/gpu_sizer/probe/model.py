@@ -53,6 +53,7 @@ __all__ = [
     "Stage",
     "SyntheticDecoder",
     "build_model",
+    "causal_lm_loss",
     "heaviest_stage",
     "layout_for",
     "parameter_count",
@@ -739,9 +740,10 @@ class SyntheticDecoder(nn.Module):
 
     ``forward(inputs, caches, start, last_only)`` takes token ids ``[batch, t]`` (or, on a
     pipeline stage without the embedding, hidden states ``[batch, t, hidden]``) and returns logits
-    ``[batch, t or 1, vocab]`` in the model dtype (hidden states on a stage without lm_head); with
-    ``caches`` (one pair of views per layer: K and V, MLA's latent twice, or a Mamba layer's conv
-    and SSM state) the layers read and write the cache at positions ``start .. start + t``.
+    ``[batch, t or 1, vocab]`` in the model dtype (hidden states on a stage without lm_head), or,
+    given ``labels``, the training loss computed the way :attr:`loss` says; with ``caches`` (one
+    pair of views per layer: K and V, MLA's latent twice, or a Mamba layer's conv and SSM state)
+    the layers read and write the cache at positions ``start .. start + t``.
 
     ``tp`` is the tensor-parallel degree ``arch`` (a :func:`rank_architecture`) was split for:
     Mamba mixers, OLMo 2's full-width q/k norms and the vision encoder split themselves.
@@ -764,6 +766,8 @@ class SyntheticDecoder(nn.Module):
         self.arch = arch
         self.stage = stage
         self.checkpointing = False
+        #: ``spec.training.loss``: how ``forward(..., labels=...)`` computes the loss.
+        self.loss = "standard"
         self.embed_tokens: nn.Embedding | None = None
         self.embed_positions: nn.Embedding | None = None
         self.project_in: nn.Linear | None = None
@@ -808,6 +812,7 @@ class SyntheticDecoder(nn.Module):
         caches: list[KvCache] | None = None,
         start: int = 0,
         last_only: bool = False,
+        labels: Tensor | None = None,
     ) -> Tensor:
         x = inputs
         if self.embed_tokens is not None:
@@ -835,8 +840,63 @@ class SyntheticDecoder(nn.Module):
             x = self.norm(x)
         if self.project_out is not None:
             x = self.project_out(x)
+        if labels is not None:
+            return causal_lm_loss(x, self.lm_head, labels, self.loss)
         logits: Tensor = self.lm_head(x)
         return logits
+
+
+def _cross_entropy_sum(logits: Tensor, labels: Tensor) -> Tensor:
+    return F.cross_entropy(logits.float(), labels, reduction="sum")
+
+
+def _linear_cross_entropy_sum(hidden: Tensor, weight: Tensor, labels: Tensor) -> Tensor:
+    return F.cross_entropy(F.linear(hidden, weight).float(), labels, reduction="sum")
+
+
+def causal_lm_loss(hidden: Tensor, lm_head: nn.Linear, labels: Tensor, mode: str) -> Tensor:
+    """Mean cross-entropy of ``lm_head(hidden)`` against ``labels`` as ``spec.training.loss``
+    computes it (see ``gpu_sizer.budget.training_loss`` for the sources).
+
+    ``standard``: the full logits, upcast to float32 (``transformers``' ``ForCausalLMLoss``).
+    ``chunked``: the full 16-bit logits, each of 8 chunks upcast and reduced under activation
+    checkpointing, which keeps what torchtune's compiled ``CEWithChunkedOutputLoss`` keeps (the
+    16-bit chunk, not its float32 log-softmax). ``fused``: Liger's chunking of the tokens
+    (``liger_chunk_rows``), each chunk's logits computed and reduced under checkpointing, so no
+    full logits tensor exists.
+
+    :param hidden: ``[batch, t, hidden]``; ``labels``: ``[batch, t]`` token ids.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    from gpu_sizer.budget.training_loss import CHUNKED_LOSS_CHUNKS, liger_chunk_rows
+
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    targets = labels.reshape(-1)
+    tokens = targets.numel()
+    if mode == "fused":
+        rows = liger_chunk_rows(tokens, lm_head.out_features, lm_head.in_features)
+        total = sum(
+            checkpoint(
+                _linear_cross_entropy_sum,
+                flat[i : i + rows],
+                lm_head.weight,
+                targets[i : i + rows],
+                use_reentrant=False,
+            )
+            for i in range(0, tokens, rows)
+        )
+        return total / tokens  # type: ignore[no-any-return]
+    logits = lm_head(flat)
+    if mode == "chunked":
+        chunks = zip(
+            logits.tensor_split(CHUNKED_LOSS_CHUNKS),
+            targets.tensor_split(CHUNKED_LOSS_CHUNKS),
+            strict=True,
+        )
+        total = sum(checkpoint(_cross_entropy_sum, c, t, use_reentrant=False) for c, t in chunks)
+        return total / tokens  # type: ignore[no-any-return]
+    return F.cross_entropy(logits.float(), targets)
 
 
 def heaviest_stage(arch: Architecture, pp: int, tp: int = 1) -> Stage:

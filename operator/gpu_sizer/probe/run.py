@@ -25,6 +25,7 @@ from gpu_sizer.api import (
     GPUWorkloadSpec,
     InvalidWorkload,
     MeasurementMode,
+    ParallelStrategy,
     Problem,
     parse_spec,
     spec_hash,
@@ -310,6 +311,27 @@ def _measure_synthetic(
         if too_big is not None:
             return unsupported(too_big)
         notes.append("no GPU: peakRssBytes is this process's peak RSS on the CPU, not a GPU figure")
+
+    if (
+        spec.training is not None
+        and spec.training.parallelism.strategy is not ParallelStrategy.none
+    ):
+        from gpu_sizer.probe.launch import measure_distributed
+
+        world = spec.training.parallelism.gpus
+        if use_cuda and gpu_count < world:
+            return unsupported(
+                f"the replica has {world} data-parallel ranks, one per GPU, but {gpu_count} "
+                f"GPU(s) are visible; run on a node with {world} GPUs"
+            )
+        if not use_cuda:
+            notes[-1] = (
+                "no GPU: each rank ran on the CPU over gloo; peakCpuTensorBytes is a rank's peak "
+                "of live CPU tensors (what the estimate's tensor components predict, without the "
+                "runtime overhead), peakRssBytes its process's peak RSS; neither is a GPU figure"
+            )
+        result = measure_distributed(spec, kind, deadline, options.sampler_hz, base, notes)
+        return result, 0
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
         spec.model.dtype.value

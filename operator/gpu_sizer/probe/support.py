@@ -15,9 +15,12 @@ from gpu_sizer.api import (
     Dtype,
     FinetuningMethod,
     GPUWorkloadSpec,
+    OffloadTarget,
     Optimizer,
     ParallelStrategy,
+    PrecisionRecipe,
 )
+from gpu_sizer.budget.training_precision import Framework, framework, recipe
 
 __all__ = ["synthetic_unsupported_reason"]
 
@@ -59,18 +62,10 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
     if spec.training is not None:
         tr = spec.training
         par = tr.parallelism
-        if par.strategy not in (ParallelStrategy.none, ParallelStrategy.ddp):
-            return (
-                f"synthetic mode runs one rank; strategy {par.strategy.value} shards parameters, "
-                f"gradients or optimizer state over {par.data_parallel_size} data-parallel ranks, "
-                f"which needs every rank of torch.distributed; {_USE_COMMAND}"
-            )
-        if par.strategy is ParallelStrategy.ddp and par.tensor_parallel_size > 1:
-            return (
-                "synthetic mode does not combine ddp with tensor parallelism (2-D process "
-                f"groups); {_USE_COMMAND}"
-            )
-        if par.pipeline_parallel_size > 1:
+        reason = _recipe_reason(spec) or _distributed_reason(spec, cuda=cuda)
+        if reason is not None:
+            return reason
+        if par.strategy is ParallelStrategy.none and par.pipeline_parallel_size > 1:
             return (
                 f"synthetic mode does not run a pipeline schedule; pipelineParallelSize "
                 f"{par.pipeline_parallel_size} keeps several micro-batches' activations in flight "
@@ -89,4 +84,92 @@ def synthetic_unsupported_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | 
                 )
             if not cuda:
                 return "bitsandbytes' 8-bit AdamW runs on CUDA devices only"
+    return None
+
+
+#: Most CPU processes a distributed CPU run starts (tiny models, CI and laptops).
+MAX_CPU_RANKS = 8
+
+
+def _recipe_reason(spec: GPUWorkloadSpec) -> str | None:
+    """Why the synthetic run cannot hold the spec's precision recipe, or ``None``."""
+    assert spec.training is not None
+    tr = spec.training
+    r = recipe(tr)
+    fw = framework(tr.parallelism.strategy)
+    if r.name is PrecisionRecipe.MasterWeights and fw is Framework.PyTorch:
+        return (
+            "precision recipe MasterWeights (16-bit parameters with an fp32 master copy) is what "
+            "DeepSpeed's and Megatron-LM's optimizers do; PyTorch-native training has no such "
+            f"optimizer: use a zero1/2/3 strategy or {_USE_COMMAND}"
+        )
+    if fw is Framework.DeepSpeed and r.name in (
+        PrecisionRecipe.Autocast,
+        PrecisionRecipe.LowPrecision,
+    ):
+        return (
+            f"precision recipe {r.name.value} under DeepSpeed (torch_autocast, "
+            f"bf16_master_weights_and_grads) is not configured by the synthetic run; {_USE_COMMAND}"
+        )
+    if tr.gradient_dtype is not None or tr.optimizer_state_dtype is not None:
+        return (
+            "gradientDtype/optimizerStateDtype overrides need the framework's own options "
+            f"(Megatron main_grad, DeepSpeed data_types); {_USE_COMMAND}"
+        )
+    return None
+
+
+def _distributed_reason(spec: GPUWorkloadSpec, *, cuda: bool) -> str | None:
+    """Why the data-parallel run (``gpu_sizer.probe.launch``) cannot measure the spec."""
+    assert spec.training is not None
+    tr = spec.training
+    par = tr.parallelism
+    strategy = par.strategy
+    if strategy is ParallelStrategy.none:
+        if par.context_parallel_size > 1:
+            return (
+                f"contextParallelSize {par.context_parallel_size} splits each sequence over ranks "
+                f"(ring attention, Ulysses), which the synthetic run does not do; {_USE_COMMAND}"
+            )
+        return None
+    model_parallel = {
+        "tensorParallelSize": par.tensor_parallel_size,
+        "pipelineParallelSize": par.pipeline_parallel_size,
+        "contextParallelSize": par.context_parallel_size,
+    }
+    split = [f"{k} {v}" for k, v in model_parallel.items() if v > 1]
+    if split:
+        return (
+            f"the synthetic distributed run covers data parallelism ({strategy.value}) only; "
+            f"{', '.join(split)} needs Megatron-style model code; {_USE_COMMAND}"
+        )
+    if par.ranks_per_node < par.gpus:
+        return (
+            f"the replica spans {par.gpus} GPUs, more than one node's {par.ranks_per_node} "
+            "(parallelism.gpusPerNode); the measurement runs on one node"
+        )
+    if not cuda and par.gpus > MAX_CPU_RANKS:
+        return (
+            f"no GPU: the CPU fallback starts at most {MAX_CPU_RANKS} processes; this replica has "
+            f"{par.gpus} ranks; run it on a GPU node"
+        )
+    if framework(strategy) is Framework.DeepSpeed:
+        if not _importable("deepspeed"):
+            return (
+                f"strategy {strategy.value} is DeepSpeed ZeRO, which is not installed in the probe "
+                "image; install deepspeed there or " + _USE_COMMAND
+            )
+        if not cuda:
+            return "DeepSpeed's ZeRO optimizers run on CUDA devices only"
+    fsdp_version = par.fsdp.version if par.fsdp is not None else 1
+    if strategy.value.startswith("fsdp") and fsdp_version == 1 and not cuda:
+        return (
+            "FSDP version 1 (FullyShardedDataParallel) needs a CUDA device; set "
+            "parallelism.fsdp.version 2 (fully_shard) to measure on the CPU, or run on a GPU node"
+        )
+    off = tr.offload
+    if off is not None and OffloadTarget.Nvme in (off.optimizer, off.parameters):
+        return f"NVMe offload needs an NVMe path mounted in the probe container; {_USE_COMMAND}"
+    if off is not None and not cuda:
+        return "offload moves state from the GPU to the host: measuring it needs a GPU"
     return None

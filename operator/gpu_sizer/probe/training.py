@@ -5,13 +5,14 @@ Two optimizer steps, each over ``min(gradientAccumulationSteps, 2)`` micro-batch
 so only the second shows the steady-state peak (gradients, optimizer state and activations all
 resident); accumulating more micro-batches adds no memory (gradients accumulate in place).
 
-Precision follows PyTorch Lightning's meaning of the names: ``fp32`` trains float32 parameters;
-``bf16-mixed`` / ``fp16-mixed`` keep float32 parameters (the master weights) and run the forward
-under ``torch.autocast`` (fp16 with a ``GradScaler``); ``bf16-true`` keeps bfloat16 parameters.
-LoRA freezes the base in the model dtype and trains float32 adapters (peft's default
-``autocast_adapter_dtype``), with peft's ``LoraModel`` when peft is installed, else the minimal
-adapter below (same tensors: ``lora_A [r, in]``, ``lora_B [out, r]``, Hu et al. 2021, section
-4.1). The loss upcasts the logits to float32 as ``transformers``' causal-LM loss does.
+Precision follows the spec's recipe (``gpu_sizer.budget.training_precision``): ``Float32`` and
+``Autocast`` keep float32 parameters, the latter running the forward under ``torch.autocast``
+(fp16 with a ``GradScaler``); ``LowPrecision`` keeps 16-bit parameters; ``MasterWeights`` is
+DeepSpeed's (``gpu_sizer.probe.sharded``). LoRA freezes the base in the model dtype and trains
+float32 adapters (peft's default ``autocast_adapter_dtype``), with peft's ``LoraModel`` when peft
+is installed, else the minimal adapter below (same tensors: ``lora_A [r, in]``, ``lora_B [out,
+r]``, Hu et al. 2021, section 4.1). The model computes the loss as ``spec.training.loss`` says
+(``gpu_sizer.probe.model.causal_lm_loss``).
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gpu_sizer.api import (
+    Architecture,
     FinetuningMethod,
     GPUWorkloadSpec,
+    Initialization,
     Optimizer,
-    ParallelStrategy,
     Precision,
 )
+from gpu_sizer.budget.training_load import initialization
+from gpu_sizer.budget.training_precision import recipe
 from gpu_sizer.probe.memory import Recorder
 from gpu_sizer.probe.model import (
     SyntheticDecoder,
@@ -40,7 +43,21 @@ from gpu_sizer.probe.model import (
     rank_architecture,
 )
 
-__all__ = ["Lion", "LoraLinear", "TrainingFigures", "add_lora", "make_optimizer", "run_training"]
+__all__ = [
+    "Lion",
+    "LoraLinear",
+    "Stepper",
+    "TrainingFigures",
+    "accumulation_micro_batches",
+    "add_lora",
+    "autocast_dtype",
+    "build_trainable",
+    "make_optimizer",
+    "param_dtype",
+    "randomize",
+    "run_steps",
+    "run_training",
+]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: transformers' names of the fused/renamed projections in families whose synthetic model keeps
@@ -173,66 +190,106 @@ def make_optimizer(kind: Optimizer, params: Sequence[Tensor]) -> torch.optim.Opt
     return optimizer
 
 
-def _wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
-    """``DistributedDataParallel`` at world size 1 on an in-process store: every DDP rank holds
-    the same replica and gradient buckets (PyTorch DDP docs, ``bucket_cap_mb``,
-    ``gradient_as_bucket_view``), so one rank's memory does not depend on the world size."""
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+class Stepper:
+    """Backward and optimizer step of a plain ``torch.optim`` optimizer, with a ``GradScaler``
+    under fp16 (``torch.amp``). Distributed wrappers that own the step (DeepSpeed) replace it."""
 
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        store = dist.HashStore()  # type: ignore[attr-defined]  # in-process; not re-exported
-        dist.init_process_group(backend, store=store, rank=0, world_size=1)
-    device_ids = [device.index or 0] if device.type == "cuda" else None
-    wrapped: nn.Module = DistributedDataParallel(model, device_ids=device_ids)
-    return wrapped
+    def __init__(self, optimizer: torch.optim.Optimizer, scaler: Any = None) -> None:
+        self.optimizer = optimizer
+        self.scaler = scaler
+
+    def backward(self, loss: Tensor) -> None:
+        """Backpropagate ``loss`` (scaled under fp16)."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def step(self) -> None:
+        """Update the parameters and drop the gradients (``set_to_none``)."""
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
 
-def _steps(
+def param_dtype(spec: GPUWorkloadSpec) -> torch.dtype:
+    """The dtype the synthetic model's parameters are built in: the recipe's parameter dtype
+    (``budget.training_precision``), except that a LoRA base stays in the model's dtype."""
+    assert spec.training is not None
+    tr = spec.training
+    r = recipe(tr)
+    if tr.finetuning.method is not FinetuningMethod.full and tr.precision is not Precision.fp32:
+        return _DTYPES[spec.model.dtype.value]
+    if r.param == 4:
+        return torch.float32
+    return torch.float16 if tr.precision is Precision.fp16_mixed else torch.bfloat16
+
+
+def autocast_dtype(spec: GPUWorkloadSpec) -> torch.dtype | None:
+    """``torch.autocast``'s dtype under the mixed precisions, else ``None``."""
+    assert spec.training is not None
+    return {
+        Precision.bf16_mixed: torch.bfloat16,
+        Precision.fp16_mixed: torch.float16,
+    }.get(spec.training.precision)
+
+
+def accumulation_micro_batches(spec: GPUWorkloadSpec, notes: list[str]) -> int:
+    """Micro-batches run per optimizer step: ``min(gradientAccumulationSteps, 2)`` (gradients
+    accumulate in place, so more add no memory; a note says so)."""
+    assert spec.training is not None
+    steps = spec.training.gradient_accumulation_steps
+    micro = min(steps, 2)
+    if steps > 2:
+        notes.append(
+            f"{micro} of {steps} accumulation micro-batches run per step: gradients accumulate "
+            "in place, so more add no memory"
+        )
+    return micro
+
+
+def run_steps(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: Any,
+    stepper: Any,
     recorder: Recorder,
     micro_batch: int,
     sequence: int,
     micro: int,
     vocab: int,
     device: torch.device,
-    autocast_dtype: torch.dtype | None,
+    autocast: torch.dtype | None,
 ) -> None:
     """Two optimizer steps of ``micro`` micro-batches each, a phase per forward, backward and
-    optimizer step."""
+    optimizer step. The model computes the loss from ``labels`` (``spec.training.loss``).
+
+    :param stepper: has ``backward(loss)`` and ``step()`` (a :class:`Stepper`, or a wrapper
+        for engines that own the step).
+    """
     for step in (1, 2):
         for m in range(1, micro + 1):
             recorder.check_deadline()
             tokens = torch.randint(0, vocab, (micro_batch, sequence + 1), device=device)
-            with recorder.phase(f"step{step}.forward{m}"):
-                with torch.autocast(
-                    device.type, dtype=autocast_dtype or torch.float32, enabled=bool(autocast_dtype)
-                ):
-                    logits = model(tokens[:, :-1])
-                loss = F.cross_entropy(
-                    logits.float().view(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
-                )
-                loss = loss / micro
-                del logits
+            with (
+                recorder.phase(f"step{step}.forward{m}"),
+                torch.autocast(
+                    device.type, dtype=autocast or torch.float32, enabled=bool(autocast)
+                ),
+            ):
+                loss = model(tokens[:, :-1], labels=tokens[:, 1:]) / micro
             with recorder.phase(f"step{step}.backward{m}"):
-                (scaler.scale(loss) if scaler is not None else loss).backward()
+                stepper.backward(loss)
                 del loss
         with recorder.phase(f"step{step}.optimizer"):
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            stepper.step()
 
 
 def run_training(
     spec: GPUWorkloadSpec, device: torch.device, recorder: Recorder
 ) -> TrainingFigures:
-    """Run two optimizer steps of the synthetic training workload, a phase per step part.
+    """Run two optimizer steps of the single-process synthetic training workload (strategy
+    ``none``; data-parallel strategies run under ``gpu_sizer.probe.launch``). The model is built
+    where ``spec.training.initialization`` says (on the GPU, in host memory then moved, or on
+    the meta device then materialised), so that the load phase and the host memory are real.
 
     :raises gpu_sizer.probe.memory.OutOfMemory: an allocation failed (phase and size inside).
     :raises gpu_sizer.probe.memory.DeadlineExceeded: the deadline passed between steps.
@@ -241,78 +298,76 @@ def run_training(
     tr = spec.training
     tp = tr.parallelism.tensor_parallel_size
     arch = rank_architecture(spec.model.architecture, tp)
-    lora = tr.finetuning.method is FinetuningMethod.lora
     notes: list[str] = []
-    if tr.precision is Precision.bf16_true:
-        param_dtype = torch.bfloat16
-    elif lora and tr.precision is not Precision.fp32:
-        param_dtype = _DTYPES[spec.model.dtype.value]
-    else:
-        param_dtype = torch.float32
-    autocast_dtype = {
-        Precision.bf16_mixed: torch.bfloat16,
-        Precision.fp16_mixed: torch.float16,
-    }.get(tr.precision)
     if tp > 1:
         notes.append(
             f"tensorParallelSize {tp}: rank 0's shard (Megatron-style, no sequence parallelism) "
             "trained on one GPU; NCCL buffers and the all-reduces are not included"
         )
-    micro = min(tr.gradient_accumulation_steps, 2)
-    if tr.gradient_accumulation_steps > 2:
-        notes.append(
-            f"{micro} of {tr.gradient_accumulation_steps} accumulation micro-batches run per "
-            "step: gradients accumulate in place, so more add no memory"
-        )
+    micro = accumulation_micro_batches(spec, notes)
     torch.manual_seed(0)
-
+    init = initialization(tr)
+    where = {
+        Initialization.GpuPerRank: device,
+        Initialization.MetaDevice: torch.device("meta"),
+    }.get(init, torch.device("cpu"))
     with recorder.phase("load"):
-        decoder = build_model(arch, param_dtype, device)
-        decoder.checkpointing = tr.activation_checkpointing
-        total = parameter_count(decoder)
-        model: nn.Module = decoder
-        if lora:
-            model, lora_notes = add_lora(
-                decoder, tr.finetuning.lora_rank, tr.finetuning.lora_target_modules
-            )
-            notes.extend(lora_notes)
-        model.train()
-        ddp = tr.parallelism.strategy is ParallelStrategy.ddp
-        if ddp:
-            model = _wrap_ddp(model, device)
-            notes.append(
-                f"ddp over {tr.parallelism.data_parallel_size} ranks: rank 0 measured with "
-                "DistributedDataParallel at world size 1 (its gradient buckets are real; NCCL's "
-                "own buffers are not included)"
-            )
+        model, total, lora_notes = build_trainable(spec, arch, param_dtype(spec), where)
+        notes.extend(lora_notes)
+        if where.type == "meta":
+            model.to_empty(device=device)
+            randomize(model)
+        elif where != device:
+            model.to(device)
     trainable = [p for p in model.parameters() if p.requires_grad]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     optimizer = make_optimizer(tr.optimizer, trainable)
     scaler: Any = None
     if tr.precision is Precision.fp16_mixed:
         scaler = torch.amp.GradScaler(device.type)
-
-    try:
-        _steps(
-            model,
-            optimizer,
-            scaler,
-            recorder,
-            tr.micro_batch_size,
-            tr.sequence_length,
-            micro,
-            arch.vocab_size,
-            device,
-            autocast_dtype,
-        )
-    finally:
-        if ddp:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+    run_steps(
+        model,
+        Stepper(optimizer, scaler),
+        recorder,
+        tr.micro_batch_size,
+        tr.sequence_length,
+        micro,
+        arch.vocab_size,
+        device,
+        autocast_dtype(spec),
+    )
     return TrainingFigures(
         parameter_count=total,
         trainable_parameter_count=sum(p.numel() for p in trainable),
         weights_bytes=weights,
         notes=notes,
     )
+
+
+def randomize(model: nn.Module) -> None:
+    """Give materialised (``to_empty``) parameters finite values: uninitialised memory can hold
+    NaN, which would make an fp16 ``GradScaler`` skip the step and the optimizer state never
+    appear."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.02)
+
+
+def build_trainable(
+    spec: GPUWorkloadSpec, arch: Architecture, dtype: torch.dtype, device: torch.device
+) -> tuple[nn.Module, int, list[str]]:
+    """The synthetic model on ``device`` in ``dtype``, with LoRA adapters when the spec says so,
+    in training mode: (model to train, parameters built, notes)."""
+    assert spec.training is not None
+    tr = spec.training
+    tp = tr.parallelism.tensor_parallel_size
+    decoder = build_model(arch, dtype, device, None, tp)
+    decoder.checkpointing = tr.activation_checkpointing
+    decoder.loss = tr.loss.value
+    total = parameter_count(decoder)
+    model: nn.Module = decoder
+    notes: list[str] = []
+    if tr.finetuning.method is FinetuningMethod.lora:
+        model, notes = add_lora(decoder, tr.finetuning.lora_rank, tr.finetuning.lora_target_modules)
+    model.train()
+    return model, total, notes

@@ -1,0 +1,113 @@
+"""The ``Load`` phase of training: initialisation and checkpoint load, before sharding. Pure.
+
+Before the first step each rank must get its part of the model, and how it does so can need
+more memory than the step (llama-cookbook issue 100: Llama-2-7B under FSDP on 24 GB GPUs ran
+out of memory inside ``FSDP(model, ...)`` because every rank first held the unsharded fp32
+model, 25.1 GiB). ``spec.training.initialization`` says how:
+
+- ``GpuPerRank``: the full model (this rank's tensor-parallel part of its pipeline stage) is
+  materialised on every GPU, in the recipe's parameter dtype, before the wrapper shards it. FSDP
+  version 1 then flattens each unit into a FlatParameter (``flatten_tensors_into_flat_param``:
+  a copy of the unit) before sharding; DeepSpeed ZeRO-1/2 clones the rank's fp32 master
+  partition (``single_partition_of_fp32_groups``) while the model is whole (its flat 16-bit
+  buffer is built on the GPU only when memory allows, ``flatten_on_accelerator``, so it is not
+  a requirement).
+- ``CpuPerRank``: every rank loads the full model into host RAM; FSDP (``device_id``) moves one
+  unit at a time to the GPU (``_move_module_to_device`` moves only the parameters of the unit it
+  wraps, PyTorch 2.13 ``torch/distributed/fsdp/_init_utils.py``), flattens and shards it.
+- ``RankZeroCpu``: rank 0 loads the model into host RAM, the others build it on the meta device;
+  FSDP's ``sync_module_states`` broadcasts unit by unit (accelerate's
+  ``cpu_ram_efficient_loading``).
+- ``MetaDevice``: no rank holds the full model: meta-device construction then a sharded load
+  (``torch.distributed.checkpoint``, FSDP2 ``to_empty``), or DeepSpeed ``zero.Init``, which
+  partitions each parameter as it is created; loading a checkpoint gathers one module at a time
+  (``GatheredParameters`` in ``transformers``' ``_load_state_dict_into_zero3_model``).
+
+Strategies that keep whole weights on every GPU (``none``, ``ddp``, ``zero1``, ``zero2``) hold
+the full model whichever way it arrives. Host memory: ``CpuPerRank`` holds a full copy per
+process (Hugging Face ``from_pretrained`` without a ``device_map`` materialises the model on the
+CPU before it is moved), ``RankZeroCpu`` one copy on rank 0's node, ``GpuPerRank`` (loaded
+straight to the GPU from memory-mapped safetensors) and ``MetaDevice`` none; a checkpoint
+quantized on load (bitsandbytes) is staged in its 16-bit form.
+
+All results are bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpu_sizer.api import Initialization, ParallelStrategy, Training
+from gpu_sizer.budget.training_precision import Recipe
+from gpu_sizer.budget.training_sharding import Holdings, shard_degree
+
+__all__ = ["LoadPeak", "initialization", "load_peak"]
+
+_SHARDED_WEIGHTS = frozenset(
+    {
+        ParallelStrategy.fsdp_full_shard,
+        ParallelStrategy.fsdp_shard_grad_op,
+        ParallelStrategy.fsdp_hybrid_shard,
+        ParallelStrategy.zero3,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPeak:
+    """GPU bytes at the load peak (weights, quantization metadata, master partition) and the
+    host bytes the node's processes stage."""
+
+    weights: int
+    quant: int
+    master: int
+    host_per_node: int
+
+    @property
+    def total(self) -> int:
+        """GPU bytes of model data at the load peak."""
+        return self.weights + self.quant + self.master
+
+
+def initialization(training: Training) -> Initialization:
+    """The spec's initialization, ``Auto`` resolved: ``MetaDevice`` under ``zero3``,
+    ``CpuPerRank`` otherwise (Hugging Face ``from_pretrained`` materialises the model in host
+    memory; the Trainer, accelerate's FSDP or DeepSpeed then move it to the GPU)."""
+    init = training.initialization
+    if init is not Initialization.Auto:
+        return init
+    if training.parallelism.strategy is ParallelStrategy.zero3:
+        return Initialization.MetaDevice
+    return Initialization.CpuPerRank
+
+
+def load_peak(training: Training, r: Recipe, h: Holdings, staged_bytes: int) -> LoadPeak:
+    """The ``Load`` phase's per-GPU model bytes and host bytes per node.
+
+    :param staged_bytes: bytes of this rank's part of the checkpoint as staged in host memory.
+    """
+    par = training.parallelism
+    strategy = par.strategy
+    n = shard_degree(training)
+    init = initialization(training)
+    fsdp = strategy.value.startswith("fsdp")
+    master = 0
+    if strategy in (ParallelStrategy.zero1, ParallelStrategy.zero2):
+        master = -(-h.trainable // n) * r.master
+    # Sharding one unit at a time: the shards made so far, the unit materialised and (FSDP1)
+    # its FlatParameter copy, or (ZeRO-3) the module being gathered.
+    unit = 2 * h.unit_bytes if fsdp else int(h.largest_module * h.bytes_per_param)
+    weights = -(-h.weight_bytes // n) + unit
+    quant = -(-h.quant_overhead // n)
+    if strategy not in _SHARDED_WEIGHTS:
+        weights, quant = h.weight_bytes, h.quant_overhead
+    elif init is Initialization.GpuPerRank:
+        weights = max(weights, h.weight_bytes + (h.unit_bytes if fsdp else 0))
+        quant = h.quant_overhead
+    if init is Initialization.CpuPerRank:
+        host = par.ranks_per_node * staged_bytes
+    elif init is Initialization.RankZeroCpu:
+        host = staged_bytes
+    else:
+        host = 0
+    return LoadPeak(weights, quant, master, host)
