@@ -579,11 +579,12 @@ class Reconciler:
                 log.info("%s/%s: resumed in phase %s", *key, plan.status.phase)
         self._record_metrics(key, plan.status)
         log.debug(
-            "%s/%s: decided: %s, status %s",
+            "%s/%s: decided: %s, status %s (on resourceVersion %s)",
             namespace,
             name,
             plan.status.phase,
             "written" if changed else "unchanged",
+            meta.get("resourceVersion"),
         )
         if changed:
             self._log_transition(key, stored, plan)
