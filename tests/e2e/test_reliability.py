@@ -335,6 +335,40 @@ async def test_jobs_no_workload_wants_are_deleted(
     await eventually(only_the_wanted_one, 60, "stray and orphaned Jobs deleted")
 
 
+@pytest.mark.emulated_kubelet
+async def test_a_job_whose_outcome_is_not_recorded_yet_is_never_deleted(
+    cluster: LoopbackCluster, start_operator, kubelet: Kubelet
+) -> None:
+    """A CUDA OOM on the L4 moves the workload to the A100, but the status saying so does not
+    land (500s). Deleting the L4 Job before that write left a status naming a Job that was gone,
+    and the Job was created again (the soak found it): it must stay until the write lands."""
+    await cluster.create(GW, workload("oom", spec()))
+    start_operator()
+    first = await kubelet.wait_job()
+    await eventually(lambda: _measuring_with(cluster, "oom", first), 60, "measuring on the L4")
+    faults = Faults(patch_error=1.0, resources={"gpuworkloads"}, status_only=True)
+    cluster.emulator.faults = faults
+    await kubelet.succeed(first, gpu_oom(), node="l4-1")
+    second = await eventually(
+        lambda: _job_for(kubelet, "oom", not_named=first["metadata"]["name"]), 60, "larger class"
+    )
+
+    async def refused_twice() -> bool:
+        return faults.injected["500 patch gpuworkloads"] >= 2
+
+    await eventually(refused_twice, 60, "the status write refused and retried")
+    names = [j["metadata"]["name"] for j in await kubelet.jobs()]
+    assert first["metadata"]["name"] in names, "deleted before its outcome was recorded"
+    faults.enabled = False
+    await eventually(lambda: _measuring_with(cluster, "oom", second), 60, "on the A100")
+    await eventually(lambda: _gone(kubelet, first["metadata"]["name"]), 60, "L4 Job deleted")
+    assert _job_creations(cluster, "oom") == [first["metadata"]["name"], second["metadata"]["name"]]
+
+
+async def _gone(kubelet: Kubelet, job_name: str) -> bool:
+    return job_name not in [j["metadata"]["name"] for j in await kubelet.jobs()]
+
+
 async def test_kills_at_any_moment_leave_at_most_one_live_job_per_workload(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:

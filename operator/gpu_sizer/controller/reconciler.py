@@ -557,8 +557,9 @@ class Reconciler:
             retry_quota = not reserved and namespace in self._quota_blocked
         else:
             self._dequeue(key)
+        recorded: list[JobView] = []
         try:
-            await self._jobs(key, uid, plan, body, spec, hash_)
+            recorded = await self._jobs(key, uid, plan, body, spec, hash_, stored)
         except QuotaExceeded as exc:
             assert wl is not None
             plan = self._quota_refused(key, wl, plan, stored, exc, now)
@@ -571,6 +572,8 @@ class Reconciler:
                 else:
                     self._reserved.pop(namespace, None)
         changed = await self._write(key, body, stored, plan)
+        for job in recorded:  # their outcome is in the status now: they may go
+            await self._delete(key, job)
         if key not in self._resumed:
             self._resumed.add(key)
             if stored.get("phase"):
@@ -668,14 +671,26 @@ class Reconciler:
         body: Mapping[str, Any],
         spec: Any,
         hash_: str | None,
-    ) -> None:
-        """Delete every Job the plan does not want, then start (or adopt) the one it does."""
+        stored: Mapping[str, Any],
+    ) -> list[JobView]:
+        """Delete every Job the plan does not want, then start (or adopt) the one it does.
+
+        Returned, not deleted: the unwanted Jobs whose outcome the stored status does not hold
+        yet (the Job it names for the current spec: a CUDA OOM moving on to a larger class, a
+        pod unschedulable past its deadline). They are the only record of that outcome until
+        the new status is written; deleted first, a kill or a failed write in between would
+        leave a status naming a Job that is gone, and the Job would be created again.
+        """
         namespace, name = key
         m = plan.status.measurement
         # The Job the status names is kept, running or done (its result may still be on its way
         # through the pod watch; a finished one stays for its logs until ttlSecondsAfterFinished).
         kept = m.job_name if m is not None and m.spec_hash == hash_ else None
+        old = stored.get("measurement")
+        old = old if isinstance(old, Mapping) else {}
+        unrecorded = old.get("jobName") if old.get("specHash") == hash_ else None
         to_delete = {a.name for a in plan.actions if isinstance(a, DeleteJob)}
+        later: list[JobView] = []
         for job in self.backend.jobs(namespace, name):
             if job.deleting or job.owner_uid is None:
                 continue  # going already; or not a GPUWorkload's Job: never ours to delete
@@ -683,12 +698,17 @@ class Reconciler:
             # orphan, as the garbage collector also knows.
             orphan = job.owner_uid != uid
             unwanted = job.name in to_delete or (job.name != kept and not job.finished)
-            if orphan or unwanted:
+            if orphan:
+                await self._delete(key, job)
+            elif unwanted and job.name == unrecorded:
+                later.append(job)
+            elif unwanted:
                 await self._delete(key, job)
         for action in plan.actions:
             if isinstance(action, StartJob):
                 assert spec is not None and hash_ is not None
                 await self._start(key, uid, action, spec, hash_, body)
+        return later
 
     async def _delete(self, key: Key, job: JobView) -> None:
         try:
