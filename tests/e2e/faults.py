@@ -19,7 +19,9 @@ calls :meth:`Faults.before` for every request and passes every watch stream thro
   API server's watch cache); a mapping gives each resource (plural) its own delay, as separate
   watch streams lag differently;
 - ``resources``: the plurals faults apply to (None: all); ``status_only``: PATCH faults hit
-  only ``/status`` writes (what the operator writes), not the test's own spec changes.
+  only ``/status`` writes (what the operator writes), not the test's own spec changes;
+- ``clients``: only requests whose User-Agent starts with this (``"kopf/"``: the operator's, all
+  of which go through kopf's session) get faults; the test's own client and kubelet never do.
 
 Decisions are drawn from a seeded generator, so a run can be repeated; ``injected`` counts what
 was done.
@@ -67,6 +69,7 @@ class Faults:
     watch_delay: float | Mapping[str, float] = 0.0
     resources: Collection[str] | None = None
     status_only: bool = False
+    clients: str | None = None
     seed: int = 0
     enabled: bool = True
     injected: Counter[str] = field(default_factory=Counter)
@@ -76,6 +79,10 @@ class Faults:
 
     def _applies(self, request: Any) -> bool:
         plural = getattr(request.resource, "plural", None)
+        if self.clients is not None:
+            agent = (getattr(request, "headers", None) or {}).get("User-Agent") or ""
+            if not agent.startswith(self.clients):
+                return False
         return self.enabled and (self.resources is None or plural in self.resources)
 
     def _draw(self, share: float) -> bool:
