@@ -277,6 +277,15 @@ async def test_a_restart_rewrites_no_status_and_moves_no_transition_time(
     await eventually(resumed, 60, "every workload decided again after the restart")
     for name in names:
         assert all("status unchanged" in line for line in decisions(name)), decisions(name)
+
+    async def said() -> str | None:
+        text = op.log.read_bytes()[offset:].decode(errors="replace")
+        found = re.search(r"resumed: every workload known at the start decided, .*", text)
+        return found[0] if found else None
+
+    line = await eventually(said, 60, "the resume logged")
+    assert line.endswith(", 0 status writes"), line
+    for name in names:
         after = await cluster.get(GW, NS, name)
         assert after["status"] == before[name]["status"], name
         assert (

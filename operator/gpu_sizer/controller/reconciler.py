@@ -229,6 +229,12 @@ class Reconciler:
         self._policy = _load_policy(opts)
         #: namespace -> (its effective policy, monotonic time read).
         self._ns_policy: dict[str, tuple[EffectivePolicy, float]] = {}
+        #: The workloads known when the first decision was made, not decided yet since the
+        #: start (None before that, and after each was decided once); see :meth:`_count_resume`.
+        self._resuming: set[Key] | None = None
+        self._resume_done = False
+        self._resume_writes = 0
+        self._started = time.monotonic()
         backend.notify = self.notify
 
     # ----------------------------------------------------------------------- wiring
@@ -242,6 +248,7 @@ class Reconciler:
         """Connect the API client and the watch's index of workloads; start the workers."""
         self._client = client
         self._workloads = workloads
+        self._started = time.monotonic()
         self._events = asyncio.Queue(maxsize=10_000)
         self._poster = asyncio.create_task(self._post_events(), name="gpu-sizer events")
         self.queue.start()
@@ -485,10 +492,15 @@ class Reconciler:
 
         :raises kube.ApiError, BackendError: a write did not land (the queue retries).
         """
+        if self._resuming is None and not self._resume_done:
+            # kopf fills every index before any event handler runs, so the workloads' index
+            # holds every workload there is at the first decision.
+            self._resuming = {k for k, _ in self._all_workloads()}
         namespace, name = key
         body = self.workload(key)
         if body is None or _meta(body).get("deletionTimestamp"):
             await self._clean_up(key, body)
+            self._count_resume(key, False)
             return None
         meta = _meta(body)
         uid = str(meta.get("uid") or "")
@@ -580,6 +592,7 @@ class Reconciler:
                 # After a restart: which workloads this process took over; its Job actions
                 # (an adoption, a deletion) are done by now.
                 log.info("%s/%s: resumed in phase %s", *key, plan.status.phase)
+        self._count_resume(key, changed)
         self._record_metrics(key, plan.status)
         log.debug(
             "%s/%s: decided: %s, status %s (on resourceVersion %s)",
@@ -624,6 +637,24 @@ class Reconciler:
         if self._say(key, "quota", text):
             log.warning("%s/%s: measurement Job refused by quota, queued: %s", *key, text)
         return self._queued(key, wl, plan, verdict, now)
+
+    def _count_resume(self, key: Key, wrote: bool) -> None:
+        """Count the resume after a (re)start: once every workload known at the first decision
+        has been decided, say how long that took and how many statuses it wrote (over settled
+        workloads: none, issue 17)."""
+        if self._resuming is None:
+            return
+        self._resume_writes += wrote
+        self._resuming.discard(key)
+        if not self._resuming:
+            self._resuming = None
+            self._resume_done = True
+            log.info(
+                "resumed: every workload known at the start decided, %.1f s after the start, "
+                "%d status writes",
+                time.monotonic() - self._started,
+                self._resume_writes,
+            )
 
     def _previous(self, key: Key, status: Mapping[str, Any]) -> GPUWorkloadStatus | None:
         if not status or not status.get("phase"):
