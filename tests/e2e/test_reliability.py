@@ -439,11 +439,13 @@ async def _exited(op: Any) -> bool:
     return op.proc.poll() is not None
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_sigterm_stops_it_promptly_whatever_is_pending(
-    cluster: LoopbackCluster, start_operator, kubelet: Kubelet
+    cluster: LoopbackCluster, start_operator, kubelet: Kubelet, signum: signal.Signals
 ) -> None:
     """Workloads waiting on unschedulable pods (deadlines pending) and status writes failing
-    (retries pending): SIGTERM still ends the process well within a Pod's grace period."""
+    (retries pending): SIGTERM (a Pod's stop) or SIGINT (Ctrl-C, hack/bench-scale.py) still
+    ends the process well within a Pod's grace period."""
     names = [f"t{i}" for i in range(12)]
     for name in names:
         await cluster.create(GW, workload(name, spec(placement=ABSENT)))
@@ -460,7 +462,7 @@ async def test_sigterm_stops_it_promptly_whatever_is_pending(
         return faults.injected["500 patch gpuworkloads"] >= 2
 
     await eventually(retrying, 60, "a status write failing and being retried")
-    op.proc.send_signal(signal.SIGTERM)
+    op.proc.send_signal(signum)
     # Within Kubernetes' default terminationGracePeriodSeconds (30; the chart keeps it).
     await eventually(lambda: _exited(op), 30, "exit after SIGTERM")
 
