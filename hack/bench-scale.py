@@ -23,7 +23,9 @@ Environment (read at start):
 - ``BENCH_MEASUREMENT_MODE``: ``spec.measurement.mode`` of every workload, ``Synthetic``
   (default: each workload also gets its measurement Job) or ``Disabled`` (no Jobs);
 - ``BENCH_COUNTS``: the counts, comma-separated (default ``1000``; ``--counts`` wins);
-- ``BENCH_OPERATOR_LOG``: directory for the operators' logs (default: a temporary directory).
+- ``BENCH_OPERATOR_LOG``: directory for the operators' logs (default: a temporary directory);
+- ``BENCH_PROFILE``: a directory; gpu-sizer then runs under cProfile and writes
+  ``gpu-sizer-COUNT.prof`` and ``restart-COUNT.prof`` there (slower: compare shares, not times).
 
 Usage: PYTHONPATH=operator python hack/bench-scale.py [--counts 1000,10000] [--concurrency 20]
        [--no-floor] [--no-restart] [--timeout 1800]
@@ -160,9 +162,15 @@ class Operator:
         return note
 
 
-def gpu_sizer_argv() -> list[str]:
+def gpu_sizer_argv(phase: str, count: int) -> list[str]:
+    profile = os.environ.get("BENCH_PROFILE")
+    prefix: list[str] = []
+    if profile:
+        Path(profile).mkdir(parents=True, exist_ok=True)
+        prefix = ["-m", "cProfile", "-o", str(Path(profile) / f"{phase}-{count}.prof")]
     return [
         sys.executable,
+        *prefix,
         "-m",
         "gpu_sizer.cli",
         "operator",
@@ -267,7 +275,8 @@ async def measure(
     try:
         floor = what == "floor"
         log = logs / f"{what}-{count}.log"
-        op = Operator(floor_argv() if floor else gpu_sizer_argv(), cluster, log)
+        argv = floor_argv() if floor else gpu_sizer_argv(what, count)
+        op = Operator(argv, cluster, log)
         await wait_started(op, cluster)
         await asyncio.sleep(1.0)  # the watches are open
         run = Run(what, count)
@@ -285,7 +294,7 @@ async def measure(
             return runs
         await asyncio.sleep(2.0)  # the last writes' events are back; the population is settled
         status0, jobs0 = writes(cluster)
-        op = Operator(gpu_sizer_argv(), cluster, log)
+        op = Operator(gpu_sizer_argv("restart", count), cluster, log)
         offset = log.stat().st_size
         restart = Run("restart", count)
         t0 = time.monotonic()
