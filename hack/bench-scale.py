@@ -22,6 +22,9 @@ Environment (read at start):
 
 - ``BENCH_MEASUREMENT_MODE``: ``spec.measurement.mode`` of every workload, ``Synthetic``
   (default: each workload also gets its measurement Job) or ``Disabled`` (no Jobs);
+- ``BENCH_MAX_CONCURRENT_MEASUREMENTS``: gpu-sizer's ``--max-concurrent-measurements`` (the cap
+  on measurement Jobs running at once; default: the operator's own default, 4), so that with
+  ``Synthetic`` the other workloads wait in its queue;
 - ``BENCH_COUNTS``: the counts, comma-separated (default ``1000``; ``--counts`` wins);
 - ``BENCH_OPERATOR_LOG``: directory for the operators' logs (default: a temporary directory);
 - ``BENCH_PROFILE``: a directory; gpu-sizer then runs under cProfile and writes
@@ -168,6 +171,8 @@ def gpu_sizer_argv(phase: str, count: int) -> list[str]:
     if profile:
         Path(profile).mkdir(parents=True, exist_ok=True)
         prefix = ["-m", "cProfile", "-o", str(Path(profile) / f"{phase}-{count}.prof")]
+    limit = os.environ.get("BENCH_MAX_CONCURRENT_MEASUREMENTS")
+    cap = ["--max-concurrent-measurements", limit] if limit else []
     return [
         sys.executable,
         *prefix,
@@ -181,6 +186,7 @@ def gpu_sizer_argv(phase: str, count: int) -> list[str]:
         "0",
         "--health-port",
         "0",
+        *cap,
     ]
 
 
@@ -360,6 +366,8 @@ async def main() -> int:
     if mode not in MODES:
         ap.error(f"BENCH_MEASUREMENT_MODE={mode!r}: use one of {', '.join(MODES)}")
     counts = [int(c) for c in args.counts.split(",") if c.strip()]
+    limit = os.environ.get("BENCH_MAX_CONCURRENT_MEASUREMENTS")
+    label = f"{mode}, measurement cap {limit or 'the default'}" if mode == "Synthetic" else mode
     logs = Path(os.environ.get("BENCH_OPERATOR_LOG") or tempfile.mkdtemp(prefix="bench-scale-"))
     logs.mkdir(parents=True, exist_ok=True)
     print(f"operator logs in {logs}", flush=True)
@@ -373,13 +381,13 @@ async def main() -> int:
                 new = await measure(what, count, args, mode, logs)
                 runs.extend(new)
                 ok &= all(r.done >= r.count for r in new)
-                print_table(new, mode)
+                print_table(new, label)
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("interrupted; figures so far:", flush=True)
         ok = False
     if runs:
         print("\nall runs:")
-        print_table(runs, mode)
+        print_table(runs, label)
     return 0 if ok else 1
 
 
