@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -278,6 +279,7 @@ async def measure(
     cluster = await new_cluster()
     runs: list[Run] = []
     op: Operator | None = None
+    creating: asyncio.Task[None] | None = None
     try:
         floor = what == "floor"
         log = logs / f"{what}-{count}.log"
@@ -329,6 +331,10 @@ async def measure(
         runs.append(restart)
         return runs
     finally:
+        if creating is not None and not creating.done():
+            creating.cancel()  # interrupted: no POSTs left in flight on a closing session
+            with contextlib.suppress(BaseException):
+                await creating
         if op is not None:
             op.stop()
         await cluster.__aexit__(None, None, None)

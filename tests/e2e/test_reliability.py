@@ -47,6 +47,8 @@ ABSENT = {"gpuClasses": ["nvidia-h100-80gb"]}  # no node of this class in the lo
 #: ignored now (watch events drive everything), and kept here so that these scenarios reproduce
 #: the races a timer acting on a stale view ran into.
 POLL = ("--poll-interval", "0.2")
+#: Every workload measured at once: these scenarios are about faults, not the measurement queue.
+UNCAPPED = ("--max-concurrent-measurements", "0")
 
 
 def _ago(seconds: float) -> str:
@@ -384,14 +386,14 @@ async def test_kills_at_any_moment_leave_at_most_one_live_job_per_workload(
     names = [f"k{i}" for i in range(8)]
     for name in names:
         await cluster.create(GW, workload(name, spec()))
-    op = start_operator()
+    op = start_operator(*UNCAPPED)
     for round_ in range(3):
         # Kill it as soon as it has started creating Jobs, mid-way through its decisions.
         await eventually(lambda: _some_jobs(kubelet), 60, "Jobs being created")
         op.kill()
         # A spec change while it is down: the restarted operator replaces the Job.
         await cluster.change_spec(GW, NS, names[round_], {"inference": {"maxNumSeqs": 5 + round_}})
-        op = start_operator()
+        op = start_operator(*UNCAPPED)
 
     async def settled() -> bool:
         jobs = await kubelet.jobs()
@@ -449,7 +451,7 @@ async def test_sigterm_stops_it_promptly_whatever_is_pending(
     names = [f"t{i}" for i in range(12)]
     for name in names:
         await cluster.create(GW, workload(name, spec(placement=ABSENT)))
-    op = start_operator("--unschedulable-timeout", "600")
+    op = start_operator("--unschedulable-timeout", "600", *UNCAPPED)
     for name in names:
         job = await eventually(lambda n=name: _job_for(kubelet, n), 60)
         await kubelet.unschedulable(job, _ago(1))
