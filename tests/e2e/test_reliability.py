@@ -376,6 +376,29 @@ async def test_a_job_whose_outcome_is_not_recorded_yet_is_never_deleted(
     assert _job_creations(cluster, "oom") == [first["metadata"]["name"], second["metadata"]["name"]]
 
 
+async def test_a_started_measurement_keeps_its_slot_when_its_status_write_fails(
+    cluster: LoopbackCluster, start_operator, kubelet: Kubelet
+) -> None:
+    """With a measurement cap, a Job created by a decision whose status write then failed was
+    counted against the cap, its own workload queued again, the Job deleted as unwanted and
+    created once more later (the soak found it): the Job must be adopted, never re-created."""
+    faults = Faults(patch_error=1.0, resources={"gpuworkloads"}, status_only=True)
+    await cluster.create(GW, workload("capped", spec()))
+    cluster.emulator.faults = faults
+    start_operator("--max-concurrent-measurements", "1")
+    job = await kubelet.wait_job(timeout=60)
+
+    async def refused_twice() -> bool:
+        return faults.injected["500 patch gpuworkloads"] >= 3
+
+    await eventually(refused_twice, 60, "the status write refused and retried")
+    assert [j["metadata"]["uid"] for j in await kubelet.jobs()] == [job["metadata"]["uid"]]
+    faults.enabled = False
+    await eventually(lambda: _measuring_with(cluster, "capped", job), 60, "Measuring, that Job")
+    assert [j["metadata"]["uid"] for j in await kubelet.jobs()] == [job["metadata"]["uid"]]
+    assert _job_creations(cluster, "capped") == [job["metadata"]["name"]]
+
+
 async def _gone(kubelet: Kubelet, job_name: str) -> bool:
     return job_name not in [j["metadata"]["name"] for j in await kubelet.jobs()]
 

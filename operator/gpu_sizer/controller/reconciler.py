@@ -355,6 +355,15 @@ class Reconciler:
             # Kueue queues this namespace's Jobs (created suspended): not our queue's business.
             self._dequeue(key)
             return plan, False
+        wanted = {a.name for a in plan.actions if isinstance(a, StartJob)}
+        if any(
+            j.name in wanted and not j.deleting and not j.finished for j in self.backend.jobs(*key)
+        ):
+            # Started by an earlier decision whose status write did not land (a kill, a 5xx):
+            # it holds its slot already (it counts as running). Adopt it; queued again, it
+            # would be deleted as unwanted and created once more when its turn came.
+            self._dequeue(key)
+            return plan, False
         self.slots.enter(key, _queued_since(stored) or now)
         running = self._running()
         verdict = self.slots.admit(key, running, self._limit_of, self._blocked())
