@@ -30,8 +30,14 @@ Environment (read at start):
 - ``BENCH_PROFILE``: a directory; gpu-sizer then runs under cProfile and writes
   ``gpu-sizer-COUNT.prof`` and ``restart-COUNT.prof`` there (slower: compare shares, not times).
 
+``--settle`` (issue 15) also plays the kubelet and Job controller in the gpu-sizer phase: every
+measurement Job the operator starts gets a pod that succeeds with a GPU result and the Job's
+Complete condition, until every workload is Ready; it reports the time until all are Ready, the
+Jobs created (one per workload) and the most unfinished at once (never above the cap).
+
 Usage: PYTHONPATH=operator python hack/bench-scale.py [--counts 1000,10000] [--concurrency 20]
-       [--no-floor] [--no-restart] [--timeout 1800]
+       [--no-floor] [--no-restart] [--timeout 1800] [--settle]
+       [--max-concurrent-measurements N]
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ sys.path.insert(0, str(ROOT))  # tests.architectures: the shared config.json fig
 
 import kmock  # noqa: E402
 from tests.architectures import LLAMA_3_8B  # noqa: E402
+from tests.e2e.conftest import Kubelet  # noqa: E402
+from tests.e2e.probe_results import GIB, gpu_success  # noqa: E402
 
 from gpu_sizer.controller.emulator import LoopbackCluster, crd_document  # noqa: E402
 
@@ -64,6 +72,8 @@ GW = ("gpusizer.dev", "v1alpha1", "gpuworkloads")
 MODES = ("Synthetic", "Disabled")
 TICK = os.sysconf("SC_CLK_TCK")
 STOP_GRACE = 30.0
+#: Node name and NVML total bytes per GPU class label of a measurement Job (--settle).
+NODES = {"nvidia-l4": ("l4", 23034 << 20), "nvidia-a100-80gb": ("a100", 81920 << 20)}
 
 
 def spec(i: int, mode: str) -> dict[str, Any]:
@@ -121,6 +131,60 @@ def writes(cluster: LoopbackCluster) -> tuple[int, int]:
         elif plural == "jobs" and r.action == kmock.action.CREATE:
             jobs += 1
     return status, jobs
+
+
+def _stored(cluster: LoopbackCluster, plural: str) -> list[Any]:
+    return [
+        obj
+        for (resource, _ns, _name), obj in list(cluster.emulator.objects.items())
+        if getattr(resource, "plural", None) == plural and not obj.deleted
+    ]
+
+
+def _finished(job: Any) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def ready(status: dict[str, Any]) -> bool:
+    return status.get("phase") == "Ready"
+
+
+class Settler:
+    """The kubelet and Job controller for measurement Jobs: each unfinished Job succeeds."""
+
+    def __init__(self, cluster: LoopbackCluster) -> None:
+        self.kubelet = Kubelet(cluster)
+        self.cluster = cluster
+        self.done: set[str] = set()
+        self.created: set[str] = set()
+        self.peak_live = 0
+
+    async def step(self) -> None:
+        jobs = [_plain(j) for j in _stored(self.cluster, "jobs")]
+        live = [j for j in jobs if not _finished(j)]
+        self.created |= {j["metadata"]["uid"] for j in jobs}
+        self.peak_live = max(self.peak_live, len(live))
+        for job in live:
+            uid = job["metadata"]["uid"]
+            if uid in self.done:
+                continue
+            self.done.add(uid)
+            cls = job["metadata"]["labels"].get("gpusizer.dev/gpu-class", "nvidia-a100-80gb")
+            node, total = NODES.get(cls, NODES["nvidia-a100-80gb"])
+            await self.kubelet.succeed(
+                job, gpu_success(min(18, total // GIB // 2) * GIB, total=total), node=node
+            )
 
 
 @dataclass
@@ -294,9 +358,21 @@ async def measure(
         run.done = await until(cluster, count, floor_done if floor else estimated, args.timeout)
         await creating
         run.seconds = time.monotonic() - t0
+        if args.settle and not floor:
+            settler = Settler(cluster)
+            settled = 0
+            while time.monotonic() - t0 < args.timeout and settled < count:
+                await settler.step()
+                settled = count_done(cluster, ready)
+                await asyncio.sleep(0.25)
+            run.note = (
+                f"Ready {settled}/{count} after {time.monotonic() - t0:.1f} s; "
+                f"{len(settler.created)} Jobs created, at most {settler.peak_live} unfinished"
+            )
         run.cpu = cpu_seconds(op.proc.pid) - cpu0
         run.rss = rss_peak(op.proc.pid)
-        run.note = op.stop()
+        stopped = op.stop()
+        run.note = "; ".join(n for n in (run.note, stopped) if n)
         runs.append(run)
         if floor or args.no_restart:
             return runs
@@ -367,7 +443,16 @@ async def main() -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per phase")
     ap.add_argument("--no-floor", action="store_true", help="gpu-sizer only")
     ap.add_argument("--no-restart", action="store_true", help="skip the restart phase")
+    ap.add_argument("--settle", action="store_true", help="play the kubelet until all are Ready")
+    ap.add_argument(
+        "--max-concurrent-measurements",
+        type=int,
+        default=None,
+        help="gpu-sizer's cap (default: BENCH_MAX_CONCURRENT_MEASUREMENTS, else its own, 4)",
+    )
     args = ap.parse_args()
+    if args.max_concurrent_measurements is not None:
+        os.environ["BENCH_MAX_CONCURRENT_MEASUREMENTS"] = str(args.max_concurrent_measurements)
     mode = os.environ.get("BENCH_MEASUREMENT_MODE", "Synthetic")
     if mode not in MODES:
         ap.error(f"BENCH_MEASUREMENT_MODE={mode!r}: use one of {', '.join(MODES)}")
