@@ -88,7 +88,8 @@ ADMISSION_VERDICTS = Counter(
     "gpusizer_admission_verdicts_total",
     "Admission webhook answers by operation (CREATE/UPDATE) and verdict (Allowed, "
     "AllowedWithWarnings, AllowedIncomplete, NoSafeHeadroom, Incomplete, Invalid, "
-    "UnknownGpuClass, PolicyViolation, PolicyUnavailable, SizingFailed).",
+    "UnknownGpuClass, PolicyViolation, PolicyUnavailable, SizingFailed; pods: PodApplied, "
+    "PodAllowed, PodDenied).",
     ["operation", "verdict"],
     registry=REGISTRY,
 )

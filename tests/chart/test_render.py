@@ -329,11 +329,62 @@ def test_services(render: Render) -> None:
 
 
 def webhooks(docs: list[Manifest]) -> dict[str, dict[str, Any]]:
+    """The GPUWorkload webhook of each configuration."""
     found = {}
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        (hook,) = one(docs, kind)["webhooks"]
+        (hook,) = [
+            h
+            for h in one(docs, kind)["webhooks"]
+            if h["name"].endswith(".gpuworkloads.gpusizer.dev")
+        ]
         found[kind] = hook
     return found
+
+
+def pod_webhooks(docs: list[Manifest]) -> list[dict[str, Any]]:
+    return [
+        h
+        for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+        for h in one(docs, kind)["webhooks"]
+        if h["name"] == "mutate.pods.gpusizer.dev"
+    ]
+
+
+@pytest.mark.parametrize("values", [{}, ALL_FEATURES], ids=["defaults", "all-features"])
+def test_pod_webhook_sees_only_labelled_pods_and_never_blocks(
+    render: Render, values: dict[str, Any]
+) -> None:
+    """Issue 16: a pod without gpusizer.dev/workload never reaches the webhook (objectSelector),
+    and the webhook being down never blocks a pod (failurePolicy Ignore), whatever the
+    GPUWorkload webhooks' failurePolicy is."""
+    docs = render(values)
+    (hook,) = pod_webhooks(docs)
+    assert hook["objectSelector"] == {
+        "matchExpressions": [{"key": "gpusizer.dev/workload", "operator": "Exists"}]
+    }
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert hook["clientConfig"]["service"]["path"] == "/mutate-pod"
+    assert hook["sideEffects"] == "None" and hook["reinvocationPolicy"] == "Never"
+    assert 1 <= hook["timeoutSeconds"] <= 10
+    excluded = [
+        e
+        for e in hook["namespaceSelector"]["matchExpressions"]
+        if e["key"] == "kubernetes.io/metadata.name"
+    ]
+    assert {NAMESPACE, "kube-system"} <= set(excluded[0]["values"])
+    # An unlabelled pod matches no selector expression: the API server never calls the webhook.
+    unlabelled: dict[str, str] = {"app": "web"}
+    assert not all(e["key"] in unlabelled for e in hook["objectSelector"]["matchExpressions"])
+    assert not pod_webhooks(render({**values, "webhook": {"pods": {"enabled": False}}}))
 
 
 @pytest.mark.parametrize("values", [{}, ALL_FEATURES], ids=["defaults", "all-features"])
@@ -483,6 +534,7 @@ def test_config_defaults(render: Render) -> None:
         "minHeadroomFractionFloor": 0.05,
         "maxMinHeadroomFraction": 0.5,
         "incompleteEstimates": "Warn",
+        "podEnforcement": "Warn",
         "namespaceRules": [],
     }
 

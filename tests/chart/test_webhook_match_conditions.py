@@ -19,7 +19,14 @@ KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 
 def _hooks(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [hook for d in docs if d["kind"] in KINDS for hook in d["webhooks"]]
+    """The GPUWorkload webhooks (the pod webhook has no spec to compare: pods are CREATE only)."""
+    return [
+        hook
+        for d in docs
+        if d["kind"] in KINDS
+        for hook in d["webhooks"]
+        if hook["name"].endswith(".gpuworkloads.gpusizer.dev")
+    ]
 
 
 def _matches(expression: str, operation: str, old: Any, new: Any) -> bool:

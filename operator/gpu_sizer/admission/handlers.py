@@ -5,6 +5,9 @@ kopf serves each handler at ``/<handler id>`` on the webhook server that
 ``/validate-gpuworkload`` and ``/mutate-gpuworkload`` for ``gpuworkloads`` CREATE and UPDATE.
 Importing this module registers the handlers in kopf's default registry.
 
+Pods labelled ``gpusizer.dev/workload`` are served at ``/mutate-pod`` (CREATE only):
+:mod:`.pods` decides, this handler reads the GPUWorkload and applies the answer.
+
 Only new specs are judged (:func:`gpu_sizer.admission.changes.judged`): CREATE, and an UPDATE
 that changes ``spec``. kopf dispatches every operation to these handlers whatever their
 ``operations=`` says (it uses that list only for webhook configurations it manages, which this
@@ -15,6 +18,7 @@ it does not judge, whichever rules the chart registers. Neither handler ever tou
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,8 +31,10 @@ from gpu_sizer.admission.changes import judged
 from gpu_sizer.admission.namespaces import (
     NamespaceLabels,
     NamespaceLookupError,
+    describe,
     kubernetes_fetcher,
 )
+from gpu_sizer.admission.pods import WorkloadFetcher, kubernetes_workload_fetcher, review_pod
 from gpu_sizer.admission.policy import EffectivePolicy, Policy
 from gpu_sizer.admission.verdict import Answer, Outcome, bounded, defaulted_spec, review
 from gpu_sizer.api import GROUP, PLURAL, VERSION
@@ -40,6 +46,7 @@ __all__ = [
     "DenialLogFilter",
     "configure_admission",
     "mutate_gpuworkload",
+    "mutate_pod",
     "validate_gpuworkload",
 ]
 
@@ -55,6 +62,10 @@ class AdmissionConfig:
     )
     #: Where the CPU work of a review runs (worker threads, off the event loop).
     capacity: AdmissionCapacity = field(default_factory=AdmissionCapacity)
+    #: Reads the GPUWorkload a labelled pod names (blocking; run in a worker thread).
+    workloads: WorkloadFetcher = field(default_factory=kubernetes_workload_fetcher)
+    #: Seconds a pod review waits for that read (the webhook's timeoutSeconds is 10 by default).
+    workload_timeout: float = 4.0
 
 
 _config = AdmissionConfig()
@@ -174,3 +185,66 @@ async def mutate_gpuworkload(
     wire = await _config.capacity.run(defaulted_spec, body.get("spec"), policy=policy)
     if wire is not None:
         patch["spec"] = wire
+
+
+@kopf.on.mutate("", "v1", "pods", id="mutate-pod", operations=["CREATE"])
+async def mutate_pod(
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    subresource: str | None,
+    warnings: list[str],
+    operation: str | None = None,
+    **_: Any,
+) -> None:
+    """Apply the recommendation of the GPUWorkload a pod names in ``gpusizer.dev/workload``, or
+    deny the pod under ``podEnforcement: Enforce`` (see :mod:`.pods`).
+
+    :raises kopf.AdmissionError: the denial, with the problems and their fixes.
+    """
+    from gpu_sizer.placement import WORKLOAD_LABEL
+
+    labels = body.get("metadata", {}).get("labels") or {}
+    name = labels.get(WORKLOAD_LABEL)
+    if operation != "CREATE" or subresource or not name:
+        return
+    namespace = str(body.get("metadata", {}).get("namespace") or "")
+    config = _config
+    try:
+        policy, stale = await _policy_for(namespace)
+    except NamespaceLookupError as exc:
+        # The pod webhook's failurePolicy is Ignore: fail open, and say so.
+        warnings.append(f"gpu-sizer did not apply GPUWorkload {namespace}/{name}: {exc}")
+        return
+    workload: Any = None
+    error: str | None = None
+    try:
+        workload = await asyncio.wait_for(
+            asyncio.to_thread(config.workloads, namespace, str(name)), config.workload_timeout
+        )
+    except Exception as exc:  # API error, timeout, configuration: said, never a crash
+        error = describe(exc)
+    answer = await config.capacity.run(
+        review_pod,
+        dict(body),
+        namespace,
+        workload,
+        enforcement=policy.pod_enforcement,
+        catalog=config.catalog,
+        lookup_error=error,
+    )
+    outcome = "Denied" if not answer.allowed else ("Applied" if answer.pod else "Allowed")
+    ADMISSION_VERDICTS.labels("CREATE", f"Pod{outcome}").inc()
+    warnings.extend(answer.warnings)
+    if stale:
+        warnings.append(stale)
+    if not answer.allowed:
+        raise kopf.AdmissionError(answer.message, code=403)
+    if answer.pod is not None:
+        mutated = answer.pod
+
+        def apply(target: Any) -> None:  # kopf's RawBody: the object the JSONPatch is diffed to
+            target["metadata"] = mutated.get("metadata", {})
+            target["spec"] = mutated.get("spec", {})
+
+        patch.fns.append(apply)

@@ -20,6 +20,7 @@ __all__ = [
     "LabelsFetcher",
     "NamespaceLabels",
     "NamespaceLookupError",
+    "describe",
     "kubernetes_fetcher",
 ]
 
@@ -92,7 +93,7 @@ class NamespaceLabels:
             # cancel the read the other reviews wait for, nor the cache filling after it.
             return await asyncio.wait_for(asyncio.shield(read), self._timeout), None
         except Exception as exc:  # any failure of the read: API error, timeout, config
-            reason = _describe(exc)
+            reason = describe(exc)
             entry = self._entries.get(namespace)  # the freshest, whoever read it
             if entry is None:
                 raise NamespaceLookupError(
@@ -120,7 +121,7 @@ class NamespaceLabels:
             read.exception()  # retrieved here, so a read nobody awaited any more is not logged
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     """One short line: API errors carry a whole response, keep only status and reason."""
     status, why = getattr(exc, "status", None), getattr(exc, "reason", None)
     if status is not None:

@@ -8,6 +8,7 @@ operator as ``--policy``. Shape (every key optional; fractions are 0..1 of a GPU
     minHeadroomFractionFloor: 0.05     # a spec asking for less is rejected
     maxMinHeadroomFraction: 0.5        # a spec asking for more is rejected (it would waste GPUs)
     incompleteEstimates: Warn          # Warn: admit with a warning | Deny: refuse (see below)
+    podEnforcement: Warn               # pods labelled gpusizer.dev/workload: Off | Warn | Enforce
     namespaceRules:
       - namespaceSelector: {matchLabels: {team: research}}
         allowedGpuClasses: [nvidia-l4, nvidia-a100-40gb]
@@ -16,6 +17,7 @@ operator as ``--policy``. Shape (every key optional; fractions are 0..1 of a GPU
         incompleteEstimates: Deny
         maxConcurrentMeasurements: 2   # measurement Jobs at once in each such namespace
         localQueue: research-gpus      # Kueue LocalQueue for their measurement Jobs
+        podEnforcement: Enforce
 
 Rules are tried in order and the first whose ``namespaceSelector`` matches the namespace's labels
 applies (an empty selector matches every namespace, so it makes a catch-all last rule); a
@@ -32,8 +34,14 @@ Measurement (issue 15; read by the operator, not the webhook): ``maxConcurrentMe
 once in *each* namespace it applies to, below the cluster-wide ``--max-concurrent-measurements``;
 ``localQueue`` (per rule) names a Kueue LocalQueue: measurement Jobs of those namespaces carry
 ``kueue.x-k8s.io/queue-name`` and are created suspended, Kueue admits them under its quotas, and
-the operator's own cap and limits do not apply to them (Kueue is the queue there). Pure: no
-Kubernetes access here (the handlers read the labels).
+the operator's own cap and limits do not apply to them (Kueue is the queue there).
+
+``podEnforcement`` says what the pod webhook does with a pod labelled ``gpusizer.dev/workload``
+whose GPUWorkload is missing, ``Rejected``, not yet ``Ready``, or whose own GPU request
+contradicts the recommendation: ``Enforce`` denies it with the reason and the fix, ``Warn``
+(default) admits it with admission warnings, ``Off`` admits it silently; in every mode the
+recommendation, when there is one, is applied to the pod. Pure: no Kubernetes access here (the
+handlers read the labels).
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ __all__ = [
     "IncompleteEstimates",
     "NamespaceRule",
     "NamespaceSelector",
+    "PodEnforcement",
     "Policy",
     "PolicyError",
     "load_policy",
@@ -84,6 +93,14 @@ class IncompleteEstimates(StrEnum):
 
     Warn = "Warn"
     Deny = "Deny"
+
+
+class PodEnforcement(StrEnum):
+    """What the pod webhook does when a labelled pod cannot follow its recommendation."""
+
+    Off = "Off"
+    Warn = "Warn"
+    Enforce = "Enforce"
 
 
 class NamespaceSelector(_Model):
@@ -120,6 +137,9 @@ class NamespaceRule(_Model):
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
         description="Kueue LocalQueue for measurement Jobs (kueue.x-k8s.io/queue-name).",
     )
+    pod_enforcement: PodEnforcement | None = Field(
+        None, description="Off, Warn or Enforce for labelled pods; unset takes the top level's."
+    )
 
 
 class Policy(_Model):
@@ -135,6 +155,7 @@ class Policy(_Model):
     )
     incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
     max_concurrent_measurements: int | None = Field(None, ge=1)
+    pod_enforcement: PodEnforcement = PodEnforcement.Warn
     namespace_rules: list[NamespaceRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -224,6 +245,7 @@ class Policy(_Model):
                     rule.max_concurrent_measurements or self.max_concurrent_measurements
                 ),
                 local_queue=rule.local_queue,
+                pod_enforcement=rule.pod_enforcement or self.pod_enforcement,
             )
         return EffectivePolicy(
             allowed_classes=None,
@@ -232,6 +254,7 @@ class Policy(_Model):
             max_min_headroom_fraction=self.max_min_headroom_fraction,
             incomplete_estimates=self.incomplete_estimates,
             max_concurrent_measurements=self.max_concurrent_measurements,
+            pod_enforcement=self.pod_enforcement,
         )
 
 
@@ -249,6 +272,7 @@ class EffectivePolicy:
     max_concurrent_measurements: int | None = None
     #: Kueue LocalQueue of this namespace's measurement Jobs (None: no Kueue).
     local_queue: str | None = None
+    pod_enforcement: PodEnforcement = PodEnforcement.Warn
 
 
 def parse_policy(data: Any, source: str = "policy", *, default_headroom: float = 0.10) -> Policy:

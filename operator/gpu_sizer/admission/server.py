@@ -66,6 +66,7 @@ __all__ = [
     "INLINE_DECODE_BYTES",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
+    "PATH_RESOURCES",
     "SERVED_RESOURCES",
     "AdmissionServer",
     "BadReview",
@@ -78,7 +79,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: The kopf handler ids, which are also the URL paths the chart's webhook configurations use.
-HANDLER_IDS: frozenset[str] = frozenset({"validate-gpuworkload", "mutate-gpuworkload"})
+HANDLER_IDS: frozenset[str] = frozenset(
+    {"validate-gpuworkload", "mutate-gpuworkload", "mutate-pod"}
+)
 #: Largest accepted request body, in bytes: two 1.5 MiB objects (UPDATE) plus the envelope,
 #: with margin; the API server's own request limit is 3 MiB.
 MAX_BODY_BYTES = 8 << 20
@@ -97,7 +100,16 @@ BODY_TIMEOUT = 10.0
 #: (an UPDATE of a large object decodes for tens of milliseconds) go to the worker threads.
 INLINE_DECODE_BYTES = 64 << 10
 #: The resources the handlers serve, as (group, version, plural).
-SERVED_RESOURCES: frozenset[tuple[str, str, str]] = frozenset({(GROUP, VERSION, PLURAL)})
+SERVED_RESOURCES: frozenset[tuple[str, str, str]] = frozenset(
+    {(GROUP, VERSION, PLURAL), ("", "v1", "pods")}
+)
+#: Which resources each handler path serves: a review of another resource there is a 404 (a
+#: misconfigured webhook rule), never a handler run on the wrong kind of object.
+PATH_RESOURCES: dict[str, frozenset[tuple[str, str, str]]] = {
+    "validate-gpuworkload": frozenset({(GROUP, VERSION, PLURAL)}),
+    "mutate-gpuworkload": frozenset({(GROUP, VERSION, PLURAL)}),
+    "mutate-pod": frozenset({("", "v1", "pods")}),
+}
 #: Deepest accepted JSON nesting of a request body, in levels (arrays and objects). A
 #: GPUWorkload AdmissionReview nests about 8 levels (annotations and labels are flat string
 #: maps; a spec's deepest field is 3 levels under ``spec``); 64 leaves room for any extra
@@ -232,6 +244,13 @@ def decode_review(
         raise BadReview(400, "malformed AdmissionReview:\n" + "\n".join(problems))
     resource = data["request"]["resource"]
     key = (resource["group"], resource["version"], resource["resource"])
+    # A pod created by a controller (ReplicaSet, Job) arrives without metadata.namespace; the
+    # request names it, and the handlers look the policy and the GPUWorkload up by it.
+    obj, ns = data["request"].get("object"), data["request"].get("namespace")
+    if isinstance(obj, dict) and isinstance(ns, str) and ns:
+        meta = obj.setdefault("metadata", {})
+        if isinstance(meta, dict) and not meta.get("namespace"):
+            meta["namespace"] = ns
     if key not in resources:
         served = ", ".join(f"{p}.{g}/{v}" for g, v, p in sorted(resources))
         logger.warning(
@@ -425,10 +444,11 @@ class AdmissionServer:
         except aiohttp.web.RequestPayloadError as exc:  # e.g. Content-Encoding gzip, not gzip
             return _text(400, f"malformed AdmissionReview: body unreadable ({_one_line(exc)})")
         try:
+            served = self.resources & PATH_RESOURCES.get(webhook, self.resources)
             if len(raw) <= INLINE_DECODE_BYTES:
-                data = decode_review(raw, request.charset, self.resources)
+                data = decode_review(raw, request.charset, served)
             else:
-                data = await self.capacity.run(decode_review, raw, request.charset, self.resources)
+                data = await self.capacity.run(decode_review, raw, request.charset, served)
         except BadReview as exc:
             return _text(exc.status, exc.text)
         del raw

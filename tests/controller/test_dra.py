@@ -1,0 +1,131 @@
+"""GPU inventory from DRA ResourceSlices (NVIDIA k8s-dra-driver-gpu, driver gpu.nvidia.com).
+
+Device shapes follow the driver's deviceinfo.go (GetDevice for GPUs and MIG devices); the GRID
+slice is from a public `kubectl get resourceslices -o yaml` dump (resource.k8s.io/v1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.dra import parse_quantity, parse_resource_slices
+from gpu_sizer.inventory import Offer
+
+MIB = 1 << 20
+
+
+def gpu(name: str, product: str, memory: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "attributes": {"type": {"string": "gpu"}, "productName": {"string": product}},
+        "capacity": {"memory": {"value": memory}},
+    }
+
+
+def mig(name: str, product: str, profile: str, memory: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "attributes": {
+            "type": {"string": "mig"},
+            "productName": {"string": product},
+            "profile": {"string": profile},
+        },
+        "capacity": {"memory": {"value": memory}},
+    }
+
+
+def resource_slice(node: str, *devices: dict[str, Any], driver: str = "gpu.nvidia.com") -> Any:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver}-x7k2p"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": list(devices),
+        },
+    }
+
+
+def test_quantities() -> None:
+    assert parse_quantity("80Gi") == 80 << 30
+    assert parse_quantity("9728Mi") == 9728 * MIB
+    assert parse_quantity("85899345920") == 80 << 30
+    assert parse_quantity("1.5Gi") == 3 << 29
+    assert parse_quantity("10G") == 10**10
+    assert parse_quantity("lots") is None and parse_quantity(None) is None
+    assert parse_quantity("0") is None
+
+
+def test_mixed_80_and_40_gb_node_is_seen_device_by_device() -> None:
+    # The case GPU Feature Discovery labels cannot show (README): DRA lists each card.
+    slices = [
+        resource_slice(
+            "mixed-1",
+            gpu("gpu-0", "NVIDIA A100-SXM4-80GB", "81920Mi"),
+            gpu("gpu-1", "NVIDIA A100-SXM4-40GB", "40Gi"),
+        )
+    ]
+    node = parse_resource_slices(slices, DEFAULT_CATALOG)["mixed-1"]
+    assert node.offers == (
+        Offer("nvidia-a100-40gb", 1, "gpu.nvidia.com"),
+        Offer("nvidia-a100-80gb", 1, "gpu.nvidia.com"),
+    )
+    assert node.ignored == ()
+
+
+def test_mig_devices_map_to_their_profile_classes() -> None:
+    # gpu-operator issue 637's node under DRA: two A100-80GB cut into 1g.10gb and 2g.20gb.
+    devices = [
+        mig(f"gpu-0-mig-19-{i}-1", "NVIDIA A100-SXM4-80GB", "1g.10gb", "9728Mi") for i in range(6)
+    ]
+    devices += [
+        mig(f"gpu-1-mig-14-{i}-2", "NVIDIA A100-SXM4-80GB", "2g.20gb", "19968Mi") for i in range(4)
+    ]
+    node = parse_resource_slices([resource_slice("a100-mig", *devices)], DEFAULT_CATALOG)[
+        "a100-mig"
+    ]
+    assert node.offers == (
+        Offer("nvidia-a100-80gb-mig-1g.10gb", 6, "mig.nvidia.com"),
+        Offer("nvidia-a100-80gb-mig-2g.20gb", 4, "mig.nvidia.com"),
+    )
+    assert "nvidia-a100-80gb" not in node.classes()
+
+
+def test_devices_that_cannot_be_trusted_are_left_out_with_the_reason() -> None:
+    grid = gpu("gpu-0", "GRID A100-10C", "10Gi")  # a vGPU profile (public dump): not a class
+    wrong = gpu("gpu-1", "NVIDIA H100 80GB HBM3", "40Gi")  # memory disagrees with the class
+    a30 = mig("gpu-2-mig-0", "NVIDIA A30", "1g.6gb", "5888Mi")
+    channel = {"name": "channel-0", "attributes": {"type": {"string": "imex-channel"}}}
+    node = parse_resource_slices(
+        [resource_slice("n", grid, wrong, a30, channel, gpu("gpu-3", "NVIDIA L4", "23034Mi"))],
+        DEFAULT_CATALOG,
+    )["n"]
+    assert node.offers == (Offer("nvidia-l4", 1, "gpu.nvidia.com"),)
+    reasons = "\n".join(node.ignored)
+    assert "gpu-0: productName 'GRID A100-10C' is not in the catalog" in reasons
+    assert "gpu-1: capacity memory 40960 MiB but nvidia-h100-80gb is 81559 MiB" in reasons
+    assert "gpu-2-mig-0: MIG device of 'NVIDIA A30'" in reasons
+    assert "channel-0" not in reasons  # not a GPU: not an inventory matter
+
+
+def test_other_drivers_v1beta1_basic_and_qualified_names() -> None:
+    other = resource_slice("n1", gpu("gpu-0", "NVIDIA L4", "23034Mi"), driver="dra.net")
+    beta = resource_slice(
+        "n2",
+        {
+            "name": "gpu-0",
+            "basic": {
+                "attributes": {
+                    "gpu.nvidia.com/type": {"string": "gpu"},
+                    "gpu.nvidia.com/productName": {"string": "NVIDIA H200"},
+                },
+                "capacity": {"memory": {"value": "143771Mi"}},
+            },
+        },
+    )
+    parsed = parse_resource_slices([other, beta, beta], DEFAULT_CATALOG)
+    assert set(parsed) == {"n2"}
+    assert parsed["n2"].offers == (Offer("nvidia-h200", 2, "gpu.nvidia.com"),)
