@@ -3,6 +3,10 @@
 #
 # Runs the probe on the reference matrix of issue 4 (8B-shaped bf16 inference at three
 # concurrency levels, the same with an fp8 KV cache, a 1B-shaped full AdamW bf16-mixed training
+# step with and without activation checkpointing, a 7B-shaped LoRA step), the pre-allocating
+# engines' KV pools of issue 9 (vLLM, SGLang, TGI rules on this GPU: pool in tokens against the
+# estimate on the device's catalog class; not yet run on a GPU) and the probe-overhead check, and writes a markdown table of estimate vs measured (allocated, reserved, NVML) with
+# the relative error per component to $OUT/gpu-check.md (default ./gpu-check-out).
 # step with and without activation checkpointing, a 7B-shaped LoRA step; the 1B-shaped step
 # under FSDP2, FSDP1, DDP and DeepSpeed ZeRO-2 with one rank per visible GPU under
 # torch.distributed.run, issue 11) and the probe-overhead check, and writes a markdown table of

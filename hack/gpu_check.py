@@ -48,6 +48,7 @@ from gpu_sizer.api import EstimateStatus, GPUWorkloadSpec, parse_spec  # noqa: E
 from gpu_sizer.budget import estimate  # noqa: E402
 from gpu_sizer.budget.estimate import parallel_groups  # noqa: E402
 from gpu_sizer.budget.runtime import base_overhead_bytes  # noqa: E402
+from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, class_for_product  # noqa: E402
 
 GIB = float(1 << 30)
 
@@ -166,6 +167,35 @@ MATRIX["nemotron-nano-9b-hybrid"] = (
     "NVIDIA-Nemotron-Nano-9B-v2 shape (Mamba-2 state per sequence, 4 attention layers), 8 x 16384",
     _published("nvidia-nemotron-nano-9b-v2", maxModelLen=16384, maxNumSeqs=8),
 )
+
+
+# Issue 9: the pre-allocating engines' pools, sized the engine's way on this GPU (the probe's
+# profile run and pool formula) against the estimate on the device's class.
+MATRIX["llama8b-vllm-pool"] = (
+    "8B-shaped, vLLM pool at the fraction gpu-sizer picks, 8192 tokens, concurrency 1/16",
+    {
+        "model": {"name": "synthetic Llama-3-8B shape", "architecture": LLAMA_3_8B},
+        "inference": {"engine": "vllm", "maxModelLen": 8192, "maxNumSeqs": 16},
+        "measurement": {"concurrencyLevels": [1, 16], "timeoutSeconds": 300},
+    },
+)
+MATRIX["llama8b-sglang-pool"] = (
+    "the same on SGLang's rules (mem_fraction_static)",
+    {
+        "model": {"name": "synthetic Llama-3-8B shape", "architecture": LLAMA_3_8B},
+        "inference": {"engine": "sglang", "maxModelLen": 8192, "maxNumSeqs": 16},
+        "measurement": {"concurrencyLevels": [1], "timeoutSeconds": 300},
+    },
+)
+MATRIX["llama8b-tgi-pool"] = (
+    "the same on TGI's rules (cuda_memory_fraction x 0.90)",
+    {
+        "model": {"name": "synthetic Llama-3-8B shape", "architecture": LLAMA_3_8B},
+        "inference": {"engine": "tgi", "maxModelLen": 8192, "maxNumSeqs": 16},
+        "measurement": {"concurrencyLevels": [1], "timeoutSeconds": 300},
+    },
+)
+
 #: The overhead check: the 8B model at concurrency 1, with and without the NVML sampler.
 OVERHEAD = _inference("auto", [1])
 
@@ -206,6 +236,10 @@ def components(
         kv_alloc = _phase(r, "kv-cache").get("peakAllocatedBytes")
         kv = kv_alloc - weights_measured if kv_alloc and weights_measured else None
         rows.append(("KV cache allocation", g.kv_cache_bytes, kv))
+        if est.kv_cache_capacity_tokens is not None:  # a pre-allocating engine's pool, in tokens
+            rows.append(
+                ("KV pool (tokens, not GiB)", est.kv_cache_capacity_tokens, r.get("kvCacheTokens"))
+            )
         work = _max_alloc(r, lambda n: n.startswith(("prefill@", "decode@")))
         act = work - kv_alloc if work and kv_alloc else None
         rows.append(("activations (prefill/decode peak)", g.activation_bytes, act))
@@ -268,6 +302,20 @@ TINY_ARCH = {
     "vocabSize": 256,
     "maxPositionEmbeddings": 256,
 }
+
+
+def device_class() -> GPUClass | None:
+    """The catalog class of the visible GPU (by its GFD-style product name), else ``None``
+    (dry runs and unknown GPUs: the estimate is then the class-independent one)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        product = torch.cuda.get_device_name(0).replace(" ", "-")
+    except ImportError:
+        return None
+    return class_for_product(DEFAULT_CATALOG, product)
 
 
 def tiny(doc: dict[str, Any]) -> dict[str, Any]:
@@ -469,8 +517,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.tiny:
             doc = tiny(doc)
         spec = parse_spec(doc)
-        est = estimate(spec)
-        result = None if args.dry_run else run_probe(name, doc, out)
+        gpu = None if args.tiny else device_class()
+        est = estimate(spec, gpu)  # pre-allocating engines: on this GPU's class
+        extra = ("--gpu-class", gpu.name) if gpu is not None else ()
+        result = None if args.dry_run else run_probe(name, doc, out, *extra)
         if result is not None:
             statuses.append(
                 f"- `{name}` ({description}): {result.get('status')}"
@@ -480,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             statuses.append(f"- `{name}`: {description}")
         for component, e, m in components(spec, est, result):
-            lines.append(f"| {name} | {component} | {_gib(e)} | {_gib(m)} | {_err(e, m)} |")
+            show = (lambda v: "—" if v is None else f"{v:,}") if "tokens" in component else _gib
+            lines.append(f"| {name} | {component} | {show(e)} | {show(m)} | {_err(e, m)} |")
     lines += ["", "## Runs", "", *statuses]
     if not args.only:
         lines += overhead_section(out, args.dry_run, small=args.tiny)

@@ -4,10 +4,23 @@ A *GPU class* is what a user names in ``spec.placement.gpuClasses`` and what the
 recommends: one GPU model (or a family of products with the same usable memory), the memory a
 process can really use on it, and the node labels that identify it.
 
-Usable memory is what NVML reports as ``nvmlDeviceGetMemoryInfo().total`` — what ``nvidia-smi``
-prints as the ``Memory-Usage`` total, in MiB rounded down — not the marketing figure: an "80 GB"
-H100 has 81559 MiB (79.6 GiB) usable, because ECC and the driver's reserved region are gone before
-any process starts. Each default class says where its figure comes from (``GPUClass.source``).
+Two memory figures per class, neither the marketing one:
+
+- ``memory_bytes``: NVML's ``nvmlDeviceGetMemoryInfo().total`` — what ``nvidia-smi`` prints as the
+  ``Memory-Usage`` total and GPU Feature Discovery as ``nvidia.com/gpu.memory``, in MiB rounded
+  down. An "80 GB" H100 has 81559 MiB (79.65 GiB): ECC and the driver's region are already gone.
+- ``usable_bytes``: what a CUDA process can allocate, ``cudaMemGetInfo`` total once its context
+  exists (``torch.cuda.mem_get_info()[1]``, the "total capacity" of PyTorch's out-of-memory message
+  and vLLM's ``total_gpu_memory``): a few hundred MiB less again (H100: 79.22 GiB). Every fit,
+  headroom and engine pool is computed against this figure; vLLM's ``--gpu-memory-utilization``
+  multiplies it.
+
+Each default class says where both figures come from (``GPUClass.source``); where no public
+``cudaMemGetInfo`` figure was found, ``usable_bytes`` is NVML's total less
+:data:`DERIVED_RESERVE_BYTES`, and the source says so. ``compute_capability`` (NVIDIA SM version,
+or the AMD GFX target) decides which kernels an engine can use: FP8 tensor cores need 8.9 (Ada)
+or newer, so FP8 checkpoints on Ampere run through a weight-only path (see
+``gpu_sizer.budget.engines``).
 
 Nodes are matched by the GPU Feature Discovery label ``nvidia.com/gpu.product`` (the NVML device
 name with spaces turned into dashes, e.g. ``NVIDIA-H100-80GB-HBM3``); AMD GPUs by the AMD GPU
@@ -22,7 +35,9 @@ The catalog can be overridden by a YAML file (the Helm chart mounts one at
         rank: 3
       - name: my-h100-nvl-mig-3g  # or add a class: memoryBytes and products are required
         displayName: H100 NVL MIG 3g.47gb
-        memoryBytes: 48318382080
+        memoryBytes: 48318382080    # NVML total
+        usableBytes: 47781511168    # cudaMemGetInfo total (default: memoryBytes less 768 MiB)
+        computeCapability: "9.0"
         products: [NVIDIA-H100-NVL-MIG-3g.47gb]
         interconnect: none
         vendor: nvidia
@@ -51,6 +66,7 @@ from gpu_sizer.api import Problem, problems_from
 __all__ = [
     "AMD_PRODUCT_LABEL",
     "DEFAULT_CATALOG",
+    "DERIVED_RESERVE_BYTES",
     "GFD_PRODUCT_LABEL",
     "MIG_CLASSES",
     "WHOLE_GPU_CLASSES",
@@ -60,6 +76,7 @@ __all__ = [
     "allowed_classes",
     "catalog_to_data",
     "choose_class",
+    "choose_fitting",
     "class_for_product",
     "fits",
     "headroom_fraction",
@@ -75,18 +92,24 @@ GIB: Final = 1 << 30
 GFD_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 #: The AMD GPU node labeller's product label (ROCm/k8s-device-plugin, ``k8s-node-labeller``).
 AMD_PRODUCT_LABEL: Final = "amd.com/gpu.product-name"
+#: NVML total less ``cudaMemGetInfo`` total where no public figure exists for a class: the largest
+#: gap among the classes that have one (A100 80GB: 80.00 GiB NVML, 79.25 GiB usable), rounded up.
+DERIVED_RESERVE_BYTES: Final = 768 * MIB
 
 
 @dataclass(frozen=True)
 class GPUClass:
     """One GPU model as the scheduler sees it.
 
-    ``memory_bytes`` is the usable device memory as NVML's ``nvmlDeviceGetMemoryInfo().total``
-    reports it (bytes); ``products`` are the node label values that identify it (GFD
-    ``nvidia.com/gpu.product`` for NVIDIA, ``amd.com/gpu.product-name`` for AMD). ``rank`` orders
-    classes for the choice: lower is tried first (the default ranks follow typical on-demand cost
-    per GPU-hour, cheapest first; set your own prices' order in catalog.yaml). ``source`` says where
-    ``memory_bytes`` comes from.
+    ``memory_bytes`` is the device memory as NVML's ``nvmlDeviceGetMemoryInfo().total`` reports it
+    (bytes; GFD's ``nvidia.com/gpu.memory``); ``usable_bytes`` what a CUDA process can allocate
+    (``cudaMemGetInfo`` total after its context is created), against which every fit is computed
+    (``None``: ``memory_bytes`` less :data:`DERIVED_RESERVE_BYTES`, see :attr:`usable`).
+    ``products`` are the node label values that identify it (GFD ``nvidia.com/gpu.product`` for
+    NVIDIA, ``amd.com/gpu.product-name`` for AMD). ``rank`` orders classes for the choice: lower is
+    tried first (the default ranks follow typical on-demand cost per GPU-hour, cheapest first; set
+    your own prices' order in catalog.yaml). ``compute_capability`` is the NVIDIA SM version
+    (``"8.0"``) or the AMD GFX target (``"gfx942"``). ``source`` says where the figures come from.
     """
 
     name: str
@@ -120,6 +143,30 @@ class GPUClass:
         head = self.mig_profile.split("g.", 1)[0]
         return int(head) if head.isdigit() else 0
 
+    usable_bytes: int | None = None
+    compute_capability: str = ""
+
+    @property
+    def usable(self) -> int:
+        """Bytes a CUDA process can allocate: ``usable_bytes``, else NVML's total less
+        :data:`DERIVED_RESERVE_BYTES`."""
+        if self.usable_bytes is not None:
+            return self.usable_bytes
+        return max(self.memory_bytes - DERIVED_RESERVE_BYTES, self.memory_bytes // 2)
+
+    @property
+    def native_fp8(self) -> bool:
+        """FP8 tensor cores: NVIDIA compute capability 8.9 (Ada) or newer, AMD CDNA3 (gfx94x) or
+        newer. Without them FP8 checkpoints run weight-only (vLLM/SGLang/TGI Marlin kernels)."""
+        cc = self.compute_capability
+        if cc.startswith("gfx"):
+            return cc[3:5] >= "94"
+        try:
+            major, _, minor = cc.partition(".")
+            return (int(major), int(minor or 0)) >= (8, 9)
+        except ValueError:
+            return True  # unknown: do not invent a limitation
+
     @property
     def product_label(self) -> str:
         """The node label whose values are :attr:`products`."""
@@ -127,11 +174,27 @@ class GPUClass:
 
     @property
     def memory_gib(self) -> float:
-        """Usable memory in GiB (2^30 bytes)."""
+        """NVML total in GiB (2^30 bytes)."""
         return self.memory_bytes / GIB
+
+    @property
+    def usable_gib(self) -> float:
+        """Usable memory (:attr:`usable`) in GiB (2^30 bytes)."""
+        return self.usable / GIB
 
 
 _SMI = "nvidia-smi Memory-Usage total {mib} MiB (NVML total, rounded down to MiB) on {product}, "
+_CUDA = "; usable {gib} GiB: cudaMemGetInfo total as {what} (PyTorch and vLLM print 2 decimals)"
+_DERIVED = (
+    "; usable: no public cudaMemGetInfo figure found, NVML total less 768 MiB "
+    "(DERIVED_RESERVE_BYTES)"
+)
+
+
+def _gib(value: float) -> int:
+    """A GiB figure printed with 2 decimals, in bytes (whole MiB)."""
+    return round(value * 1024) * MIB
+
 
 #: Whole GPUs, 24 GB to 192 GB. Figures are NVML totals as printed by nvidia-smi in public
 #: reports (the issue or document is named), or by rocm-smi for AMD (exact bytes).
@@ -144,7 +207,16 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         "PCIe Gen4 x16, no NVLink",
         rank=1,
         source=_SMI.format(mib=23034, product="NVIDIA L4")
-        + "seen in many public nvidia-smi outputs (e.g. GCP g2 instances)",
+        + "seen in many public nvidia-smi outputs (e.g. GCP g2 instances)"
+        + _CUDA.format(
+            gib="22.03",
+            what=(
+                "PyTorch's out-of-memory message reports it on an L4 (ArcInstitute/evo2#190; "
+                "vLLM CI prints 22.05 GiB, pytorch/pytorch#175666)"
+            ),
+        ),
+        usable_bytes=_gib(22.03),
+        compute_capability="8.9",
     ),
     GPUClass(
         "nvidia-a10g",
@@ -154,7 +226,16 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         "PCIe Gen4 x16, no NVLink",
         rank=2,
         source=_SMI.format(mib=23028, product="NVIDIA A10G (AWS g5) and NVIDIA A10")
-        + "in public nvidia-smi outputs; both report the same total",
+        + "in public nvidia-smi outputs; both report the same total"
+        + _CUDA.format(
+            gib="21.99",
+            what=(
+                "PyTorch's out-of-memory message reports it on an A10 (QwenLM/Qwen3#1387); A10G "
+                "boards report up to 22.20 GiB, the smaller figure is kept for the class"
+            ),
+        ),
+        usable_bytes=_gib(21.99),
+        compute_capability="8.6",
     ),
     GPUClass(
         "nvidia-rtx-4090",
@@ -163,7 +244,14 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         ("NVIDIA-GeForce-RTX-4090",),
         "PCIe Gen4 x16, no NVLink (no peer-to-peer)",
         rank=3,
-        source=_SMI.format(mib=24564, product="NVIDIA GeForce RTX 4090") + "(no ECC)",
+        source=_SMI.format(mib=24564, product="NVIDIA GeForce RTX 4090")
+        + "(no ECC)"
+        + _CUDA.format(
+            gib="23.64",
+            what="PyTorch's out-of-memory message reports it (3DTopia/Phidias-Diffusion#8)",
+        ),
+        usable_bytes=_gib(23.64),
+        compute_capability="8.9",
     ),
     GPUClass(
         "nvidia-rtx-a6000",
@@ -172,7 +260,9 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         ("NVIDIA-RTX-A6000",),
         "PCIe Gen4 x16, optional 2-way NVLink bridge",
         rank=4,
-        source=_SMI.format(mib=49140, product="NVIDIA RTX A6000"),
+        source=_SMI.format(mib=49140, product="NVIDIA RTX A6000") + _DERIVED,
+        usable_bytes=None,
+        compute_capability="8.6",
     ),
     GPUClass(
         "nvidia-l40s",
@@ -181,7 +271,17 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         ("NVIDIA-L40S",),
         "PCIe Gen4 x16, no NVLink",
         rank=5,
-        source=_SMI.format(mib=46068, product="NVIDIA L40S") + "(ECC on)",
+        source=_SMI.format(mib=46068, product="NVIDIA L40S")
+        + "(ECC on)"
+        + _CUDA.format(
+            gib="44.42",
+            what=(
+                "PyTorch's out-of-memory message reports it on 8x L40S "
+                "(stepfun-ai/Step-Video-T2V#8)"
+            ),
+        ),
+        usable_bytes=_gib(44.42),
+        compute_capability="8.9",
     ),
     GPUClass(
         "nvidia-a100-40gb",
@@ -191,7 +291,13 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         "NVLink 3 600 GB/s (SXM4, HGX); PCIe Gen4 (PCIe card, optional NVLink bridge)",
         rank=6,
         source=_SMI.format(mib=40960, product="NVIDIA A100-SXM4-40GB and A100-PCIE-40GB")
-        + "with R525+ drivers; older drivers printed 40537 MiB for the PCIe card",
+        + "with R525+ drivers; older drivers printed 40537 MiB for the PCIe card"
+        + _CUDA.format(
+            gib="39.50",
+            what="PyTorch's out-of-memory message reports it on an A100 40GB (TianheWu/CoSeR#10)",
+        ),
+        usable_bytes=_gib(39.50),
+        compute_capability="8.0",
     ),
     GPUClass(
         "nvidia-a100-80gb",
@@ -200,7 +306,16 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         ("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe"),
         "NVLink 3 600 GB/s (SXM4, HGX); PCIe Gen4 (PCIe card, optional NVLink bridge)",
         rank=7,
-        source=_SMI.format(mib=81920, product="NVIDIA A100-SXM4-80GB and A100 80GB PCIe"),
+        source=_SMI.format(mib=81920, product="NVIDIA A100-SXM4-80GB and A100 80GB PCIe")
+        + _CUDA.format(
+            gib="79.25",
+            what=(
+                "PyTorch's out-of-memory message reports it on an A100 80GB "
+                "(levihsu/OOTDiffusion#235)"
+            ),
+        ),
+        usable_bytes=_gib(79.25),
+        compute_capability="8.0",
     ),
     GPUClass(
         "nvidia-h100-80gb",
@@ -210,7 +325,13 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         "NVLink 4 900 GB/s (SXM5, HGX); PCIe Gen5 (PCIe card, optional NVLink bridge)",
         rank=8,
         source=_SMI.format(mib=81559, product="NVIDIA H100 80GB HBM3 and NVIDIA H100 PCIe")
-        + "(e.g. SkyPilot and vLLM issue logs)",
+        + "(e.g. SkyPilot and vLLM issue logs)"
+        + _CUDA.format(
+            gib="79.22",
+            what="vLLM logs total_gpu_memory on an H100 80GB (vllm-project/vllm#10511 and #12126)",
+        ),
+        usable_bytes=_gib(79.22),
+        compute_capability="9.0",
     ),
     GPUClass(
         "nvidia-h100-nvl",
@@ -219,7 +340,9 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         ("NVIDIA-H100-NVL",),
         "PCIe Gen5 with NVLink bridge pairs 600 GB/s",
         rank=9,
-        source=_SMI.format(mib=95830, product="NVIDIA H100 NVL"),
+        source=_SMI.format(mib=95830, product="NVIDIA H100 NVL") + _DERIVED,
+        usable_bytes=None,
+        compute_capability="9.0",
     ),
     GPUClass(
         "nvidia-h200",
@@ -228,7 +351,9 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         ("NVIDIA-H200", "NVIDIA-H200-NVL"),
         "NVLink 4 900 GB/s (SXM, HGX); H200 NVL: PCIe Gen5 with NVLink bridges",
         rank=10,
-        source=_SMI.format(mib=143771, product="NVIDIA H200 and NVIDIA H200 NVL"),
+        source=_SMI.format(mib=143771, product="NVIDIA H200 and NVIDIA H200 NVL") + _DERIVED,
+        usable_bytes=None,
+        compute_capability="9.0",
     ),
     GPUClass(
         "amd-mi300x",
@@ -240,7 +365,9 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         rank=11,
         source="rocm-smi --showmeminfo vram 'VRAM Total Memory (B): 205822885888' on AMD Instinct "
         "MI300X (bytes, in several public reports; also hipDeviceProp totalGlobalMem); label "
-        "values from the AMD GPU node labeller (amd.com/gpu.product-name)",
+        "values from the AMD GPU node labeller (amd.com/gpu.product-name)" + _DERIVED,
+        usable_bytes=None,
+        compute_capability="gfx942",
     ),
     GPUClass(
         "nvidia-b200",
@@ -250,7 +377,10 @@ WHOLE_GPU_CLASSES: tuple[GPUClass, ...] = (
         "NVLink 5 1.8 TB/s (HGX B200)",
         rank=12,
         source=_SMI.format(mib=183359, product="NVIDIA B200")
-        + "(TensorRT-LLM issue 10278); marketed as 192 GB HBM3e, 180 GB usable",
+        + "(TensorRT-LLM issue 10278); marketed as 192 GB HBM3e, 180 GB usable"
+        + _DERIVED,
+        usable_bytes=None,
+        compute_capability="10.0",
     ),
 )
 
@@ -335,9 +465,11 @@ def _mig_classes(parents: Sequence[GPUClass]) -> tuple[GPUClass, ...]:
                 products=tuple(f"{p}-MIG-{profile}" for p in parent.products),
                 interconnect="none: a MIG device has no peer-to-peer or NVLink",
                 rank=rank,
-                source=_LGIP.format(gib=f"{gib:.2f}", profile=profile, gpu=gpu, where=where),
+                source=_LGIP.format(gib=f"{gib:.2f}", profile=profile, gpu=gpu, where=where)
+                + _DERIVED,
                 mig_profile=profile,
                 parent=parent.name,
+                compute_capability=parent.compute_capability,
             )
         )
     return tuple(out)
@@ -373,6 +505,10 @@ class _ClassEntry(BaseModel):
     source: str | None = None
     mig_profile: str | None = Field(None, pattern=r"^[1-9]g\.[0-9]+gb$")
     parent: str | None = None
+    usable_bytes: int | None = Field(None, ge=1 << 30, le=1 << 42, strict=True)
+    compute_capability: str | None = Field(
+        None, max_length=16, pattern=r"^([0-9]{1,2}\.[0-9]|gfx[0-9a-f]{3,4})$"
+    )
 
 
 class _CatalogFile(BaseModel):
@@ -485,6 +621,8 @@ def catalog_to_data(catalog: Sequence[GPUClass]) -> dict[str, Any]:
                 "rank": c.rank,
                 "source": c.source,
                 **({"migProfile": c.mig_profile, "parent": c.parent} if c.is_mig else {}),
+                **({"usableBytes": c.usable_bytes} if c.usable_bytes is not None else {}),
+                **({"computeCapability": c.compute_capability} if c.compute_capability else {}),
             }
             for c in catalog
         ],
@@ -512,8 +650,8 @@ class Choice:
 
 
 def fits(cls: GPUClass, required_bytes_per_gpu: int, min_headroom_fraction: float) -> bool:
-    """Whether ``cls`` leaves at least ``min_headroom_fraction`` of its memory free."""
-    return headroom_fraction(cls.memory_bytes, required_bytes_per_gpu) >= min_headroom_fraction
+    """Whether ``cls`` leaves at least ``min_headroom_fraction`` of its usable memory free."""
+    return headroom_fraction(cls.usable, required_bytes_per_gpu) >= min_headroom_fraction
 
 
 def choose_class(
@@ -528,24 +666,37 @@ def choose_class(
     over a cheaper absent one; when no present class fits, the cheapest fitting class is chosen
     anyway (``present_in_cluster=False``) so that the recommendation says what to add.
     """
-    ordered = sorted(classes, key=lambda c: (c.rank, c.memory_bytes, c.name))
-    fitting = [c for c in ordered if fits(c, required_bytes_per_gpu, min_headroom_fraction)]
-    if not fitting:
+    return choose_fitting(
+        [
+            (c, headroom_fraction(c.usable, required_bytes_per_gpu))
+            for c in classes
+            if fits(c, required_bytes_per_gpu, min_headroom_fraction)
+        ],
+        present,
+    )
+
+
+def choose_fitting(
+    fitting: Sequence[tuple[GPUClass, float]], present: Collection[str] | None = None
+) -> Choice | None:
+    """The choice among classes already known to fit, each with the headroom it leaves.
+
+    For workloads whose requirement depends on the class (pre-allocating serving engines size
+    their KV cache pool from each GPU's memory) the caller decides the fit per class; the order
+    and the preference for present classes are those of :func:`choose_class`.
+    """
+    ordered = sorted(fitting, key=lambda f: (f[0].rank, f[0].memory_bytes, f[0].name))
+    if not ordered:
         return None
-    cheapest = fitting[0]
+    cheapest = ordered[0]
     chosen = cheapest
     in_cluster: bool | None = None
     if present is not None:
-        on_nodes = [c for c in fitting if c.name in present]
+        on_nodes = [f for f in ordered if f[0].name in present]
         in_cluster = bool(on_nodes)
         if on_nodes:
             chosen = on_nodes[0]
-    return Choice(
-        chosen,
-        headroom_fraction(chosen.memory_bytes, required_bytes_per_gpu),
-        in_cluster,
-        cheapest,
-    )
+    return Choice(chosen[0], chosen[1], in_cluster, cheapest[0])
 
 
 def allowed_classes(catalog: Sequence[GPUClass], names: Sequence[str]) -> list[GPUClass]:

@@ -506,24 +506,36 @@ def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
         for attr, title in _COLUMNS
         if any(getattr(a.estimate.per_gpu, attr) for _, a in rows)
     ]
+    pools = any(a.estimate.kv_cache_capacity_tokens is not None for _, a in rows)
     header = [
         "NAMESPACE/NAME",
         "CLASS",
         *(t for _, t in columns),
         "TOTAL/GPU",
+        *(("KV-TOKENS", "MAX-CONC") if pools else ()),
         "HEADROOM",
         "VERDICT",
     ]
     table = [header]
     for doc, a in rows:
-        per = a.estimate.per_gpu
+        est = a.estimate
+        per = est.per_gpu
         rec = a.recommendation
+        pool: tuple[str, ...] = ()
+        if pools:
+            tokens = est.kv_cache_capacity_tokens
+            conc = est.max_concurrency
+            pool = (
+                f"{tokens:,}" if tokens is not None else "-",
+                f"{conc:.2f}x" if conc is not None else "-",
+            )
         table.append(
             [
                 _row_name(doc),
                 f"{rec.gpu_class} x{rec.gpu_count}" if rec else "-",
                 *(f"{getattr(per, attr) / GIB:.1f}" for attr, _ in columns),
                 f"{per.total_bytes / GIB:.1f} GiB",
+                *pool,
                 f"{rec.headroom_fraction:.0%}" if rec else "-",
                 str(a.verdict),
             ]
@@ -569,10 +581,11 @@ def _import_hf_config(args: argparse.Namespace) -> int:
         config = json.loads(text)
         if not isinstance(config, dict):
             raise UnsupportedConfig("config.json must be a JSON object")
+        serving = not args.training and args.engine != "transformers"
         if model_type_of(config) in KNOWN_MODEL_TYPES:
-            model = model_from_hf_config(config, notes)
+            model = model_from_hf_config(config, notes, serving=serving)
         else:
-            model = _generic_model(config, args.parameter_count, notes)
+            model = _generic_model(config, args.parameter_count, notes, serving=serving)
     except UnreadableFile as exc:
         print(f"{source}: cannot read: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -685,7 +698,7 @@ def _first_int(config: dict[str, Any], keys: tuple[str, ...], default: int) -> i
 
 
 def _generic_model(
-    config: dict[str, Any], parameter_count: int | None, notes: list[str]
+    config: dict[str, Any], parameter_count: int | None, notes: list[str], *, serving: bool
 ) -> dict[str, Any]:
     """``spec.model`` of a ``model_type`` without a parameter layout in gpu-sizer (issue 10: any
     model ``transformers`` can build is accepted).
@@ -714,10 +727,10 @@ def _generic_model(
             f"model type {model_type!r}: transformers could not read it ({exc}); the attention "
             "geometry is config.json's keys as written, unchecked"
         )
-        return model_from_hf_config(config, notes)
+        return model_from_hf_config(config, notes, serving=serving)
     kept = {k: v for k, v in config.items() if k.startswith("_") or k == "quantization_config"}
     read = {**reading.config, **kept}
-    model = model_from_hf_config(read, notes)
+    model = model_from_hf_config(read, notes, serving=serving)
     layers = (model.get("architecture") or {}).get("numHiddenLayers")
     if layers is not None and reading.attention_layers != layers:
         del model["architecture"]
@@ -928,10 +941,18 @@ def _catalog(args: argparse.Namespace) -> int:
     if args.output == "yaml":
         yaml.safe_dump(catalog_to_data(catalog), sys.stdout, sort_keys=False, width=100)
         return EXIT_OK
-    table = [["NAME", "MEMORY", "RANK", "VENDOR", "PRODUCTS (node label values)"]]
+    table = [["NAME", "NVML", "USABLE", "CC", "RANK", "VENDOR", "PRODUCTS (node label values)"]]
     for c in catalog:
         table.append(
-            [c.name, f"{c.memory_gib:.1f} GiB", str(c.rank), c.vendor, ", ".join(c.products)]
+            [
+                c.name,
+                f"{c.memory_gib:.2f} GiB",
+                f"{c.usable_gib:.2f} GiB",
+                c.compute_capability or "-",
+                str(c.rank),
+                c.vendor,
+                ", ".join(c.products),
+            ]
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for row in table:

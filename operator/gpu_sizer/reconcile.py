@@ -7,9 +7,11 @@ before measuring.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
+from gpu_sizer import pool_verdict
 from gpu_sizer.api import (
     Basis,
     Condition,
@@ -22,6 +24,7 @@ from gpu_sizer.api import (
     Phase,
     RecommendationStatus,
 )
+from gpu_sizer.budget.engines import models_pool
 from gpu_sizer.catalog import GPUClass, headroom_fraction
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 from gpu_sizer.placement import snippets
@@ -709,15 +712,21 @@ def _from_measurement(
         )
     peak = measured_peak(m) or 0
     cls = _by_name(config, m.gpu_class)
-    capacity = m.gpu_memory_bytes or (cls.memory_bytes if cls else 0)
+    capacity = cls.usable if cls else (m.gpu_memory_bytes or 0)
     floor = wl.spec.placement.min_headroom_fraction
     gpus = base.estimate.gpu_count if base.estimate else 1
     room = headroom_fraction(capacity, peak) if capacity else -1.0
-    what = f"measured peak {_fmt(peak)} per GPU on {m.gpu_class} ({_fmt(capacity)})"
+    what = f"measured peak {_fmt(peak)} per GPU on {m.gpu_class} ({_fmt(capacity)} usable)"
     conds.put(ConditionType.Measured, T, "Measured", what)
+    same_class = est_rec is not None and cls is not None and est_rec.gpu_class == cls.name
     if room >= floor and cls is not None:
         rec = _measured_recommendation(
-            cls, gpus, peak, present, est_rec.cheapest_fitting_class if est_rec else None
+            cls,
+            gpus,
+            peak,
+            present,
+            est_rec.cheapest_fitting_class if est_rec else None,
+            est_rec.engine_args if est_rec and same_class else None,
         )
         text = f"{what}: {room:.0%} headroom (at least {floor:.0%} required)"
         conds.put(ConditionType.HeadroomSufficient, T, "MeasuredFits", text)
@@ -729,14 +738,18 @@ def _from_measurement(
                 "conditions": _finish(conds, True, "Measured", text),
             }
         )
+    short = f"{what}: {room:.0%} headroom, less than the required {floor:.0%}"
+    if cls is not None and models_pool(wl.spec):
+        # The engine takes a fraction of whichever GPU it runs on: a larger class would only
+        # grow its pool. What the measurement corrects is the memory outside that fraction.
+        return _lower_fraction(wl, base, m, conds, cls, peak, short, present, est_rec)
     bigger = [
         c
         for c in _allowed(wl.spec, config)
-        if headroom_fraction(c.memory_bytes, peak) >= floor
+        if headroom_fraction(c.usable, peak) >= floor
         and (cls is None or c.memory_bytes > cls.memory_bytes)
     ]
     target = _pick(bigger, present)
-    short = f"{what}: {room:.0%} headroom, less than the required {floor:.0%}"
     if target is None:
         conds.put(
             ConditionType.HeadroomSufficient,
@@ -781,6 +794,75 @@ def _not_ready_incomplete(status: GPUWorkloadStatus, why: str) -> str:
     return (
         f"not ready: the measurement gave no GPU figure ({why}) and the estimate is incomplete "
         f"(missing {fields}); {fixes}, or measure with spec.measurement.mode Command on a GPU"
+    )
+
+
+def _lower_fraction(
+    wl: Workload,
+    base: GPUWorkloadStatus,
+    m: MeasurementStatus,
+    conds: _Conds,
+    cls: GPUClass,
+    peak: int,
+    short: str,
+    present: frozenset[str] | None,
+    est_rec: RecommendationStatus | None,
+) -> GPUWorkloadStatus:
+    """A pre-allocating engine measured above the headroom: start it at a lower fraction.
+
+    The engine's footprint is its fraction of the GPU plus what lies outside it; the measured
+    excess over ``(1 - minHeadroomFraction) x usable`` comes off the fraction, and the engine is
+    re-planned on the same class with it (:mod:`gpu_sizer.pool_verdict`). When that smaller pool
+    still serves ``targetConcurrency``, the recommendation keeps the class with the lowered flag;
+    otherwise the workload is rejected with the figures.
+    """
+    spec = wl.spec
+    inf = spec.inference
+    assert inf is not None
+    floor = spec.placement.min_headroom_fraction
+    gpus = base.estimate.gpu_count if base.estimate else 1
+    current = pool_verdict.class_plans(spec, [cls])[0].fraction
+    excess = peak - (1 - floor) * cls.usable
+    lowered = math.floor((current - excess / cls.usable) * 100) / 100
+    changed = spec.model_copy(
+        update={"inference": inf.model_copy(update={"gpu_memory_utilization": max(lowered, 0.01)})}
+    )
+    plan = pool_verdict.class_plans(changed, [cls])[0]
+    if lowered > 0 and pool_verdict.serves(changed, plan):
+        rec = _measured_recommendation(
+            cls,
+            gpus,
+            peak - int((current - plan.fraction) * cls.usable),
+            present,
+            est_rec.cheapest_fitting_class if est_rec else cls.name,
+            dict(plan.engine_args),
+        )
+        text = (
+            f"{short}; the engine's fraction lowered from {current:g} to {plan.fraction:g} on "
+            f"{cls.name} (KV pool {_fmt(plan.kv_pool)}, {plan.max_concurrency:.2f} x maxModelLen "
+            "requests); see recommendation.engineArgs"
+        )
+        conds.put(ConditionType.HeadroomSufficient, F, "FractionLowered", text)
+        return base.model_copy(
+            update={
+                "phase": Phase.Ready,
+                "measurement": m,
+                "recommendation": rec,
+                "conditions": _finish(conds, True, "FractionLowered", text),
+            }
+        )
+    text = (
+        f"{short}; at the fraction that would leave it ({max(lowered, 0.01):g}) "
+        f"{pool_verdict.shortfall(changed, plan) or 'the engine does not serve the spec'}"
+    )
+    conds.put(ConditionType.HeadroomSufficient, F, "NoSafeHeadroom", text)
+    return base.model_copy(
+        update={
+            "phase": Phase.Rejected,
+            "measurement": m,
+            "recommendation": None,
+            "conditions": _finish(conds, False, "NoSafeHeadroom", text),
+        }
     )
 
 
@@ -1129,16 +1211,18 @@ def _measured_recommendation(
     peak: int,
     present: Collection[str] | None,
     cheapest: str | None,
+    engine_args: dict[str, str] | None = None,
 ) -> RecommendationStatus:
     """A recommendation resting on a measured ``peak`` (bytes per GPU) on class ``cls``."""
     return RecommendationStatus(
         gpu_class=cls.name,
         gpu_count=gpus,
-        gpu_memory_bytes=cls.memory_bytes,
+        gpu_memory_bytes=cls.usable,
         required_bytes_per_gpu=peak,
-        headroom_fraction=round(headroom_fraction(cls.memory_bytes, peak), 4),
+        headroom_fraction=round(headroom_fraction(cls.usable, peak), 4),
         basis=Basis.Measurement,
         present_in_cluster=None if present is None else cls.name in present,
         cheapest_fitting_class=cheapest,
         **snippets(cls, gpus),
+        engine_args=engine_args,
     )

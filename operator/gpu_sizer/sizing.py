@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from gpu_sizer import pool_verdict
 from gpu_sizer.api import (
     Basis,
     Dtype,
@@ -31,11 +32,15 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
+from gpu_sizer.budget.engines import EnginePlan, models_pool
+from gpu_sizer.budget.estimate import plan_estimate
 from gpu_sizer.catalog import (
     DEFAULT_CATALOG,
+    Choice,
     GPUClass,
     allowed_classes,
     choose_class,
+    choose_fitting,
     fits,
 )
 from gpu_sizer.placement import snippets
@@ -163,13 +168,12 @@ def assess(
     bound, see :class:`Verdict`); ``UnknownGpuClass`` (``spec.placement.gpuClasses`` names a
     class not in ``catalog``).
     """
-    est, capped = _capped(estimate(spec))
     names = spec.placement.gpu_classes
     known = {c.name for c in catalog}
     unknown = [n for n in names if n not in known]
     if unknown:
         return Assessment(
-            est,
+            _capped(estimate(spec))[0],
             Verdict.UnknownGpuClass,
             "spec.placement.gpuClasses: unknown GPU class "
             + ", ".join(repr(n) for n in unknown)
@@ -178,30 +182,33 @@ def assess(
             + _mig_names(catalog),
         )
     allowed = allowed_classes(catalog, names)
-    if est.gpu_count > 1:
+    if spec.gpu_count > 1:
         # A MIG device has no peer-to-peer or NVLink and CUDA sees one per process: sharded
         # work (NCCL across GPUs) never runs on slices (NVIDIA MIG User Guide, "Concepts").
         whole = [c for c in allowed if not c.is_mig]
         if not whole:
             return Assessment(
-                est,
+                _capped(estimate(spec))[0],
                 Verdict.NoSafeHeadroom,
                 f"spec.placement.gpuClasses allows only MIG slices, and the spec shards over "
-                f"{est.gpu_count} GPUs; MIG devices cannot be combined (no peer-to-peer): allow a "
+                f"{spec.gpu_count} GPUs; MIG devices cannot be combined (no peer-to-peer): allow a "
                 "whole-GPU class, or shard over one GPU",
             )
         allowed = whole
     min_room = spec.placement.min_headroom_fraction
+    warnings = _warnings(spec)
+    if models_pool(spec):
+        return _assess_pool(spec, allowed, present, bool(names), warnings, catalog)
+    est, capped = _capped(estimate(spec))
     required = est.per_gpu.total_bytes
     choice = choose_class(required, min_room, allowed, present)
-    warnings = _warnings(spec)
     if choice is None:
-        largest = max(allowed, key=lambda c: c.memory_bytes)
+        largest = max(allowed, key=lambda c: c.usable)
         fixes = [] if capped else _fixes(spec, est, allowed, largest)
         scope = "allowed class" if names else "class in the catalog"
         message = (
             f"needs {_gib(required)} per GPU x{est.gpu_count} ({_largest_components(est)}); "
-            f"the largest {scope}, {largest.name} ({_gib(largest.memory_bytes)} usable), "
+            f"the largest {scope}, {largest.name} ({_gib(largest.usable)} usable), "
             f"{_room(largest, required)}; {min_room:.0%} headroom required "
             "(spec.placement.minHeadroomFraction)."
         )
@@ -223,7 +230,7 @@ def assess(
     rec = RecommendationStatus(
         gpu_class=cls.name,
         gpu_count=est.gpu_count,
-        gpu_memory_bytes=cls.memory_bytes,
+        gpu_memory_bytes=cls.usable,
         required_bytes_per_gpu=required,
         headroom_fraction=round(choice.headroom_fraction, 4),
         basis=Basis.Estimate,
@@ -243,17 +250,90 @@ def assess(
             f"headroom on {cls.name} is {choice.headroom_fraction:.0%}, under twice the required "
             f"{min_room:.0%}: a runtime or batch change may not fit"
         )
+    message = (
+        f"{cls.name} x{est.gpu_count}: needs {_gib(required)} of {_gib(cls.usable)} per "
+        f"GPU ({_largest_components(est)}), {choice.headroom_fraction:.0%} headroom"
+    )
+    message += _inventory(choice, warnings)
+    return Assessment(est, Verdict.Fits, message, rec, [], warnings)
+
+
+def _inventory(choice: Choice, warnings: list[str]) -> str:
+    """The warning when no node has a fitting class, and the message's suffix when the cheapest
+    fitting class has none."""
+    cls = choice.gpu_class
     if choice.present_in_cluster is False:
         warnings.append(
             f"no node in the cluster has a fitting class; add {cls.name} nodes "
             f"(label {cls.product_label} in {', '.join(cls.products)})"
         )
-    message = (
-        f"{cls.name} x{est.gpu_count}: needs {_gib(required)} of {_gib(cls.memory_bytes)} per "
-        f"GPU ({_largest_components(est)}), {choice.headroom_fraction:.0%} headroom"
-    )
     if choice.cheapest is not None and choice.cheapest.name != cls.name:
-        message += f"; cheapest fitting class {choice.cheapest.name} has no nodes in the cluster"
+        return f"; cheapest fitting class {choice.cheapest.name} has no nodes in the cluster"
+    return ""
+
+
+def _assess_pool(
+    spec: GPUWorkloadSpec,
+    allowed: Sequence[GPUClass],
+    present: Collection[str] | None,
+    named: bool,
+    warnings: list[str],
+    catalog: Sequence[GPUClass],
+) -> Assessment:
+    """The verdict for a pre-allocating engine: per class, see :mod:`gpu_sizer.pool_verdict`.
+
+    Classes are planned in rank order until the cheapest serving one (and, with an inventory,
+    the cheapest present one) is found: an admission review rarely needs more than a few."""
+    on = pool_verdict.planner(spec)
+    plans: list[EnginePlan] = []
+    serving: list[tuple[GPUClass, float]] = []
+    for cls in sorted(allowed, key=lambda c: (c.rank, c.memory_bytes, c.name)):
+        plan = on(cls)
+        plans.append(plan)
+        if pool_verdict.serves(spec, plan):
+            serving.append((cls, plan.headroom))
+            if present is None or cls.name in present:
+                break
+    choice = choose_fitting(serving, present)
+    if choice is None:
+        largest = on(max(allowed, key=lambda c: (c.usable, -c.rank)))
+        est, capped = _capped(plan_estimate(spec, largest))
+        fixes = [] if capped else _pool_fixes(spec, allowed, largest)
+        scope = "allowed class" if named else "class in the catalog"
+        message = (
+            f"on the largest {scope}, {largest.gpu.name} x{est.gpu_count}: "
+            f"{pool_verdict.shortfall(spec, largest)}."
+        )
+        good = [str(f) for f in fixes if f.fits]
+        weak = [str(f) for f in fixes if not f.fits]
+        parts = []
+        if good:
+            parts.append("Fits with any of: " + "; ".join(good) + ".")
+        if weak:
+            parts.append("Not enough alone: " + "; ".join(weak) + ".")
+        if parts:
+            message += "\n" + " ".join(parts)
+        return Assessment(est, Verdict.NoSafeHeadroom, message, None, fixes, warnings)
+    plan = next(p for p in plans if p.gpu.name == choice.gpu_class.name)
+    est, _ = _capped(plan_estimate(spec, plan))
+    cls = plan.gpu
+    rec = RecommendationStatus(
+        gpu_class=cls.name,
+        gpu_count=est.gpu_count,
+        gpu_memory_bytes=cls.usable,
+        required_bytes_per_gpu=plan.total,
+        headroom_fraction=round(plan.headroom, 4),
+        basis=Basis.Estimate,
+        present_in_cluster=choice.present_in_cluster,
+        cheapest_fitting_class=choice.cheapest.name if choice.cheapest else cls.name,
+        engine_args=dict(plan.engine_args),
+        **snippets(cls, est.gpu_count, catalog=catalog),
+    )
+    message = (
+        f"{cls.name} x{est.gpu_count}: {pool_verdict.describe(spec, plan)}, "
+        f"{plan.headroom:.0%} headroom"
+    )
+    message += _inventory(choice, warnings)
     return Assessment(est, Verdict.Fits, message, rec, [], warnings)
 
 
@@ -275,6 +355,33 @@ def _incomplete_text(est: EstimateStatus) -> str:
     parts = [m.message for m in est.missing_components]
     fixes = list(dict.fromkeys(m.fix for m in est.missing_components if m.fix))
     return "incomplete estimate: " + "; ".join(parts + fixes)
+
+
+def _pool_fixes(
+    spec: GPUWorkloadSpec, allowed: Sequence[GPUClass], largest: EnginePlan
+) -> list[Fix]:
+    out = []
+    for path, value, plan, what in pool_verdict.fix_candidates(spec, allowed, largest):
+        if plan is not None:
+            where = (
+                f"{plan.gpu.name} x{spec.gpu_count}: KV pool {_gib(plan.kv_pool)}, "
+                f"{plan.max_concurrency:.1f} x maxModelLen"
+            )
+            if path == "spec.inference.tensorParallelSize":
+                where = f"{plan.gpu.name} x{value}: KV pool {_gib(plan.kv_pool)}"
+        else:
+            where = f"still not enough on {largest.gpu.name}"
+        out.append(
+            Fix(
+                path,
+                value,
+                plan.total if plan else largest.total,
+                plan.gpu.name if plan else None,
+                value if path == "spec.inference.tensorParallelSize" else spec.gpu_count,
+                f"{what} ({where})",
+            )
+        )
+    return out
 
 
 def _over_cap(model: BaseModel) -> bool:
@@ -322,10 +429,10 @@ def _capped(est: EstimateStatus) -> tuple[EstimateStatus, bool]:
 
 
 def _room(cls: GPUClass, required: int) -> str:
-    room = (cls.memory_bytes - required) / cls.memory_bytes
+    room = (cls.usable - required) / cls.usable
     if room >= 0:
         return f"would leave {room:.0%} free"
-    return f"is {_gib(required - cls.memory_bytes)} short"
+    return f"is {_gib(required - cls.usable)} short"
 
 
 def _warnings(spec: GPUWorkloadSpec) -> list[str]:
@@ -400,7 +507,7 @@ def _fixes(
 ) -> list[Fix]:
     min_room = spec.placement.min_headroom_fraction
     # Where "fits on the largest class" turns false; steers the search, never decides it.
-    target_bytes = largest.memory_bytes * (1 - min_room)
+    target_bytes = largest.usable * (1 - min_room)
     estimates: dict[tuple[str, str, Any], EstimateStatus] = {}
 
     def estimated(part: str, field: str, value: Any) -> tuple[GPUWorkloadSpec, EstimateStatus]:

@@ -14,6 +14,8 @@ webhook's configuration and the operator fail the same way on the same bad file:
 - Duplicate keys: the YAML 1.2 spec (section 3.2.1.1) requires mapping keys to be unique; PyYAML
   silently keeps the last one, so a second ``maxNumSeqs:`` would win unseen. They are refused
   with the line of the duplicate.
+- Speed: libyaml parses when PyYAML has it; malformed text is read again by the pure-Python
+  loader, so that acceptance, types and every message are the same with or without libyaml.
 - Files: a file that is not UTF-8 is reported as such rather than with a decode traceback.
 """
 
@@ -48,11 +50,22 @@ class UnreadableFile(OSError):
     """A file could not be read as UTF-8 text; ``str()`` is the reason, without the path."""
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that bounds alias expansion and refuses duplicate mapping keys."""
+class _Strict:
+    """Bounds alias expansion and refuses duplicate mapping keys; mixed into a PyYAML loader.
 
-    def compose_document(self) -> Node | None:
-        node: Node | None = super().compose_document()
+    The size check runs on each composed document (``get_node`` / ``get_single_node`` are the
+    entry points of both the pure-Python ``Composer`` and libyaml's ``CParser``, PyYAML 6.0), the
+    duplicate check in ``construct_mapping`` (``SafeConstructor``, pure Python in both loaders).
+    """
+
+    def get_node(self) -> Node | None:
+        node: Node | None = super().get_node()  # type: ignore[misc]
+        if node is not None:
+            _check_size(node)
+        return node
+
+    def get_single_node(self) -> Node | None:
+        node: Node | None = super().get_single_node()  # type: ignore[misc]
         if node is not None:
             _check_size(node)
         return node
@@ -62,7 +75,7 @@ class _Loader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=deep)
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[attr-defined]
             try:
                 duplicate = key in seen
                 seen.add(key)
@@ -70,7 +83,25 @@ class _Loader(yaml.SafeLoader):
                 continue
             if duplicate:
                 raise ConstructorError(None, None, f"duplicate key {key}", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
+        result: dict[Any, Any] = super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+        return result
+
+
+class _Loader(_Strict, yaml.SafeLoader):
+    """The pure-Python loader: the reference for what is accepted and for every message."""
+
+
+#: libyaml's parser and composer (``yaml.CSafeLoader``: C scanner, parser and composer; the same
+#: pure-Python resolver and SafeConstructor, so the same types). It reads the examples' documents
+#: 6.6 times faster than the pure-Python loader (issue 17; docs/benchmarks.md). None when PyYAML
+#: was built without libyaml.
+_CLoader: type | None = None
+if getattr(yaml, "__with_libyaml__", False):
+
+    class _CSafeStrict(_Strict, yaml.CSafeLoader):
+        pass
+
+    _CLoader = _CSafeStrict
 
 
 def _check_size(root: Node) -> None:
@@ -115,6 +146,15 @@ def load_all(text: str) -> list[Any]:
 
     :raises YamlError: malformed YAML, a duplicate key, or an alias expansion beyond the bound.
     """
+    if _CLoader is not None:
+        try:
+            return list(yaml.load_all(text, Loader=_CLoader))
+        except YamlError:
+            raise  # the project's own checks: the same in both loaders
+        except (yaml.YAMLError, RecursionError):
+            # libyaml words syntax errors its own way: the pure-Python loader reads the text
+            # again for the same message and line as always (only malformed input pays this).
+            pass
     try:
         return list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:

@@ -26,14 +26,15 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 def inference(**overrides: Any) -> dict[str, Any]:
-    """Llama 3 8B served by vLLM, revision pinned; ``overrides`` replace inference keys."""
+    """Llama 3 8B served by transformers (an on-demand runtime, whose requirement the searches
+    below can steer with maxNumSeqs), revision pinned; ``overrides`` replace inference keys."""
     return {
         "model": {
             "name": "meta-llama/Meta-Llama-3-8B",
             "revision": "62bd457b6fe961a42a631306577e622c83876cb6",
             "architecture": LLAMA_3_8B,
         },
-        "inference": {"maxModelLen": 4096, "maxNumSeqs": 4, **overrides},
+        "inference": {"engine": "transformers", "maxModelLen": 4096, "maxNumSeqs": 4, **overrides},
     }
 
 
@@ -111,7 +112,8 @@ async def test_unknown_fields_are_rejected_by_path(webhook: Webhook) -> None:
     assert resp["status"]["message"] == (
         "spec.inference.maxNumSeq: unknown field; did you mean maxNumSeqs? allowed: engine, "
         "maxModelLen, maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
-        "pipelineParallelSize, enforceEager\n"
+        "pipelineParallelSize, enforceEager, gpuMemoryUtilization, engineVersion, "
+        "targetConcurrency\n"
         "spec.replicas: unknown field; allowed: model, inference, training, generation, "
         "measurement, placement"
     )
@@ -270,13 +272,26 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
     l4["placement"] = {"gpuClasses": ["nvidia-l4"]}
     resp = await webhook.validate(admission_review(workload(l4)))
     assert resp["status"]["message"] == (
-        "needs 80.7 GiB per GPU x1 (KV cache 64.0 GiB, weights 15.0 GiB, runtime overhead "
-        "0.9 GiB); the largest allowed class, nvidia-l4 (22.5 GiB usable), is 58.2 GiB short; "
-        "10% headroom required (spec.placement.minHeadroomFraction).\n"
-        "Fits with any of: maxNumSeqs 3 (19.6 GiB per GPU, nvidia-l4 x1); tensorParallelSize 8 "
-        "(11.2 GiB per GPU, nvidia-l4 x8). Not enough alone: maxModelLen 512 (20.7 GiB per GPU, "
-        "still too big for nvidia-l4); kvCacheDtype fp8 (48.7 GiB per GPU, still too big for "
-        "nvidia-l4)."
+        "needs 134.6 GiB per GPU x1 (KV cache 64.0 GiB, activations 50.1 GiB, weights 15.0 GiB); "
+        "the largest allowed class, nvidia-l4 (22.0 GiB usable), is 112.6 GiB short; 10% "
+        "headroom required (spec.placement.minHeadroomFraction).\n"
+        "Fits with any of: maxNumSeqs 2 (19.2 GiB per GPU, nvidia-l4 x1). Not enough alone: "
+        "maxModelLen 512 (23.0 GiB per GPU, still too big for nvidia-l4); kvCacheDtype fp8 "
+        "(102.6 GiB per GPU, still too big for nvidia-l4)."
+    )
+    # vLLM on the same L4: its pool, not maxNumSeqs x maxModelLen, against targetConcurrency.
+    pool = inference(engine="vllm", maxModelLen=8192, maxNumSeqs=64, targetConcurrency=16)
+    pool["placement"] = {"gpuClasses": ["nvidia-l4"]}
+    resp = await webhook.validate(admission_review(workload(pool)))
+    assert resp["status"]["message"] == (
+        "on the largest allowed class, nvidia-l4 x1: vllm 0.19.1 at --gpu-memory-utilization "
+        "0.86 holds 19.7 GiB of 22.0 GiB usable (KV pool 3.6 GiB = 29,136 tokens, 3.56 x "
+        "maxModelLen 8192; weights 15.0 GiB, activations 0.3 GiB, runtime 0.9 GiB): fewer than "
+        "spec.inference.targetConcurrency 16 requests of maxModelLen tokens.\n"
+        "Fits with any of: targetConcurrency 3 (nvidia-l4 x1: KV pool 3.6 GiB, 3.6 x "
+        "maxModelLen); maxModelLen 1792 (nvidia-l4 x1: KV pool 3.6 GiB, 16.3 x maxModelLen); "
+        "tensorParallelSize 2 (nvidia-l4 x2: KV pool 9.4 GiB). Not enough alone: kvCacheDtype "
+        "fp8 (still not enough on nvidia-l4)."
     )
     training = {
         "model": {"revision": "x", "parameterCount": 70_000_000_000},
@@ -285,8 +300,8 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
     resp = await webhook.validate(admission_review(workload(training)))
     assert resp["status"]["message"] == (
         "needs 1356.6 GiB per GPU x1 (optimizer state 521.5 GiB, weights 260.8 GiB, "
-        "activations 260.8 GiB); the largest class in the catalog, amd-mi300x (191.7 GiB usable), "
-        "is 1164.9 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
+        "activations 260.8 GiB); the largest class in the catalog, amd-mi300x (190.9 GiB usable), "
+        "is 1165.6 GiB short; 10% headroom required (spec.placement.minHeadroomFraction).\n"
         "What is counted fits with any of: parallelism zero3 with dataParallelSize 8 (141.0 GiB "
         "per GPU, amd-mi300x x8).\n"
         "The real need is higher: incomplete estimate: activations and logits not counted: "
@@ -309,7 +324,7 @@ async def test_unreadable_namespace_fails_safe_and_says_so(webhook: Webhook) -> 
 
 
 async def test_mutation_writes_defaults_explicitly(webhook: Webhook) -> None:
-    obj = workload(inference(), namespace="research")
+    obj = workload(inference(engine="vllm"), namespace="research")
     resp = await webhook.mutate(admission_review(obj))
     assert resp["allowed"] is True
     assert resp["patchType"] == "JSONPatch"
@@ -321,8 +336,12 @@ async def test_mutation_writes_defaults_explicitly(webhook: Webhook) -> None:
     assert spec["placement"] == {"gpuClasses": [], "minHeadroomFraction": 0.15}  # research's
     assert spec["measurement"]["mode"] == "Synthetic"
     assert spec["measurement"]["timeoutSeconds"] == 900
-    assert "maxNumBatchedTokens" not in spec["inference"]  # derived: stays implicit
+    assert spec["inference"]["targetConcurrency"] == 1
     assert spec["inference"]["engine"] == "vllm"
+    # vLLM's batched-token budget and memory fraction depend on the GPU class: left to
+    # status.recommendation.engineArgs, never frozen into the spec.
+    assert "maxNumBatchedTokens" not in spec["inference"]
+    assert "gpuMemoryUtilization" not in spec["inference"]
     assert "status" not in stored
     # The explicit object sizes exactly like the original, and needs no further mutation.
     assert assess(parse_spec(spec)).verdict is Verdict.Fits
@@ -402,7 +421,8 @@ async def test_denials_are_logged_at_info_not_error(
     assert denials[0].getMessage() == (
         "Admission denied: spec.inference.bogus: unknown field; allowed: engine, maxModelLen, "
         "maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
-        "pipelineParallelSize, enforceEager"
+        "pipelineParallelSize, enforceEager, gpuMemoryUtilization, engineVersion, "
+        "targetConcurrency"
     )
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 

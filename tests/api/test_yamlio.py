@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
+import yaml
 
+from gpu_sizer import yamlio
 from gpu_sizer.yamlio import (
     MAX_EXPANDED_NODES,
     UnreadableFile,
@@ -24,10 +26,8 @@ def bomb(levels: int, width: int = 10) -> str:
 
 
 def test_alias_bomb_is_refused_before_it_expands() -> None:
-    start = time.monotonic()
     with pytest.raises(YamlError, match="aliases") as info:
         load(bomb(9))
-    assert time.monotonic() - start < 2.0
     assert info.value.line is not None
 
 
@@ -66,3 +66,37 @@ def test_read_text_errors(tmp_path: Path) -> None:
         read_text(tmp_path / "missing")
     with pytest.raises(UnreadableFile, match="Is a directory"):
         read_text(tmp_path)
+
+
+BAD = [
+    "a: b: c\n",
+    "a: [1, 2\n",
+    "spec:\n  x: 1\n  x: 2\n",
+    "- a\nb: 1\n",
+    "\tx: 1\n",
+    'a: "unterminated\n',
+    "a: !!binary 'not base64!'\n",
+    "a: *nowhere\n",
+    bomb(9),
+    "[" * 300 + "]" * 300,
+]
+
+
+@pytest.mark.skipif(not yamlio._CLoader, reason="PyYAML built without libyaml")
+def test_the_c_loader_reads_what_the_python_one_reads() -> None:
+    """libyaml parses (issue 17); what is accepted, the values and their types, and every
+    message are those of the pure-Python loader."""
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples").rglob("*.yaml"))
+    assert examples
+    for path in examples:
+        text = path.read_text()
+        assert load_all(text) == list(yaml.load_all(text, Loader=yamlio._Loader)), path
+    text = "a: 0x1F\nb: 1_000\nc: yes\nd: 2026-11-30\ne: .inf\nf: ~\ng: '1'\nh: 1e3\n"
+    assert load(text) == yaml.load(text, Loader=yamlio._Loader)
+    for bad in BAD:
+        with pytest.raises(YamlError) as fast:
+            load_all(bad)
+        with pytest.raises(YamlError) as slow, mock.patch.object(yamlio, "_CLoader", None):
+            load_all(bad)
+        assert str(fast.value) == str(slow.value), bad
+        assert fast.value.line == slow.value.line, bad

@@ -8,11 +8,11 @@ from tests.architectures import GEMMA_7B, LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, M
 
 from gpu_sizer.api import EstimateStatus, parse_spec
 from gpu_sizer.budget import estimate
+from gpu_sizer.budget.engines.common import COMM_GROUP_BYTES
 from gpu_sizer.budget.runtime import (
     CUBLAS_WORKSPACE_BYTES,
     CUDA_CONTEXT_BYTES,
     CUDA_GRAPH_BASE_BYTES,
-    NCCL_COMMUNICATOR_BYTES,
 )
 
 GIB = 1 << 30
@@ -101,8 +101,9 @@ def test_an_architecture_makes_the_estimate_complete() -> None:
     assert _serve(LLAMA_3_8B).complete
 
 
-def test_llama_3_8b_on_vllm_bf16() -> None:
-    est = _serve(LLAMA_3_8B)
+def test_llama_3_8b_on_transformers_bf16() -> None:
+    """An on-demand runtime holds maxNumSeqs x maxModelLen tokens of KV cache."""
+    est = _serve(LLAMA_3_8B, engine="transformers")
     g = est.per_gpu
     assert est.parameter_count == 8_030_261_248
     assert est.gpu_count == 1
@@ -114,6 +115,17 @@ def test_llama_3_8b_on_vllm_bf16() -> None:
     assert g.runtime_overhead_bytes > CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
     assert g.total_bytes == _sum(est)
     assert est.notes == []
+
+
+def test_llama_3_8b_on_vllm_without_a_class_is_the_target_concurrency() -> None:
+    """Class-independent, a pre-allocating engine's estimate is what its pool must hold:
+    targetConcurrency requests of maxModelLen tokens (the pool itself depends on the GPU)."""
+    one = _serve(LLAMA_3_8B)
+    assert one.kv_cache_tokens == 8192
+    assert one.per_gpu.kv_cache_bytes == 1 * GIB
+    four = _serve(LLAMA_3_8B, targetConcurrency=4)
+    assert four.per_gpu.kv_cache_bytes == 4 * GIB
+    assert one.kv_cache_capacity_tokens is None and one.gpu_class is None
 
 
 def test_llama_3_70b_fp8_over_four_gpus() -> None:
@@ -147,7 +159,7 @@ def test_tensor_parallel_adds_nccl_and_splits_the_rest() -> None:
     two = _serve(LLAMA_3_8B, enforceEager=True, tensorParallelSize=2).per_gpu
     assert two.weights_bytes < one.weights_bytes
     assert two.kv_cache_bytes == one.kv_cache_bytes // 2
-    assert two.runtime_overhead_bytes - NCCL_COMMUNICATOR_BYTES <= one.runtime_overhead_bytes
+    assert two.runtime_overhead_bytes - COMM_GROUP_BYTES <= one.runtime_overhead_bytes
 
 
 def test_transformers_prefills_every_sequence_at_once() -> None:

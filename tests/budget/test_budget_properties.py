@@ -28,6 +28,7 @@ from gpu_sizer.api import (
     parse_spec,
 )
 from gpu_sizer.budget import estimate
+from gpu_sizer.budget.engines.common import COMM_GROUP_BYTES
 from gpu_sizer.budget.params import layout
 from gpu_sizer.budget.runtime import NCCL_COMMUNICATOR_BYTES
 
@@ -347,7 +348,8 @@ def test_more_tensor_parallel_ranks_never_need_more_per_gpu(doc: dict[str, Any])
     tp = section["tensorParallelSize"]
     section["tensorParallelSize"] = 2 * tp
     doubled = _estimate(doc)
-    allowance = NCCL_COMMUNICATOR_BYTES if tp == 1 else 0
+    group = COMM_GROUP_BYTES if "inference" in doc else NCCL_COMMUNICATOR_BYTES
+    allowance = group if tp == 1 else 0
     assert doubled.per_gpu.total_bytes <= base.per_gpu.total_bytes + allowance
 
 

@@ -10,6 +10,7 @@ import pytest
 from gpu_sizer.catalog import (
     AMD_PRODUCT_LABEL,
     DEFAULT_CATALOG,
+    DERIVED_RESERVE_BYTES,
     GFD_PRODUCT_LABEL,
     GPUClass,
     InvalidCatalog,
@@ -17,6 +18,7 @@ from gpu_sizer.catalog import (
     catalog_to_data,
     choose_class,
     class_for_product,
+    fits,
     headroom_fraction,
     load_catalog,
     load_catalog_file,
@@ -86,9 +88,9 @@ def test_class_for_product() -> None:
 
 # --- choice -------------------------------------------------------------------------------------
 
-SMALL = GPUClass("small", "Small", 24 * GIB, ("S",), "pcie", rank=1)
-MID = GPUClass("mid", "Mid", 48 * GIB, ("M",), "pcie", rank=2)
-BIG = GPUClass("big", "Big", 80 * GIB, ("B",), "nvlink", rank=3)
+SMALL = GPUClass("small", "Small", 24 * GIB, ("S",), "pcie", rank=1, usable_bytes=24 * GIB)
+MID = GPUClass("mid", "Mid", 48 * GIB, ("M",), "pcie", rank=2, usable_bytes=48 * GIB)
+BIG = GPUClass("big", "Big", 80 * GIB, ("B",), "nvlink", rank=3, usable_bytes=80 * GIB)
 
 
 def test_headroom_fraction() -> None:
@@ -111,7 +113,8 @@ def test_headroom_boundary_is_inclusive() -> None:
 
 
 def test_rank_not_memory_decides() -> None:
-    cheap_big = GPUClass("cheap-big", "Cheap big", 96 * GIB, ("C",), "pcie", rank=0)
+    cheap_big = GPUClass("cheap-big", "Cheap big", 96 * GIB, ("C",), "pcie", rank=0,
+                         usable_bytes=96 * GIB)  # fmt: skip
     choice = choose_class(10 * GIB, 0.1, [SMALL, cheap_big])
     assert choice is not None and choice.gpu_class is cheap_big
 
@@ -289,3 +292,44 @@ def test_catalog_yaml_round_trips_mig_fields() -> None:
     assert load_catalog(data) == tuple(
         sorted(DEFAULT_CATALOG, key=lambda c: (c.rank, c.memory_bytes, c.name))
     )
+
+
+def test_every_class_records_nvml_total_and_cuda_usable_with_sources() -> None:
+    """Usable (cudaMemGetInfo total after the context) is below NVML's total on every class; the
+    source says where each figure comes from, or that usable is derived."""
+    for cls in DEFAULT_CATALOG:
+        assert 0 < cls.memory_bytes - cls.usable <= 1 << 30, cls.name
+        assert "usable" in cls.source, cls.name
+        assert cls.compute_capability, cls.name
+        if cls.usable_bytes is None:
+            assert "DERIVED_RESERVE_BYTES" in cls.source
+    h100 = next(c for c in DEFAULT_CATALOG if c.name == "nvidia-h100-80gb")
+    assert round(h100.usable / GIB, 2) == 79.22 and round(h100.memory_bytes / GIB, 2) == 79.65
+
+
+def test_fits_against_usable_not_nvml_total() -> None:
+    h100 = next(c for c in DEFAULT_CATALOG if c.name == "nvidia-h100-80gb")
+    between = (h100.usable + h100.memory_bytes) // 2
+    assert not fits(h100, between, 0.0)
+    assert fits(h100, h100.usable, 0.0)
+
+
+def test_native_fp8_follows_compute_capability() -> None:
+    fp8 = {c.name for c in DEFAULT_CATALOG if c.native_fp8}
+    assert {"nvidia-a10g", "nvidia-a100-40gb", "nvidia-a100-80gb", "nvidia-rtx-a6000"}.isdisjoint(
+        fp8
+    )
+    assert {"nvidia-l4", "nvidia-l40s", "nvidia-h100-80gb", "nvidia-b200", "amd-mi300x"} <= fp8
+
+
+def test_catalog_file_sets_usable_and_compute_capability() -> None:
+    merged = load_catalog(
+        {"classes": [{"name": "nvidia-l4", "usableBytes": 22 * GIB, "computeCapability": "8.9"},
+                     {"name": "mig", "memoryBytes": 40 * GIB, "products": ["MIG"]}]}
+    )  # fmt: skip
+    l4 = next(c for c in merged if c.name == "nvidia-l4")
+    assert l4.usable == 22 * GIB
+    mig = next(c for c in merged if c.name == "mig")
+    assert mig.usable == 40 * GIB - DERIVED_RESERVE_BYTES and mig.native_fp8  # unknown: no limit
+    with pytest.raises(InvalidCatalog):
+        load_catalog({"classes": [{"name": "nvidia-l4", "computeCapability": "eight"}]})

@@ -37,14 +37,21 @@ def test_table_over_the_examples_directory(capsys: pytest.CaptureFixture[str]) -
     lines = out.splitlines()
     header = lines[0].split()
     assert header[:2] == ["NAMESPACE/NAME", "CLASS"]
-    assert header[-3:] == ["TOTAL/GPU", "HEADROOM", "VERDICT"]
+    assert header[-5:] == ["TOTAL/GPU", "KV-TOKENS", "MAX-CONC", "HEADROOM", "VERDICT"]
     assert "WEIGHTS" in header and "RUNTIME" in header
     files = sorted(EXAMPLES.glob("*.yaml"))
     assert len(lines) == 1 + len(files)
     assert any(line.startswith("inference/llama-3-8b-on-l4 ") and "NoSafeHeadroom" in line
                for line in lines)  # fmt: skip
-    assert "inference/llama-3-8b-on-l4: needs" in err
+    assert "inference/llama-3-8b-on-l4: on the largest allowed class, nvidia-l4" in err
+    assert "fewer than spec.inference.targetConcurrency 16" in err
     assert "Fits with any of:" in err
+    # pre-allocating engines show their pool in tokens and its concurrency; others a dash
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    chat = rows["inference/llama-3-8b-chat"]  # ... KV-TOKENS MAX-CONC HEADROOM VERDICT
+    assert chat[-4].replace(",", "").isdigit() and chat[-3].endswith("x")
+    lora = rows["training/llama-2-13b-lora"]
+    assert lora[-4] == lora[-3] == "-"
 
 
 def test_fitting_file_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,9 +251,10 @@ def test_catalog_command(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "catalog")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["NAME", "MEMORY", "RANK"]
+    assert lines[0].split()[:5] == ["NAME", "NVML", "USABLE", "CC", "RANK"]
     assert [line.split()[0] for line in lines[1:]] == [c.name for c in DEFAULT_CATALOG]
-    assert "79.6 GiB" in next(line for line in lines if line.startswith("nvidia-h100-80gb "))
+    h100 = next(line for line in lines if line.startswith("nvidia-h100-80gb ")).split()
+    assert h100[1:6] == ["79.65", "GiB", "79.22", "GiB", "9.0"]
     code, out, _ = run(capsys, "catalog", "-o", "yaml")
     data = yaml.safe_load(out)
     assert data["replaceDefaults"] is True and len(data["classes"]) == len(DEFAULT_CATALOG)

@@ -420,12 +420,25 @@ def test_unknown_family_estimate_counts_its_kv_cache(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = tmp_path / "w.yaml"
-    path.write_text(yaml.safe_dump(imported(capsys, tmp_path, COHERE2)))
-    assert main(["estimate", str(path), "-o", "json"]) == 0
+    doc = imported(capsys, tmp_path, COHERE2)
+    assert main_on(capsys, path, doc) == 0
     status = json.loads(capsys.readouterr().out)["status"]
-    # 6 sliding layers hold 4096 tokens, 2 full ones 8192: 16 sequences, 4 KiB per token-layer
+    # vLLM: the KV cache is the engine's pool on the class, sized like a known family's (issue 9)
+    assert status["estimate"]["kvCacheCapacityTokens"] > 0
+    assert status["estimate"]["maxConcurrency"] >= 1
+    assert status["estimate"].get("missingComponents", []) == []
+    # On demand (transformers): 6 sliding layers hold 4096 tokens, 2 full ones 8192: 16
+    # sequences, 4 KiB per token-layer.
+    doc["spec"]["inference"]["engine"] = "transformers"
+    assert main_on(capsys, path, doc) == 0
+    status = json.loads(capsys.readouterr().out)["status"]
     assert status["estimate"]["perGpu"]["kvCacheBytes"] == (6 * 4096 + 2 * 8192) * 16 * 4096
     assert status["estimate"].get("missingComponents", []) == []
+
+
+def main_on(capsys: pytest.CaptureFixture[str], path: Path, doc: dict[str, Any]) -> int:
+    path.write_text(yaml.safe_dump(doc))
+    return main(["estimate", str(path), "-o", "json"])
 
 
 def test_a_model_that_is_not_all_attention_keeps_only_its_count(
@@ -521,3 +534,33 @@ def test_without_a_count_a_refused_architecture_stays_refused(
     assert main(["import-hf-config", str(path), "--name", "w"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "spec.model.architecture.hybridOverridePattern: layer codes" in err
+
+
+#: google/gemma-2-9b config.json: its published torch_dtype is float32.
+GEMMA_2_9B = {
+    "model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584,
+    "intermediate_size": 14336, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192,
+    "sliding_window": 4096, "torch_dtype": "float32",
+}  # fmt: skip
+
+
+def test_float32_checkpoint_is_served_in_bfloat16_as_vllm_reads_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """vLLM --dtype auto (``config/model.py`` ``_resolve_auto_dtype``, 0.19.1) downcasts float32
+    checkpoints to the platform's first supported dtype, bfloat16 on compute capability 8.0+."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GEMMA_2_9B))
+    for engine in ("vllm", "sglang", "tgi"):
+        assert main(["import-hf-config", str(path), "--name", "w", "--engine", engine]) == 0
+        out, err = capsys.readouterr()
+        assert yaml.safe_load(out)["spec"]["model"]["dtype"] == "bfloat16"
+        assert "torch_dtype 'float32'" in err and "--dtype auto picks bfloat16" in err
+    # an on-demand runtime and training load what the checkpoint stores
+    assert main(["import-hf-config", str(path), "--name", "w", "--engine", "transformers"]) == 0
+    out, err = capsys.readouterr()
+    assert yaml.safe_load(out)["spec"]["model"]["dtype"] == "float32" and "float32" not in err
+    assert main(["import-hf-config", str(path), "--name", "w", "--training"]) == 0
+    out, _ = capsys.readouterr()
+    assert yaml.safe_load(out)["spec"]["model"]["dtype"] == "float32"

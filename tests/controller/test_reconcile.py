@@ -129,8 +129,11 @@ def test_success_is_ready_on_the_measurement_and_never_remeasured() -> None:
 
 
 def test_measured_peak_without_headroom_moves_to_a_larger_class() -> None:
-    measuring = start(raw()).status
-    done = observe(raw(), measuring, gpu_result(22 * GIB))
+    # An on-demand runtime: its peak does not grow with the GPU. (Pre-allocating engines lower
+    # their memory fraction instead: tests/controller/test_reconcile_pools.py.)
+    doc = raw(inference={"engine": "transformers", "maxModelLen": 2048, "maxNumSeqs": 4})
+    measuring = start(doc).status
+    done = observe(doc, measuring, gpu_result(22 * GIB))
     assert done.status.phase is Phase.Ready
     assert cond(done.status, "HeadroomSufficient").status == "False"
     assert done.status.recommendation is not None

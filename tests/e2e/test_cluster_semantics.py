@@ -46,6 +46,9 @@ async def test_spec_change_replaces_the_job(cluster, start_operator, kubelet: Ku
     start_operator(*PATIENT)
     old = await kubelet.wait_job()
     assert old["metadata"]["namespace"] == NS
+    # The Job is created before the status naming it is written: a spec change before that
+    # write is a new workload's first decision (no SpecChanged to report). Wait for the status.
+    await eventually(lambda: _observed(cluster, "respec", 1), 60, "observedGeneration 1")
     await cluster.change_spec(GW, NS, "respec", {"inference": {"maxNumSeqs": 8}})
     new = await kubelet.wait_job(not_named={old["metadata"]["name"]})
     assert (

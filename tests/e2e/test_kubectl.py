@@ -150,7 +150,7 @@ async def test_kubectl_walkthrough_against_the_demo(demo: Demo) -> None:
     header, row = got.stdout.splitlines()[:2]
     assert header.split()[:4] == ["NAME", "PHASE", "MODEL", "CLASS"], header
     assert "EST GIB/GPU" in header and "HEADROOM %" in header and "BASIS" not in header
-    assert row.split()[:2] == ["llama-3-8b-chat", "Ready"] and "nvidia-rtx-a6000" in row
+    assert row.split()[:2] == ["llama-3-8b-chat", "Ready"] and "nvidia-l4" in row
     wide = await demo.kubectl("get", "gpuworkloads", "-A", "-o", "wide")
     assert wide.stdout.split()[:2] == ["NAMESPACE", "NAME"] and "BASIS" in wide.stdout
     assert f"{NS} " in wide.stdout and "demo " in wide.stdout  # kubectl -A: every namespace
@@ -158,7 +158,7 @@ async def test_kubectl_walkthrough_against_the_demo(demo: Demo) -> None:
         "get", "gpuw", "-n", NS, "llama-3-8b-chat",
         "-o", "jsonpath={.status.recommendation.gpuClass}",
     )  # fmt: skip
-    assert cls.stdout == "nvidia-rtx-a6000"
+    assert cls.stdout == "nvidia-l4"
 
     described = await demo.kubectl("describe", "gpuw", "-n", NS, "llama-3-8b-chat")
     assert described.returncode == 0, described.stderr

@@ -24,6 +24,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 #: file -> (verdict, GPUs per replica). Classes are left to the memory model.
 EXPECTED: dict[str, tuple[Verdict, int]] = {
     "llama-3-8b-vllm-bf16.yaml": (Verdict.Fits, 1),
+    "llama-3.1-8b-vllm-32k-h100.yaml": (Verdict.Fits, 1),
     "llama-3-70b-vllm-fp8-tp4.yaml": (Verdict.Fits, 4),
     "llama-3.1-405b-fp8-vllm-tp8.yaml": (Verdict.Fits, 8),
     "mixtral-8x7b-awq.yaml": (Verdict.Fits, 1),

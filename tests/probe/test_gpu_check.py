@@ -46,6 +46,9 @@ def test_dry_run_writes_the_matrix_with_estimates(tmp_path: Path) -> None:
         "llama7b-lora",
         "deepseek-v2-lite-mla",
         "nemotron-nano-9b-hybrid",
+        "llama8b-vllm-pool",  # issue 9: the pre-allocating engines' pools
+        "llama8b-sglang-pool",
+        "llama8b-tgi-pool",
         "llama1b-fsdp2",
         "llama1b-fsdp1",
         "llama1b-ddp",

@@ -214,12 +214,12 @@ def _review(
 def defaulted_spec(spec_doc: Any, *, policy: EffectivePolicy) -> dict[str, Any] | None:
     """The spec with every default written out, for the mutating webhook; ``None`` if invalid.
 
-    Fills what pydantic defaults (measurement mode and timeout, engine, parallel sizes, ...) and
-    the namespace's default ``minHeadroomFraction`` when the spec gives none. Values the spec
-    sets are never changed, and the result gets exactly the verdict, message and warnings of the
-    spec as written (``tests/admission/test_mutation_agreement.py`` checks both over generated
-    specs and policies). An invalid spec is left alone: the validating webhook rejects it with
-    the field paths.
+    Fills what pydantic defaults (measurement mode and timeout, engine, parallel sizes,
+    ``targetConcurrency``, ...) and the namespace's default ``minHeadroomFraction`` when the spec
+    gives none. Values the spec sets are never changed, and the result gets exactly the verdict,
+    message and warnings of the spec as written (``tests/admission/test_mutation_agreement.py``
+    checks both over generated specs and policies). An invalid spec is left alone: the validating
+    webhook rejects it with the field paths.
 
     Defaults *derived from other fields* are not written: the engine's ``maxNumBatchedTokens``
     (:func:`gpu_sizer.budget.activations.prefill_tokens`: vLLM ``max(8192, maxNumSeqs)``, TGI
@@ -228,7 +228,10 @@ def defaulted_spec(spec_doc: Any, *, policy: EffectivePolicy) -> dict[str, Any] 
     ``maxNumSeqs`` above it would be denied for a field the user never set, TGI's figure can be
     below ``maxNumSeqs`` (which the API refuses as an explicit value), and the fixes in a denial
     would be computed with the frozen figure, so the webhook and ``gpu-sizer estimate`` would
-    name different fixes for the same file.
+    name different fixes for the same file. The same holds for defaults that depend on the GPU
+    class (vLLM's and SGLang's batched-token budget, TGI's ``--max-batch-prefill-tokens``, the
+    engine's memory fraction): the recommendation's ``engineArgs`` carry them for the class it
+    names.
     """
     try:
         spec = parse_spec(spec_doc)

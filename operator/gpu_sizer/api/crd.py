@@ -15,7 +15,8 @@ pydantic emits JSON Schema 2020-12; Kubernetes wants a *structural* OpenAPI v3 s
   which is what the Python parser also accepts;
 - ``exclusiveMaximum: N`` (2020-12) becomes ``maximum: N`` + ``exclusiveMaximum: true`` (OpenAPI
   v3.0), titles are dropped, ``additionalProperties: false`` is dropped (the API server prunes
-  unknown fields instead; the webhook rejects them with a message naming the field);
+  unknown fields instead; the webhook rejects them with a message naming the field); a map of
+  strings (``recommendation.engineArgs``) keeps ``additionalProperties: {type: string}``;
 - every property carries a description (the field's, else its model's docstring), so that
   ``kubectl explain gpuworkload.spec.inference`` reads like the Python docs;
 - spec defaults are kept (the API server fills them, so ``kubectl get -o yaml`` shows them);
@@ -69,6 +70,11 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
     {"name": "Headroom %", "type": "number",
      "jsonPath": ".status.recommendation.headroomPercent",
      "description": "Free share of the recommended GPU at the peak, percent."},
+    {"name": "Max Conc", "type": "number", "jsonPath": ".status.estimate.maxConcurrency",
+     "description": "Pre-allocating engines: maxModelLen requests the KV pool holds at once."},
+    {"name": "KV Tokens", "type": "integer",
+     "jsonPath": ".status.estimate.kvCacheCapacityTokens", "priority": 1,
+     "description": "Pre-allocating engines: the KV cache pool in tokens."},
     {"name": "Basis", "type": "string", "jsonPath": ".status.recommendation.basis",
      "priority": 1, "description": "Estimate or Measurement."},
     {"name": "Peak Phase", "type": "string", "jsonPath": ".status.estimate.peakPhase",

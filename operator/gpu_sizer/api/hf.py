@@ -179,7 +179,7 @@ def model_type_of(config: dict[str, Any]) -> str:
 
 
 def model_from_hf_config(
-    config: dict[str, Any], warnings: list[str] | None = None
+    config: dict[str, Any], warnings: list[str] | None = None, *, serving: bool = False
 ) -> dict[str, Any]:
     """``spec.model`` (wire names) from a parsed config.json: architecture, dtype, quantization.
 
@@ -188,6 +188,9 @@ def model_from_hf_config(
     ``layer_types`` places it, ``kvLoraRank``); the caller adds ``parameterCount``. When that
     geometry cannot describe the model (other layer kinds, an encoder tower, a missing key) the
     architecture is left out and ``warnings`` says why: the estimate is then Incomplete.
+
+    ``serving``: the model is for an inference engine, which reads the checkpoint's dtype its own
+    way (a float32 ``torch_dtype`` is served in bfloat16, with a warning); training keeps it.
 
     :raises UnsupportedConfig: a required key is missing or a quantization format is unknown.
     """
@@ -219,7 +222,20 @@ def model_from_hf_config(
     if isinstance(name, str) and name and "/" in name:
         model["name"] = name
     dtype = _first(config, "torch_dtype", "dtype")
-    if isinstance(dtype, str) and dtype in _DTYPES:
+    if isinstance(dtype, str) and _DTYPES.get(dtype) == "float32" and serving:
+        # vLLM --dtype auto (config/model.py _resolve_auto_dtype, 0.19.1): float32 checkpoints
+        # are downcast to the platform's first supported dtype, bfloat16 on compute capability
+        # 8.0+ (platforms/cuda.py supported_dtypes), float16 on older GPUs. SGLang and TGI
+        # likewise serve float32 checkpoints in 16 bits.
+        model["dtype"] = "bfloat16"
+        if warnings is not None:
+            warnings.append(
+                f"torch_dtype {dtype!r}: serving engines load float32 checkpoints in 16 bits "
+                "(vLLM --dtype auto picks bfloat16 on compute capability 8.0 and newer, "
+                "float16 before), so spec.model.dtype is bfloat16; set it to float32 only if "
+                "you start the engine with --dtype float32"
+            )
+    elif isinstance(dtype, str) and dtype in _DTYPES:
         model["dtype"] = _DTYPES[dtype]
     elif dtype is not None and warnings is not None:
         warnings.append(

@@ -1260,6 +1260,35 @@ class Inference(_Model):
     enforce_eager: StrictBool = Field(
         False, description="Disable CUDA graphs (vLLM --enforce-eager); saves their memory pool."
     )
+    gpu_memory_utilization: Fraction | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="Pre-allocating engines: the fraction of each GPU the engine takes at start "
+        "and carves its KV cache pool from (vLLM --gpu-memory-utilization; SGLang "
+        "--mem-fraction-static, the share for weights and KV pool; TGI --cuda-memory-fraction). "
+        "Unset: gpu-sizer picks, per GPU class, the largest value up to the engine's default that "
+        "leaves spec.placement.minHeadroomFraction free, and reports it in "
+        "status.recommendation.engineArgs. Not used by transformers (it allocates on demand).",
+    )
+    engine_version: str | None = Field(
+        None,
+        min_length=1,
+        max_length=32,
+        pattern=r"^v?[0-9]+(\.[0-9]+){0,3}([.+-]?[A-Za-z][A-Za-z0-9]*)?$",
+        description="Engine release (e.g. 0.11.0): defaults such as maxNumBatchedTokens, CUDA "
+        "graph sizes and what counts inside gpuMemoryUtilization change between versions. "
+        "Unset: the newest release gpu-sizer models for the engine (named in "
+        "status.estimate.engineVersion).",
+    )
+    target_concurrency: Fraction = Field(
+        1.0,
+        gt=0.0,
+        le=float(LIMITS["seqs"]),
+        description="Pre-allocating engines: how many concurrent requests of maxModelLen tokens "
+        "the KV cache pool must hold without preemption. 1 is vLLM's own start-up condition "
+        "(one maxModelLen sequence); the verdict fails when the pool holds fewer.",
+    )
 
 
 class Finetuning(_Model):
@@ -1819,6 +1848,19 @@ class GPUWorkloadSpec(_Model):
                         f"concurrency level {level} exceeds inference.maxNumSeqs "
                         f"({inf.max_num_seqs}): the engine never runs more sequences at once",
                     )
+            if inf.target_concurrency > inf.max_num_seqs:
+                problems.add(
+                    "inference.targetConcurrency",
+                    f"targetConcurrency ({inf.target_concurrency:g}) exceeds maxNumSeqs "
+                    f"({inf.max_num_seqs}): the engine never runs more sequences at once; raise "
+                    "maxNumSeqs or lower targetConcurrency",
+                )
+            if inf.gpu_memory_utilization is not None and inf.engine is Engine.transformers:
+                problems.add(
+                    "inference.gpuMemoryUtilization",
+                    "transformers allocates on demand and takes no fixed fraction of the GPU; "
+                    "gpuMemoryUtilization applies to vllm, sglang and tgi (remove it)",
+                )
             if (
                 inf.max_num_batched_tokens is not None
                 and inf.max_num_batched_tokens < inf.max_num_seqs

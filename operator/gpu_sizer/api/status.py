@@ -17,6 +17,11 @@ from typing import Annotated
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, computed_field
 from pydantic.alias_generators import to_camel
 
+#: One value of ``recommendation.engineArgs``, keyed by the flag's own name.
+EngineArgValue = Annotated[
+    str, Field(description="The flag's value as the engine's command line takes it (e.g. 0.9).")
+]
+
 __all__ = [
     "Basis",
     "Condition",
@@ -195,6 +200,24 @@ class EstimateStatus(_Status):
     kv_cache_tokens: int | None = Field(
         None, description="Tokens the KV cache is sized for (inference only)."
     )
+    kv_cache_capacity_tokens: int | None = Field(
+        None,
+        description="Pre-allocating engines: the KV cache pool in tokens on gpuClass, as vLLM "
+        "logs 'GPU KV cache size: N tokens'.",
+    )
+    max_concurrency: float | None = Field(
+        None,
+        description="Pre-allocating engines: kvCacheCapacityTokens / maxModelLen, as vLLM logs "
+        "'Maximum concurrency for N tokens per request'.",
+    )
+    gpu_class: str | None = Field(
+        None,
+        description="Pre-allocating engines: the GPU class these figures are for (the pool "
+        "depends on the GPU): the recommended class, else the largest allowed class.",
+    )
+    engine_version: str | None = Field(
+        None, description="Engine release whose allocation rules the estimate follows."
+    )
     peak_phase: PeakPhase | None = Field(
         None,
         description="Phase whose per-GPU total is the peak and is shown in perGpu (training: "
@@ -345,6 +368,11 @@ class RecommendationStatus(_Status):
     )
     resources: ResourcesSnippet | None = Field(
         None, description="Ready-to-paste container resources (the GPU limit) per replica."
+    )
+    engine_args: dict[str, EngineArgValue] | None = Field(
+        None,
+        description="Inference: the engine's own flags (e.g. --gpu-memory-utilization, "
+        "--max-model-len) to start it with on gpuClass so that it behaves as estimated.",
     )
 
     @computed_field(  # type: ignore[prop-decorator]

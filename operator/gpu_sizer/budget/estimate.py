@@ -29,6 +29,9 @@ All figures are bytes.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
+
 from gpu_sizer.api import (
     DTYPE_BYTES,
     Architecture,
@@ -42,12 +45,15 @@ from gpu_sizer.api import (
     PerGpuBreakdown,
     PhaseEstimate,
 )
+from gpu_sizer.budget import engines
 from gpu_sizer.budget.activations import (
     activation_token_elements,
     inference_activation_bytes,
     prefill_tokens,
 )
 from gpu_sizer.budget.diffusion import diffusion_estimate
+from gpu_sizer.budget.engines import EnginePlan, ServingFacts, models_pool, serving_facts
+from gpu_sizer.budget.engines.common import COMM_GROUP_BYTES, generic_serving_facts
 from gpu_sizer.budget.families import FAMILIES
 from gpu_sizer.budget.kv_cache import (
     kv_cache_bytes,
@@ -79,8 +85,16 @@ from gpu_sizer.budget.weights import (
     flat_weight_bytes,
     weight_bytes,
 )
+from gpu_sizer.catalog import GPUClass
 
-__all__ = ["estimate", "parallel_groups", "stage_outer_params"]
+__all__ = [
+    "engine_planner",
+    "engine_plans",
+    "estimate",
+    "parallel_groups",
+    "plan_estimate",
+    "stage_outer_params",
+]
 
 GIB = 1 << 30
 
@@ -103,19 +117,10 @@ def stage_outer_params(lay: Layout, pp: int, proj: int) -> int:
     return max(lay.embedding, last) + lay.encoder
 
 
-def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
-    """Per-GPU memory budget of ``spec`` in bytes, on the most loaded GPU of one replica.
-
-    Every ``PerGpuBreakdown`` field is filled and ``totalBytes`` is their sum; a component the
-    spec does not give enough to count is 0 and named in ``missingComponents``. Never raises for
-    a spec that passed validation. Image and video generation (``spec.generation``) is sized phase
-    by phase in :mod:`gpu_sizer.budget.diffusion`.
-    """
-    if spec.generation is not None:
-        return diffusion_estimate(spec)
+def _rank_layout(spec: GPUWorkloadSpec) -> tuple[Layout, Layout, int]:
+    """(whole model, the most loaded rank's layout, its parameters outside the layers)."""
     arch = spec.model.architecture
-    if arch is None or arch.model_type not in FAMILIES:
-        return _estimate_from_parameter_count(spec, arch)
+    assert arch is not None
     inf = spec.inference
     if inf is not None:
         tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
@@ -126,19 +131,136 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
     whole = layout(arch)
     lay = whole if tp == 1 and pp == 1 else layout(arch, tp, stage_layers(arch, pp))
     outer = stage_outer_params(lay, pp, arch.word_embed_proj_dim or arch.hidden_size)
+    return whole, lay, outer
+
+
+def engine_planner(spec: GPUWorkloadSpec, headroom: float) -> Callable[[GPUClass], EnginePlan]:
+    """What the spec's pre-allocating engine holds on one GPU of a class, as a function of the
+    class (the model's figures are computed once).
+
+    ``headroom`` is the share of usable memory the engine's fraction must leave free when the spec
+    leaves ``gpuMemoryUtilization`` unset. Requires ``spec.model.architecture`` and a
+    pre-allocating engine (:func:`gpu_sizer.budget.engines.is_pre_allocating`).
+    """
+    return engines.planner(spec, _serving_facts(spec), headroom)
+
+
+#: Serving facts by (model, inference), both frozen: the verdict plans the same spec on many
+#: classes and its fixes re-plan variants of it. Bounded: cleared when full.
+_FACTS: dict[tuple[object, object], ServingFacts] = {}
+_FACTS_MAX = 1024
+
+
+def _serving_facts(spec: GPUWorkloadSpec) -> ServingFacts:
+    key = (spec.model, spec.inference)
+    facts = _FACTS.get(key)
+    if facts is None:
+        arch = spec.model.architecture
+        inf = spec.inference
+        assert arch is not None and inf is not None
+        if arch.model_type in FAMILIES:
+            whole, lay, outer = _rank_layout(spec)
+            facts = serving_facts(spec, lay, outer, whole.total)
+        else:
+            params = spec.model.parameter_count
+            assert params is not None
+            shard = -(-params // (inf.tensor_parallel_size * inf.pipeline_parallel_size))
+            facts = generic_serving_facts(spec, *flat_weight_bytes(shard, spec.model))
+        if len(_FACTS) >= _FACTS_MAX:
+            _FACTS.clear()
+        _FACTS[key] = facts
+    return facts
+
+
+def engine_plans(
+    spec: GPUWorkloadSpec, classes: Sequence[GPUClass], headroom: float
+) -> list[EnginePlan]:
+    """:func:`engine_planner` on each class of ``classes``, in order."""
+    on = engine_planner(spec, headroom)
+    return [on(cls) for cls in classes]
+
+
+def plan_estimate(spec: GPUWorkloadSpec, plan: EnginePlan) -> EstimateStatus:
+    """``status.estimate`` for a pre-allocating engine on ``plan.gpu``: what the engine holds
+    (the KV pool as the KV cache), its KV capacity and concurrency."""
+    inf = spec.inference
+    assert inf is not None
+    params = plan.parameter_count
+    notes = list(plan.notes)
+    arch = spec.model.architecture
+    if arch is not None and arch.model_type not in FAMILIES:
+        notes.insert(0, _generic_note(arch.model_type))
+    if spec.model.parameter_count is not None and spec.model.parameter_count != params:
+        notes.insert(0, _count_note(spec.model.parameter_count, params))
+    if plan.fraction_chosen:
+        notes.append(
+            f"gpuMemoryUtilization unset: {plan.fraction:g} on {plan.gpu.name} (the engine's "
+            f"default {plan.fraction_default:g} would leave less than "
+            f"{spec.placement.min_headroom_fraction:.0%} of it free); see "
+            "status.recommendation.engineArgs"
+        )
+    return EstimateStatus(
+        parameter_count=params,
+        gpu_count=spec.gpu_count,
+        kv_cache_bytes_per_token=plan.kv_token_bytes,
+        kv_cache_tokens=plan.capacity_tokens,
+        kv_cache_capacity_tokens=plan.capacity_tokens,
+        max_concurrency=round(plan.max_concurrency, 2),
+        gpu_class=plan.gpu.name,
+        engine_version=f"{inf.engine.value} {plan.version}",
+        per_gpu=_breakdown(
+            plan.weights, plan.quant, plan.kv_pool, plan.activations, 0, 0, 0, plan.runtime
+        ),
+        notes=notes,
+    )
+
+
+def estimate(spec: GPUWorkloadSpec, gpu_class: GPUClass | None = None) -> EstimateStatus:
+    """Per-GPU memory budget of ``spec`` in bytes, on the most loaded GPU of one replica.
+
+    Every ``PerGpuBreakdown`` field is filled and ``totalBytes`` is their sum; a component the
+    spec does not give enough to count is 0 and named in ``missingComponents``. Never raises for
+    a spec that passed validation.
+
+    Pre-allocating serving engines (vLLM, SGLang, TGI) hold what their fraction of the GPU allows:
+    with ``gpu_class`` the figures are the engine's on that class (:func:`plan_estimate`); without
+    it, the class-independent demand: what serving ``targetConcurrency`` requests of
+    ``maxModelLen`` tokens needs (the smallest pool the verdict accepts). Image and video
+    generation (``spec.generation``) is sized phase by phase in
+    :mod:`gpu_sizer.budget.diffusion`, the same on every class.
+    """
+    if spec.generation is not None:
+        return diffusion_estimate(spec)
+    arch = spec.model.architecture
+    inf = spec.inference
+    if gpu_class is not None and models_pool(spec):
+        headroom = spec.placement.min_headroom_fraction
+        return plan_estimate(spec, engine_plans(spec, [gpu_class], headroom)[0])
+    if arch is None or arch.model_type not in FAMILIES:
+        return _estimate_from_parameter_count(spec, arch)
+    whole, lay, outer = _rank_layout(spec)
+    if inf is not None:
+        tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
+    else:
+        assert spec.training is not None
+        par = spec.training.parallelism
+        tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
     notes: list[str] = []
     params = whole.total
     if spec.model.parameter_count is not None and spec.model.parameter_count != params:
-        notes.append(
-            f"spec.model.parameterCount {spec.model.parameter_count} differs from the "
-            f"{params} parameters of spec.model.architecture; the architecture's count is used"
-        )
+        notes.append(_count_note(spec.model.parameter_count, params))
     if inf is not None:
         weights, quant = weight_bytes(lay, spec.model, outer)
         element = kv_element_bytes(spec.model, inf)
         geometry = kv_geometry(arch, element, tp, pp, state_element_bytes(spec.model))
         per_token = geometry.bytes_per_token
-        kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
+        if models_pool(spec):
+            # Class-independent demand: the pool must hold targetConcurrency requests.
+            request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
+            kv = math.ceil(inf.target_concurrency * request)
+            kv_tokens = math.ceil(inf.target_concurrency * inf.max_model_len)
+        else:
+            kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
         acts = inference_activation_bytes(
             arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
@@ -149,7 +271,8 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
             per_seq = activation_token_elements(arch, tp) * act_bytes
             graphs = CUDA_GRAPH_BASE_BYTES + batch * per_seq
         groups = (tp > 1) + (pp > 1)
-        runtime = base_overhead_bytes(groups) + graphs + allocator_reserve_bytes(acts)
+        comm = groups * COMM_GROUP_BYTES
+        runtime = base_overhead_bytes(0) + comm + graphs + allocator_reserve_bytes(acts)
         breakdown = _breakdown(weights, quant, kv, acts, 0, 0, 0, runtime)
         return EstimateStatus(
             parameter_count=params,
@@ -168,6 +291,21 @@ def estimate(spec: GPUWorkloadSpec) -> EstimateStatus:
         )
     tb = training_budget(spec, lay, outer)
     return _training_estimate(spec, tb, params, trainable_parameter_count(whole, tr), notes)
+
+
+def _generic_note(model_type: str) -> str:
+    return (
+        f"model type {model_type!r} has no parameter layout here: weights come from "
+        "spec.model.parameterCount, the KV cache and activations from the architecture's "
+        "attention geometry (layerTypes, slidingWindow, kvLoraRank; MLP taken as gated)"
+    )
+
+
+def _count_note(given: int, counted: int) -> str:
+    return (
+        f"spec.model.parameterCount {given} differs from the {counted} parameters of "
+        "spec.model.architecture; the architecture's count is used"
+    )
 
 
 def _breakdown(
@@ -206,11 +344,7 @@ def _estimate_from_parameter_count(
     why = _NO_ARCH if arch is None else f"for model type {arch.model_type!r}"
     notes: list[str] = []
     if arch is not None:
-        notes.append(
-            f"model type {arch.model_type!r} has no parameter layout here: weights come from "
-            "spec.model.parameterCount, the KV cache and activations from the architecture's "
-            "attention geometry (layerTypes, slidingWindow, kvLoraRank; MLP taken as gated)"
-        )
+        notes.append(_generic_note(arch.model_type))
     if spec.model.quantization is not None:
         notes.append(
             f"quantized weights are approximate {why}: every parameter is taken as "
@@ -225,9 +359,10 @@ def _estimate_from_parameter_count(
         if tp * pp > 1:
             notes.append(f"weights split evenly over {tp * pp} GPUs {why}")
         batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
-        groups = (tp > 1) + (pp > 1)
+        # non-torch memory of each parallel group (engines.common.COMM_GROUP_BYTES, issue 9)
+        comm = ((tp > 1) + (pp > 1)) * COMM_GROUP_BYTES
         if arch is None:
-            runtime = base_overhead_bytes(groups) + (CUDA_GRAPH_BASE_BYTES if batch else 0)
+            runtime = base_overhead_bytes(0) + comm + (CUDA_GRAPH_BASE_BYTES if batch else 0)
             return EstimateStatus(
                 parameter_count=params,
                 gpu_count=spec.gpu_count,
@@ -239,7 +374,13 @@ def _estimate_from_parameter_count(
             )
         element = kv_element_bytes(spec.model, inf)
         geometry = kv_geometry(arch, element, tp, pp, state_element_bytes(spec.model))
-        kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
+        if models_pool(spec):
+            # Class-independent demand, as for a known family: targetConcurrency requests.
+            request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
+            kv = math.ceil(inf.target_concurrency * request)
+            kv_tokens = math.ceil(inf.target_concurrency * inf.max_model_len)
+        else:
+            kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
         acts = inference_activation_bytes(
             arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
@@ -248,7 +389,7 @@ def _estimate_from_parameter_count(
         if batch:
             per_seq = activation_token_elements(arch, tp) * act_bytes
             graphs = CUDA_GRAPH_BASE_BYTES + batch * per_seq
-        runtime = base_overhead_bytes(groups) + graphs + allocator_reserve_bytes(acts)
+        runtime = base_overhead_bytes(0) + comm + graphs + allocator_reserve_bytes(acts)
         return EstimateStatus(
             parameter_count=params,
             gpu_count=spec.gpu_count,

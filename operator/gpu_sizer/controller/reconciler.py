@@ -229,6 +229,12 @@ class Reconciler:
         self._policy = _load_policy(opts)
         #: namespace -> (its effective policy, monotonic time read).
         self._ns_policy: dict[str, tuple[EffectivePolicy, float]] = {}
+        #: The workloads known when the first decision was made, not decided yet since the
+        #: start (None before that, and after each was decided once); see :meth:`_count_resume`.
+        self._resuming: set[Key] | None = None
+        self._resume_done = False
+        self._resume_writes = 0
+        self._started = time.monotonic()
         backend.notify = self.notify
 
     # ----------------------------------------------------------------------- wiring
@@ -242,6 +248,7 @@ class Reconciler:
         """Connect the API client and the watch's index of workloads; start the workers."""
         self._client = client
         self._workloads = workloads
+        self._started = time.monotonic()
         self._events = asyncio.Queue(maxsize=10_000)
         self._poster = asyncio.create_task(self._post_events(), name="gpu-sizer events")
         self.queue.start()
@@ -346,6 +353,15 @@ class Reconciler:
         self._seed()
         if self._kueue_queue(key[0]) is not None:
             # Kueue queues this namespace's Jobs (created suspended): not our queue's business.
+            self._dequeue(key)
+            return plan, False
+        wanted = {a.name for a in plan.actions if isinstance(a, StartJob)}
+        if any(
+            j.name in wanted and not j.deleting and not j.finished for j in self.backend.jobs(*key)
+        ):
+            # Started by an earlier decision whose status write did not land (a kill, a 5xx):
+            # it holds its slot already (it counts as running). Adopt it; queued again, it
+            # would be deleted as unwanted and created once more when its turn came.
             self._dequeue(key)
             return plan, False
         self.slots.enter(key, _queued_since(stored) or now)
@@ -485,10 +501,15 @@ class Reconciler:
 
         :raises kube.ApiError, BackendError: a write did not land (the queue retries).
         """
+        if self._resuming is None and not self._resume_done:
+            # kopf fills every index before any event handler runs, so the workloads' index
+            # holds every workload there is at the first decision.
+            self._resuming = {k for k, _ in self._all_workloads()}
         namespace, name = key
         body = self.workload(key)
         if body is None or _meta(body).get("deletionTimestamp"):
             await self._clean_up(key, body)
+            self._count_resume(key, False)
             return None
         meta = _meta(body)
         uid = str(meta.get("uid") or "")
@@ -557,8 +578,9 @@ class Reconciler:
             retry_quota = not reserved and namespace in self._quota_blocked
         else:
             self._dequeue(key)
+        recorded: list[JobView] = []
         try:
-            await self._jobs(key, uid, plan, body, spec, hash_)
+            recorded = await self._jobs(key, uid, plan, body, spec, hash_, stored)
         except QuotaExceeded as exc:
             assert wl is not None
             plan = self._quota_refused(key, wl, plan, stored, exc, now)
@@ -571,19 +593,23 @@ class Reconciler:
                 else:
                     self._reserved.pop(namespace, None)
         changed = await self._write(key, body, stored, plan)
+        for job in recorded:  # their outcome is in the status now: they may go
+            await self._delete(key, job)
         if key not in self._resumed:
             self._resumed.add(key)
             if stored.get("phase"):
                 # After a restart: which workloads this process took over; its Job actions
                 # (an adoption, a deletion) are done by now.
                 log.info("%s/%s: resumed in phase %s", *key, plan.status.phase)
+        self._count_resume(key, changed)
         self._record_metrics(key, plan.status)
         log.debug(
-            "%s/%s: decided: %s, status %s",
+            "%s/%s: decided: %s, status %s (on resourceVersion %s)",
             namespace,
             name,
             plan.status.phase,
             "written" if changed else "unchanged",
+            meta.get("resourceVersion"),
         )
         if changed:
             self._log_transition(key, stored, plan)
@@ -620,6 +646,24 @@ class Reconciler:
         if self._say(key, "quota", text):
             log.warning("%s/%s: measurement Job refused by quota, queued: %s", *key, text)
         return self._queued(key, wl, plan, verdict, now)
+
+    def _count_resume(self, key: Key, wrote: bool) -> None:
+        """Count the resume after a (re)start: once every workload known at the first decision
+        has been decided, say how long that took and how many statuses it wrote (over settled
+        workloads: none, issue 17)."""
+        if self._resuming is None:
+            return
+        self._resume_writes += wrote
+        self._resuming.discard(key)
+        if not self._resuming:
+            self._resuming = None
+            self._resume_done = True
+            log.info(
+                "resumed: every workload known at the start decided, %.1f s after the start, "
+                "%d status writes",
+                time.monotonic() - self._started,
+                self._resume_writes,
+            )
 
     def _previous(self, key: Key, status: Mapping[str, Any]) -> GPUWorkloadStatus | None:
         if not status or not status.get("phase"):
@@ -667,14 +711,26 @@ class Reconciler:
         body: Mapping[str, Any],
         spec: Any,
         hash_: str | None,
-    ) -> None:
-        """Delete every Job the plan does not want, then start (or adopt) the one it does."""
+        stored: Mapping[str, Any],
+    ) -> list[JobView]:
+        """Delete every Job the plan does not want, then start (or adopt) the one it does.
+
+        Returned, not deleted: the unwanted Jobs whose outcome the stored status does not hold
+        yet (the Job it names for the current spec: a CUDA OOM moving on to a larger class, a
+        pod unschedulable past its deadline). They are the only record of that outcome until
+        the new status is written; deleted first, a kill or a failed write in between would
+        leave a status naming a Job that is gone, and the Job would be created again.
+        """
         namespace, name = key
         m = plan.status.measurement
         # The Job the status names is kept, running or done (its result may still be on its way
         # through the pod watch; a finished one stays for its logs until ttlSecondsAfterFinished).
         kept = m.job_name if m is not None and m.spec_hash == hash_ else None
+        old = stored.get("measurement")
+        old = old if isinstance(old, Mapping) else {}
+        unrecorded = old.get("jobName") if old.get("specHash") == hash_ else None
         to_delete = {a.name for a in plan.actions if isinstance(a, DeleteJob)}
+        later: list[JobView] = []
         for job in self.backend.jobs(namespace, name):
             if job.deleting or job.owner_uid is None:
                 continue  # going already; or not a GPUWorkload's Job: never ours to delete
@@ -682,12 +738,17 @@ class Reconciler:
             # orphan, as the garbage collector also knows.
             orphan = job.owner_uid != uid
             unwanted = job.name in to_delete or (job.name != kept and not job.finished)
-            if orphan or unwanted:
+            if orphan:
+                await self._delete(key, job)
+            elif unwanted and job.name == unrecorded:
+                later.append(job)
+            elif unwanted:
                 await self._delete(key, job)
         for action in plan.actions:
             if isinstance(action, StartJob):
                 assert spec is not None and hash_ is not None
                 await self._start(key, uid, action, spec, hash_, body)
+        return later
 
     async def _delete(self, key: Key, job: JobView) -> None:
         try:

@@ -21,6 +21,7 @@ from kopf._core.engines.activities import ActivityError  # not re-exported by ko
 
 from gpu_sizer import metrics
 from gpu_sizer.controller.handlers import register
+from gpu_sizer.controller.kopf_fixes import quiet_toggle_sets
 from gpu_sizer.controller.options import Options
 from gpu_sizer.measurement.backends import Backend, KubernetesJobBackend, LocalProcessBackend
 
@@ -98,6 +99,7 @@ def run(opts: Options) -> int:
     if problem is not None:
         logging.getLogger(__name__).error("gpu-sizer operator: %s", problem)
         return 1
+    quiet_toggle_sets()  # kopf's start-up over N existing objects: N, not N**2, wake-ups
     # The default registry, because the admission handlers register themselves on it on import.
     registry = kopf.get_default_registry()
     backend = make_backend(opts)

@@ -15,6 +15,16 @@ Shaped after vLLM's engine (``vllm/v1/worker/gpu_model_runner.py``, ``vllm/v1/co
   kvLoraRank + qkRopeHeadDim]`` latent tensor, Mamba layers one page per sequence holding the
   conv and SSM state in the model dtype, padded to the attention page as vLLM pads hybrid models;
   sliding-window and chunked layers are allocated for every position (noted).
+- **KV cache, pre-allocating engines on a GPU** (vLLM, SGLang, TGI): the pool is sized the way the
+  engine sizes it, from the device's own figures after a profile forward pass of the engine's
+  prefill budget (:func:`pool_bytes`, with the fraction and budget the estimate chose for this
+  class, :mod:`gpu_sizer.budget.engines`): vLLM ``requested - (weights + activation peak +
+  non-PyTorch increase)``, SGLang ``free after load - free before load x (1 - fraction)``, TGI
+  ``free after warm-up - (1 - 0.9 x fraction) x total``. The layer caches are allocated for as
+  many ``maxModelLen`` requests as the pool holds, in the engine's block size, and the rest of
+  the pool as one untouched buffer, so the probe holds what the engine holds; concurrency levels
+  beyond those requests are measured at that number (the engine would preempt). CPU runs and
+  on-demand runtimes keep ``maxNumSeqs x maxModelLen`` slots.
 - **Prefill**: ``c`` prompts of ``maxModelLen - decode steps`` tokens, in forward passes of at most
   ``maxNumBatchedTokens`` tokens (chunked prefill; short prompts are batched together); unset,
   the engine's own budget from :func:`gpu_sizer.budget.activations.prefill_tokens` (vLLM and
@@ -40,7 +50,7 @@ from gpu_sizer.api import Architecture, Engine, GPUWorkloadSpec, Inference, KvCa
 from gpu_sizer.budget.activations import prefill_tokens
 from gpu_sizer.budget.kv_cache import kv_geometry, mamba_state_shapes, state_page_bytes
 from gpu_sizer.budget.vision import encoder_profile_patches
-from gpu_sizer.probe.memory import Recorder
+from gpu_sizer.probe.memory import OutOfMemory, Recorder
 from gpu_sizer.probe.model import (
     KvCache,
     SyntheticDecoder,
@@ -52,6 +62,7 @@ from gpu_sizer.probe.model import (
 
 __all__ = [
     "BLOCK_SIZE",
+    "EngineStart",
     "InferenceFigures",
     "LayerCache",
     "allocate_kv_cache",
@@ -60,6 +71,7 @@ __all__ = [
     "default_prefill_note",
     "fp8_cache_note",
     "kv_cache_dtype",
+    "pool_bytes",
     "run_inference",
 ]
 
@@ -190,24 +202,26 @@ def allocate_layer_caches(
     dtype: torch.dtype,
     state_dtype: torch.dtype,
     device: torch.device,
+    block_size: int = BLOCK_SIZE,
 ) -> list[LayerCache]:
-    """The cache of every layer ``model`` holds, by what the layer caches.
+    """The cache of every layer ``model`` holds, by what the layer caches, for ``num_seqs``
+    sequences of up to ``max_len`` tokens in ``block_size``-token blocks.
 
     :param whole: the model's whole architecture (``model`` is built from one rank's share).
     :param dtype: the KV cache dtype; :param state_dtype: the Mamba state dtype (model dtype).
     """
     arch = model.arch
-    blocks = num_seqs * math.ceil(max_len / BLOCK_SIZE)
+    blocks = num_seqs * math.ceil(max_len / block_size)
     element = torch.empty((), dtype=dtype).element_size()
     state_element = torch.empty((), dtype=state_dtype).element_size()
     caches = []
     for kind in model.layer_kinds:
         if kind.mixer == "attention":
-            shape: tuple[int, ...] = (2, blocks, BLOCK_SIZE, arch.kv_heads, arch.head_size)
+            shape: tuple[int, ...] = (2, blocks, block_size, arch.kv_heads, arch.head_size)
             caches.append(LayerCache("kv", torch.empty(shape, dtype=dtype, device=device)))
         elif kind.mixer == "mla":
             width = (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0)
-            tensor = torch.empty(blocks, BLOCK_SIZE, width, dtype=dtype, device=device)
+            tensor = torch.empty(blocks, block_size, width, dtype=dtype, device=device)
             caches.append(LayerCache("mla", tensor))
         elif kind.mixer == "mamba":
             conv, ssm = mamba_state_shapes(whole, tp)
@@ -248,6 +262,94 @@ def _views(cache: list[LayerCache], num_seqs: int, first: int, count: int) -> li
     return views
 
 
+@dataclass(frozen=True)
+class EngineStart:
+    """How a pre-allocating engine starts on this GPU, as the estimate planned it: its fraction
+    flag's value, its prefill budget (profile run) and its KV block size in tokens."""
+
+    engine: Engine
+    fraction: float
+    prefill_tokens: int
+    block_size: int
+
+
+def pool_bytes(
+    engine: Engine,
+    fraction: float,
+    *,
+    total: int,
+    free_at_start: int,
+    free_now: int,
+    weights: int,
+    activation_peak: int,
+    non_torch_increase: int,
+) -> int:
+    """The KV pool an engine carves out, from the device's own figures (bytes).
+
+    vLLM (``gpu_worker.py`` ``determine_available_memory``): ``ceil(total x fraction) - (weights +
+    activation peak + non-PyTorch increase)``. SGLang (``kv_cache_configurator.py``
+    ``_profile_available_bytes``): ``free now - free at start x (1 - fraction)``. TGI
+    (``flash_causal_lm.py`` ``warmup``): ``free now - (1 - fraction x 0.90) x total``, measured
+    with the warm-up's activations still cached.
+    """
+    if engine is Engine.sglang:
+        return int(free_now - free_at_start * (1 - fraction))
+    if engine is Engine.tgi:
+        return int(free_now - (1 - fraction * 0.90) * total)
+    return math.ceil(total * fraction) - (weights + activation_peak + non_torch_increase)
+
+
+def _device_memory(device: torch.device) -> tuple[int, int, int]:
+    """(free, total, PyTorch reserved) bytes on ``device`` (``cudaMemGetInfo``)."""
+    torch.cuda.synchronize(device)
+    free, total = torch.cuda.mem_get_info(device)
+    return free, total, torch.cuda.memory_reserved(device)
+
+
+def _engine_pool(
+    spec: GPUWorkloadSpec,
+    model: SyntheticDecoder,
+    start: EngineStart,
+    before: tuple[int, int, int],
+    weights: int,
+    device: torch.device,
+    recorder: Recorder,
+) -> int:
+    """The bytes of KV pool the engine would allocate: a profile forward pass of its prefill
+    budget without a KV cache (as vLLM's ``profile_run``) plus the sampler over
+    ``min(maxNumSeqs, budget)`` rows in float32, then the engine's pool formula
+    (:func:`pool_bytes`) on the device's figures."""
+    inf = spec.inference
+    assert inf is not None
+    tokens = start.prefill_tokens
+    with recorder.phase("profile"):
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        out = model(model.make_inputs(1, tokens, device), None, 0, last_only=True)
+        if model.lm_head is not None:
+            rows = min(inf.max_num_seqs, tokens)
+            logits = out[:, -1].float().expand(rows, -1).contiguous()
+            logits.softmax(dim=-1)
+            del logits
+        del out
+        peak = torch.cuda.max_memory_allocated(device) - base
+    if start.engine is not Engine.tgi:  # TGI measures with the warm-up's blocks still cached
+        torch.cuda.empty_cache()
+    free0, total, reserved0 = before
+    free, _, reserved = _device_memory(device)
+    non_torch = ((total - free) - reserved) - ((total - free0) - reserved0)
+    return pool_bytes(
+        start.engine,
+        start.fraction,
+        total=total,
+        free_at_start=free0,
+        free_now=free,
+        weights=weights,
+        activation_peak=peak,
+        non_torch_increase=max(non_torch, 0),
+    )
+
+
 def _forward(model: SyntheticDecoder, batch: int, t: int, views: list[KvCache], start: int) -> None:
     """One forward pass of ``batch`` sequences of ``t`` new tokens at ``start``; greedy sampling
     from float32 logits (vLLM's sampler upcasts them) where this stage holds lm_head."""
@@ -257,11 +359,20 @@ def _forward(model: SyntheticDecoder, batch: int, t: int, views: list[KvCache], 
 
 
 def run_inference(
-    spec: GPUWorkloadSpec, dtype: torch.dtype, device: torch.device, recorder: Recorder
+    spec: GPUWorkloadSpec,
+    dtype: torch.dtype,
+    device: torch.device,
+    recorder: Recorder,
+    start: EngineStart | None = None,
 ) -> InferenceFigures:
     """Run the synthetic inference workload, recording a phase for each step.
 
-    :raises gpu_sizer.probe.memory.OutOfMemory: an allocation failed (phase and size inside).
+    ``start`` (GPU runs of pre-allocating engines): size the KV pool the engine's way after a
+    profile forward pass (see the module docstring); without it the cache holds
+    ``maxNumSeqs x maxModelLen`` tokens.
+
+    :raises gpu_sizer.probe.memory.OutOfMemory: an allocation failed (phase and size inside), or
+        the engine's pool would not hold one ``maxModelLen`` request (phase ``kv-cache``).
     :raises gpu_sizer.probe.memory.DeadlineExceeded: the deadline passed between steps.
     """
     assert spec.inference is not None and spec.model.architecture is not None
@@ -283,8 +394,8 @@ def run_inference(
             f"{end} end) built and run on one GPU with random inputs from the previous stage; "
             "NCCL send/receive buffers are not included"
         )
-    batched = prefill_tokens(inf)
-    if inf.max_num_batched_tokens is None:
+    batched = start.prefill_tokens if start is not None else prefill_tokens(inf)
+    if inf.max_num_batched_tokens is None and start is None:
         notes.append(default_prefill_note(inf, batched))
     if inf.engine is Engine.transformers:
         notes.append(
@@ -306,24 +417,55 @@ def run_inference(
         )
     torch.manual_seed(0)
 
+    block = start.block_size if start is not None else BLOCK_SIZE
     with torch.inference_mode():
+        before = _device_memory(device) if start is not None else (0, 0, 0)
         with recorder.phase("load"):
             model = build_model(arch, dtype, device, stage, tp).eval()
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         cache_dtype = kv_cache_dtype(inf.kv_cache_dtype, dtype)
+        seqs, spare = inf.max_num_seqs, 0
+        if start is not None:
+            pool = _engine_pool(spec, model, start, before, weights, device, recorder)
+            one = allocate_layer_caches(
+                model, whole, tp, 1, inf.max_model_len, cache_dtype, dtype,
+                torch.device("meta"), block,
+            )  # fmt: skip
+            request = sum(c.tensor.numel() * c.tensor.element_size() for c in one)
+            seqs = max(pool, 0) // max(request, 1)
+            if seqs < 1:
+                raise OutOfMemory(
+                    "kv-cache",
+                    None,
+                    f"{start.engine.value} would refuse to start: its KV pool of {pool} bytes "
+                    f"holds no maxModelLen request ({inf.max_model_len} tokens, {request} bytes)",
+                )
+            spare = pool - seqs * request
+            if seqs < max(levels):
+                notes.append(
+                    f"the KV pool holds {seqs} requests of maxModelLen {inf.max_model_len} "
+                    f"tokens: concurrency levels above it measured at {seqs} (the engine would "
+                    "preempt the rest)"
+                )
+                levels = sorted({min(c, seqs) for c in levels})
         with recorder.phase("kv-cache"):
             cache = allocate_layer_caches(
                 model,
                 whole,
                 tp,
-                inf.max_num_seqs,
+                seqs,
                 inf.max_model_len,
                 cache_dtype,
                 dtype,
                 device,
+                block,
             )
-        kv_bytes = sum(c.tensor.numel() * c.tensor.element_size() for c in cache)
-        kv_tokens = inf.max_num_seqs * math.ceil(inf.max_model_len / BLOCK_SIZE) * BLOCK_SIZE
+            # the rest of the engine's pool: blocks no whole request fits in
+            filler = torch.empty(spare, dtype=torch.uint8, device=device) if spare else None
+        kv_bytes = sum(c.tensor.numel() * c.tensor.element_size() for c in cache) + spare
+        kv_tokens = seqs * math.ceil(inf.max_model_len / block) * block
+        if start is not None:  # the pool in tokens, as the engine reports it
+            kv_tokens = kv_bytes * inf.max_model_len // max(request, 1)
 
         if model.vision is not None:
             # vLLM's profile_run encodes the largest image before the text pass (budget.vision).
@@ -337,14 +479,15 @@ def run_inference(
         prompt = inf.max_model_len - steps
         for c in levels:
             with recorder.phase(f"prefill@{c}"):
-                _prefill(recorder, model, cache, inf.max_num_seqs, c, prompt, batched)
+                _prefill(recorder, model, cache, seqs, c, prompt, batched)
             with recorder.phase(f"decode@{c}"):
-                views = _views(cache, inf.max_num_seqs, 0, c)
+                views = _views(cache, seqs, 0, c)
                 for step in range(steps):
                     recorder.check_deadline()
                     _forward(model, c, 1, views, prompt + step)
         if cache_dtype != dtype:
             notes.append(fp8_cache_note(inf.engine))
+        del filler
     return InferenceFigures(
         parameter_count=parameter_count(model),
         weights_bytes=weights,

@@ -359,7 +359,8 @@ def _measure_synthetic(
         if spec.generation is not None:
             figures = run_generation(spec, dtype, device, recorder)
         elif spec.inference is not None:
-            figures = run_inference(spec, dtype, device, recorder)
+            start = engine_start(spec, options.gpu_class, device) if use_cuda else None
+            figures = run_inference(spec, dtype, device, recorder, start)
         else:
             figures = run_training(spec, device, recorder)
         notes.extend(figures.notes)
@@ -399,6 +400,39 @@ def _measure_synthetic(
     return result, 0
 
 
+def engine_start(spec: GPUWorkloadSpec, gpu_class: str | None, device: Any) -> Any:
+    """How a pre-allocating engine starts on this GPU, as the estimate plans it for the class
+    (``None`` for on-demand runtimes): the catalog class named by ``--gpu-class``, else one
+    described by the device itself (``cudaMemGetInfo`` total as usable memory, the device's total
+    as NVML's, its compute capability)."""
+    import torch
+
+    from gpu_sizer.budget.engines import models_pool
+    from gpu_sizer.budget.estimate import engine_plans
+    from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+    from gpu_sizer.probe.inference import EngineStart
+
+    inf = spec.inference
+    if not models_pool(spec):
+        return None
+    assert inf is not None
+    cls = next((c for c in DEFAULT_CATALOG if c.name == gpu_class), None)
+    if cls is None:
+        props = torch.cuda.get_device_properties(device)
+        _, total = torch.cuda.mem_get_info(device)
+        cls = GPUClass(
+            name=gpu_class or "this-gpu",
+            display_name=props.name,
+            memory_bytes=int(props.total_memory),
+            products=(props.name.replace(" ", "-"),),
+            interconnect="unknown",
+            usable_bytes=int(total),
+            compute_capability=f"{props.major}.{props.minor}",
+        )
+    plan = engine_plans(spec, [cls], spec.placement.min_headroom_fraction)[0]
+    return EngineStart(inf.engine, plan.fraction, plan.max_num_batched_tokens, plan.block_size)
+
+
 def resident_bytes(spec: GPUWorkloadSpec) -> tuple[int, str]:
     """Bytes the synthetic run holds for its whole length, and what they are, in words.
 
@@ -409,18 +443,22 @@ def resident_bytes(spec: GPUWorkloadSpec) -> tuple[int, str]:
     frozen base plus the adapters and their gradients and state; a full fine-tune: every
     parameter's); training has no KV cache. Activations are left out: they come and go per step.
     """
-    per_gpu = estimate(spec).per_gpu
+    est = estimate(spec)
+    per_gpu = est.per_gpu
     weights = per_gpu.weights_bytes + per_gpu.quantization_overhead_bytes
     if spec.generation is not None:
         # every component is built (on the CPU when offloaded), and a phase's activations (a
         # VAE decode, a denoiser step) can be larger than the weights: the larger of the two
-        est = estimate(spec)
         every = est.parameter_count * DTYPE_BYTES[spec.model.dtype]
         return max(every, est.per_gpu.total_bytes), "weights and the peak phase's activations"
     if spec.training is not None:
         state = per_gpu.gradient_bytes + per_gpu.optimizer_state_bytes + per_gpu.master_weight_bytes
         return weights + state, "weights, gradients and optimizer state"
-    return weights + per_gpu.kv_cache_bytes, "weights and KV cache"
+    inf = spec.inference
+    assert inf is not None
+    # The CPU run holds maxNumSeqs x maxModelLen slots (16-token blocks), whatever the engine.
+    slots = inf.max_num_seqs * -(-inf.max_model_len // 16) * 16
+    return weights + est.kv_cache_bytes_per_token * slots, "weights and KV cache"
 
 
 def _apply_memory_limit(limit: int, device: Any, dtype: Any) -> tuple[str, Callable[[], None]]:

@@ -1,0 +1,412 @@
+"""What the pre-allocating serving engines share. Pure.
+
+vLLM, SGLang and TGI all take a fixed share of each GPU when they start and carve their KV cache
+pool out of it; what differs is the share's definition and what they subtract first (their
+modules say, version by version). This module holds what they have in common:
+
+- :class:`ServingFacts`: the class-independent figures of one spec on its most loaded GPU
+  (weights, activation bytes per token, KV geometry), computed once and reused for every GPU
+  class the verdict tries;
+- :func:`kv_demand`: what the engines read of the KV cache's shape
+  (:func:`gpu_sizer.budget.kv_cache.kv_geometry`, by layer group): bytes per token of context
+  and bytes one ``maxModelLen`` request holds (layers capped at a window or chunk count it
+  only; state-space layers their fixed state);
+- the memory outside an engine's own accounting: the CUDA context and the communication buffers
+  of each tensor- or pipeline-parallel group (:data:`COMM_GROUP_BYTES`, calibrated below);
+- the FP8 weight-only path of GPUs without FP8 tensor cores (:func:`fp8_weight_only`);
+- :class:`EnginePlan`: what an engine will hold on one GPU class, the flags that make it so,
+  and whether it starts.
+
+Calibration of the communication buffers (bytes per GPU per parallel group): vLLM's
+``non_torch_memory`` for Llama-3-8B on H100, logged in vllm-project/vllm#10511 under one
+accounting, is 1.79 GiB at tensor-parallel size 1 and 3.58 GiB at size 2; the difference, 1.79 GiB,
+is what one tensor-parallel group adds: NCCL communicators (vLLM opens two per group, PyTorch's
+``ProcessGroupNCCL`` and its own ``PyNcclCommunicator``) and the custom all-reduce's IPC buffers.
+vllm-project/vllm#25359 saw about 4.5 GiB of NCCL buffers per GPU on an 8-GPU H100 node (NVLink
+SHARP buffers); that larger figure is not modeled (no tensor-parallel size is given with it).
+SGLang and TGI open the same kind of communicators and are charged the same figure.
+
+All figures are bytes per GPU unless named otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+from gpu_sizer.api import DTYPE_BYTES, Engine, GPUWorkloadSpec, KvCacheDtype, QuantizationMethod
+from gpu_sizer.budget.activations import (
+    activation_token_elements,
+    inference_activation_bytes,
+)
+from gpu_sizer.budget.kv_cache import (
+    kv_cache_bytes,
+    kv_element_bytes,
+    kv_geometry,
+    state_element_bytes,
+)
+from gpu_sizer.budget.params import Layout
+from gpu_sizer.budget.runtime import CUDA_CONTEXT_BYTES, CUDA_GRAPH_BASE_BYTES
+from gpu_sizer.budget.weights import dequantization_workspace_bytes, weight_bytes
+from gpu_sizer.catalog import GPUClass
+
+__all__ = [
+    "COMM_GROUP_BYTES",
+    "CUDA_CONTEXT_BYTES",
+    "GIB",
+    "MARLIN_MOE_EXCESS_FACTOR",
+    "MIB",
+    "ClassInputs",
+    "EnginePlan",
+    "KvDemand",
+    "ServingFacts",
+    "choose_fraction",
+    "class_inputs",
+    "fp8_weight_only",
+    "graph_pool_bytes",
+    "kv_capacity",
+    "kv_demand",
+    "profile_activation_bytes",
+    "serving_facts",
+]
+
+GIB: Final = 1 << 30
+MIB: Final = 1 << 20
+
+#: Non-PyTorch memory of one tensor- or pipeline-parallel group per GPU (NCCL communicators and
+#: all-reduce buffers); calibrated on vllm-project/vllm#10511 (see the module docstring).
+COMM_GROUP_BYTES: Final = round(1.79 * GIB)
+
+#: Memory beyond vLLM's budget on GPUs without FP8 tensor cores when FP8 MoE experts run through
+#: the fused Marlin MoE kernels, as a multiple of the expert weight bytes on the GPU. One public
+#: report, vllm-project/vllm#22177 (Qwen3-Coder-30B-A3B, 8 Ampere GPUs of 24,564 MiB, expert
+#: parallel): the BF16 checkpoint at --gpu-memory-utilization 0.85 held 22,457 MiB per GPU, the FP8
+#: one OOMed at 0.85 and held 24,003 MiB at 0.70, about 5 GiB more beyond the budget than BF16 with
+#: 3.4 GiB of FP8 experts per GPU. The source we read (vLLM 0.11.0 ``marlin_utils_fp8.py``) frees
+#: the FP8 originals after repacking, so the cause is not identified: a planning constant from
+#: that report, applied to FP8 MoE experts on such GPUs only.
+MARLIN_MOE_EXCESS_FACTOR: Final = 1.3
+
+
+@dataclass(frozen=True)
+class KvDemand:
+    """The KV cache's shape on the most loaded GPU, as the engines' pools consume it.
+
+    ``token_bytes``: one token of context in every attention layer the GPU holds, uncapped (what a
+    block of the paged pool costs per token); ``request_bytes``: what one request of
+    ``maxModelLen`` tokens holds (window- and chunk-capped layers count their cap; state-space
+    layers their fixed state).
+    """
+
+    token_bytes: int
+    request_bytes: int
+
+
+@dataclass(frozen=True)
+class ServingFacts:
+    """Class-independent figures of one serving spec on its most loaded GPU (bytes).
+
+    ``token_activation_bytes``: live activation bytes per token of a forward pass
+    (:func:`gpu_sizer.budget.activations.activation_token_elements` times the activation width,
+    what a captured CUDA graph holds per token); ``kv``: the KV demand with the spec's
+    ``kvCacheDtype``, ``kv16``: with the model's 16-bit dtype (engines fall back to it where the GPU
+    has no FP8 KV cache); ``marlin_scale_bytes``/``fp8_expert_bytes``: for the FP8 weight-only path
+    (:func:`fp8_weight_only`); ``groups``: tensor/pipeline-parallel groups the process joins.
+    """
+
+    weights: int
+    quant: int
+    dequant_workspace: int
+    token_activation_bytes: int
+    kv: KvDemand
+    kv16: KvDemand
+    fp8_weights: bool
+    marlin_scale_bytes: int
+    fp8_expert_bytes: int
+    groups: int
+    act_bytes: int
+    parameter_count: int
+
+
+def kv_demand(spec: GPUWorkloadSpec, element_bytes: int) -> KvDemand:
+    """What ``spec``'s KV cache costs per token and per ``maxModelLen`` request, with
+    ``element_bytes`` per cached attention element, read from
+    :func:`gpu_sizer.budget.kv_cache.kv_geometry` (its docstring gives the sources)."""
+    arch = spec.model.architecture
+    inf = spec.inference
+    assert arch is not None and inf is not None
+    geometry = kv_geometry(
+        arch,
+        element_bytes,
+        inf.tensor_parallel_size,
+        inf.pipeline_parallel_size,
+        state_element_bytes(spec.model),
+    )
+    request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
+    return KvDemand(geometry.bytes_per_token, request)
+
+
+def serving_facts(
+    spec: GPUWorkloadSpec, lay: Layout, outer: int, parameter_count: int
+) -> ServingFacts:
+    """The class-independent figures of a serving ``spec`` with an architecture.
+
+    :param lay: the most loaded rank's layout (its pipeline stage's layers); ``outer``: its
+        parameters outside the layers (see :func:`gpu_sizer.budget.estimate.stage_outer_params`);
+        ``parameter_count``: the whole model's.
+    """
+    arch = spec.model.architecture
+    inf = spec.inference
+    assert arch is not None and inf is not None
+    model = spec.model
+    weights, quant = weight_bytes(lay, model, outer)
+    act_bytes = max(2, DTYPE_BYTES[model.dtype])
+    tp = inf.tensor_parallel_size
+    element = kv_element_bytes(model, inf)
+    kv = kv_demand(spec, element)
+    kv16 = kv if element >= 2 else kv_demand(spec, act_bytes)
+    fp8 = model.quantization_method is QuantizationMethod.fp8
+    scales = 0
+    experts = 0
+    if fp8:
+        for group in lay.groups:
+            for lin in group.linears:
+                if lin.quantizable:
+                    scales += group.count * lin.out_features * lin.copies * 2
+                    if lin.copies > 1:
+                        experts += group.count * lin.in_features * lin.out_features * lin.copies
+    return ServingFacts(
+        weights=weights,
+        quant=quant,
+        dequant_workspace=dequantization_workspace_bytes(lay, model.quantization, training=False),
+        token_activation_bytes=activation_token_elements(arch, tp) * act_bytes,
+        kv=kv,
+        kv16=kv16,
+        fp8_weights=fp8,
+        marlin_scale_bytes=scales,
+        fp8_expert_bytes=experts,
+        groups=(tp > 1) + (inf.pipeline_parallel_size > 1),
+        act_bytes=act_bytes,
+        parameter_count=parameter_count,
+    )
+
+
+def generic_serving_facts(spec: GPUWorkloadSpec, weights: int, quant: int) -> ServingFacts:
+    """:func:`serving_facts` of a family without a parameter layout (``budget.families``): the
+    weights are ``spec.model.parameterCount`` split evenly over the GPUs (``weights``/``quant``,
+    from :func:`gpu_sizer.budget.weights.flat_weight_bytes`), the KV cache and activations come
+    from the architecture's attention geometry as for a known family. Without a layout the FP8
+    weight-only path's per-channel scales and expert buffers are not counted (0)."""
+    arch = spec.model.architecture
+    inf = spec.inference
+    assert arch is not None and inf is not None and spec.model.parameter_count is not None
+    model = spec.model
+    act_bytes = max(2, DTYPE_BYTES[model.dtype])
+    element = kv_element_bytes(model, inf)
+    kv = kv_demand(spec, element)
+    return ServingFacts(
+        weights=weights,
+        quant=quant,
+        dequant_workspace=0,
+        token_activation_bytes=activation_token_elements(arch, inf.tensor_parallel_size)
+        * act_bytes,
+        kv=kv,
+        kv16=kv if element >= 2 else kv_demand(spec, act_bytes),
+        fp8_weights=model.quantization_method is QuantizationMethod.fp8,
+        marlin_scale_bytes=0,
+        fp8_expert_bytes=0,
+        groups=(inf.tensor_parallel_size > 1) + (inf.pipeline_parallel_size > 1),
+        act_bytes=act_bytes,
+        parameter_count=spec.model.parameter_count,
+    )
+
+
+_NO_NOTES: Final[list[str]] = []
+
+
+def fp8_weight_only(facts: ServingFacts, gpu: GPUClass) -> tuple[int, int, list[str]]:
+    """(quantization metadata, bytes beyond the engine's budget, notes) for FP8 weights on ``gpu``.
+
+    On GPUs with FP8 tensor cores the checkpoint's FP8 weights are used as stored. Without them
+    (compute capability below 8.9: A10G, A100, RTX A6000) vLLM's ``Fp8LinearMethod`` sets
+    ``use_marlin`` (``not current_platform.has_device_capability(89)``) and
+    ``prepare_fp8_layer_for_marlin`` repacks each weight into Marlin's layout (same one byte per
+    weight) and turns its scale into one 16-bit scale per output channel
+    (``marlin_utils_fp8.py``, vLLM 0.11.0); activations stay 16-bit; SGLang and TGI use the same
+    Marlin FP8 kernels there. MoE experts go through ``fused_marlin_moe``; the memory it is
+    observed to hold beyond the budget is :data:`MARLIN_MOE_EXCESS_FACTOR` times the FP8 expert
+    bytes (a planning constant, see its comment).
+    """
+    if not facts.fp8_weights or gpu.native_fp8:
+        return facts.quant, 0, _NO_NOTES
+    excess = int(facts.fp8_expert_bytes * MARLIN_MOE_EXCESS_FACTOR)
+    note = (
+        f"{gpu.name} (compute capability {gpu.compute_capability}) has no FP8 tensor cores: the "
+        "FP8 checkpoint runs weight-only through Marlin kernels (16-bit activations, one 16-bit "
+        "scale per output channel) and the KV cache cannot be FP8 there"
+    )
+    notes = [note]
+    if excess:
+        notes.append(
+            f"FP8 MoE experts through fused Marlin MoE on {gpu.name}: {excess / GIB:.1f} GiB "
+            f"planned beyond the engine's budget ({MARLIN_MOE_EXCESS_FACTOR}x the expert weights, "
+            "from vllm-project/vllm#22177)"
+        )
+    return facts.marlin_scale_bytes, excess, notes
+
+
+def profile_activation_bytes(
+    spec: GPUWorkloadSpec, facts: ServingFacts, tokens: int, rows: int
+) -> int:
+    """The engine's profile (or warm-up) forward pass of ``tokens`` tokens sampling ``rows`` rows:
+    :func:`gpu_sizer.budget.activations.inference_activation_bytes` (decoder live set, sampler
+    logits, a vision encoder's largest image) plus the dequantization workspace."""
+    arch = spec.model.architecture
+    inf = spec.inference
+    assert arch is not None and inf is not None
+    acts = inference_activation_bytes(arch, inf, facts.act_bytes, tokens, rows)
+    return acts + facts.dequant_workspace
+
+
+def graph_pool_bytes(facts: ServingFacts, batch: int) -> int:
+    """CUDA graph pool for decode batches up to ``batch`` tokens (0: eager).
+
+    As :mod:`gpu_sizer.budget.runtime`: a base for per-graph state and persistent input buffers
+    plus the decode activations of the largest captured batch (graphs share one memory pool).
+    """
+    if batch <= 0:
+        return 0
+    return CUDA_GRAPH_BASE_BYTES + batch * facts.token_activation_bytes
+
+
+def kv_capacity(pool: int, kv: KvDemand, block: int) -> tuple[int, float]:
+    """(tokens, concurrency) a KV pool of ``pool`` bytes holds with ``block``-token pages.
+
+    vLLM ``kv_cache_utils.py`` (0.11.0, 0.19.1): ``num_blocks = available_memory // page_size //
+    num_layers``; it logs ``num_blocks x block_size`` tokens ("GPU KV cache size") and
+    ``num_blocks / cdiv(max_memory_usage_per_request, memory_per_block)`` ("Maximum concurrency").
+    With ``page_size`` per layer = ``block x`` the layer's bytes per token, that is
+    ``pool // (block x token_bytes)`` blocks here. SGLang (page size 1) and TGI use the same
+    arithmetic with their own block size.
+    """
+    if pool <= 0 or kv.request_bytes <= 0:
+        return 0, 0.0
+    if kv.token_bytes <= 0:  # state-space only: a fixed state per sequence, no token blocks
+        return 0, pool / kv.request_bytes
+    block_bytes = block * kv.token_bytes
+    blocks = pool // block_bytes
+    per_request = max(1, -(-kv.request_bytes // block_bytes))
+    return blocks * block, blocks / per_request
+
+
+def choose_fraction(default: float, usable_fraction: float, digits: int) -> tuple[float, bool]:
+    """The fraction an engine is started with when the spec leaves it unset.
+
+    ``usable_fraction`` is the largest value that still leaves the required headroom. Returns
+    (value, whether it is below the engine's default): the default when it leaves the headroom,
+    else the largest value rounded down to ``digits`` decimals (never below 0.01).
+    """
+    if usable_fraction >= default:
+        return default, False
+    scale = 10**digits
+    return max(1, int(usable_fraction * scale)) / scale, True
+
+
+class EnginePlan(NamedTuple):
+    """What a pre-allocating engine holds on one GPU of ``gpu`` (bytes), and whether it starts.
+
+    ``fraction`` is the engine flag's value (vLLM ``--gpu-memory-utilization``, SGLang
+    ``--mem-fraction-static``, TGI ``--cuda-memory-fraction``); ``fraction_chosen`` is true when
+    the spec left it unset and gpu-sizer picked it below the engine's default to leave the
+    headroom. ``kv_pool`` is the KV cache pool; ``runtime`` the CUDA context, communication
+    buffers, non-PyTorch memory and CUDA graph pool; ``total`` their sum with weights and
+    activations: the engine's steady-state peak. ``start_error`` is the engine's own refusal (its
+    message, its figures) when it would not start; ``runtime_error`` a configuration that starts
+    but runs out of memory under load.
+    """
+
+    gpu: GPUClass
+    engine: Engine
+    version: str
+    fraction: float
+    fraction_default: float
+    fraction_chosen: bool
+    weights: int
+    quant: int
+    activations: int
+    kv_pool: int
+    runtime: int
+    capacity_tokens: int
+    max_concurrency: float
+    max_num_batched_tokens: int
+    parameter_count: int = 0
+    kv_token_bytes: int = 0
+    block_size: int = 16
+    start_error: str | None = None
+    runtime_error: str | None = None
+    engine_args: dict[str, str] = {}  # noqa: RUF012 - never mutated: each plan builds its own
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total(self) -> int:
+        """The engine's peak on one GPU: every component."""
+        return self.weights + self.quant + self.activations + self.kv_pool + self.runtime
+
+    @property
+    def headroom(self) -> float:
+        """Share of the class's usable memory left free at :attr:`total`."""
+        return (self.gpu.usable - self.total) / self.gpu.usable
+
+    @property
+    def error(self) -> str | None:
+        """Why the engine cannot serve on this class, in the engine's terms, if it cannot."""
+        return self.start_error or self.runtime_error
+
+
+class ClassInputs(NamedTuple):
+    """What an engine's plan takes from the class besides its memory: the quantization metadata
+    and memory beyond the budget of the FP8 path (:func:`fp8_weight_only`), the
+    ``--kv-cache-dtype`` value and the KV shape it gives, and the notes saying why."""
+
+    quant: int
+    beyond: int
+    kv_flag: str
+    kv: KvDemand
+    notes: tuple[str, ...]
+
+
+def class_inputs(spec: GPUWorkloadSpec, facts: ServingFacts, gpu: GPUClass) -> ClassInputs:
+    """:class:`ClassInputs` of ``spec`` on ``gpu``."""
+    inf = spec.inference
+    assert inf is not None
+    quant, beyond, notes = fp8_weight_only(facts, gpu)
+    kv_flag, kv_notes = kv_cache_dtype_flag(spec, gpu)
+    kv = facts.kv if kv_flag == inf.kv_cache_dtype.value else facts.kv16
+    return ClassInputs(quant, beyond, kv_flag, kv, (*notes, *kv_notes))
+
+
+def kv_cache_dtype_flag(spec: GPUWorkloadSpec, gpu: GPUClass) -> tuple[str, list[str]]:
+    """The ``--kv-cache-dtype`` value for ``gpu`` and a note when FP8 must fall back."""
+    inf = spec.inference
+    assert inf is not None
+    if inf.kv_cache_dtype is KvCacheDtype.auto:
+        return "auto", _NO_NOTES
+    value = inf.kv_cache_dtype.value
+    if not gpu.native_fp8:
+        return "auto", [
+            f"kvCacheDtype {value} on {gpu.name} (compute capability {gpu.compute_capability}, "
+            "no FP8 tensor cores): sized as a 16-bit cache"
+        ]
+    return value, _NO_NOTES
+
+
+def parallel_args(spec: GPUWorkloadSpec, tp_flag: str, pp_flag: str | None) -> dict[str, str]:
+    """Tensor/pipeline-parallel flags, only those that differ from 1."""
+    inf = spec.inference
+    assert inf is not None
+    out: dict[str, str] = {}
+    if inf.tensor_parallel_size > 1:
+        out[tp_flag] = str(inf.tensor_parallel_size)
+    if pp_flag and inf.pipeline_parallel_size > 1:
+        out[pp_flag] = str(inf.pipeline_parallel_size)
+    return out
