@@ -141,9 +141,11 @@ async def test_enforce_denies_a_rejected_workloads_pod_and_applies_it_once_fixed
     cluster: LoopbackCluster, pod_webhook: PodWebhook
 ) -> None:
     disabled = {"measurement": {"mode": "Disabled"}}
-    # 512 sequences of 8k tokens on an L4 only: no safe headroom, the operator writes Rejected.
+    # 64 concurrent requests of 8k tokens held in vLLM's KV pool on an L4 only (about 64 GiB of
+    # KV cache for this 8B model): no safe headroom, the operator writes Rejected. maxNumSeqs
+    # alone would not do it: for a pre-allocating engine it is a cap on the batch, not a size.
     too_big = spec(
-        inference={"maxModelLen": 8192, "maxNumSeqs": 512},
+        inference={"maxModelLen": 8192, "maxNumSeqs": 512, "targetConcurrency": 64},
         placement={"gpuClasses": ["nvidia-l4"]},
         **disabled,
     )
@@ -158,7 +160,10 @@ async def test_enforce_denies_a_rejected_workloads_pod_and_applies_it_once_fixed
 
     # Fixed: a spec that fits; measurement disabled, so Ready rests on the estimate.
     await cluster.change_spec(
-        GW, NS, "llama", {"inference": {"maxModelLen": 2048, "maxNumSeqs": 4}}
+        GW,
+        NS,
+        "llama",
+        {"inference": {"maxModelLen": 2048, "maxNumSeqs": 4, "targetConcurrency": 1}},
     )
     ready = await phase(cluster, "llama", "Ready")
     rec = ready["status"]["recommendation"]
