@@ -73,12 +73,18 @@ def as_out_of_memory(exc: BaseException, phase: str) -> OutOfMemory | None:
 
     ``torch.OutOfMemoryError`` (CUDA, and the caching allocator's per-process fraction cap) and
     the CPU allocator's ``RuntimeError`` ("DefaultCPUAllocator: can't allocate memory") count;
-    ``MemoryError`` too. Other errors are bugs and propagate.
+    ``MemoryError`` too, and a C++ ``operator new`` failure that PyTorch's autograd engine
+    re-raises as ``RuntimeError("std::bad_alloc")`` (seen in the backward pass under an address
+    space cap). Other errors are bugs and propagate.
     """
     text = str(exc)
     if isinstance(exc, torch.OutOfMemoryError | MemoryError) or (
         isinstance(exc, RuntimeError)
-        and ("can't allocate memory" in text or "out of memory" in text.lower())
+        and (
+            "can't allocate memory" in text
+            or "out of memory" in text.lower()
+            or "std::bad_alloc" in text
+        )
     ):
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return OutOfMemory(phase, requested_bytes(text), first[:500])
