@@ -41,8 +41,12 @@ def test_demo_settles_every_workload_despite_stray_settings(tmp_path: Path) -> N
     settled = re.search(r"^(\d+)/(\d+) workloads settled", out, re.MULTILINE)
     assert settled and settled.group(1) == settled.group(2), out[-4000:]
     examples = len(demo._load(ROOT / "examples"))
-    assert int(settled.group(2)) == examples + 1  # every example and the built-in CPU smoke run
+    # every example and the built-in CPU smoke runs (a tiny LLM and a tiny SD pipeline)
+    assert int(settled.group(2)) == examples + len(demo.BUILT_IN)
     assert "cpu-smoke" in out and "NoSafeHeadroom" in out
+    # Both built-ins round-trip through the probe on the CPU: a tiny LLM and a tiny SD pipeline.
+    for name in ("tiny-llama-cpu-smoke", "tiny-sd-cpu-smoke"):
+        assert re.search(rf"^demo/{name} .*True \(CpuSmokeRun\)$", out, re.MULTILINE), out[-4000:]
     # Progress is reported as each workload settles, and the temporary log is gone.
     assert f"{settled.group(2)}/{settled.group(2)} settled" in out
     assert not list(tmp_path.glob("gpu-sizer-demo-*.log")), "log removed after a good run"

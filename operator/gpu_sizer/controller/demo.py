@@ -46,7 +46,7 @@ from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.yamlio import load_all, read_text
 
-__all__ = ["TINY", "main"]
+__all__ = ["BUILT_IN", "TINY", "TINY_SD", "main"]
 
 GW = (GROUP, VERSION, PLURAL)
 NAMESPACES = ("", "v1", "namespaces")
@@ -83,6 +83,66 @@ TINY: dict[str, Any] = {
         "measurement": {"timeoutSeconds": 600},
     },
 }
+
+
+_TINY_VAE: dict[str, Any] = {
+    "blockOutChannels": [32, 64],
+    "layersPerBlock": 1,
+    "normNumGroups": 8,
+    "latentChannels": 4,
+    "downBlockTypes": ["DownEncoderBlock2D"] * 2,
+    "upBlockTypes": ["UpDecoderBlock2D"] * 2,
+}
+#: A tiny Stable Diffusion pipeline (random weights of these shapes): the probe runs its three
+#: phases (text encode, denoise, VAE decode) on the CPU, a generation CpuSmokeRun round trip.
+TINY_SD: dict[str, Any] = {
+    "apiVersion": f"{GROUP}/{VERSION}",
+    "kind": "GPUWorkload",
+    "metadata": {"name": "tiny-sd-cpu-smoke", "namespace": "demo"},
+    "spec": {
+        "model": {
+            "name": "demo/tiny-sd (built-in, CLIP + UNet + VAE, 64x64)",
+            "dtype": "float32",
+            "pipeline": {
+                "class": "StableDiffusionPipeline",
+                "components": [
+                    {
+                        "name": "text_encoder",
+                        "class": "CLIPTextModel",
+                        "config": {
+                            "vocabSize": 1000,
+                            "hiddenSize": 32,
+                            "intermediateSize": 64,
+                            "numHiddenLayers": 2,
+                            "numAttentionHeads": 4,
+                            "maxPositionEmbeddings": 77,
+                            "projectionDim": 32,
+                        },
+                    },
+                    {
+                        "name": "unet",
+                        "class": "UNet2DConditionModel",
+                        "config": {
+                            "blockOutChannels": [32, 64],
+                            "layersPerBlock": 1,
+                            "crossAttentionDim": 32,
+                            "attentionHeadDim": 8,
+                            "normNumGroups": 8,
+                            "sampleSize": 8,
+                            "downBlockTypes": ["CrossAttnDownBlock2D", "DownBlock2D"],
+                            "upBlockTypes": ["UpBlock2D", "CrossAttnUpBlock2D"],
+                        },
+                    },
+                    {"name": "vae", "class": "AutoencoderKL", "config": _TINY_VAE},
+                ],
+            },
+        },
+        "generation": {"task": "TextToImage", "height": 64, "width": 64},
+        "measurement": {"timeoutSeconds": 600},
+    },
+}
+#: The workloads the demo applies besides examples/.
+BUILT_IN = (TINY, TINY_SD)
 
 
 def _find_examples(explicit: str | None) -> Path | None:
@@ -379,8 +439,8 @@ async def _run(args: argparse.Namespace) -> int:
     examples = _find_examples(args.examples)
     docs = _load(examples) if examples else []
     if not docs:
-        print("examples/ not found: applying only the built-in tiny workload")
-    docs.append(TINY)
+        print("examples/ not found: applying only the built-in tiny workloads")
+    docs.extend(BUILT_IN)
     device, why_device = (
         (args.probe_device, "--probe-device") if args.probe_device else probe_device()
     )
@@ -413,12 +473,12 @@ async def _run(args: argparse.Namespace) -> int:
         )
         for doc in docs:
             await cluster.create(GW, doc)
-        where = f"{len(docs) - 1} from {examples} + " if examples else ""
+        where = f"{len(docs) - len(BUILT_IN)} from {examples} + " if examples else ""
         print(
             f"Kubernetes API (kmock emulator) on {cluster.url}: CRD, namespaces "
             f"{', '.join(namespaces)}, {len(classes)} GPU nodes "
             f"({', '.join(c.name for c in classes)}) and 1 unlabelled node; "
-            f"GPUWorkloads: {where}the built-in tiny-llama-cpu-smoke"
+            f"GPUWorkloads: {where}the built-in tiny-llama-cpu-smoke and tiny-sd-cpu-smoke"
         )
         if args.serve:
             print(f"kubeconfig: {kubeconfig}", flush=True)
