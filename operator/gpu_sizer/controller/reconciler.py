@@ -365,6 +365,9 @@ class Reconciler:
             self._dequeue(key)
             return plan, False
         self.slots.enter(key, _queued_since(stored) or now)
+        # Its namespace's gauges exist from now on (0 when nothing waits or runs), even when
+        # its Job starts and finishes between two gauge updates.
+        self._gauged.add(key[0])
         running = self._running()
         verdict = self.slots.admit(key, running, self._limit_of, self._blocked())
         if verdict.admitted:
