@@ -75,6 +75,30 @@ def _mid_2d(ch: int, attention: bool) -> Part:
     )
 
 
+def _blocks_2d(channels: list[int], resnets: int, resampler: str) -> list[Part]:
+    """The encoder's down blocks or the decoder's up blocks of diffusers' ``Encoder``/``Decoder``
+    (``DownEncoderBlock2D``/``UpDecoderBlock2D``): per entry of ``channels``, ``resnets`` ResNet
+    blocks from the previous block's width to this one's, and a 3x3 resampling conv on every
+    block but the last (named ``resampler``: downsamplers or upsamplers)."""
+    blocks = []
+    out = channels[0]
+    for i, width in enumerate(channels):
+        cin, out = out, width
+        blocks.append(
+            module(
+                str(i),
+                sequence(
+                    "resnets",
+                    *(_resnet_2d(str(j), cin if j == 0 else out, out) for j in range(resnets)),
+                ),
+                sequence(resampler, module("0", conv("conv", out, out, K2)))
+                if i < len(channels) - 1
+                else None,
+            )
+        )
+    return blocks
+
+
 def autoencoder_kl(c: Config) -> Part:
     """``autoencoders/autoencoder_kl.py`` ``AutoencoderKL`` with ``autoencoders/vae.py``
     ``Encoder``/``Decoder`` (``DownEncoderBlock2D``, ``UpDecoderBlock2D``)."""
@@ -87,24 +111,9 @@ def autoencoder_kl(c: Config) -> Part:
         if kind != "UpDecoderBlock2D":
             raise UnsupportedConfig(f"upBlockTypes entry {kind!r} (supported: UpDecoderBlock2D)")
     boc = list(c["block_out_channels"])
-    n, layers, latent = len(boc), c["layers_per_block"], c["latent_channels"]
+    layers, latent = c["layers_per_block"], c["latent_channels"]
     attention = c["mid_block_add_attention"]
-    downs = []
-    out = boc[0]
-    for i in range(n):
-        cin, out = out, boc[i]
-        downs.append(
-            module(
-                str(i),
-                sequence(
-                    "resnets",
-                    *(_resnet_2d(str(j), cin if j == 0 else out, out) for j in range(layers)),
-                ),
-                sequence("downsamplers", module("0", conv("conv", out, out, K2)))
-                if i < n - 1
-                else None,
-            )
-        )
+    downs = _blocks_2d(boc, layers, "downsamplers")
     encoder = module(
         "encoder",
         conv("conv_in", c["in_channels"], boc[0], K2),
@@ -114,22 +123,7 @@ def autoencoder_kl(c: Config) -> Part:
         conv("conv_out", boc[-1], 2 * latent, K2),
     )
     rev = boc[::-1]
-    ups = []
-    out = rev[0]
-    for i in range(n):
-        prev, out = out, rev[i]
-        ups.append(
-            module(
-                str(i),
-                sequence(
-                    "resnets",
-                    *(_resnet_2d(str(j), prev if j == 0 else out, out) for j in range(layers + 1)),
-                ),
-                sequence("upsamplers", module("0", conv("conv", out, out, K2)))
-                if i < n - 1
-                else None,
-            )
-        )
+    ups = _blocks_2d(rev, layers + 1, "upsamplers")
     decoder = module(
         "decoder",
         conv("conv_in", latent, rev[0], K2),
