@@ -247,6 +247,11 @@ def test_data_parallel_needs_a_strategy(train_doc: dict[str, Any]) -> None:
          "spec.placement.minHeadroomFraction", "must be <= 0.5, not 1.5"),
         (lambda d: d["spec"].update(placement={"gpuClasses": "nvidia-l4"}),
          "spec.placement.gpuClasses", "must be a list"),
+        (
+            lambda d: d["spec"].update(model=[{"name": "x"}]),
+            "spec.model",
+            "not a list; remove the '-' before its first field",
+        ),
         (lambda d: d["spec"].update(model=[]), "spec.model", "must be an object"),
         (lambda d: d["spec"]["model"].update(dtype="fp16"), "spec.model.dtype", "'bfloat16'"),
         (lambda d: d["spec"]["model"].update(dtype="bf16"), "spec.model.dtype",

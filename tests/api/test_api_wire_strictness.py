@@ -193,7 +193,7 @@ def test_metadata_follows_the_api_server_rules(metadata: Any, path: str) -> None
     doc = inference_doc()
     doc["metadata"] = metadata
     message = only(doc, path)
-    assert message == "must be an object" if path == "metadata" else "DNS-1123" in message
+    assert message == "must be an object, not 'x'" if path == "metadata" else "DNS-1123" in message
 
 
 def test_legacy_rope_key_survives_api_server_defaulting() -> None:

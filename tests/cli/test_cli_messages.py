@@ -60,6 +60,17 @@ def test_integers_written_in_exponent_form(text: str, suggestion: str) -> None:
     assert problem == f"spec.model.parameterCount: {suggestion}"
 
 
+def test_no_write_hint_for_a_number_out_of_the_field_bounds() -> None:
+    """``1e30`` is a whole number, but suggesting all 31 digits of it for a field capped at
+    16,777,216 tokens would only earn a second error; say the bound instead."""
+    doc = yaml.safe_load(FITS.read_text())
+    doc["spec"]["inference"]["maxModelLen"] = "1e30"
+    (problem,) = _problems(doc)
+    assert problem == (
+        "spec.inference.maxModelLen: must be an integer, not '1e30', and at most 16777216"
+    )
+
+
 @pytest.mark.parametrize("kind", ["GpuWorkload", "gpuworkload", "GPUWorkloads", "GPUWorkLoad"])
 def test_a_misspelt_kind_is_an_error_not_a_skipped_document(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str

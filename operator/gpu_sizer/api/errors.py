@@ -12,9 +12,11 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+import annotated_types
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from gpu_sizer.api.spec import FieldError
 
@@ -76,9 +78,6 @@ _TYPE_NAMES = {
     "bool_parsing": "true or false",
     "string_type": "a string",
     "list_type": "a list",
-    "dict_type": "an object",
-    "model_type": "an object",
-    "model_attributes_type": "an object",
 }
 _INT_KINDS = frozenset({"int_type", "int_parsing", "int_from_float"})
 
@@ -121,21 +120,73 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _allowed_fields(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
-    """Wire names of the fields allowed where ``loc`` (a pydantic error location) points."""
+def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that holds the field ``loc`` (a pydantic error location) names."""
     for part in loc[:-1]:
         if model is None:
-            return []
+            return None
         if isinstance(part, int):
             continue
-        field = next(
-            (f for n, f in model.model_fields.items() if part in (n, f.alias)),
-            None,
-        )
+        field = _field_named(model, part)
         model = _model_of(field.annotation) if field is not None else None
-    if model is None:
+    return model
+
+
+def _field_named(model: type[BaseModel], name: Any) -> FieldInfo | None:
+    """The field of ``model`` whose Python or wire name is ``name``."""
+    return next((f for n, f in model.model_fields.items() if name in (n, f.alias)), None)
+
+
+def _allowed_fields(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """Wire names of the fields allowed where ``loc`` (a pydantic error location) points."""
+    holder = _model_at(model, loc)
+    if holder is None:
         return []
-    return [f.alias or n for n, f in model.model_fields.items()]
+    return [f.alias or n for n, f in holder.model_fields.items()]
+
+
+def _out_of_bounds(model: type[BaseModel] | None, loc: tuple[Any, ...], value: int) -> str | None:
+    """Why ``value`` breaks a bound of the field at ``loc`` (``"at most 16777216"``), or None.
+
+    Used before suggesting ``write N`` for ``1e30``: a suggestion the next validation rejects
+    sends the user round twice.
+    """
+    holder = _model_at(model, loc)
+    field = _field_named(holder, loc[-1]) if holder is not None and loc else None
+    if field is None:
+        return None
+    for bound in field.metadata:
+        if isinstance(bound, annotated_types.Ge) and value < cast(float, bound.ge):
+            return f"at least {bound.ge}"
+        if isinstance(bound, annotated_types.Gt) and value <= cast(float, bound.gt):
+            return f"greater than {bound.gt}"
+        if isinstance(bound, annotated_types.Le) and value > cast(float, bound.le):
+            return f"at most {bound.le}"
+        if isinstance(bound, annotated_types.Lt) and value >= cast(float, bound.lt):
+            return f"less than {bound.lt}"
+    return None
+
+
+def not_an_object(value: Any, *, document: bool = False) -> str:
+    """The message for ``value`` where an object (a mapping of fields) belongs.
+
+    A list of mappings there is nearly always a stray ``-`` in YAML (``model:`` then
+    ``- name: ...``) or, for a whole document, several objects in one list; say which fix
+    applies instead of printing the list back.
+    """
+    what = "a YAML/JSON object" if document else "an object"
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        if document:
+            return (
+                f"must be {what}, not a list of {len(value)}; separate documents with '---' "
+                "or wrap them in 'kind: List' with 'items:'"
+            )
+        if len(value) == 1:
+            return f"must be {what}, not a list; remove the '-' before its first field"
+        return f"must be {what}, not a list of {len(value)}; write one object"
+    if value is None or isinstance(value, (dict, list)) or document:
+        return f"must be {what}"
+    return f"must be {what}, not {_show(value)}"
 
 
 #: Spellings newcomers use for a value the API spells otherwise (PyTorch's and engines' short
@@ -189,10 +240,15 @@ def _message(err: Any, model: type[BaseModel] | None) -> str:
     if kind in _BOUNDS:
         key, op = _BOUNDS[kind]
         return f"must be {op} {ctx.get(key)}, not {_show(err.get('input'))}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return not_an_object(err.get("input"))
     if kind in _TYPE_NAMES:
         message = f"must be {_TYPE_NAMES[kind]}, not {_show(err.get('input'))}"
         whole = _whole_number(err.get("input")) if kind in _INT_KINDS else None
-        return message if whole is None else f"{message}: write {whole}"
+        if whole is None:
+            return message
+        bound = _out_of_bounds(model, tuple(err["loc"]), whole)
+        return f"{message}, and {bound}" if bound else f"{message}: write {whole}"
     return str(err["msg"]).removeprefix("Value error, ")
 
 

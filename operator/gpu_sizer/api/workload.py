@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from gpu_sizer.api.errors import InvalidWorkload, Problem, problems_from
+from gpu_sizer.api.errors import InvalidWorkload, Problem, not_an_object, problems_from
 from gpu_sizer.api.spec import GPUWorkloadSpec
 
 __all__ = [
@@ -67,7 +67,7 @@ def parse_spec(spec: Any) -> GPUWorkloadSpec:
     :raises InvalidWorkload: one :class:`Problem` per invalid field, paths starting ``spec.``.
     """
     if not isinstance(spec, dict):
-        raise InvalidWorkload([Problem("spec", "must be an object")])
+        raise InvalidWorkload([Problem("spec", not_an_object(spec))])
     if _holds_more_than(spec, MAX_SPEC_VALUES):
         raise InvalidWorkload(
             [
@@ -109,7 +109,7 @@ def parse_workload(doc: Any) -> GPUWorkloadSpec:
     :raises InvalidWorkload: every problem found, each with its field path.
     """
     if not isinstance(doc, dict):
-        raise InvalidWorkload([Problem("(document)", "must be a YAML/JSON object")])
+        raise InvalidWorkload([Problem("(document)", not_an_object(doc, document=True))])
     problems: list[Problem] = []
     for key in doc:
         if key not in TOP_LEVEL_FIELDS:
@@ -152,7 +152,7 @@ def _metadata_problems(metadata: Any) -> list[Problem]:
     if metadata is None:
         return [Problem("metadata.name", "required field is missing")]
     if not isinstance(metadata, dict):
-        return [Problem("metadata", "must be an object")]
+        return [Problem("metadata", not_an_object(metadata))]
     problems: list[Problem] = []
     name = metadata.get("name")
     if name is None:
