@@ -103,3 +103,111 @@ def test_positions_are_exact_up_to_ten_then_steps() -> None:
     assert _shown_position(26) == (True, 25)
     assert _shown_position(999) == (True, 500)
     assert _shown_position(10**6) == (True, 10000)
+
+
+class _SimpleQueue:
+    """The queue's fair order as first written (a sort of every waiting entry per question):
+    the reference :class:`MeasurementQueue` must agree with on every answer."""
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self.waiting: dict[tuple[str, str], tuple[str, int]] = {}
+        self.seq = 0
+
+    def enter(self, key: tuple[str, str], since: str) -> None:
+        if key not in self.waiting:
+            self.waiting[key] = (since, self.seq)
+            self.seq += 1
+
+    def leave(self, key: tuple[str, str]) -> None:
+        self.waiting.pop(key, None)
+
+    def ranked(
+        self, running: dict[str, int], limits: dict[str, int], blocked: set[str]
+    ) -> list[tuple[tuple[str, str], bool]]:
+        by_ns: dict[str, list[tuple[tuple[str, int], tuple[str, str]]]] = {}
+        for key, entry in self.waiting.items():
+            by_ns.setdefault(key[0], []).append((entry, key))
+        ranked = []
+        for ns, entries in by_ns.items():
+            entries.sort()
+            held = running.get(ns, 0)
+            limit = limits.get(ns)
+            for i, (entry, key) in enumerate(entries):
+                eligible = ns not in blocked and (limit is None or held + i < limit)
+                ranked.append(((held + i, *entry), key, eligible))
+        ranked.sort(key=lambda r: r[0])
+        return [(key, eligible) for _, key, eligible in ranked]
+
+    def admit(
+        self,
+        key: tuple[str, str],
+        running: dict[str, int],
+        limits: dict[str, int],
+        blocked: set[str],
+    ) -> tuple[bool, int, str]:
+        free = None if self.cap is None else max(0, self.cap - sum(running.values()))
+        ranked = self.ranked(running, limits, blocked)
+        eligible = [k for k, ok in ranked if ok]
+        if key in eligible and (free is None or eligible.index(key) < free):
+            return True, 0, ""
+        position = next(i for i, (k, _) in enumerate(ranked, 1) if k == key)
+        if key[0] in blocked:
+            return False, position, QueueReason.Quota
+        if key not in eligible:
+            return False, position, QueueReason.NamespaceLimit
+        return False, position, QueueReason.Cap
+
+
+_NS = st.sampled_from("abcd")
+_OPS = st.lists(
+    st.one_of(
+        # enter (namespace, name, second of its since: ties across namespaces are common)
+        st.tuples(st.just("enter"), _NS, st.integers(0, 12), st.integers(0, 3)),
+        st.tuples(st.just("leave"), _NS, st.integers(0, 12), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@given(
+    st.one_of(st.none(), st.integers(1, 6)),
+    _OPS,
+    st.dictionaries(_NS, st.integers(0, 4)),
+    st.dictionaries(_NS, st.integers(0, 4)),
+    st.sets(_NS, max_size=2),
+)
+def test_the_fair_order_is_the_simple_sort_of_every_entry(
+    cap: int | None,
+    ops: list[tuple[str, str, int, int]],
+    running: dict[str, int],
+    limits: dict[str, int],
+    blocked: set[str],
+) -> None:
+    """Same admissions, positions, reasons, startable entries and order as sorting every
+    waiting entry by (held + i, since, arrival), after any sequence of enters and leaves."""
+    fast, simple = MeasurementQueue(cap), _SimpleQueue(cap)
+    for op, ns, n, second in ops:
+        key = (ns, f"w{n}")
+        if op == "enter":
+            since = f"2026-01-01T00:00:0{second}Z"
+            fast.enter(key, since)
+            simple.enter(key, since)
+        else:
+            fast.leave(key)
+            simple.leave(key)
+    assert len(fast) == len(simple.waiting)
+    ranked = simple.ranked(running, limits, blocked)
+    assert fast.positions(running, limits.get, blocked) == [k for k, _ in ranked]
+    assert fast.positions(running, limits.get, blocked, first=3) == [k for k, _ in ranked][:3]
+    for key in simple.waiting:
+        verdict = fast.admit(key, running, limits.get, blocked)
+        assert (verdict.admitted, verdict.position, verdict.reason) == simple.admit(
+            key, running, limits, blocked
+        )
+    admitted = [k for k, _ in ranked if simple.admit(k, running, limits, blocked)[0]]
+    assert fast.startable(running, limits.get, blocked) == admitted
+    waiting: dict[str, int] = {}
+    for ns, _ in simple.waiting:
+        waiting[ns] = waiting.get(ns, 0) + 1
+    assert fast.waiting_by_namespace() == waiting

@@ -101,6 +101,10 @@ POSITIONS_SHOWN = 10
 #: Beyond POSITIONS_SHOWN, a position reads "over T" for the largest of these below it: an entry
 #: deep in a long queue is rewritten only when it crosses one, not on every start ahead of it.
 POSITION_STEPS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+#: Positions beyond POSITIONS_SHOWN are checked against the ones written at most this often:
+#: the check walks the whole queue, and a decision that changes the queue comes every few
+#: milliseconds while thousands of workloads arrive (issue 17).
+POSITION_SCAN_SECONDS = 1.0
 
 _COMPONENTS = (
     "weights",
@@ -220,6 +224,9 @@ class Reconciler:
         self._reserved: dict[str, int] = {}
         #: The queue position last written per waiting workload (see :func:`_shown_position`).
         self._shown: dict[Key, tuple[bool, int]] = {}
+        #: The pending check of the positions beyond POSITIONS_SHOWN, and when the last ran.
+        self._scan: asyncio.TimerHandle | None = None
+        self._scanned_at = 0.0
         #: Namespaces whose ResourceQuota refused a Job: monotonic time until which they wait.
         self._quota_blocked: dict[str, float] = {}
         #: The API server's words of the last quota refusal per namespace.
@@ -257,6 +264,9 @@ class Reconciler:
         """Stop the workers and timers, post the Events still queued (for at most 2 s), stop
         the poster (operator shutdown)."""
         await self.queue.stop(grace=2.0)
+        if self._scan is not None:
+            self._scan.cancel()
+            self._scan = None
         if self._poster is not None:
             if self._events is not None:
                 with contextlib.suppress(TimeoutError):
@@ -405,17 +415,36 @@ class Reconciler:
 
     def _wake(self) -> None:
         """Offer free slots to the entries first in fair order, and have the entries whose
-        shown position moved write their new one."""
+        shown position moved write their new one: at once for the first
+        :data:`POSITIONS_SHOWN` (and the one after), within :data:`POSITION_SCAN_SECONDS` for
+        the others (a stepped position rarely changes; checking it walks the whole queue)."""
         if len(self.slots):
             running = self._running()
             blocked = self._blocked()
             for key in self.slots.startable(running, self._limit_of, blocked):
                 self.queue.add(key)
-            ranked = self.slots.positions(running, self._limit_of, blocked)
-            for position, key in enumerate(ranked, 1):
-                if self._shown.get(key) != _shown_position(position):
-                    self.queue.add(key)
+            head = self.slots.positions(running, self._limit_of, blocked, first=POSITIONS_SHOWN + 1)
+            self._reposition(head)
+            if len(self.slots) > len(head) and self._scan is None:
+                loop = asyncio.get_running_loop()
+                delay = self._scanned_at + POSITION_SCAN_SECONDS - time.monotonic()
+                self._scan = loop.call_later(max(0.0, delay), self._scan_positions)
         self._gauge_slots()
+
+    def _scan_positions(self) -> None:
+        """Check every waiting entry's written position (see :meth:`_wake`)."""
+        self._scan = None
+        self._scanned_at = time.monotonic()
+        if len(self.slots):
+            ranked = self.slots.positions(self._running(), self._limit_of, self._blocked())
+            self._reposition(ranked)
+
+    def _reposition(self, ranked: Iterable[Key]) -> None:
+        """Reconcile the entries of ``ranked`` (the fair order from position 1) whose written
+        position differs from their place in it."""
+        for position, key in enumerate(ranked, 1):
+            if self._shown.get(key) != _shown_position(position):
+                self.queue.add(key)
 
     def _gauge_slots(self) -> None:
         waiting = self.slots.waiting_by_namespace()
@@ -602,8 +631,10 @@ class Reconciler:
             self._resumed.add(key)
             if stored.get("phase"):
                 # After a restart: which workloads this process took over; its Job actions
-                # (an adoption, a deletion) are done by now.
-                log.info("%s/%s: resumed in phase %s", *key, plan.status.phase)
+                # (an adoption, a deletion) are done by now. DEBUG: one line per workload
+                # costs more than its decision over 10,000 settled ones (issue 17); the
+                # resume's summary, its transitions and its Job actions are said at INFO.
+                log.debug("%s/%s: resumed in phase %s", *key, plan.status.phase)
         self._count_resume(key, changed)
         self._record_metrics(key, plan.status)
         log.debug(

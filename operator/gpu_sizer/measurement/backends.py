@@ -181,6 +181,9 @@ class JobExists(BackendError):
 #: a confirmation lost to a watch that was re-listed (kopf does not report objects deleted
 #: while its watch was down).
 EXPECTATION_SECONDS = 300.0
+#: The longest a count of unfinished Jobs is reused without being told of a change (a bound on
+#: any change that reaches the watch's index without an event through ``seen``).
+LIVE_JOBS_SECONDS = 1.0
 
 
 class KubernetesJobBackend:
@@ -208,6 +211,8 @@ class KubernetesJobBackend:
         self._created: dict[str, tuple[tuple[str, str], Mapping[str, Any], float]] = {}
         #: uid -> when deleted, until the watch shows that uid gone.
         self._deleted: dict[str, float] = {}
+        #: :meth:`live_jobs` as last counted, and when (None: something changed since).
+        self._live: tuple[dict[str, int], float] | None = None
 
     def attach(
         self,
@@ -219,6 +224,7 @@ class KubernetesJobBackend:
         self._api = api
         self._jobs = jobs_index
         self._pods = pods_index
+        self._live = None
 
     def seen(self, event_type: str | None, job: Mapping[str, Any]) -> None:
         """The watch delivered ``job`` (``event_type`` ``DELETED`` when it is gone): drop what
@@ -227,13 +233,18 @@ class KubernetesJobBackend:
         self._created.pop(uid, None)
         if event_type == "DELETED":
             self._deleted.pop(uid, None)
+        self._live = None
 
     def _expire(self) -> None:
         limit = self._clock() - EXPECTATION_SECONDS
-        for uid in [u for u, (_, _, t) in self._created.items() if t < limit]:
+        expired = [u for u, (_, _, t) in self._created.items() if t < limit]
+        for uid in expired:
             del self._created[uid]
-        for uid in [u for u, t in self._deleted.items() if t < limit]:
+        gone = [u for u, t in self._deleted.items() if t < limit]
+        for uid in gone:
             del self._deleted[uid]
+        if expired or gone:
+            self._live = None
 
     def _bodies(self, namespace: str, workload: str) -> dict[str, Mapping[str, Any]]:
         self._expire()
@@ -253,18 +264,27 @@ class KubernetesJobBackend:
         ]
 
     def live_jobs(self) -> dict[str, int]:
+        """Unfinished Jobs per namespace. Counted again only after a change this backend was
+        told of (a watch event through :meth:`seen`, a creation, a deletion, an expectation
+        expired) or :data:`LIVE_JOBS_SECONDS` after the last count: the controller asks on every
+        decision, and a count walks every Job known (each finished Job stays until its TTL)."""
         self._expire()
+        now = self._clock()
+        if self._live is not None and now - self._live[1] < LIVE_JOBS_SECONDS:
+            return dict(self._live[0])
         bodies: dict[str, Mapping[str, Any]] = {}
         for store in list(self._jobs.values()):
             for job in store:
                 bodies[str((job.get("metadata") or {}).get("uid") or "")] = job
         for uid, (_, job, _) in self._created.items():
             bodies.setdefault(uid, job)
-        return _count_live(
+        live = _count_live(
             (str((b.get("metadata") or {}).get("namespace") or ""), _view(b))
             for uid, b in bodies.items()
             if uid not in self._deleted
         )
+        self._live = (live, now)
+        return dict(live)
 
     def observe(self, namespace: str, job: JobView, now: datetime) -> Outcome:
         body = None
@@ -296,9 +316,11 @@ class KubernetesJobBackend:
             if why is not None:
                 raise JobConflict(why) from None
             self._created[view.uid] = ((namespace, workload), slim(existing), self._clock())
+            self._live = None
             return view, False
         view = _view(created)
         self._created[view.uid] = ((namespace, workload), slim(created), self._clock())
+        self._live = None
         return view, True
 
     async def delete(self, namespace: str, job: JobView) -> None:
@@ -306,6 +328,7 @@ class KubernetesJobBackend:
         await self._api.delete_job(namespace, job.name, job.uid)
         self._created.pop(job.uid, None)
         self._deleted[job.uid] = self._clock()
+        self._live = None
 
 
 def _count_live(jobs: Iterable[tuple[str, JobView]]) -> dict[str, int]:
