@@ -631,10 +631,17 @@ class Reconciler:
             self._resumed.add(key)
             if stored.get("phase"):
                 # After a restart: which workloads this process took over; its Job actions
-                # (an adoption, a deletion) are done by now. DEBUG: one line per workload
-                # costs more than its decision over 10,000 settled ones (issue 17); the
-                # resume's summary, its transitions and its Job actions are said at INFO.
-                log.debug("%s/%s: resumed in phase %s", *key, plan.status.phase)
+                # (an adoption, a deletion) are done by now. Said at INFO for a workload in
+                # flight (measuring, or its status changed); for a settled one at DEBUG: a
+                # line each costs more than the decision over 10,000 settled workloads
+                # (issue 17), and the resume's summary line counts them.
+                in_flight = changed or plan.status.phase is Phase.Measuring
+                log.log(
+                    logging.INFO if in_flight else logging.DEBUG,
+                    "%s/%s: resumed in phase %s",
+                    *key,
+                    plan.status.phase,
+                )
         self._count_resume(key, changed)
         self._record_metrics(key, plan.status)
         log.debug(
