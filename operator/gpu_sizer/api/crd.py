@@ -36,6 +36,13 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from gpu_sizer.api.record import (
+    RECORD_KIND,
+    RECORD_PLURAL,
+    RECORD_SHORT_NAME,
+    RECORD_SINGULAR,
+    GPUMeasurementSpec,
+)
 from gpu_sizer.api.spec import QUANTIZATION_BITS, GPUWorkloadSpec
 from gpu_sizer.api.status import GPUWorkloadStatus
 from gpu_sizer.api.workload import (
@@ -48,9 +55,21 @@ from gpu_sizer.api.workload import (
     VERSION,
 )
 
-__all__ = ["CRD_NAME", "PRINTER_COLUMNS", "VALIDATION_RULES", "build_crd", "openapi_schema"]
+__all__ = [
+    "CRD_NAME",
+    "PRINTER_COLUMNS",
+    "RECORD_CRD_NAME",
+    "RECORD_PRINTER_COLUMNS",
+    "VALIDATION_RULES",
+    "build_crd",
+    "build_record_crd",
+    "crd_yaml",
+    "openapi_schema",
+    "record_crd_yaml",
+]
 
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+RECORD_CRD_NAME: Final = f"{RECORD_PLURAL}.{GROUP}"
 
 #: ``kubectl get gpuw`` columns. Printer columns show raw JSONPath values, so GiB and percent
 #: come from the status's display-only computed fields (see :mod:`gpu_sizer.api.status`).
@@ -79,6 +98,26 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
      "priority": 1, "description": "Estimate or Measurement."},
     {"name": "Peak Phase", "type": "string", "jsonPath": ".status.estimate.peakPhase",
      "priority": 1, "description": "Phase of the estimated peak (training: Load or Step)."},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]  # fmt: skip
+
+
+#: ``kubectl get gpumeasurements`` columns.
+RECORD_PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
+    {"name": "Class", "type": "string", "jsonPath": ".spec.gpuClass",
+     "description": "GPU class measured on."},
+    {"name": "Engine", "type": "string", "jsonPath": ".spec.engine",
+     "description": "Engine (pytorch for training, diffusers for generation)."},
+    {"name": "Family", "type": "string", "jsonPath": ".spec.modelFamily",
+     "description": "HF model_type, or the diffusers pipeline class."},
+    {"name": "Peak GiB", "type": "number", "jsonPath": ".spec.result.peakGiB",
+     "description": "Measured peak per GPU, GiB."},
+    {"name": "OOM", "type": "boolean", "jsonPath": ".spec.result.outOfMemory",
+     "description": "The probe hit CUDA out-of-memory on the class."},
+    {"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt", "priority": 1,
+     "description": "When the record stops being reused and is deleted."},
+    {"name": "Source", "type": "string", "jsonPath": ".spec.result.sourceNamespace",
+     "priority": 1, "description": "Namespace of the workload that was measured."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]  # fmt: skip
 
@@ -406,13 +445,80 @@ def build_crd() -> dict[str, Any]:
     }
 
 
+def build_record_crd() -> dict[str, Any]:
+    """The CustomResourceDefinition of ``GPUMeasurement`` (cluster-scoped shared measurement
+    records, :mod:`gpu_sizer.api.record`), as plain data. No status subresource: a record is
+    written whole, once."""
+    spec = openapi_schema(GPUMeasurementSpec, mode="serialization", keep_defaults=False)
+    schema = {
+        "type": "object",
+        "description": "One finished GPU measurement, shared across namespaces under its "
+        "measurement key; GPUWorkloads of the same key reuse it instead of measuring again.",
+        "properties": {
+            "apiVersion": {
+                "type": "string",
+                "description": "APIVersion defines the versioned schema of this representation.",
+            },
+            "kind": {
+                "type": "string",
+                "description": "Kind is the REST resource this object represents.",
+            },
+            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "spec": spec,
+        },
+        "required": ["spec"],
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": RECORD_CRD_NAME,
+            "labels": {
+                "app.kubernetes.io/name": "gpu-sizer",
+                "app.kubernetes.io/part-of": "gpu-sizer",
+            },
+            "annotations": {"gpusizer.dev/generated-by": "hack/gen-crd.py from gpu_sizer.api"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": RECORD_KIND,
+                "listKind": f"{RECORD_KIND}List",
+                "plural": RECORD_PLURAL,
+                "singular": RECORD_SINGULAR,
+                "shortNames": [RECORD_SHORT_NAME],
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "additionalPrinterColumns": copy.deepcopy(RECORD_PRINTER_COLUMNS),
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+_HEADER = (
+    "# GENERATED by hack/gen-crd.py from the pydantic models in operator/gpu_sizer/api.\n"
+    "# Do not edit by hand.\n"
+    "# Regenerate: PYTHONPATH=operator python hack/gen-crd.py\n"
+)
+
+
 def crd_yaml() -> str:
     """:func:`build_crd` as the YAML text written to ``crds/`` (header comment included)."""
     import yaml
 
-    header = (
-        "# GENERATED by hack/gen-crd.py from the pydantic models in operator/gpu_sizer/api.\n"
-        "# Do not edit by hand.\n"
-        "# Regenerate: PYTHONPATH=operator python hack/gen-crd.py\n"
-    )
-    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+    return _HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+
+
+def record_crd_yaml() -> str:
+    """:func:`build_record_crd` as the YAML text written to ``crds/``."""
+    import yaml
+
+    return _HEADER + yaml.safe_dump(build_record_crd(), sort_keys=False, width=100)

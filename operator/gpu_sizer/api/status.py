@@ -285,6 +285,14 @@ class MeasurementStatus(_Status):
     out_of_memory_classes: list[str] | None = Field(
         None, description="Classes on which the probe hit CUDA out-of-memory for this spec."
     )
+    reused_from: str | None = Field(
+        None,
+        description="Name of the GPUMeasurement (cluster-scoped) whose result this is, when "
+        "the measurement was reused instead of run (same measurement key).",
+    )
+    measurement_key: str | None = Field(
+        None, description="Measurement key (SHA-256 hex) of this measurement's GPUMeasurement."
+    )
 
     @computed_field(  # type: ignore[prop-decorator]
         alias="peakGiB",
