@@ -44,7 +44,7 @@ from typing import Any, Final
 from pydantic import Field, ValidationError
 
 from gpu_sizer.api.spec import GPUWorkloadSpec, MeasurementMode
-from gpu_sizer.api.status import MeasurementStatus, PerGpuBreakdown, _Status
+from gpu_sizer.api.status import MeasurementKey, MeasurementStatus, PerGpuBreakdown, _Status
 from gpu_sizer.api.workload import API_VERSION, CATEGORY, GROUP, VERSION
 
 __all__ = [
@@ -178,34 +178,6 @@ def catalog_digest(entry: Mapping[str, Any]) -> str:
     key: editing that class (another product list, a different usable figure) re-measures its
     workloads; adding an unrelated class does not."""
     return _digest(dict(entry))[:16]
-
-
-class MeasurementKey(_Status):
-    """The fields a measurement key digests. Two workloads with equal fields measure the same
-    memory; any change in one of them is a different measurement."""
-
-    spec_digest: str = Field(
-        description="SHA-256 of the spec fields that change memory (see memory_spec_digest)."
-    )
-    gpu_class: str = Field(description="Catalog class measured on.")
-    probe_image: str = Field(description="Probe image that ran the measurement.")
-    engine: str = Field(
-        description="Inference engine (vllm, transformers, tgi, sglang), pytorch for training, "
-        "diffusers for generation."
-    )
-    engine_version: str = Field(
-        "", description="spec.inference.engineVersion; empty when the spec leaves it to the image."
-    )
-    driver_major: str = Field(
-        "",
-        description="NVIDIA driver major version of the node (GFD nvidia.com/cuda.driver-version"
-        ".major, else nvidia.com/cuda.driver.major); empty when unknown.",
-    )
-    catalog_digest: str = Field(description="Digest of the catalog entry of gpuClass.")
-
-    def digest(self) -> str:
-        """The measurement key: SHA-256 (64 hex) of these fields."""
-        return _digest(self.model_dump(mode="json", by_alias=True))
 
 
 def describe(spec: GPUWorkloadSpec) -> tuple[WorkloadKind, str, str]:
@@ -385,7 +357,7 @@ def build_record(
         model_name=spec.model.name,
         estimate=estimate,
         result=RecordResult(
-            **result.model_dump(exclude={"reused_from"}),
+            **result.model_dump(exclude={"reused_from", "key_fields"}),
             source_namespace=source_namespace,
             source_name=source_name,
         ),

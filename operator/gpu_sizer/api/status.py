@@ -11,6 +11,8 @@ fraction fields whenever a status is serialized, and ignored when a status is pa
 
 from __future__ import annotations
 
+import hashlib
+import json
 from enum import StrEnum
 from typing import Annotated
 
@@ -29,6 +31,7 @@ __all__ = [
     "ConditionType",
     "EstimateStatus",
     "GPUWorkloadStatus",
+    "MeasurementKey",
     "MeasurementStatus",
     "MissingComponent",
     "NodeAffinitySnippet",
@@ -249,6 +252,36 @@ class EstimateStatus(_Status):
         return not self.missing_components
 
 
+class MeasurementKey(_Status):
+    """The fields a measurement key digests. Two workloads with equal fields measure the same
+    memory; any change in one of them is a different measurement."""
+
+    spec_digest: str = Field(
+        description="SHA-256 of the spec fields that change memory (see memory_spec_digest)."
+    )
+    gpu_class: str = Field(description="Catalog class measured on.")
+    probe_image: str = Field(description="Probe image that ran the measurement.")
+    engine: str = Field(
+        description="Inference engine (vllm, transformers, tgi, sglang), pytorch for training, "
+        "diffusers for generation."
+    )
+    engine_version: str = Field(
+        "", description="spec.inference.engineVersion; empty when the spec leaves it to the image."
+    )
+    driver_major: str = Field(
+        "",
+        description="NVIDIA driver major version of the node (GFD nvidia.com/cuda.driver-version"
+        ".major, else nvidia.com/cuda.driver.major); empty when unknown.",
+    )
+    catalog_digest: str = Field(description="Digest of the catalog entry of gpuClass.")
+
+    def digest(self) -> str:
+        """The measurement key: SHA-256 (64 hex) of these fields (sorted-key compact JSON)."""
+        data = self.model_dump(mode="json", by_alias=True)
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+
 class MeasurementStatus(_Status):
     """What the probe measured on a real device."""
 
@@ -291,7 +324,13 @@ class MeasurementStatus(_Status):
         "the measurement was reused instead of run (same measurement key).",
     )
     measurement_key: str | None = Field(
-        None, description="Measurement key (SHA-256 hex) of this measurement's GPUMeasurement."
+        None, description="Measurement key (SHA-256 hex of keyFields) of this measurement."
+    )
+    key_fields: MeasurementKey | None = Field(
+        None,
+        description="What the key digests, as measured: when one of them no longer holds (probe "
+        "image, engine version, node driver major, catalog entry), the workload is measured "
+        "again.",
     )
 
     @computed_field(  # type: ignore[prop-decorator]
