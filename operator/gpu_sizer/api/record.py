@@ -357,7 +357,7 @@ def build_record(
         model_name=spec.model.name,
         estimate=estimate,
         result=RecordResult(
-            **result.model_dump(exclude={"reused_from", "key_fields"}),
+            **result.model_dump(exclude={"reused_from", "key_fields", "record_expires_at"}),
             source_namespace=source_namespace,
             source_name=source_name,
         ),

@@ -326,6 +326,11 @@ class MeasurementStatus(_Status):
     measurement_key: str | None = Field(
         None, description="Measurement key (SHA-256 hex of keyFields) of this measurement."
     )
+    record_expires_at: str | None = Field(
+        None,
+        description="When the GPUMeasurement this measurement produced or reused expires (RFC "
+        "3339); deleted before then, the workload is measured again.",
+    )
     key_fields: MeasurementKey | None = Field(
         None,
         description="What the key digests, as measured: when one of them no longer holds (probe "
