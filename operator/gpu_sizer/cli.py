@@ -15,6 +15,7 @@ one per line as ``FILE: NAME: spec.path: message`` on stderr; no traceback reach
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
@@ -91,6 +92,15 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
         metavar="NAME",
         help="-o patch: the container that uses the GPU (default: the GPUWorkload's name); "
         "containers merge by name",
+    )
+    p.add_argument(
+        "--mig-strategy",
+        choices=["single", "mixed"],
+        default="single",
+        help="how the cluster's GPU Operator exposes MIG slices (its mig.strategy): single "
+        "(one nvidia.com/gpu is a slice, product label <product>-MIG-<profile>) or mixed "
+        "(nvidia.com/mig-<profile> on nodes of the whole GPU's product); sets the resource and "
+        "node affinity of a MIG recommendation's snippets (-o json/yaml/patch)",
     )
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_estimate)
@@ -415,6 +425,11 @@ def _estimate(args: argparse.Namespace) -> int:
             print(f"{doc.source}: {doc.name}: {assessment.message}", file=err)
             invalid = True
             continue
+        if assessment.recommendation is not None and args.mig_strategy == "mixed":
+            from gpu_sizer.placement import for_strategy
+
+            mixed = for_strategy(assessment.recommendation, "mixed", catalog)
+            assessment = dataclasses.replace(assessment, recommendation=mixed)
         rows.append((doc, assessment))
         meta = doc.data["metadata"]
         status = estimated_status(

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
+from gpu_sizer.placement import MigStrategy
 
 __all__ = [
     "GpuNode",
@@ -126,6 +127,23 @@ class Inventory:
     def nodes_of(self, gpu_class: str) -> list[GpuNode]:
         """Usable nodes offering ``gpu_class``."""
         return [n for n in self.nodes if gpu_class in n.classes()]
+
+    def mig_strategy(self, gpu_class: str) -> MigStrategy:
+        """How the cluster's nodes offer a MIG class: ``mixed`` when more of its devices are
+        advertised as ``nvidia.com/mig-<profile>`` than as ``nvidia.com/gpu`` (``single``
+        strategy), else ``single`` (also for whole GPUs and absent classes). One pod asks for
+        one resource name, so a class offered both ways is requested the way most devices are;
+        the others stay idle for it."""
+        mixed = single = 0
+        for node in self.nodes:
+            for offer in node.offers:
+                if offer.gpu_class != gpu_class:
+                    continue
+                if offer.resource.startswith(RESOURCE_MIG_PREFIX):
+                    mixed += offer.count
+                else:
+                    single += offer.count
+        return "mixed" if mixed > single else "single"
 
     def summary(self) -> str:
         """One line: classes with node counts, then ignored nodes with reasons."""

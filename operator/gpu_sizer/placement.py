@@ -42,6 +42,7 @@ __all__ = [
     "ANNOTATION_SPEC_HASH",
     "WORKLOAD_LABEL",
     "MigStrategy",
+    "for_strategy",
     "gpu_resource",
     "node_affinity",
     "pod_template_patch",
@@ -118,6 +119,21 @@ def snippets(
         "node_affinity": node_affinity(cls, strategy, catalog),
         "resources": resources(cls, gpu_count, strategy),
     }
+
+
+def for_strategy(
+    rec: RecommendationStatus,
+    strategy: MigStrategy,
+    catalog: Sequence[GPUClass] = DEFAULT_CATALOG,
+) -> RecommendationStatus:
+    """``rec`` with its ``nodeAffinity`` / ``resources`` snippets for the MIG ``strategy`` of the
+    cluster's nodes of its class (``mixed``: ``nvidia.com/mig-<profile>`` and the whole GPU's
+    product label). A whole-GPU class, a class not in ``catalog``, or ``single`` returns ``rec``
+    as it is: the snippets the core writes are the ``single`` ones."""
+    cls = next((c for c in catalog if c.name == rec.gpu_class), None)
+    if cls is None or not cls.is_mig or strategy != "mixed":
+        return rec
+    return rec.model_copy(update=snippets(cls, rec.gpu_count, strategy, catalog))
 
 
 def pod_template_patch(

@@ -235,3 +235,31 @@ def test_policy_pod_enforcement_by_namespace() -> None:
     assert policy.for_namespace({"tier": "dev"}).pod_enforcement is PodEnforcement.Off
     assert policy.for_namespace({}).pod_enforcement is PodEnforcement.Off
     assert parse_policy(None).pod_enforcement is PodEnforcement.Warn
+
+
+def test_mixed_strategy_recommendation_snippets_drive_the_limit_and_affinity() -> None:
+    # The operator writes the snippets for the MIG strategy of the class's nodes (mixed here:
+    # nvidia.com/mig-<profile> on nodes of the whole GPU, NVIDIA k8s-device-plugin README).
+    from gpu_sizer.api import RecommendationStatus
+    from gpu_sizer.placement import for_strategy
+
+    w = gpuw(gpu_class="nvidia-a100-80gb-mig-1g.10gb")
+    rec = RecommendationStatus.model_validate(w["status"]["recommendation"])
+    mixed = for_strategy(rec, "mixed", DEFAULT_CATALOG)
+    w["status"]["recommendation"] = mixed.model_dump(by_alias=True, mode="json", exclude_none=True)
+    answer = review(pod(), w)
+    assert answer.allowed and answer.pod is not None
+    limits = valid(answer.pod)["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/mig-1g.10gb": "1"}
+    exprs = terms(answer.pod)[0]["matchExpressions"]
+    assert {e["key"] for e in exprs} == {"nvidia.com/gpu.product", "nvidia.com/mig-1g.10gb.count"}
+    assert "NVIDIA-A100-SXM4-80GB" in exprs[0]["values"]
+    # A pod pinned to the whole GPU's product is compatible with the mixed-strategy slice.
+    pinned = review(pod(nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}), w)
+    assert pinned.allowed
+    # A pod asking for whole GPUs contradicts a recommendation of a slice.
+    asks = pod()
+    asks["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    denied = review(asks, w)
+    assert not denied.allowed and "nvidia.com/gpu" in denied.message
+    assert "nvidia.com/mig-1g.10gb" in denied.message

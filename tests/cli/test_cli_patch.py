@@ -194,3 +194,34 @@ def test_gitops_doc_sample_is_the_cli_output(capsys: pytest.CaptureFixture[str])
     for doc in (sample, produced):
         doc["spec"]["template"]["metadata"]["annotations"].pop("gpusizer.dev/spec-hash")
     assert sample == produced
+
+
+def test_mixed_strategy_flag_sets_the_mig_resource(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A small model pinned to a MIG slice: the snippets and the patch follow --mig-strategy
+    # (NVIDIA k8s-device-plugin README, "MIG strategies").
+    doc = yaml.safe_load(FITS.read_text())
+    doc["spec"]["placement"] = {"gpuClasses": ["nvidia-a100-80gb-mig-7g.80gb"]}
+    path = tmp_path / "mig.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = run(capsys, "estimate", str(path), "-o", "yaml")
+    assert code == 0, err
+    single = yaml.safe_load(out)["status"]["recommendation"]
+    assert single["gpuClass"] == "nvidia-a100-80gb-mig-7g.80gb"
+    assert single["resources"] == {"limits": {"nvidia.com/gpu": "1"}}
+    code, out, err = run(capsys, "estimate", str(path), "-o", "yaml", "--mig-strategy", "mixed")
+    assert code == 0, err
+    mixed = yaml.safe_load(out)["status"]["recommendation"]
+    assert mixed["resources"] == {"limits": {"nvidia.com/mig-7g.80gb": "1"}}
+    exprs = mixed["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
+    assert exprs[1]["key"] == "nvidia.com/mig-7g.80gb.count"
+    code, out, err = run(
+        capsys, "estimate", str(path), "-o", "patch", "--mig-strategy", "mixed", "--container", "s"
+    )
+    assert code == 0, err
+    patch = yaml.safe_load(out)
+    (container,) = patch["spec"]["template"]["spec"]["containers"]
+    assert container["resources"] == {"limits": {"nvidia.com/mig-7g.80gb": "1"}}

@@ -257,3 +257,31 @@ def test_inventory_summary_names_ignored_nodes() -> None:
     assert inv.present_classes() == {"nvidia-l4"}
     assert [i.name for i in inv.ignored] == ["b"]
     assert "b (" in inv.summary() and "nvidia-l4: 1 node(s)" in inv.summary()
+
+
+def test_mig_strategy_of_a_class_follows_how_its_nodes_offer_it() -> None:
+    # gpu-operator issue 637's node (mixed) beside a single-strategy node of another profile.
+    mixed = node("mixed", gfd("NVIDIA-A100-SXM4-80GB", "81920", count="2"), gpus=0)
+    mixed["metadata"]["labels"]["nvidia.com/mig.strategy"] = "mixed"
+    mixed["status"]["allocatable"].update({"nvidia.com/mig-1g.10gb": "6"})
+    single = node(
+        "single",
+        gfd("NVIDIA-A100-SXM4-80GB-MIG-3g.40gb", "40192", count="4")
+        | {"nvidia.com/mig.strategy": "single"},
+        gpus=4,
+    )
+    inv = build_inventory([mixed, single], DEFAULT_CATALOG)
+    assert inv.mig_strategy("nvidia-a100-80gb-mig-1g.10gb") == "mixed"
+    assert inv.mig_strategy("nvidia-a100-80gb-mig-3g.40gb") == "single"
+    assert inv.mig_strategy("nvidia-l4") == "single"  # absent, and whole GPUs: nvidia.com/gpu
+    # The same profile offered both ways: requested the way most of its devices are offered.
+    also = node(
+        "single-1g",
+        gfd("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "9728", count="7")
+        | {"nvidia.com/mig.strategy": "single"},
+        gpus=7,
+    )
+    assert (
+        build_inventory([mixed, also], DEFAULT_CATALOG).mig_strategy("nvidia-a100-80gb-mig-1g.10gb")
+        == "single"
+    )

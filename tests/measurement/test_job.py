@@ -210,3 +210,60 @@ def test_host_memory_follows_the_training_host_bytes() -> None:
     assert host_memory_bytes(spec, 0, 30 * GIB) == 46 * GIB
     single = _training_spec(strategy="none")
     assert host_memory_bytes(single, 0, 10 * GIB) == 14 * GIB
+
+
+def test_mig_slice_job_follows_the_nodes_mig_strategy() -> None:
+    # NVIDIA k8s-device-plugin README, "MIG strategies": single exposes a slice as
+    # nvidia.com/gpu on nodes labelled <product>-MIG-<profile>; mixed as nvidia.com/mig-<profile>
+    # on nodes of the whole GPU's product, with GFD's nvidia.com/mig-<profile>.count label.
+    mig = next(c for c in DEFAULT_CATALOG if c.name == "nvidia-a100-80gb-mig-1g.10gb")
+    h = spec_hash(SPEC)
+    base = JobRequest(
+        namespace="ml",
+        workload="small",
+        workload_uid="u",
+        spec_hash=h,
+        gpu_class=mig,
+        gpus=1,
+        memory_bytes=4 * GIB,
+        image="i",
+        name=job_name("small", h, mig.name, 4 * GIB),
+    )
+    for strategy, resource, expressions in (
+        (
+            "single",
+            "nvidia.com/gpu",
+            [
+                {
+                    "key": "nvidia.com/gpu.product",
+                    "operator": "In",
+                    "values": [
+                        "NVIDIA-A100-80GB-PCIe-MIG-1g.10gb",
+                        "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+                    ],
+                }
+            ],
+        ),
+        (
+            "mixed",
+            "nvidia.com/mig-1g.10gb",
+            [
+                {
+                    "key": "nvidia.com/gpu.product",
+                    "operator": "In",
+                    "values": ["NVIDIA-A100-80GB-PCIe", "NVIDIA-A100-SXM4-80GB"],
+                },
+                {"key": "nvidia.com/mig-1g.10gb.count", "operator": "Gt", "values": ["0"]},
+            ],
+        ),
+    ):
+        job = job_manifest(SPEC, replace(base, mig_strategy=strategy))  # type: ignore[arg-type]
+        kubernetes_validate.validate(job, "1.31", strict=True)
+        pod = job["spec"]["template"]["spec"]
+        res = pod["containers"][0]["resources"]
+        assert res["limits"][resource] == res["requests"][resource] == "1"
+        assert {k for k in res["limits"] if k.startswith("nvidia.com/")} == {resource}
+        required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert required["nodeSelectorTerms"] == [{"matchExpressions": expressions}]
+        # The device plugin's taint stays keyed nvidia.com/gpu for MIG slices too.
+        assert {t["key"] for t in pod["tolerations"]} == {"nvidia.com/gpu"}

@@ -6,12 +6,14 @@ KServe). The chart's webhook configuration sends only such pods here (an ``objec
 the label, ``failurePolicy: Ignore``), on CREATE. What the webhook does, in the manner of the
 Vertical Pod Autoscaler's admission controller for CPU and memory:
 
-- Required node affinity for the recommended class (:func:`gpu_sizer.placement.node_affinity`):
-  its requirement is ANDed into every existing ``nodeSelectorTerms`` entry (terms are ORed, so
-  each keeps its meaning and gains the class), or becomes the only term.
-- The GPU limit (``nvidia.com/gpu`` = ``recommendation.gpuCount``) on the container named by the
-  annotation ``gpusizer.dev/container``, else the first container, when no container of the pod
-  sets that resource.
+- Required node affinity for the recommended class (``recommendation.nodeAffinity``, else
+  :func:`gpu_sizer.placement.node_affinity`): its requirement is ANDed into every existing
+  ``nodeSelectorTerms`` entry (terms are ORed, so each keeps its meaning and gains the class), or
+  becomes the only term.
+- The GPU limit (``recommendation.gpuCount`` of the resource ``recommendation.resources`` names:
+  ``nvidia.com/gpu``, or ``nvidia.com/mig-<profile>`` where the class's nodes use the MIG
+  ``mixed`` strategy) on the container named by the annotation ``gpusizer.dev/container``, else
+  the first container, when no container of the pod sets that resource.
 - Annotations saying what was applied: ``gpusizer.dev/gpu-class``, ``gpusizer.dev/basis``,
   ``gpusizer.dev/spec-hash``.
 
@@ -54,6 +56,8 @@ __all__ = [
 
 #: Names the container that gets the GPU limit (default: the first container).
 ANNOTATION_CONTAINER = "gpusizer.dev/container"
+#: GPU extended resources: whole GPUs and MIG slices under the ``mixed`` strategy.
+_GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu")
 #: Blocking function returning the GPUWorkload ``namespace/name`` as a dict, ``None`` when it
 #: does not exist; raises on any other failure (run in a worker thread).
 WorkloadFetcher = Callable[[str, str], Mapping[str, Any] | None]
@@ -126,13 +130,21 @@ def _gpu_request(container: Mapping[str, Any], resource: str) -> int | None:
     return None
 
 
-def _apply_affinity(spec: dict[str, Any], cls: GPUClass) -> str | None:
+def _apply_affinity(
+    spec: dict[str, Any], cls: GPUClass, rec: RecommendationStatus | None = None
+) -> str | None:
     """AND the class requirement into the pod's required node affinity; a contradiction (a term
-    or nodeSelector pinning the product label to other products) is returned, nothing changed."""
-    wanted = node_affinity(cls).required_during_scheduling_ignored_during_execution
+    or nodeSelector pinning the product label to other products) is returned, nothing changed.
+
+    The requirement is the recommendation's own ``nodeAffinity`` snippet when it has one (the
+    operator writes it for the MIG strategy of the class's nodes), else the class's default."""
+    snippet = rec.node_affinity if rec is not None and rec.node_affinity is not None else None
+    wanted = (snippet or node_affinity(cls)).required_during_scheduling_ignored_during_execution
     ours = [e.model_dump(by_alias=True) for e in wanted.node_selector_terms[0].match_expressions]
     keys = {e["key"] for e in ours}
-    products = set(cls.products)
+    products = {v for e in ours if e["operator"] == "In" for v in e.get("values") or ()} or set(
+        cls.products
+    )
     selector = spec.get("nodeSelector") or {}
     for key in keys & set(selector):
         if selector[key] not in products:
@@ -171,6 +183,21 @@ def _apply_limit(
     """Set the GPU limit when no container asks for ``resource``; a different count is returned
     as a contradiction."""
     containers = spec.get("containers") or []
+    other = sorted(
+        {
+            key
+            for c in containers
+            for part in ("limits", "requests")
+            for key in ((c.get("resources") or {}).get(part) or {})
+            if key != resource and key.startswith(_GPU_RESOURCE_PREFIXES)
+        }
+    )
+    if other:
+        return (
+            f"the pod asks for {', '.join(other)} but the recommendation is {rec.gpu_count} x "
+            f"{rec.gpu_class}, requested as {resource}: remove that request, the webhook sets "
+            f"{resource}"
+        )
     asked = [(c.get("name"), _gpu_request(c, resource)) for c in containers]
     total = sum(n for _, n in asked if n is not None and n > 0)
     if any(n is not None for _, n in asked):
@@ -194,6 +221,13 @@ def _apply_limit(
     resources = chosen.setdefault("resources", {})
     resources.setdefault("limits", {})[resource] = str(rec.gpu_count)
     return None
+
+
+def _resource(cls: GPUClass, rec: RecommendationStatus) -> str:
+    """The GPU resource the recommendation's ``resources`` snippet limits (``nvidia.com/mig-*``
+    where the class's nodes use the MIG ``mixed`` strategy), else the class's default."""
+    limits = rec.resources.limits if rec.resources is not None else None
+    return next(iter(limits or {}), None) or gpu_resource(cls)
 
 
 def review_pod(
@@ -236,8 +270,8 @@ def review_pod(
             spec = mutated.setdefault("spec", {})
             annotations = dict((mutated.get("metadata") or {}).get("annotations") or {})
             for problem in (
-                _apply_affinity(spec, cls),
-                _apply_limit(spec, annotations, rec, gpu_resource(cls)),
+                _apply_affinity(spec, cls, rec),
+                _apply_limit(spec, annotations, rec, _resource(cls, rec)),
             ):
                 if problem:
                     problems.append(problem)

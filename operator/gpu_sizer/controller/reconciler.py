@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import logging
 import time
@@ -67,6 +68,7 @@ from gpu_sizer.measurement.backends import (
 from gpu_sizer.measurement.job import JobRequest, host_memory_bytes, job_manifest, job_name
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, parse_time
 from gpu_sizer.measurement.queue import Admission, MeasurementQueue, QueueReason
+from gpu_sizer.placement import MigStrategy, for_strategy
 from gpu_sizer.reconcile import (
     Config,
     DeleteJob,
@@ -209,6 +211,9 @@ class Reconciler:
         self._workloads: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
         self._nodes: dict[str, GpuNode | IgnoredNode] = {}
         self._present: frozenset[str] = frozenset()
+        #: MIG classes the cluster's nodes offer under the ``mixed`` strategy (see
+        #: :meth:`Inventory.mig_strategy`): their Jobs and snippets use ``nvidia.com/mig-*``.
+        self._mixed: frozenset[str] = frozenset()
         self._written: dict[Key, _Written] = {}
         #: What was last logged per workload and topic: the same warning is not repeated.
         self._said: dict[Key, dict[str, str]] = {}
@@ -467,6 +472,8 @@ class Reconciler:
         present = frozenset(
             c for n in self._nodes.values() if isinstance(n, GpuNode) for c in n.classes()
         )
+        inventory = self.inventory()
+        self._mixed = frozenset(c for c in present if inventory.mig_strategy(c) == "mixed")
         if present != self._present:
             self._present = present
             for key, body in self._all_workloads():
@@ -487,6 +494,20 @@ class Reconciler:
     def present(self) -> frozenset[str]:
         """The GPU classes with at least one node in the cluster."""
         return self._present
+
+    def mig_strategy(self, gpu_class: str) -> MigStrategy:
+        """How the cluster's nodes offer ``gpu_class`` (MIG ``mixed`` or ``single``)."""
+        return "mixed" if gpu_class in self._mixed else "single"
+
+    def _for_cluster(self, plan: Plan) -> Plan:
+        """The plan with its recommendation's snippets for the MIG strategy of the class's
+        nodes (the pure core writes the ``single`` ones)."""
+        rec = plan.status.recommendation
+        if rec is None or rec.gpu_class not in self._mixed:
+            return plan
+        local = for_strategy(rec, "mixed", self.config.catalog)
+        status = plan.status.model_copy(update={"recommendation": local})
+        return dataclasses.replace(plan, status=status)
 
     def _all_workloads(self) -> Iterable[tuple[Key, Mapping[str, Any]]]:
         for key, store in list(self._workloads.items()):
@@ -624,6 +645,7 @@ class Reconciler:
                     self._reserved[namespace] = left
                 else:
                     self._reserved.pop(namespace, None)
+        plan = self._for_cluster(plan)
         changed = await self._write(key, body, stored, plan)
         for job in recorded:  # their outcome is in the status now: they may go
             await self._delete(key, job)
@@ -826,6 +848,8 @@ class Reconciler:
             image_pull_secrets=self.opts.probe_image_pull_secrets,
             priority_class_name=self.opts.measurement_priority_class,
             kueue_queue=self._kueue_queue(namespace),
+            mig_strategy=self.mig_strategy(action.gpu_class.name),
+            catalog=self.config.catalog,
         )
         try:
             _, created = await self.backend.start(job_manifest(spec, req))

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementMode, spec_to_wire
-from gpu_sizer.catalog import GPUClass
+from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.placement import MigStrategy, gpu_resource, node_affinity
 
 __all__ = [
     "ANNOTATION_WORKLOAD",
@@ -200,6 +201,12 @@ class JobRequest:
     #: ``kueue.x-k8s.io/queue-name`` and is created with ``suspend: true``; Kueue unsuspends it
     #: when it admits the workload under its quotas.
     kueue_queue: str | None = None
+    #: How the cluster's nodes offer a MIG class (:meth:`gpu_sizer.inventory.Inventory.
+    #: mig_strategy`): ``mixed`` requests ``nvidia.com/mig-<profile>`` on nodes of the whole
+    #: GPU's product, ``single`` one ``nvidia.com/gpu`` on the ``-MIG-<profile>`` product.
+    mig_strategy: MigStrategy = "single"
+    #: The catalog the class comes from (a MIG class's parent products, for ``mixed``).
+    catalog: Sequence[GPUClass] = DEFAULT_CATALOG
 
 
 def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
@@ -232,7 +239,10 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
     ]
     memory = str(req.memory_bytes)
     gpus = str(job_gpu_count(spec, req.gpus))
-    gpu_resource = "amd.com/gpu" if req.gpu_class.vendor == "amd" else "nvidia.com/gpu"
+    resource = gpu_resource(req.gpu_class, req.mig_strategy)
+    affinity = node_affinity(req.gpu_class, req.mig_strategy, req.catalog)
+    # The device plugins' taints are keyed by the vendor's GPU resource, MIG slices included.
+    taint_key = "amd.com/gpu" if req.gpu_class.vendor == "amd" else "nvidia.com/gpu"
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": req.image,
@@ -244,8 +254,8 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
             {"name": "HOME", "value": "/tmp"},
         ],
         "resources": {
-            "requests": {"cpu": "1", "memory": memory, gpu_resource: gpus},
-            "limits": {"memory": memory, gpu_resource: gpus},
+            "requests": {"cpu": "1", "memory": memory, resource: gpus},
+            "limits": {"memory": memory, resource: gpus},
         },
         "securityContext": {
             "runAsNonRoot": True,
@@ -267,24 +277,8 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
             "runAsNonRoot": True,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {
-                                    "key": req.gpu_class.product_label,
-                                    "operator": "In",
-                                    "values": sorted(req.gpu_class.products),
-                                }
-                            ]
-                        }
-                    ]
-                }
-            }
-        },
-        "tolerations": [dict(t, key=gpu_resource) for t in GPU_TOLERATIONS],
+        "affinity": {"nodeAffinity": affinity.model_dump(by_alias=True, mode="json")},
+        "tolerations": [dict(t, key=taint_key) for t in GPU_TOLERATIONS],
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
     }
