@@ -29,8 +29,20 @@ bytes from NVML; ``MigDeviceInfo.GetDevice``: ``type`` "mig", ``profile``, the p
 ``productName``, capacity ``memory`` = the GPU instance profile's MiB). ``resource.k8s.io/v1beta1``
 slices nest both under ``basic``; ``v1`` puts them on the device itself: both are read.
 
-This module parses slices into per-node offers; the operator does not watch ResourceSlices yet
-(it would need ``list``/``watch`` on ``resourceslices.resource.k8s.io``), see the README.
+API versions: NVIDIA's driver publishes through ``k8s.io/api/resource/v1`` in current releases
+(``deviceinfo.go`` imports ``resourceapi "k8s.io/api/resource/v1"``; earlier releases, and its
+quickstart specs such as ``demo/specs/quickstart/gpu-test7.yaml``, use ``v1beta1``). Kubernetes
+serves ``resource.k8s.io/v1beta1`` from 1.32, ``v1beta2`` from 1.33 (beta APIs, off unless enabled
+with ``--runtime-config``) and ``v1`` from 1.34 (on by default; ``k8s.io/api`` v0.33 has no
+``resource/v1`` package). The operator watches ResourceSlices without naming a version, so kopf
+reads the group's preferred version from discovery, and writes ResourceClaimTemplates in the
+version its slices came in (:func:`claim_template`): ``v1beta1`` puts ``deviceClassName``,
+``selectors`` and ``count`` on the request itself, ``v1beta2`` and ``v1`` under ``exactly``.
+
+The operator merges the slices into the node inventory (:func:`merge_inventory`): a node its
+slices describe is read from them instead of its GPU Feature Discovery labels, and a measurement
+Job for a class offered through DRA claims one device per GPU through a ResourceClaimTemplate
+whose CEL selector names the product (and MIG profile) seen in the slices.
 """
 
 from __future__ import annotations
@@ -42,11 +54,22 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
-from gpu_sizer.inventory import MEMORY_TOLERANCE, Offer
+from gpu_sizer.inventory import (
+    DRA_DEVICE_CLASSES,
+    MEMORY_TOLERANCE,
+    GpuNode,
+    IgnoredNode,
+    Inventory,
+    Offer,
+)
 
 __all__ = [
+    "DEVICE_CLASSES",
     "NVIDIA_DRA_DRIVER",
     "DraNode",
+    "claim_template",
+    "device_selector",
+    "merge_inventory",
     "parse_quantity",
     "parse_resource_slices",
 ]
@@ -54,6 +77,9 @@ __all__ = [
 #: The driver name NVIDIA's DRA driver publishes GPUs and MIG devices under.
 NVIDIA_DRA_DRIVER: Final = "gpu.nvidia.com"
 MIB: Final = 1 << 20
+#: The DeviceClasses NVIDIA's driver chart creates (``deviceclass-gpu.yaml``/``deviceclass-mig.
+#: yaml``: ``type == 'gpu'`` / ``type == 'mig'`` devices of driver ``gpu.nvidia.com``).
+DEVICE_CLASSES: Final = DRA_DEVICE_CLASSES
 
 _SUFFIX: Final[dict[str, int]] = {
     "": 1,
@@ -91,6 +117,8 @@ class DraNode:
     name: str
     offers: tuple[Offer, ...]
     ignored: tuple[str, ...] = ()
+    #: ``(class, productName)`` pairs seen on the node's devices (for claim selectors).
+    products: tuple[tuple[str, str], ...] = ()
 
     def classes(self) -> frozenset[str]:
         """Every class the node offers."""
@@ -151,6 +179,7 @@ def parse_resource_slices(
     ``mig.nvidia.com``, claimed through a ResourceClaim rather than an extended resource)."""
     counts: dict[str, dict[tuple[str, str], int]] = {}
     ignored: dict[str, list[str]] = {}
+    products: dict[str, set[tuple[str, str]]] = {}
     for item in slices:
         spec = item.get("spec") or {}
         node = spec.get("nodeName")
@@ -169,11 +198,120 @@ def parse_resource_slices(
             resource = "mig.nvidia.com" if found.is_mig else "gpu.nvidia.com"
             key = (found.name, resource)
             per_node[key] = per_node.get(key, 0) + 1
+            products.setdefault(node, set()).add((found.name, str(_attr(device, "productName"))))
     return {
         node: DraNode(
             node,
             tuple(Offer(c, n, r) for (c, r), n in sorted(per_node.items())),
             tuple(ignored.get(node, ())),
+            tuple(sorted(products.get(node, ()))),
         )
         for node, per_node in sorted(counts.items())
+    }
+
+
+def merge_inventory(inventory: Inventory, dra: Mapping[str, DraNode]) -> Inventory:
+    """``inventory`` (from Node labels) with every node its ResourceSlices describe read from
+    them instead: per-device truth beats labels that describe the first GPU only. A node the
+    labels left out (mixed models, MIG without a known strategy) is used when its slices offer a
+    catalog class; a node whose slices offer nothing keeps what its labels say. Cordoned nodes
+    and nodes labelled ``gpusizer.dev/ignore`` stay ignored (the label is the operator's own
+    opt-out; a cordon is the platform's)."""
+    if not dra:
+        return inventory
+    kept_ignored: list[IgnoredNode] = []
+    held: set[str] = set()
+    for node in inventory.ignored:
+        if node.name in dra and dra[node.name].offers and not _deliberate(node):
+            continue
+        kept_ignored.append(node)
+        held.add(node.name)
+    nodes: dict[str, GpuNode] = {n.name: n for n in inventory.nodes}
+    for name, found in dra.items():
+        if not found.offers or name in held:
+            continue
+        first = found.offers[0]
+        notes: tuple[str, ...] = (
+            "read from DRA ResourceSlices (driver gpu.nvidia.com), not GFD labels",
+        )
+        if found.ignored:
+            notes += ("devices left out: " + "; ".join(found.ignored),)
+        nodes[name] = GpuNode(
+            name,
+            first.gpu_class,
+            ", ".join(sorted({p for _, p in found.products})),
+            first.count,
+            None,
+            notes,
+            found.offers,
+            "",
+        )
+    return Inventory(
+        tuple(sorted(nodes.values(), key=lambda n: n.name)),
+        tuple(kept_ignored),
+        inventory.known,
+    )
+
+
+def _deliberate(node: IgnoredNode) -> bool:
+    return node.reason.startswith(("labelled gpusizer.dev/ignore", "cordoned"))
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def device_selector(cls: GPUClass, products: Iterable[str]) -> str:
+    """The CEL expression selecting a device of ``cls`` among ``gpu.nvidia.com``'s: of its
+    ``type`` (``gpu`` or ``mig``), its ``productName`` one of ``products`` (as the slices spell
+    it) and, for a MIG class, its ``profile`` the class's. Attributes are read under the
+    driver's domain, as its own DeviceClasses do (``device.attributes['gpu.nvidia.com'].type``).
+    """
+    attrs = f"device.attributes[{_quote(NVIDIA_DRA_DRIVER)}]"
+    names = ", ".join(_quote(p) for p in sorted(set(products)))
+    # Every attribute is tested for presence first: reading a missing one is an evaluation
+    # error, not false, in Kubernetes' CEL (a whole GPU has no ``profile``).
+    kind = "mig" if cls.is_mig else "gpu"
+    terms = [
+        f"'type' in {attrs}",
+        f"{attrs}.type == {_quote(kind)}",
+        f"'productName' in {attrs}",
+        f"{attrs}.productName in [{names}]",
+    ]
+    if cls.is_mig:
+        terms += [f"'profile' in {attrs}", f"{attrs}.profile == {_quote(cls.mig_profile)}"]
+    return " && ".join(terms)
+
+
+def claim_template(
+    api_version: str,
+    name: str,
+    namespace: str,
+    owner: Mapping[str, Any],
+    cls: GPUClass,
+    count: int,
+    products: Iterable[str],
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A ``ResourceClaimTemplate`` asking for ``count`` devices of ``cls`` (request ``gpu``,
+    DeviceClass ``gpu.nvidia.com`` or ``mig.nvidia.com``, :func:`device_selector`), owned by
+    ``owner`` (an ownerReference: the GPUWorkload), in ``api_version``'s request shape."""
+    request: dict[str, Any] = {
+        "deviceClassName": "mig.nvidia.com" if cls.is_mig else "gpu.nvidia.com",
+        "selectors": [{"cel": {"expression": device_selector(cls, products)}}],
+        "allocationMode": "ExactCount",
+        "count": count,
+    }
+    if api_version.endswith("/v1beta1"):
+        requests = [{"name": "gpu", **request}]
+    else:
+        requests = [{"name": "gpu", "exactly": request}]
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "ownerReferences": [dict(owner)]}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {
+        "apiVersion": api_version,
+        "kind": "ResourceClaimTemplate",
+        "metadata": meta,
+        "spec": {"spec": {"devices": {"requests": requests}}},
     }

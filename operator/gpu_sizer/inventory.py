@@ -39,16 +39,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
 from gpu_sizer.placement import MigStrategy
+
+#: How a pod asks for a class: ``nvidia.com/gpu`` (``single``), ``nvidia.com/mig-<profile>``
+#: (``mixed``), or a DRA ResourceClaim (``dra``).
+RequestMode = Literal["single", "mixed", "dra"]
 
 __all__ = [
     "GpuNode",
     "IgnoredNode",
     "Inventory",
     "Offer",
+    "RequestMode",
     "build_inventory",
     "parse_memory_label",
     "parse_node",
@@ -64,6 +69,9 @@ LABEL_MIG_CONFIG = "nvidia.com/mig.config"
 LABEL_IGNORE = "gpusizer.dev/ignore"
 RESOURCE_GPU = "nvidia.com/gpu"
 RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
+#: DRA DeviceClasses of NVIDIA's driver: an ``Offer`` with one of these as its resource is
+#: claimed through a ResourceClaim (:mod:`gpu_sizer.dra`), not requested as a resource.
+DRA_DEVICE_CLASSES = frozenset({"gpu.nvidia.com", "mig.nvidia.com"})
 #: Allowed relative disagreement between the memory label and the catalog class memory.
 MEMORY_TOLERANCE = 0.05
 _BYTES_THRESHOLD = 1 << 24
@@ -128,22 +136,41 @@ class Inventory:
         """Usable nodes offering ``gpu_class``."""
         return [n for n in self.nodes if gpu_class in n.classes()]
 
-    def mig_strategy(self, gpu_class: str) -> MigStrategy:
-        """How the cluster's nodes offer a MIG class: ``mixed`` when more of its devices are
-        advertised as ``nvidia.com/mig-<profile>`` than as ``nvidia.com/gpu`` (``single``
-        strategy), else ``single`` (also for whole GPUs and absent classes). One pod asks for
-        one resource name, so a class offered both ways is requested the way most devices are;
-        the others stay idle for it."""
-        mixed = single = 0
+    def request_modes(self) -> dict[str, RequestMode]:
+        """How a pod asks for each present class, in one pass over the offers: ``dra`` when
+        more of its devices are offered by ResourceSlices (:mod:`gpu_sizer.dra`, claimed through
+        a ResourceClaim) than by device plugins; else ``mixed`` when more are advertised as
+        ``nvidia.com/mig-<profile>`` (MIG ``mixed`` strategy) than as ``nvidia.com/gpu``; else
+        ``single`` (whole GPUs, and MIG slices under the ``single`` strategy). One pod asks for
+        one resource, so a class offered several ways is requested the way most of its devices
+        are; the others stay idle for it."""
+        counts: dict[str, list[int]] = {}
         for node in self.nodes:
             for offer in node.offers:
-                if offer.gpu_class != gpu_class:
-                    continue
-                if offer.resource.startswith(RESOURCE_MIG_PREFIX):
-                    mixed += offer.count
+                per = counts.setdefault(offer.gpu_class, [0, 0, 0])  # single, mixed, dra
+                if offer.resource in DRA_DEVICE_CLASSES:
+                    per[2] += offer.count
+                elif offer.resource.startswith(RESOURCE_MIG_PREFIX):
+                    per[1] += offer.count
                 else:
-                    single += offer.count
-        return "mixed" if mixed > single else "single"
+                    per[0] += offer.count
+        modes: dict[str, RequestMode] = {}
+        for cls, (single, mixed, dra) in counts.items():
+            if dra > single + mixed:
+                modes[cls] = "dra"
+            else:
+                modes[cls] = "mixed" if mixed > single else "single"
+        return modes
+
+    def mig_strategy(self, gpu_class: str) -> MigStrategy:
+        """How the cluster's nodes offer a MIG class outside DRA (:meth:`request_modes`):
+        ``mixed`` or ``single`` (also for whole GPUs and absent classes)."""
+        return "mixed" if self.request_modes().get(gpu_class) == "mixed" else "single"
+
+    def through_dra(self, gpu_class: str) -> bool:
+        """Whether a Job for ``gpu_class`` claims a device through DRA (:meth:`request_modes`)
+        rather than requesting an extended resource."""
+        return self.request_modes().get(gpu_class) == "dra"
 
     def summary(self) -> str:
         """One line: classes with node counts, then ignored nodes with reasons."""

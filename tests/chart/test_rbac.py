@@ -43,6 +43,16 @@ RBAC_TABLE: list[Row] = [
     row(CLUSTER, "", "events", "create, patch", "", ALWAYS),
     row(CLUSTER, "events.k8s.io", "events", "create, patch", "", ALWAYS),
     row(CLUSTER, "", "nodes", GET_LIST_WATCH, "", ALWAYS),
+    row(CLUSTER, "resource.k8s.io", "resourceslices", GET_LIST_WATCH, "", ALWAYS),
+    row(CLUSTER, "resource.k8s.io", "resourceclaimtemplates", "get, create, delete", "", ALL_NS),
+    row(
+        WATCHED_NS,
+        "resource.k8s.io",
+        "resourceclaimtemplates",
+        "get, create, delete",
+        "",
+        LISTED_NS,
+    ),
     row(CLUSTER, "", "namespaces", GET_LIST_WATCH, "", ALWAYS),
     row(CLUSTER, "apiextensions.k8s.io", "customresourcedefinitions", GET_LIST_WATCH, "", ALWAYS),
     row(

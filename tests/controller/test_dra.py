@@ -6,11 +6,21 @@ slice is from a public `kubectl get resourceslices -o yaml` dump (resource.k8s.i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import celpy
+import yaml
+
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.dra import parse_quantity, parse_resource_slices
-from gpu_sizer.inventory import Offer
+from gpu_sizer.dra import (
+    claim_template,
+    device_selector,
+    merge_inventory,
+    parse_quantity,
+    parse_resource_slices,
+)
+from gpu_sizer.inventory import Offer, build_inventory
 
 MIB = 1 << 20
 
@@ -129,3 +139,105 @@ def test_other_drivers_v1beta1_basic_and_qualified_names() -> None:
     parsed = parse_resource_slices([other, beta, beta], DEFAULT_CATALOG)
     assert set(parsed) == {"n2"}
     assert parsed["n2"].offers == (Offer("nvidia-h200", 2, "gpu.nvidia.com"),)
+
+
+# --- the operator's use of slices: inventory merge, claims (fixture: the driver's shape)
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dra-resourceslices.yaml"
+BY_NAME = {c.name: c for c in DEFAULT_CATALOG}
+
+
+def fixture_slices() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(FIXTURE.read_text()) if d]
+
+
+def labelled(name: str, product: str, memory: str, count: int, **extra: Any) -> dict[str, Any]:
+    labels = {
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.memory": memory,
+        "nvidia.com/gpu.count": str(count),
+    }
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": extra,
+        "status": {"allocatable": {"nvidia.com/gpu": str(count)}},
+    }
+
+
+def test_slices_replace_labels_for_the_nodes_they_describe() -> None:
+    # The 80/40 node: GFD labels it from its first GPU, two "80 GB" cards; the slices say one
+    # of each. The MIG node has no usable labels (MIG configured, no strategy known).
+    nodes = [
+        labelled("mixed-80-40", "NVIDIA-A100-SXM4-80GB", "81920", 2),
+        labelled(
+            "a100-mig",
+            "NVIDIA-A100-SXM4-80GB",
+            "81920",
+            1,
+            **{},
+        ),
+        labelled("l4-1", "NVIDIA-L4", "23034", 4),
+        labelled("cordoned", "NVIDIA-L4", "23034", 4, unschedulable=True),
+    ]
+    nodes[1]["metadata"]["labels"]["nvidia.com/mig.config"] = "all-1g.10gb"
+    labels_only = build_inventory(nodes, DEFAULT_CATALOG)
+    assert {n.name for n in labels_only.ignored} == {"a100-mig", "cordoned"}
+    cordoned_slice = resource_slice("cordoned", gpu("gpu-0", "NVIDIA L4", "23034Mi"))
+    dra = parse_resource_slices([*fixture_slices(), cordoned_slice], DEFAULT_CATALOG)
+    merged = merge_inventory(labels_only, dra)
+    by_node = {n.name: n for n in merged.nodes}
+    assert by_node["mixed-80-40"].classes() == {"nvidia-a100-80gb", "nvidia-a100-40gb"}
+    assert by_node["a100-mig"].classes() == {
+        "nvidia-a100-80gb-mig-1g.10gb",
+        "nvidia-a100-80gb-mig-2g.20gb",
+    }
+    assert by_node["l4-1"] == labels_only.nodes[[n.name for n in labels_only.nodes].index("l4-1")]
+    assert "ResourceSlices" in by_node["mixed-80-40"].notes[0]
+    assert [n.name for n in merged.ignored] == ["cordoned"]  # a cordon is not overruled
+    assert merged.through_dra("nvidia-a100-40gb")
+    assert not merged.through_dra("nvidia-l4")
+    assert merged.mig_strategy("nvidia-a100-80gb-mig-1g.10gb") == "single"  # claimed, not mixed
+
+
+def test_claim_template_shapes_by_api_version() -> None:
+    owner = {"apiVersion": "gpusizer.dev/v1alpha1", "kind": "GPUWorkload", "name": "w", "uid": "u"}
+    mig_class = BY_NAME["nvidia-a100-80gb-mig-1g.10gb"]
+    v1 = claim_template(
+        "resource.k8s.io/v1", "job-1", "ml", owner, mig_class, 1, ["NVIDIA A100-SXM4-80GB"]
+    )
+    (request,) = v1["spec"]["spec"]["devices"]["requests"]
+    assert request["name"] == "gpu"
+    exactly = request["exactly"]
+    assert exactly["deviceClassName"] == "mig.nvidia.com" and exactly["count"] == 1
+    assert exactly["allocationMode"] == "ExactCount"
+    assert v1["metadata"]["ownerReferences"] == [owner]
+    # v1beta2 nests the same under `exactly`; v1beta1 puts it on the request itself
+    # (k8s.io/api resource/v1beta1 DeviceRequest vs v1beta2/v1 ExactDeviceRequest).
+    beta2 = claim_template("resource.k8s.io/v1beta2", "j", "ml", owner, mig_class, 1, ["x"])
+    assert "exactly" in beta2["spec"]["spec"]["devices"]["requests"][0]
+    beta1 = claim_template("resource.k8s.io/v1beta1", "j", "ml", owner, mig_class, 1, ["x"])
+    (flat,) = beta1["spec"]["spec"]["devices"]["requests"]
+    assert flat["deviceClassName"] == "mig.nvidia.com" and "exactly" not in flat
+
+
+def test_claim_selector_picks_exactly_the_class_devices_of_the_fixture() -> None:
+    # The CEL selector evaluated (cel-python) on every device of the driver-shaped fixture, as
+    # the scheduler sees them: device.attributes[<domain>].<name>.
+    env = celpy.Environment()
+    devices = [d for s in fixture_slices() for d in s["spec"]["devices"]]
+
+    def chosen(cls_name: str, products: list[str]) -> set[str]:
+        program = env.program(env.compile(device_selector(BY_NAME[cls_name], products)))
+        picked = set()
+        for device in devices:
+            attrs = {k: next(iter(v.values())) for k, v in device["attributes"].items()}
+            activation = {"device": celpy.json_to_cel({"attributes": {"gpu.nvidia.com": attrs}})}
+            if bool(program.evaluate(activation)):
+                picked.add(device["name"])
+        return picked
+
+    assert chosen("nvidia-a100-40gb", ["NVIDIA A100-SXM4-40GB"]) == {"gpu-1"}
+    assert chosen("nvidia-a100-80gb", ["NVIDIA A100-SXM4-80GB"]) == {"gpu-0"}  # not its slices
+    assert chosen("nvidia-a100-80gb-mig-2g.20gb", ["NVIDIA A100-SXM4-80GB"]) == {"gpu-0-mig-14-4-2"}
+    quoted = device_selector(BY_NAME["nvidia-l4"], ["it's"])
+    assert "['it\\'s']" in quoted

@@ -267,3 +267,42 @@ def test_mig_slice_job_follows_the_nodes_mig_strategy() -> None:
         assert required["nodeSelectorTerms"] == [{"matchExpressions": expressions}]
         # The device plugin's taint stays keyed nvidia.com/gpu for MIG slices too.
         assert {t["key"] for t in pod["tolerations"]} == {"nvidia.com/gpu"}
+
+
+def test_dra_job_claims_its_gpu_through_the_template() -> None:
+    # DRA: no extended resource, a pod resourceClaim from the template, the container using it;
+    # no product node affinity (the scheduler places the pod where the claim is allocatable).
+    from gpu_sizer.dra import claim_template
+
+    h = spec_hash(SPEC)
+    name = job_name("llama", h, H100.name, 18 * GIB)
+    req = JobRequest(
+        namespace="ml",
+        workload="llama",
+        workload_uid="0b7e-uid",
+        spec_hash=h,
+        gpu_class=H100,
+        gpus=2,
+        memory_bytes=18 * GIB,
+        image="i",
+        name=name,
+        claim_template=name,
+    )
+    job = job_manifest(SPEC, req)
+    kubernetes_validate.validate(job, "1.34", strict=True)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": name}]
+    res = pod["containers"][0]["resources"]
+    assert res["claims"] == [{"name": "gpu"}]
+    assert not any(
+        k.startswith("nvidia.com/") for part in ("limits", "requests") for k in res[part]
+    )
+    assert "affinity" not in pod
+    owner = job["metadata"]["ownerReferences"][0]
+    for version, k8s in (
+        ("resource.k8s.io/v1", "1.34"),
+        ("resource.k8s.io/v1beta2", "1.33"),
+        ("resource.k8s.io/v1beta1", "1.32"),
+    ):
+        template = claim_template(version, name, "ml", owner, H100, 2, ["NVIDIA H100 80GB HBM3"])
+        kubernetes_validate.validate(template, k8s, strict=True)

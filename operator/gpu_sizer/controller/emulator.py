@@ -33,6 +33,7 @@ __all__ = [
     "FaultHook",
     "LoopbackCluster",
     "crd_document",
+    "dra_resources",
     "path_of",
 ]
 
@@ -100,6 +101,26 @@ RESOURCES: dict[tuple[str, str, str], dict[str, Any]] = {
         verbs={"get", "list", "watch", "create"},
     ),
 }
+
+
+def dra_resources(version: str = "v1") -> dict[tuple[str, str, str], dict[str, Any]]:
+    """``resource.k8s.io`` in ``version``: what a cluster with DRA serves to the operator
+    (ResourceSlices, cluster-scoped; ResourceClaimTemplates, namespaced). Not in
+    :data:`RESOURCES`: a cluster without DRA is the common case; pass these as ``extra``."""
+    return {
+        ("resource.k8s.io", version, "resourceslices"): dict(
+            kind="ResourceSlice",
+            singular="resourceslice",
+            namespaced=False,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        ),
+        ("resource.k8s.io", version, "resourceclaimtemplates"): dict(
+            kind="ResourceClaimTemplate",
+            singular="resourceclaimtemplate",
+            namespaced=True,
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        ),
+    }
 
 
 def path_of(
@@ -286,13 +307,19 @@ class LoopbackCluster:
     Use as ``async with LoopbackCluster() as cluster:``; ``cluster.kubeconfig`` is a file path.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        extra: Mapping[tuple[str, str, str], dict[str, Any]] | None = None,
+    ) -> None:
+        #: Every resource served: :data:`RESOURCES` and ``extra`` (e.g. :func:`dra_resources`).
+        self.resources = {**RESOURCES, **(extra or {})}
         self.emulator = ApiServerEmulator()
         self._port = port
         self._server: kmock.Server | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="gpu-sizer-kube-")
         self.kubeconfig = str(Path(self._tmp.name) / "kubeconfig")
-        for (group, version, plural), info in RESOURCES.items():
+        for (group, version, plural), info in self.resources.items():
             key = f"{group}/{version}/{plural}" if group else f"v1/{plural}"
             self.emulator.resources[key] = kmock.ResourceInfo(**info)
 
@@ -364,7 +391,8 @@ class LoopbackCluster:
         meta.setdefault("creationTimestamp", _now())
         meta.setdefault("resourceVersion", "1")
         group, version, plural = resource
-        namespace = meta.get("namespace") if RESOURCES[resource].get("namespaced") else None
+        namespaced = self.resources[resource].get("namespaced")
+        namespace = meta.get("namespace") if namespaced else None
         return await self.request("POST", path_of(group, version, plural, namespace), doc)
 
     async def get(

@@ -1,19 +1,22 @@
 """kopf handlers: thin adapters from watch events to the controller's work queue.
 
-The operator watches four resources, each kept in a kopf index (kopf lists every indexed
+The operator watches five resources, each kept in a kopf index (kopf lists every indexed
 resource before any other handler runs, so no decision is made on a half-known cluster):
 
 - GPUWorkloads, the objects it serves;
 - measurement Jobs and their pods, by the ``app.kubernetes.io/managed-by=gpu-sizer`` label (also
   a server-side selector, see :func:`gpu_sizer.controller.running.configure_settings`), indexed
   by workload and by Job uid;
-- Nodes, parsed into the GPU inventory (GPU Feature Discovery labels).
+- Nodes, parsed into the GPU inventory (GPU Feature Discovery labels);
+- DRA ResourceSlices, where the cluster serves them: per-device inventory that replaces the
+  labels of the nodes they describe.
 
 Every event only marks the workload it concerns in the
 :class:`~gpu_sizer.controller.reconciler.Reconciler`'s queue; the decision reads the indexes.
 There are no kopf change handlers, timers or finalizers: kopf writes nothing to a GPUWorkload
 (a finalizer an earlier version added is removed by kopf itself, since no handler needs it), so
-the operator's only writes are its status patches, Jobs and Events.
+the operator's only writes are its status patches, Jobs (with their ResourceClaimTemplates
+under DRA) and Events.
 """
 
 from __future__ import annotations
@@ -125,6 +128,31 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
     async def node_event(*, event: Mapping[str, Any], name: str, **_: Any) -> None:
         if event.get("type") == "DELETED":
             reconciler.node_seen(name, None)
+
+    # --- DRA ResourceSlices (NVIDIA's driver, gpu.nvidia.com): per-device inventory. No version
+    # named: kopf serves the group's preferred version from discovery (resource.k8s.io/v1 from
+    # Kubernetes 1.34, v1beta2/v1beta1 where only those are enabled); a cluster without the
+    # group is logged once by kopf and nothing else changes. Indexed, as Nodes are, so that kopf
+    # lists them before the first decision (an unserved resource does not hold that up).
+
+    @kopf.index("resource.k8s.io", "resourceslices", id="dra_slices", registry=registry)
+    async def index_slice(*, body: kopf.Body, name: str, **_: Any) -> dict[Any, Any] | None:
+        if reconciler.slice_seen(name, _plain(body)):
+            node = str((body.get("spec") or {}).get("nodeName") or "")
+            found = reconciler.dra_nodes().get(node)
+            if found is not None:  # said once per change, for the node of this slice
+                log.info(
+                    "GPU node %s from DRA ResourceSlices: %s%s",
+                    node,
+                    ", ".join(f"{o.count} x {o.gpu_class}" for o in found.offers) or "no class",
+                    f"; devices left out: {'; '.join(found.ignored)}" if found.ignored else "",
+                )
+        return None
+
+    @kopf.on.event("resource.k8s.io", "resourceslices", id="dra_slice", registry=registry)
+    async def slice_event(*, event: Mapping[str, Any], name: str, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            reconciler.slice_seen(name, None)
 
     return reconciler
 

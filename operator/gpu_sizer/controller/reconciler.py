@@ -56,6 +56,7 @@ from gpu_sizer.api import (
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
+from gpu_sizer.dra import DraNode, claim_template, merge_inventory, parse_resource_slices
 from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory
 from gpu_sizer.measurement.backends import (
     Backend,
@@ -65,7 +66,16 @@ from gpu_sizer.measurement.backends import (
     JobView,
     QuotaExceeded,
 )
-from gpu_sizer.measurement.job import JobRequest, host_memory_bytes, job_manifest, job_name
+from gpu_sizer.measurement.job import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    JobRequest,
+    host_memory_bytes,
+    job_gpu_count,
+    job_manifest,
+    job_name,
+    owner_uid,
+)
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, parse_time
 from gpu_sizer.measurement.queue import Admission, MeasurementQueue, QueueReason
 from gpu_sizer.placement import MigStrategy, for_strategy
@@ -214,6 +224,12 @@ class Reconciler:
         #: MIG classes the cluster's nodes offer under the ``mixed`` strategy (see
         #: :meth:`Inventory.mig_strategy`): their Jobs and snippets use ``nvidia.com/mig-*``.
         self._mixed: frozenset[str] = frozenset()
+        #: DRA: ResourceSlices by name, the per-node offers they make, the API version they are
+        #: served in (None: no slice seen), and the classes Jobs claim through DRA.
+        self._slices: dict[str, Mapping[str, Any]] = {}
+        self._dra: dict[str, DraNode] = {}
+        self._dra_version: str | None = None
+        self._claimed: frozenset[str] = frozenset()
         self._written: dict[Key, _Written] = {}
         #: What was last logged per workload and topic: the same warning is not repeated.
         self._said: dict[Key, dict[str, str]] = {}
@@ -469,11 +485,38 @@ class Reconciler:
             self._nodes.pop(name, None)
         else:
             self._nodes[name] = parsed
-        present = frozenset(
-            c for n in self._nodes.values() if isinstance(n, GpuNode) for c in n.classes()
-        )
+        self._refresh()
+        return True
+
+    def slice_seen(self, name: str, body: Mapping[str, Any] | None) -> bool:
+        """ResourceSlice ``name`` is now ``body`` (None: deleted). True when that changed what
+        the slices offer; the inventory is then rebuilt as in :meth:`node_seen`."""
+        if body is None:
+            self._slices.pop(name, None)
+        else:
+            self._slices[name] = body
+            version = body.get("apiVersion")
+            if isinstance(version, str) and version.startswith("resource.k8s.io/"):
+                self._dra_version = version
+        dra = parse_resource_slices(self._slices.values(), self.config.catalog)
+        if dra == self._dra:
+            return False
+        self._dra = dra
+        self._refresh()
+        return True
+
+    def dra_nodes(self) -> Mapping[str, DraNode]:
+        """What the ResourceSlices seen offer, per node."""
+        return self._dra
+
+    def _refresh(self) -> None:
+        """Recompute the present classes and how each is requested; when the present classes
+        changed, the workloads waiting for a node of their class are decided again."""
         inventory = self.inventory()
-        self._mixed = frozenset(c for c in present if inventory.mig_strategy(c) == "mixed")
+        modes = inventory.request_modes()
+        present = inventory.present_classes()
+        self._mixed = frozenset(c for c, mode in modes.items() if mode == "mixed")
+        self._claimed = frozenset(c for c, mode in modes.items() if mode == "dra")
         if present != self._present:
             self._present = present
             for key, body in self._all_workloads():
@@ -483,13 +526,13 @@ class Reconciler:
                     measurement.get("reason") == "NoNodeOfClass"
                 ):
                     self.queue.add(key)
-        return True
 
     def inventory(self) -> Inventory:
-        """The GPU nodes known, and the nodes ignored with their reasons."""
+        """The GPU nodes known (DRA ResourceSlices before GFD labels, :func:`merge_inventory`),
+        and the nodes ignored with their reasons."""
         nodes = tuple(n for n in self._nodes.values() if isinstance(n, GpuNode))
         ignored = tuple(n for n in self._nodes.values() if isinstance(n, IgnoredNode))
-        return Inventory(nodes, ignored)
+        return merge_inventory(Inventory(nodes, ignored), self._dra)
 
     def present(self) -> frozenset[str]:
         """The GPU classes with at least one node in the cluster."""
@@ -819,6 +862,19 @@ class Reconciler:
         except kube.ApiError as exc:
             raise BackendError(f"deleting Job {job.name}: {exc}") from exc
         log.info("%s/%s: deleted Job %s (uid %s)", *key, job.name, job.uid)
+        version = self._dra_version
+        if version is not None and self._client is not None:
+            # Its ResourceClaimTemplate, if it had one (owned by the workload, so the garbage
+            # collector would take it with the workload; a retry on another class should not
+            # leave it behind until then).
+            group, ver = version.split("/", 1)
+            path = kube.object_path(group, ver, "resourceclaimtemplates", key[0], job.name)
+            try:
+                await self._client.delete(path)
+            except kube.NotFound:
+                pass  # the Job had none (it requested an extended resource)
+            except kube.ApiError as exc:
+                log.warning("%s/%s: ResourceClaimTemplate %s not deleted: %s", *key, job.name, exc)
 
     async def _start(
         self,
@@ -850,6 +906,7 @@ class Reconciler:
             kueue_queue=self._kueue_queue(namespace),
             mig_strategy=self.mig_strategy(action.gpu_class.name),
             catalog=self.config.catalog,
+            claim_template=await self._claim_template(key, uid, action, spec),
         )
         try:
             _, created = await self.backend.start(job_manifest(spec, req))
@@ -872,6 +929,64 @@ class Reconciler:
         log.info(
             "%s/%s: %s %s on class %s", namespace, name, verb, action.name, action.gpu_class.name
         )
+
+    async def _claim_template(self, key: Key, uid: str, action: StartJob, spec: Any) -> str | None:
+        """Create (or find) the ResourceClaimTemplate of a Job whose class is claimed through
+        DRA; its name (the Job's), or None for a Job that requests an extended resource."""
+        cls = action.gpu_class
+        version = self._dra_version
+        if cls.name not in self._claimed or version is None or self._client is None:
+            return None
+        if self.config.runner != "Job":
+            return None
+        namespace, name = key
+        products = {p for n in self._dra.values() for c, p in n.products if c == cls.name}
+        owner = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": name,
+            "uid": uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        body = claim_template(
+            version,
+            action.name,
+            namespace,
+            owner,
+            cls,
+            job_gpu_count(spec, action.gpus),
+            products,
+            {LABEL_MANAGED_BY: MANAGED_BY},
+        )
+        group, ver = version.split("/", 1)
+        path = kube.collection_path(group, ver, "resourceclaimtemplates", namespace)
+        try:
+            await self._client.create(path, body)
+        except kube.Conflict:
+            # Created before (a retry, or a restarted operator): adopted when it is this
+            # workload's (its name comes from the workload's uid and spec hash, as the Job's).
+            try:
+                existing = await self._client.get(f"{path}/{action.name}")
+            except kube.ApiError as exc:
+                raise BackendError(f"reading ResourceClaimTemplate {action.name}: {exc}") from exc
+            if owner_uid(existing) != uid:
+                raise BackendError(
+                    f"ResourceClaimTemplate {namespace}/{action.name} exists and is not owned by "
+                    f"GPUWorkload {name} (uid {uid}); delete it"
+                ) from None
+        except kube.ApiError as exc:
+            raise BackendError(f"creating ResourceClaimTemplate {action.name}: {exc}") from exc
+        else:
+            log.info(
+                "%s/%s: created ResourceClaimTemplate %s (%s, %s)",
+                namespace,
+                name,
+                action.name,
+                cls.name,
+                body["spec"]["spec"]["devices"]["requests"][0],
+            )
+        return action.name
 
     # ----------------------------------------------------------------------- status
 

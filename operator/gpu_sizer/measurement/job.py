@@ -49,6 +49,8 @@ ANNOTATION_WORKLOAD: Final = "gpusizer.dev/workload-name"
 #: Job": ``kueue.x-k8s.io/queue-name``; kueue ``pkg/controller/constants``, QueueLabel).
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 CONTAINER: Final = "probe"
+#: The pod's resource claim (and the template's request) name for its GPUs under DRA.
+CLAIM: Final = "gpu"
 #: Kept for 10 minutes after it finishes so that people can read the pod's logs.
 TTL_SECONDS_AFTER_FINISHED: Final = 600
 #: Extra seconds past the probe's own deadline before Kubernetes kills the Job, so that the
@@ -207,6 +209,10 @@ class JobRequest:
     mig_strategy: MigStrategy = "single"
     #: The catalog the class comes from (a MIG class's parent products, for ``mixed``).
     catalog: Sequence[GPUClass] = DEFAULT_CATALOG
+    #: A ResourceClaimTemplate (:func:`gpu_sizer.dra.claim_template`) in the namespace: the pod
+    #: claims its GPUs through it (DRA) instead of requesting an extended resource, and has no
+    #: product node affinity (the scheduler places the pod where the claim can be allocated).
+    claim_template: str | None = None
 
 
 def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
@@ -269,6 +275,10 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
+    if req.claim_template:
+        for part in ("requests", "limits"):
+            container["resources"][part].pop(resource)
+        container["resources"]["claims"] = [{"name": CLAIM}]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -282,6 +292,11 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
         "containers": [container],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
     }
+    if req.claim_template:
+        del pod_spec["affinity"]
+        pod_spec["resourceClaims"] = [
+            {"name": CLAIM, "resourceClaimTemplateName": req.claim_template}
+        ]
     if req.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in req.image_pull_secrets]
     if req.priority_class_name:
