@@ -17,6 +17,7 @@ __all__ = [
     "MEASUREMENTS_RUNNING",
     "MEASUREMENT_DURATION",
     "MEASUREMENT_GPU_SECONDS",
+    "MEASUREMENT_GPU_SECONDS_TODAY",
     "MEASUREMENT_OUTCOMES",
     "MEASUREMENT_QUEUE_LENGTH",
     "RECOMMENDATION_HEADROOM",
@@ -75,6 +76,14 @@ MEASUREMENT_GPU_SECONDS = Counter(
     "gpusizer_measurement_gpu_seconds_total",
     "GPU-seconds spent by finished measurements (GPUs of one replica x seconds from the Job's "
     "start to its result), by namespace.",
+    ["namespace"],
+    registry=REGISTRY,
+)
+MEASUREMENT_GPU_SECONDS_TODAY = Gauge(
+    "gpusizer_measurement_gpu_seconds_today",
+    "GPU-seconds charged to the namespace's daily measurement budget (namespace policy "
+    "measurementGpuSecondsPerDay) on the current UTC day, running measurements included; set "
+    "for namespaces with a budget and measurements waiting.",
     ["namespace"],
     registry=REGISTRY,
 )

@@ -669,10 +669,12 @@ def test_measurement_policy_renders_and_parses(render: Render) -> None:
     values = {
         "policy": {
             "maxConcurrentMeasurements": 2,
+            "measurementGpuSecondsPerDay": 36000,
             "namespaceRules": [
                 {
                     "namespaceSelector": {"matchLabels": {"team": "a"}},
                     "maxConcurrentMeasurements": 1,
+                    "measurementGpuSecondsPerDay": 3600,
                     "localQueue": "team-a-gpus",
                 }
             ],
@@ -683,3 +685,5 @@ def test_measurement_policy_renders_and_parses(render: Render) -> None:
     team = parsed.for_namespace({"team": "a"})
     assert (team.max_concurrent_measurements, team.local_queue) == (1, "team-a-gpus")
     assert parsed.for_namespace({}).max_concurrent_measurements == 2
+    assert team.measurement_gpu_seconds_per_day == 3600
+    assert parsed.for_namespace({}).measurement_gpu_seconds_per_day == 36000

@@ -280,3 +280,56 @@ async def test_kueue_mode_creates_suspended_labelled_jobs_measured_once_admitted
     obj = await cluster.get(GW, NS, "kq2")
     assert condition(obj, "Measured")["reason"] == "Queued"
     assert len(await kubelet.jobs()) == 2
+
+
+@pytest.mark.emulated_kubelet
+async def test_a_namespace_out_of_gpu_seconds_waits_until_the_budget_frees_even_after_a_restart(
+    cluster, start_operator, kubelet: Kubelet, tmp_path
+) -> None:
+    # 1 GPU-second a day: the first Job (charged at least 1 GPU-second) uses it all up.
+    policy = _policy(tmp_path, "measurementGpuSecondsPerDay: 1\n")
+    args = ("--max-concurrent-measurements", "4", "--policy", policy)
+    op = start_operator(*args)
+    await cluster.create(GW, workload("spender", spec()))
+    job = await _job_of(kubelet, "spender")
+    await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    spender = await eventually(lambda: _ready(cluster, "spender"), 60, "spender Ready")
+    usage = spender["status"]["measurementUsage"]
+    assert usage["gpuSeconds"] >= 1 and usage["lastJobName"] == job["metadata"]["name"]
+
+    def budget_queued(measured: dict[str, Any]) -> bool:
+        return measured.get("reason") == "Queued" and "measurementGpuSecondsPerDay" in (
+            measured.get("message") or ""
+        )
+
+    await cluster.create(GW, workload("late", spec()))
+    measured = await _until(cluster, "late", budget_queued, "late held by the GPU-second budget")
+    text = measured["message"]
+    assert f"used {usage['gpuSeconds']} of its 1 measurement GPU-seconds of UTC day" in text
+    assert "the budget frees at " in text and "T00:00:00Z" in text
+    obj = await cluster.get(GW, NS, "late")
+    assert obj["status"]["phase"] == "Estimated"
+    assert condition(obj, "Ready")["reason"] == "Queued"
+    assert condition(obj, "Stalled")["status"] == "False"
+
+    async def budget_event() -> Any:
+        return [
+            e
+            for e in await cluster.list(EVENTS, NS)
+            if e.get("reason") == "MeasurementBudgetExhausted"
+            and e["involvedObject"]["name"] == "late"
+        ]
+
+    await eventually(budget_event, what="a MeasurementBudgetExhausted Event")
+    # Another namespace has its own budget.
+    await cluster.create(GW, workload("elsewhere", spec(), "team-b"))
+    await eventually(lambda: kubelet.jobs("team-b"), 60, "team-b's Job")
+    # The charge lives in the status: a restarted operator still holds the namespace back.
+    op.kill()
+    start_operator(*args)
+    await cluster.create(GW, workload("after-restart", spec()))
+    await _until(cluster, "after-restart", budget_queued, "still held after the restart")
+    started = {
+        j["metadata"]["annotations"]["gpusizer.dev/workload-name"] for j in await kubelet.jobs()
+    }
+    assert not started & {"late", "after-restart"}, "no Job started over the budget"

@@ -16,6 +16,7 @@ operator as ``--policy``. Shape (every key optional; fractions are 0..1 of a GPU
         minHeadroomFractionFloor: 0.10
         incompleteEstimates: Deny
         maxConcurrentMeasurements: 2   # measurement Jobs at once in each such namespace
+        measurementGpuSecondsPerDay: 36000  # measurement GPU-seconds per UTC day, each such ns
         localQueue: research-gpus      # Kueue LocalQueue for their measurement Jobs
         podEnforcement: Enforce
 
@@ -32,9 +33,13 @@ a lower bound): ``Warn`` (default) admits it with an admission warning naming th
 Measurement (issue 15; read by the operator, not the webhook): ``maxConcurrentMeasurements``
 (top level or per rule; a rule's replaces the top-level one) caps the measurement Jobs running at
 once in *each* namespace it applies to, below the cluster-wide ``--max-concurrent-measurements``;
-``localQueue`` (per rule) names a Kueue LocalQueue: measurement Jobs of those namespaces carry
-``kueue.x-k8s.io/queue-name`` and are created suspended, Kueue admits them under its quotas, and
-the operator's own cap and limits do not apply to them (Kueue is the queue there).
+``measurementGpuSecondsPerDay`` (top level or per rule; a rule's replaces the top-level one) is
+each namespace's budget of measurement GPU-seconds per UTC day (GPUs x seconds of each Job;
+see :mod:`gpu_sizer.measurement.gpu_time`): once used up, new measurements there wait, Queued,
+until 00:00 UTC; ``localQueue`` (per rule) names a Kueue LocalQueue: measurement Jobs of those
+namespaces carry ``kueue.x-k8s.io/queue-name`` and are created suspended, Kueue admits them
+under its quotas, and the operator's own cap and limits do not apply to them (Kueue is the
+queue there, the GPU-second budget does not hold its Jobs back either).
 
 ``podEnforcement`` says what the pod webhook does with a pod labelled ``gpusizer.dev/workload``
 whose GPUWorkload is missing, ``Rejected``, not yet ``Ready``, or whose own GPU request
@@ -130,6 +135,12 @@ class NamespaceRule(_Model):
     max_concurrent_measurements: int | None = Field(
         None, ge=1, description="Measurement Jobs at once per namespace; unset: the top level's."
     )
+    measurement_gpu_seconds_per_day: int | None = Field(
+        None,
+        ge=1,
+        description="GPU-seconds of measurement Jobs per UTC day per namespace; unset: the top "
+        "level's.",
+    )
     local_queue: str | None = Field(
         None,
         min_length=1,
@@ -155,6 +166,7 @@ class Policy(_Model):
     )
     incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
     max_concurrent_measurements: int | None = Field(None, ge=1)
+    measurement_gpu_seconds_per_day: int | None = Field(None, ge=1)
     pod_enforcement: PodEnforcement = PodEnforcement.Warn
     namespace_rules: list[NamespaceRule] = Field(default_factory=list)
 
@@ -244,6 +256,9 @@ class Policy(_Model):
                 max_concurrent_measurements=(
                     rule.max_concurrent_measurements or self.max_concurrent_measurements
                 ),
+                measurement_gpu_seconds_per_day=(
+                    rule.measurement_gpu_seconds_per_day or self.measurement_gpu_seconds_per_day
+                ),
                 local_queue=rule.local_queue,
                 pod_enforcement=rule.pod_enforcement or self.pod_enforcement,
             )
@@ -254,6 +269,7 @@ class Policy(_Model):
             max_min_headroom_fraction=self.max_min_headroom_fraction,
             incomplete_estimates=self.incomplete_estimates,
             max_concurrent_measurements=self.max_concurrent_measurements,
+            measurement_gpu_seconds_per_day=self.measurement_gpu_seconds_per_day,
             pod_enforcement=self.pod_enforcement,
         )
 
@@ -270,6 +286,8 @@ class EffectivePolicy:
     incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
     #: Measurement Jobs at once in this namespace (None: only the cluster-wide cap).
     max_concurrent_measurements: int | None = None
+    #: Measurement GPU-seconds per UTC day in this namespace (None: no budget).
+    measurement_gpu_seconds_per_day: int | None = None
     #: Kueue LocalQueue of this namespace's measurement Jobs (None: no Kueue).
     local_queue: str | None = None
     pod_enforcement: PodEnforcement = PodEnforcement.Warn

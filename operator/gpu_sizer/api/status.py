@@ -33,6 +33,7 @@ __all__ = [
     "GPUWorkloadStatus",
     "MeasurementKey",
     "MeasurementStatus",
+    "MeasurementUsage",
     "MissingComponent",
     "NodeAffinitySnippet",
     "NodeSelector",
@@ -437,6 +438,22 @@ class RecommendationStatus(_Status):
         return round(self.headroom_fraction * 100, 1)
 
 
+class MeasurementUsage(_Status):
+    """GPU-seconds this workload's measurement Jobs used on one UTC day, charged to its
+    namespace's ``measurementGpuSecondsPerDay`` budget (namespace policy, issue 15). Kept in the
+    status so that the charge survives an operator restart and a re-measurement."""
+
+    day: str = Field(description="The UTC day charged, YYYY-MM-DD.")
+    gpu_seconds: int = Field(
+        ge=0,
+        description="GPUs of one replica x seconds from each Job's start to its result, rounded "
+        "up to whole seconds (at least 1 per Job), summed over the Jobs that ended that day.",
+    )
+    last_job_name: str | None = Field(
+        None, description="The last Job charged (each Job is charged once)."
+    )
+
+
 class GPUWorkloadStatus(_Status):
     """``.status`` of a GPUWorkload."""
 
@@ -447,3 +464,6 @@ class GPUWorkloadStatus(_Status):
     measurement: MeasurementStatus | None = Field(None, description="Last measurement.")
     recommendation: RecommendationStatus | None = Field(None, description="GPU class to use.")
     conditions: list[Condition] = Field(default_factory=list, description="kstatus conditions.")
+    measurement_usage: MeasurementUsage | None = Field(
+        None, description="GPU-seconds charged to the namespace's daily measurement budget."
+    )

@@ -34,7 +34,7 @@ import datetime
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpu_sizer import metrics
@@ -58,6 +58,7 @@ from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
 from gpu_sizer.dra import DraNode, claim_template, merge_inventory, parse_resource_slices
 from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory
+from gpu_sizer.measurement import gpu_time
 from gpu_sizer.measurement.backends import (
     Backend,
     BackendError,
@@ -252,6 +253,8 @@ class Reconciler:
         self._quota_blocked: dict[str, float] = {}
         #: The API server's words of the last quota refusal per namespace.
         self._quota_text: dict[str, str] = {}
+        #: Namespaces whose daily measurement GPU-second budget is used up (last computed).
+        self._budget_out: dict[str, gpu_time.BudgetState] = {}
         self._gauged: set[str] = set()
         #: Namespace policy (its measurement settings: per-namespace limits, Kueue queues).
         self._policy = _load_policy(opts)
@@ -370,11 +373,49 @@ class Reconciler:
         return effective
 
     def _blocked(self) -> set[str]:
+        """Namespaces offered no slot now: refused by their ResourceQuota a moment ago, or
+        out of their daily measurement GPU-seconds (namespace policy)."""
         now = time.monotonic()
         for ns in [ns for ns, until in self._quota_blocked.items() if until <= now]:
             del self._quota_blocked[ns]
             self._quota_text.pop(ns, None)
-        return set(self._quota_blocked)
+        self._budget_out = self._budgets_out()
+        return set(self._quota_blocked) | self._budget_out.keys()
+
+    def _gpu_seconds_limit(self, namespace: str) -> int | None:
+        known = self._ns_policy.get(namespace)
+        return known[0].measurement_gpu_seconds_per_day if known is not None else None
+
+    def _budgets_out(self) -> dict[str, gpu_time.BudgetState]:
+        """The namespaces with waiting measurements whose daily GPU-second budget is used up,
+        from their workloads' statuses (see :mod:`gpu_sizer.measurement.gpu_time`)."""
+        limits = {
+            ns: limit
+            for ns in self.slots.waiting_by_namespace()
+            if (limit := self._gpu_seconds_limit(ns)) is not None
+        }
+        if not limits:
+            return {}
+        now = datetime.datetime.now(datetime.UTC)
+        out: dict[str, gpu_time.BudgetState] = {}
+        for ns, limit in limits.items():
+            state = gpu_time.budget_state(self._statuses(ns), limit, now)
+            metrics.MEASUREMENT_GPU_SECONDS_TODAY.labels(ns).set(state.used)
+            if state.exhausted:
+                out[ns] = state
+        return out
+
+    def _statuses(self, namespace: str) -> Iterable[GPUWorkloadStatus]:
+        """The readable statuses of the workloads of ``namespace`` (newest known state)."""
+        for key in [k for k in self._workloads if isinstance(k, tuple) and k[0] == namespace]:
+            body = self.workload(key)
+            raw = body.get("status") if body is not None else None
+            if not isinstance(raw, Mapping) or not raw.get("phase"):
+                continue
+            try:
+                yield GPUWorkloadStatus.model_validate(raw)
+            except ValueError:
+                continue
 
     def _admit(
         self, key: Key, wl: Workload, plan: Plan, stored: Mapping[str, Any], now: str
@@ -427,8 +468,22 @@ class Reconciler:
                 f"at most {self.slots.cap} measurement Jobs run at once cluster-wide "
                 "(--max-concurrent-measurements)"
             )
+        budget = self._budget_out.get(key[0])
+        if budget is not None and verdict.reason == QueueReason.Quota:
+            because = budget.message(key[0])
         message = f"queued: {where}; {because}"
-        return queued_plan(plan, wl, self.config, message=message, now=now)
+        queued = queued_plan(plan, wl, self.config, message=message, now=now)
+        if budget is not None and verdict.reason == QueueReason.Quota:
+            was = wl.previous.conditions if wl.previous is not None else []
+            if not any(
+                c.type == "Measured" and "measurementGpuSecondsPerDay" in c.message for c in was
+            ):
+                text = budget.message(key[0])
+                queued = replace(
+                    queued,
+                    actions=(*queued.actions, Emit("Normal", "MeasurementBudgetExhausted", text)),
+                )
+        return queued
 
     def _dequeue(self, key: Key) -> None:
         self.slots.leave(key)
@@ -615,6 +670,7 @@ class Reconciler:
         prev = self._previous(key, stored)
         now = now_rfc3339()
         seen: list[Outcome] = []
+        watched: list[MeasurementStatus] = []
         wl: Workload | None = None
         try:
             parsed = parse_spec(body.get("spec"))
@@ -651,6 +707,7 @@ class Reconciler:
             def observe(m: MeasurementStatus) -> Outcome:
                 outcome = self._observe(namespace, name, uid, m)
                 seen.append(outcome)
+                watched.append(m)
                 return outcome
 
             plan = decide(
@@ -664,6 +721,7 @@ class Reconciler:
                 observe=observe,
             )
         outcome = seen[-1] if seen else None
+        plan = _charged(plan, prev, outcome, watched[-1] if watched else None)
         reserved = False
         retry_quota = False
         if any(isinstance(a, StartJob) for a in plan.actions):
@@ -726,6 +784,12 @@ class Reconciler:
                 _observe_outcome(outcome, plan, prev, namespace)
         self._unsay(key, "failure")
         self._wake()
+        if retry_quota and namespace in self._budget_out:
+            # Out of today's GPU-seconds: decided again when the budget frees (00:00 UTC).
+            frees = parse_time(self._budget_out[namespace].frees_at)
+            if frees is not None:
+                wait = (frees - datetime.datetime.now(datetime.UTC)).total_seconds()
+                return max(1.0, wait + 1.0)
         if retry_quota:
             until = self._quota_blocked.get(namespace, 0.0)
             return max(0.1, until - time.monotonic())
@@ -1208,6 +1272,24 @@ def _queued_since(status: Any) -> str | None:
                 return str(cond.get("lastTransitionTime") or "")
             return None
     return None
+
+
+def _charged(
+    plan: Plan,
+    prev: GPUWorkloadStatus | None,
+    outcome: Outcome | None,
+    watched: MeasurementStatus | None,
+) -> Plan:
+    """``plan`` with ``status.measurementUsage`` carried over from ``prev``, and the Job that
+    ``outcome`` saw end charged to it (once: see :func:`gpu_time.charge`)."""
+    usage = prev.measurement_usage if prev is not None else None
+    if outcome is not None and outcome.finished:
+        est = plan.status.estimate or (prev.estimate if prev is not None else None)
+        gpus = est.gpu_count if est is not None else 1
+        usage = gpu_time.charge(usage, watched, gpus, datetime.datetime.now(datetime.UTC))
+    if usage == plan.status.measurement_usage:
+        return plan
+    return replace(plan, status=plan.status.model_copy(update={"measurement_usage": usage}))
 
 
 def _observe_outcome(

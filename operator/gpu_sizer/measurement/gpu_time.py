@@ -1,0 +1,146 @@
+"""GPU-seconds per day per namespace (issue 15, item 1): what each measurement Job is charged and
+whether a namespace's daily budget (namespace policy ``measurementGpuSecondsPerDay``) lets a new
+measurement start. Pure: the controller passes the statuses and the time.
+
+**Charge.** A measurement Job that ended (its result, a CUDA OOM, a failure read from the Job)
+is charged ``GPUs of one replica x seconds from status.measurement.startedAt (the Job's creation)
+to the moment its ending is observed``, rounded up to whole seconds (Kubernetes timestamps have
+second resolution) and at least 1 GPU-second per Job. A pod that never ran on a GPU (no node of
+its class, the Job gone before it ran) is not charged. Each Job is charged once: the workload's
+``status.measurementUsage`` names the last Job charged.
+
+**Window: the UTC day**, not a rolling 24 hours. The charge of a Job belongs to the UTC day its
+ending was observed. Why: (1) what a workload must remember is one day and one sum
+(``status.measurementUsage``), whatever the number of Jobs; a rolling window would need each
+Job's end time to know when its charge expires; (2) when the budget frees is one instant that a
+message can name exactly (the next 00:00 UTC), the same for every namespace; (3) it reads like a
+quota and a bill. The price: a namespace may spend its budget twice within a few hours across
+midnight.
+
+**Restart.** Nothing lives only in memory: the used figure of a namespace is the sum over its
+workloads' statuses (``measurementUsage`` of today) plus the running measurements' seconds so
+far (``status.measurement.startedAt`` of a workload in phase ``Measuring``). A deleted workload
+takes its charge with it (its Jobs are deleted with it too): the budget bounds what a namespace's
+live workloads spent today.
+
+**Gate, not kill.** The budget decides whether a *new* measurement may start; a running Job is
+never stopped because the budget ran out during it (it is charged in full when it ends).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpu_sizer.api.status import GPUWorkloadStatus, MeasurementStatus, MeasurementUsage, Phase
+from gpu_sizer.measurement.outcome import parse_time
+
+__all__ = [
+    "BudgetState",
+    "budget_state",
+    "charge",
+    "day_of",
+    "job_gpu_seconds",
+    "next_day_start",
+    "used_today",
+]
+
+
+def day_of(moment: _dt.datetime) -> str:
+    """The UTC day of ``moment`` (an aware datetime), ``YYYY-MM-DD``."""
+    return moment.astimezone(_dt.UTC).strftime("%Y-%m-%d")
+
+
+def next_day_start(moment: _dt.datetime) -> _dt.datetime:
+    """00:00 UTC after ``moment``: when a budget of the day of ``moment`` frees."""
+    day = moment.astimezone(_dt.UTC).date() + _dt.timedelta(days=1)
+    return _dt.datetime(day.year, day.month, day.day, tzinfo=_dt.UTC)
+
+
+def job_gpu_seconds(gpus: int, started_at: str | None, ended: _dt.datetime) -> int:
+    """GPU-seconds of one Job: ``gpus`` x seconds from ``started_at`` (RFC 3339) to ``ended``,
+    rounded up, at least ``gpus`` x 1 s; 0 when ``started_at`` is unreadable."""
+    start = parse_time(started_at)
+    if start is None:
+        return 0
+    seconds = max(1, math.ceil((ended - start).total_seconds()))
+    return max(1, gpus) * seconds
+
+
+def charge(
+    usage: MeasurementUsage | None,
+    ended: MeasurementStatus | None,
+    gpus: int,
+    now: _dt.datetime,
+) -> MeasurementUsage | None:
+    """``usage`` after charging the measurement Job ``ended`` (observed finished at ``now``).
+
+    ``ended`` None, without a Job name or start, or already charged (``usage.lastJobName``):
+    ``usage`` unchanged. A charge on a new UTC day starts that day's sum from zero.
+    """
+    if ended is None or not ended.job_name or not ended.started_at:
+        return usage
+    if usage is not None and usage.last_job_name == ended.job_name:
+        return usage
+    seconds = job_gpu_seconds(gpus, ended.started_at, now)
+    if seconds == 0:
+        return usage
+    today = day_of(now)
+    before = usage.gpu_seconds if usage is not None and usage.day == today else 0
+    return MeasurementUsage(day=today, gpu_seconds=before + seconds, last_job_name=ended.job_name)
+
+
+def used_today(statuses: Iterable[GPUWorkloadStatus], now: _dt.datetime) -> int:
+    """GPU-seconds a namespace's workloads (their ``statuses``) used on the UTC day of ``now``:
+    the Jobs charged today plus the running measurements' GPU-seconds so far."""
+    today = day_of(now)
+    total = 0
+    for status in statuses:
+        usage = status.measurement_usage
+        if usage is not None and usage.day == today:
+            total += usage.gpu_seconds
+        m = status.measurement
+        if status.phase is Phase.Measuring and m is not None and not m.completed_at:
+            if usage is not None and usage.last_job_name == m.job_name:
+                continue  # charged already (its ending is being written)
+            gpus = status.estimate.gpu_count if status.estimate is not None else 1
+            total += job_gpu_seconds(gpus, m.started_at, now)
+    return total
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """A namespace's daily measurement budget at one moment."""
+
+    used: int
+    limit: int
+    day: str
+    frees_at: str
+
+    @property
+    def exhausted(self) -> bool:
+        """No new measurement may start before :attr:`frees_at`."""
+        return self.used >= self.limit
+
+    def message(self, namespace: str) -> str:
+        """Why a measurement waits, with the figures and the policy field."""
+        return (
+            f"namespace {namespace} used {self.used} of its {self.limit} measurement "
+            f"GPU-seconds of UTC day {self.day} (namespace policy measurementGpuSecondsPerDay); "
+            f"the budget frees at {self.frees_at}"
+        )
+
+
+def budget_state(
+    statuses: Iterable[GPUWorkloadStatus], limit: int, now: _dt.datetime
+) -> BudgetState:
+    """The budget of a namespace whose workloads have ``statuses``, under ``limit`` GPU-seconds
+    per UTC day, at ``now``."""
+    return BudgetState(
+        used=used_today(statuses, now),
+        limit=limit,
+        day=day_of(now),
+        frees_at=next_day_start(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
