@@ -103,6 +103,23 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
         "node affinity of a MIG recommendation's snippets (-o json/yaml/patch)",
     )
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
+    p.add_argument(
+        "--calibration",
+        choices=["off", "report", "apply"],
+        type=str.lower,
+        default="report",
+        help="correction factors learned from --records (gpu_sizer.calibration): report "
+        "(default) shows them in status.estimate.calibration, apply also scales the figures "
+        "and judges the verdict with them, off ignores them",
+    )
+    p.add_argument(
+        "--records",
+        action="append",
+        default=[],
+        metavar="FILE|DIR",
+        help="measured GPUWorkloads to learn calibration factors from (kubectl get "
+        "gpuworkloads -A -o yaml); repeatable",
+    )
     p.set_defaults(handler=_estimate)
 
     p = sub.add_parser(
@@ -376,6 +393,17 @@ def _estimate(args: argparse.Namespace) -> int:
         except InvalidCatalog as exc:
             _print_catalog_problems(args.catalog, exc, err)
             return EXIT_INVALID
+    calibration = None
+    if args.calibration != "off":
+        from gpu_sizer.calibration import Calibration, learn, parse_mode, samples_from
+
+        records: list[Any] = []
+        if args.records:
+            record_docs, bad = _read_docs(args.records, err)
+            if bad:
+                return EXIT_INVALID
+            records = [d.data for d in record_docs]
+        calibration = Calibration(parse_mode(args.calibration), learn(samples_from(records)))
     docs, invalid = _read_docs(args.files, err)
     if not docs and not invalid:
         print("No GPUWorkload documents found.", file=err)
@@ -416,7 +444,7 @@ def _estimate(args: argparse.Namespace) -> int:
             invalid = True
             continue
         try:
-            assessment = assess(spec, catalog)
+            assessment = assess(spec, catalog, calibration=calibration)
         except Exception as exc:  # an estimator bug must not become a traceback
             print(f"{doc.source}: {doc.name}: cannot estimate: {exc!r}", file=err)
             invalid = True
@@ -451,6 +479,9 @@ def _estimate(args: argparse.Namespace) -> int:
                     print(f"{who}: {line}", file=err)
             for warning in [*assessment.estimate.notes, *assessment.warnings]:
                 print(f"Warning: {who}: {warning}", file=err)
+            cal = assessment.estimate.calibration
+            if cal is not None:
+                print(f"{who}: calibration ({cal.mode}, {cal.gpu_class}): {cal.message}", file=err)
     elif args.output == "patch":
         _print_patches(rows, objects, args.container, out, err)
     else:

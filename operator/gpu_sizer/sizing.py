@@ -12,7 +12,7 @@ the budget tests check with hypothesis).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -34,6 +34,7 @@ from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
 from gpu_sizer.budget.engines import EnginePlan, models_pool
 from gpu_sizer.budget.estimate import plan_estimate
+from gpu_sizer.calibration import Calibration, calibrate, engine_of
 from gpu_sizer.catalog import (
     DEFAULT_CATALOG,
     Choice,
@@ -42,6 +43,7 @@ from gpu_sizer.catalog import (
     choose_class,
     choose_fitting,
     fits,
+    headroom_fraction,
 )
 from gpu_sizer.placement import snippets
 
@@ -155,8 +157,14 @@ def assess(
     catalog: Sequence[GPUClass] = DEFAULT_CATALOG,
     *,
     present: Collection[str] | None = None,
+    calibration: Calibration | None = None,
 ) -> Assessment:
     """Estimate ``spec`` and choose the first allowed class (rank order) with the headroom.
+
+    ``calibration`` (``--calibration``, factors learned from measurement records, see
+    :mod:`gpu_sizer.calibration`): in mode Report the estimate shows the factors of its engine
+    on the chosen class; in mode Apply each class is judged by the estimate with that class's
+    factors, so the verdict and the recommendation follow the calibrated figures.
 
     ``present`` names the classes that have nodes in the cluster (the operator's inventory);
     present classes are preferred, and ``recommendation.cheapestFittingClass`` still names the
@@ -197,11 +205,43 @@ def assess(
         allowed = whole
     min_room = spec.placement.min_headroom_fraction
     warnings = _warnings(spec)
+    engine = engine_of(spec)
     if models_pool(spec):
-        return _assess_pool(spec, allowed, present, bool(names), warnings, catalog)
+        pooled = _assess_pool(spec, allowed, present, bool(names), warnings, catalog)
+        on = pooled.estimate.gpu_class
+        if calibration is None or on is None:
+            return pooled
+        return replace(
+            pooled, estimate=calibrate(pooled.estimate, engine, on, calibration, pool=True)
+        )
     est, capped = _capped(estimate(spec))
+    if calibration is None:
+        choice = choose_class(est.per_gpu.total_bytes, min_room, allowed, present)
+    else:
+        analytic = est
+        fitting = []
+        for c in allowed:
+            need = calibrate(analytic, engine, c.name, calibration).per_gpu.total_bytes
+            if fits(c, need, min_room):
+                fitting.append((c, headroom_fraction(c.usable, need)))
+        choice = choose_fitting(fitting, present)
+        on_class = choice.gpu_class if choice else max(allowed, key=lambda c: c.usable)
+        est = calibrate(analytic, engine, on_class.name, calibration)
+        was = choose_class(analytic.per_gpu.total_bytes, min_room, allowed, present)
+        if was is not None and (choice is None or choice.gpu_class != was.gpu_class):
+            ruled = calibrate(analytic, engine, was.gpu_class.name, calibration)
+            est = est.model_copy(
+                update={
+                    "notes": [
+                        *est.notes,
+                        f"calibration (--calibration=apply) ruled out {was.gpu_class.name}: "
+                        f"its factors raise the need from {_gib(analytic.per_gpu.total_bytes)} "
+                        f"to {_gib(ruled.per_gpu.total_bytes)} per GPU "
+                        f"({ruled.calibration.message if ruled.calibration else ''})",
+                    ]
+                }
+            )
     required = est.per_gpu.total_bytes
-    choice = choose_class(required, min_room, allowed, present)
     if choice is None:
         largest = max(allowed, key=lambda c: c.usable)
         fixes = [] if capped else _fixes(spec, est, allowed, largest)

@@ -687,3 +687,13 @@ def test_measurement_policy_renders_and_parses(render: Render) -> None:
     assert parsed.for_namespace({}).max_concurrent_measurements == 2
     assert team.measurement_gpu_seconds_per_day == 3600
     assert parsed.for_namespace({}).measurement_gpu_seconds_per_day == 36000
+
+
+def test_calibration_value_becomes_the_flag(render: Render) -> None:
+    assert flag(render(), "calibration") == "report"
+    docs = render({"measurement": {"calibration": "apply"}})
+    assert flag(docs, "calibration") == "apply"
+    parser = argparse.ArgumentParser()
+    add_operator_arguments(parser)
+    parsed = parser.parse_args(["--calibration", flag(docs, "calibration") or ""])
+    assert parsed.calibration == "apply"

@@ -26,6 +26,9 @@ EngineArgValue = Annotated[
 
 __all__ = [
     "Basis",
+    "CalibrationFactor",
+    "CalibrationMode",
+    "CalibrationStatus",
     "Condition",
     "ConditionStatus",
     "ConditionType",
@@ -189,6 +192,54 @@ class PhaseEstimate(_Status):
     running: str = Field("", description="Generation: the components running at the peak.")
 
 
+class CalibrationMode(StrEnum):
+    """``--calibration``: Off (no factors), Report (factors shown, numbers analytic), Apply
+    (the named components scaled; the verdict and recommendation follow)."""
+
+    Off = "Off"
+    Report = "Report"
+    Apply = "Apply"
+
+
+class CalibrationFactor(_Status):
+    """One correction factor learned from measurement records (see gpu_sizer.calibration)."""
+
+    engine: str = Field(
+        description="Engine of the records: vllm, ..., pytorch (training), diffusers."
+    )
+    gpu_class: str = Field(description="GPU class the records were measured on.")
+    component: str = Field(
+        description="Tensors (PyTorch allocator peak vs the tensor components), RuntimeOverhead "
+        "(device-used minus allocated peak vs runtimeOverheadBytes) or Total."
+    )
+    records: int = Field(description="Records the factor was learned from.")
+    observed_ratio: float = Field(
+        description="Median of measured / estimated bytes over the records, before the bounds."
+    )
+    factor: float = Field(description="The factor: observedRatio bounded to 1.0..1.5.")
+    usable: bool = Field(description="Enough records (at least 5) for the factor to be applied.")
+    before_bytes: int = Field(description="This estimate's analytic bytes of the component.")
+    after_bytes: int = Field(description="The bytes with the factor (equal to before when not).")
+    applied: bool = Field(description="Whether the estimate's figures include the factor.")
+
+
+class CalibrationStatus(_Status):
+    """Correction factors for this workload's engine and GPU class, learned from the fleet's
+    measurements; with mode Apply, the figures of perGpu include the applied ones."""
+
+    mode: CalibrationMode = Field(description="Report or Apply (--calibration).")
+    gpu_class: str = Field(description="The GPU class whose factors these are.")
+    adjusted: bool = Field(description="Whether any figure of this estimate was scaled.")
+    analytic_total_bytes: int = Field(description="perGpu.totalBytes before calibration.")
+    analytic_runtime_overhead_bytes: int = Field(
+        0, description="perGpu.runtimeOverheadBytes before calibration."
+    )
+    factors: list[CalibrationFactor] = Field(
+        default_factory=list, description="The factors of this engine and GPU class."
+    )
+    message: str = Field("", description="What was adjusted and by how much (GiB).")
+
+
 class EstimateStatus(_Status):
     """The memory model's planning figure."""
 
@@ -245,6 +296,12 @@ class EstimateStatus(_Status):
         default_factory=list,
         description="Components the workload needs that could not be counted; non-empty means "
         "the estimate is a lower bound (verdict Incomplete), never a fit.",
+    )
+
+    calibration: CalibrationStatus | None = Field(
+        None,
+        description="Correction factors learned from measurement records (--calibration "
+        "report or apply), and what they changed.",
     )
 
     @property

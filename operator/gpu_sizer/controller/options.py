@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_sizer import __version__
+from gpu_sizer.api.status import CalibrationMode
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 
 __all__ = [
@@ -58,6 +59,8 @@ class Options:
     #: ``priorityClassName`` of measurement pods; None: the cluster's default.
     measurement_priority_class: str | None = None
     probe_image_pull_secrets: tuple[str, ...] = ()
+    #: Correction factors learned from measurements (gpu_sizer.calibration): Off, Report, Apply.
+    calibration: CalibrationMode = CalibrationMode.Report
     webhook: bool = True
     webhook_port: int = 9443
     webhook_listen: str = "0.0.0.0"
@@ -193,6 +196,17 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         help="PriorityClass of measurement pods (their priorityClassName); default: none, the "
         "cluster's default priority",
     )
+    p.add_argument(
+        "--calibration",
+        choices=["off", "report", "apply"],
+        type=str.lower,
+        default=_env("calibration", "report"),
+        help="correction factors per (engine, GPU class, component) learned from the "
+        "measurements in the cluster: off; report (default: shown in "
+        "status.estimate.calibration, figures unchanged); apply (the figures, the verdict and "
+        "the recommendation include them; factors are at least 1.0 and at most 1.5, from 5 "
+        "records up)",
+    )
     p.add_argument("--webhook-port", type=int, default=int(_env("webhook-port", 9443)))
     p.add_argument("--webhook-listen", default=_env("webhook-listen", "0.0.0.0"))
     p.add_argument("--webhook-cert-dir", default=_env("webhook-cert-dir", None), metavar="DIR")
@@ -276,6 +290,7 @@ def options_from(
         measurement_priority_class=args.measurement_priority_class or None,
         quota_retry_seconds=max(0.1, float(args.quota_retry_seconds)),
         probe_image_pull_secrets=tuple(args.probe_image_pull_secret),
+        calibration=CalibrationMode(str(args.calibration).capitalize()),
         webhook=not args.no_webhook,
         webhook_port=args.webhook_port,
         webhook_listen=args.webhook_listen,

@@ -45,6 +45,7 @@ from gpu_sizer.api import (
     KIND,
     PLURAL,
     VERSION,
+    CalibrationMode,
     GPUWorkloadSpec,
     GPUWorkloadStatus,
     InvalidWorkload,
@@ -53,6 +54,7 @@ from gpu_sizer.api import (
     parse_spec,
     spec_hash,
 )
+from gpu_sizer.calibration import Calibration, learn, samples_from
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
@@ -106,6 +108,8 @@ WRITE_OVERLAY_SECONDS = 30.0
 TERMINATING_RETRY_SECONDS = 1.0
 #: Retry delay after a Job name conflict with another object's Job (reported as an Event).
 CONFLICT_RETRY_SECONDS = 60.0
+#: Seconds the calibration factors learned from the workloads' measurements are reused.
+CALIBRATION_REFRESH_SECONDS = 60.0
 #: Seconds the labels of a namespace (for the namespace policy's measurement settings) are reused.
 NAMESPACE_LABELS_TTL = 30.0
 #: Queue positions are written exactly up to this one; later entries say "over N", so a Job
@@ -266,6 +270,8 @@ class Reconciler:
         self._resume_done = False
         self._resume_writes = 0
         self._started = time.monotonic()
+        #: Calibration factors and the monotonic time they were learned (see :meth:`calibration`).
+        self._calibration: tuple[Calibration, float] | None = None
         backend.notify = self.notify
 
     # ----------------------------------------------------------------------- wiring
@@ -304,6 +310,26 @@ class Reconciler:
     def notify(self, namespace: str, name: str) -> None:
         """Something about the workload changed (its Job, its pod): reconcile it."""
         self.queue.add((namespace, name))
+
+    # ----------------------------------------------------------------------- calibration
+
+    def calibration(self) -> Calibration | None:
+        """The ``--calibration`` mode with the factors learned from the measurements of the
+        workloads in the index (:mod:`gpu_sizer.calibration`), learned again at most every
+        :data:`CALIBRATION_REFRESH_SECONDS`, and after each measurement that ended (a new
+        record); None when off. The same records give the same factors, so a restart writes
+        nothing new over settled workloads. New factors reach a workload's status at its next
+        decision."""
+        mode = self.opts.calibration
+        if mode is CalibrationMode.Off:
+            return None
+        now = time.monotonic()
+        if self._calibration is None or now - self._calibration[1] >= CALIBRATION_REFRESH_SECONDS:
+            # The newest state of each (this process's own writes the watch has not shown yet).
+            bodies = (self.workload(key) for key in list(self._workloads))
+            factors = learn(samples_from(b for b in bodies if b is not None))
+            self._calibration = (Calibration(mode, factors), now)
+        return self._calibration[0]
 
     # ----------------------------------------------------------------------- measurement slots
 
@@ -691,7 +717,9 @@ class Reconciler:
             self._unsay(key, "spec")
             hash_ = spec_hash(parsed)
             present = self.present()
-            assessment = assess(parsed, self.config.catalog, present=present)
+            assessment = assess(
+                parsed, self.config.catalog, present=present, calibration=self.calibration()
+            )
             weights = host = 0
             if assessment.estimate is not None:
                 weights = assessment.estimate.per_gpu.weights_bytes * assessment.estimate.gpu_count
@@ -748,6 +776,10 @@ class Reconciler:
                     self._reserved.pop(namespace, None)
         plan = self._for_cluster(plan)
         changed = await self._write(key, body, stored, plan)
+        if changed and outcome is not None and outcome.finished:
+            # A new record, now in the status this process knows: learn again at the next
+            # decision (not before the write: a decision in between would miss it).
+            self._calibration = None
         for job in recorded:  # their outcome is in the status now: they may go
             await self._delete(key, job)
         if key not in self._resumed:
