@@ -274,6 +274,19 @@ class Calibration:
     mode: CalibrationMode = CalibrationMode.Report
     factors: Mapping[Key, Factor] | None = None
 
+    @classmethod
+    def frozen(cls, mode: CalibrationMode, status: CalibrationStatus | None) -> Calibration:
+        """The factors a status was judged with (its ``factors`` and ``ruledOut``), in
+        ``mode``: the same estimate again, whatever was learned since."""
+        entries = [*status.factors, *status.ruled_out] if status is not None else []
+        return cls(
+            mode,
+            {
+                (e.engine, e.gpu_class, Component(e.component)): Factor(e.records, e.observed_ratio)
+                for e in entries
+            },
+        )
+
     def for_class(self, engine: str, gpu_class: str) -> dict[Component, Factor]:
         """The factors of ``engine`` on ``gpu_class``, by component."""
         return {

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from gpu_sizer import pool_verdict
 from gpu_sizer.api import (
     Basis,
+    CalibrationStatus,
     Dtype,
     Engine,
     EstimateStatus,
@@ -218,29 +219,7 @@ def assess(
     if calibration is None:
         choice = choose_class(est.per_gpu.total_bytes, min_room, allowed, present)
     else:
-        analytic = est
-        fitting = []
-        for c in allowed:
-            need = calibrate(analytic, engine, c.name, calibration).per_gpu.total_bytes
-            if fits(c, need, min_room):
-                fitting.append((c, headroom_fraction(c.usable, need)))
-        choice = choose_fitting(fitting, present)
-        on_class = choice.gpu_class if choice else max(allowed, key=lambda c: c.usable)
-        est = calibrate(analytic, engine, on_class.name, calibration)
-        was = choose_class(analytic.per_gpu.total_bytes, min_room, allowed, present)
-        if was is not None and (choice is None or choice.gpu_class != was.gpu_class):
-            ruled = calibrate(analytic, engine, was.gpu_class.name, calibration)
-            est = est.model_copy(
-                update={
-                    "notes": [
-                        *est.notes,
-                        f"calibration (--calibration=apply) ruled out {was.gpu_class.name}: "
-                        f"its factors raise the need from {_gib(analytic.per_gpu.total_bytes)} "
-                        f"to {_gib(ruled.per_gpu.total_bytes)} per GPU "
-                        f"({ruled.calibration.message if ruled.calibration else ''})",
-                    ]
-                }
-            )
+        est, choice = _calibrated_choice(est, engine, allowed, present, min_room, calibration)
     required = est.per_gpu.total_bytes
     if choice is None:
         largest = max(allowed, key=lambda c: c.usable)
@@ -296,6 +275,57 @@ def assess(
     )
     message += _inventory(choice, warnings)
     return Assessment(est, Verdict.Fits, message, rec, [], warnings)
+
+
+def _calibrated_choice(
+    analytic: EstimateStatus,
+    engine: str,
+    allowed: Sequence[GPUClass],
+    present: Collection[str] | None,
+    min_room: float,
+    calibration: Calibration,
+) -> tuple[EstimateStatus, Choice | None]:
+    """The class chosen when each allowed class is judged by the estimate with its own factors
+    (identical to the analytic choice unless the mode is Apply), and the estimate on it. The
+    factors of the classes calibration ruled out (the analytic estimate fits them, the
+    calibrated one does not) are kept in ``calibration.ruledOut``, and a note names them."""
+    fitting: list[tuple[GPUClass, float]] = []
+    ruled: list[tuple[GPUClass, EstimateStatus]] = []
+    for c in allowed:
+        on = calibrate(analytic, engine, c.name, calibration)
+        need = on.per_gpu.total_bytes
+        if fits(c, need, min_room):
+            fitting.append((c, headroom_fraction(c.usable, need)))
+        elif fits(c, analytic.per_gpu.total_bytes, min_room):
+            ruled.append((c, on))
+    choice = choose_fitting(fitting, present)
+    on_class = choice.gpu_class if choice else max(allowed, key=lambda c: c.usable)
+    est = calibrate(analytic, engine, on_class.name, calibration)
+    if not ruled:
+        return est, choice
+    entries = [f for _, on in ruled if on.calibration for f in on.calibration.factors]
+    cal = est.calibration or CalibrationStatus(
+        mode=calibration.mode,
+        gpu_class=on_class.name,
+        adjusted=False,
+        analytic_total_bytes=analytic.per_gpu.total_bytes,
+        analytic_runtime_overhead_bytes=analytic.per_gpu.runtime_overhead_bytes,
+        message="no factors for this class",
+    )
+    notes = [
+        f"calibration (--calibration=apply) ruled out {c.name}: its factors raise the need "
+        f"from {_gib(analytic.per_gpu.total_bytes)} to {_gib(on.per_gpu.total_bytes)} per GPU"
+        for c, on in ruled
+    ]
+    return (
+        est.model_copy(
+            update={
+                "calibration": cal.model_copy(update={"ruled_out": entries}),
+                "notes": [*est.notes, *notes],
+            }
+        ),
+        choice,
+    )
 
 
 def _inventory(choice: Choice, warnings: list[str]) -> str:

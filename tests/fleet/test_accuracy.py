@@ -97,3 +97,11 @@ def test_command_json_and_empty_input(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_the_table_text_names_the_error_definition() -> None:
     assert "error = (estimated - measured) / measured" in format_table(_summary())
+
+
+def test_the_table_of_the_fixture_is_pinned(capsys: pytest.CaptureFixture[str]) -> None:
+    # Pinned output (tests/fleet/records/gpuworkloads.table.txt); the figures follow from the
+    # hand-chosen errors of test_errors_by_group.
+    assert main(["accuracy", str(FIXTURE)]) == 0
+    pinned = (FIXTURE.parent / "gpuworkloads.table.txt").read_text()
+    assert capsys.readouterr().out == pinned

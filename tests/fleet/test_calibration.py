@@ -143,8 +143,20 @@ def test_apply_scales_the_components_and_the_verdict_follows() -> None:
     # Any class allowed: the A6000 is ruled out, the next class (no records: analytic) chosen.
     moved = assess(_spec(), calibration=apply)
     assert moved.recommendation is not None and moved.recommendation.gpu_class != A6000
-    assert moved.estimate.calibration is None
+    cal = moved.estimate.calibration
+    assert cal is not None and not cal.adjusted and cal.factors == []
+    assert cal.gpu_class == moved.recommendation.gpu_class
+    assert {(f.gpu_class, f.component) for f in cal.ruled_out} == {
+        (A6000, "Tensors"),
+        (A6000, "RuntimeOverhead"),
+        (A6000, "Total"),
+    }
+    assert moved.estimate.per_gpu == assess(_spec()).estimate.per_gpu
     assert any(f"ruled out {A6000}" in n for n in moved.estimate.notes)
+    # Judged again with the factors its status holds: the same decision, whatever was learned.
+    again = assess(_spec(), calibration=Calibration.frozen(CalibrationMode.Apply, cal))
+    assert again.estimate == moved.estimate
+    assert again.recommendation == moved.recommendation
 
 
 def test_over_estimates_are_never_corrected_downwards() -> None:

@@ -237,6 +237,11 @@ class CalibrationStatus(_Status):
     factors: list[CalibrationFactor] = Field(
         default_factory=list, description="The factors of this engine and GPU class."
     )
+    ruled_out: list[CalibrationFactor] = Field(
+        default_factory=list,
+        description="Mode Apply: the factors of cheaper classes the analytic estimate fits and "
+        "the calibrated one does not (afterBytes: the need there).",
+    )
     message: str = Field("", description="What was adjusted and by how much (GiB).")
 
 

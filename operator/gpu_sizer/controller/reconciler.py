@@ -331,6 +331,19 @@ class Reconciler:
             self._calibration = (Calibration(mode, factors), now)
         return self._calibration[0]
 
+    def _calibration_for(self, prev: GPUWorkloadStatus | None, hash_: str) -> Calibration | None:
+        """The factors a workload is judged with: those learned now when its spec is new or
+        changed; for the same spec, the ones its status was judged with (they are in it). A
+        settled workload keeps its figures and recommendation while the fleet's records grow
+        (a GitOps gate does not flip because other teams measured), and a restart writes
+        nothing new over it; the live factors reach it with its next spec change."""
+        live = self.calibration()
+        if live is None:
+            return None
+        if prev is not None and prev.spec_hash == hash_ and prev.estimate is not None:
+            return Calibration.frozen(live.mode, prev.estimate.calibration)
+        return live
+
     # ----------------------------------------------------------------------- measurement slots
 
     def _seed(self) -> None:
@@ -718,7 +731,10 @@ class Reconciler:
             hash_ = spec_hash(parsed)
             present = self.present()
             assessment = assess(
-                parsed, self.config.catalog, present=present, calibration=self.calibration()
+                parsed,
+                self.config.catalog,
+                present=present,
+                calibration=self._calibration_for(prev, hash_),
             )
             weights = host = 0
             if assessment.estimate is not None:
