@@ -38,7 +38,13 @@ async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -
 
     async def counted() -> str | None:  # counted right after the status write lands
         text = await fetch(f"http://127.0.0.1:{metrics}/metrics")
-        return text if text and "gpusizer_measurement_outcomes_total{" in text else None
+        # The running gauge follows the Job's own event, which may come after the pod's result.
+        settled = 'gpusizer_measurement_jobs_running{namespace="ml-team"} 0.0'
+        return (
+            text
+            if text and "gpusizer_measurement_outcomes_total{" in text and settled in text
+            else None
+        )
 
     text = await eventually(counted, what="/metrics with the measurement counted")
     samples = {
