@@ -1,9 +1,18 @@
 """Estimate versus measurement across a fleet: ``gpu-sizer accuracy`` (issue 15, item 4). Pure.
 
 Every GPU measurement is also a test of the estimate it was taken against. This module reads
-exported objects (``kubectl get gpuworkloads -A -o yaml``: a ``List`` of GPUWorkloads, or
-several YAML/JSON documents) and tabulates the relative error of the estimate per GPU class,
-engine, model family and workload kind.
+exported objects (``kubectl get gpumeasurements -o yaml`` and/or ``kubectl get gpuworkloads -A
+-o yaml``: ``List`` documents, or several YAML/JSON documents; the CLI can also list them from
+the cluster) and tabulates the relative error of the estimate per GPU class, engine, model
+family and workload kind.
+
+A shared measurement record (``GPUMeasurement``, :mod:`gpu_sizer.api.record`) is one record:
+its ``spec.estimate.perGpu.totalBytes`` against the peak of its ``spec.result``, grouped by its
+``gpuClass``, ``engine``, ``modelFamily`` and ``workloadKind``; a record whose estimate's
+verdict is ``Incomplete`` is skipped. A GPUWorkload that reused a record
+(``status.measurement.reusedFrom``), or whose measurement produced a record in the same input
+(``status.measurement.measurementKey`` equal to a record's ``spec.key``), is skipped: the
+measurement counts once, as its record.
 
 A record is one GPUWorkload whose ``status.measurement`` is a finished GPU measurement of the
 spec its status describes (``measurement.specHash == status.specHash``, ``device: cuda``, no
@@ -31,9 +40,12 @@ __all__ = [
     "Record",
     "Row",
     "Summary",
+    "analytic_total",
+    "counted_elsewhere",
     "format_table",
     "percentile",
     "read_records",
+    "record_keys",
     "summarize",
 ]
 
@@ -127,12 +139,95 @@ def _describe(spec: Mapping[str, Any]) -> tuple[str, str, str]:
     return str(_get(spec, "inference", "engine") or "?"), family, "inference"
 
 
+RECORD_KIND = "GPUMeasurement"
+
+
+def analytic_total(estimate: Mapping[str, Any]) -> Any:
+    """``perGpu.totalBytes`` of an estimate as the memory model computed it: a calibrated
+    estimate (``--calibration=apply``) keeps that figure in ``calibration.analyticTotalBytes``."""
+    cal = estimate.get("calibration")
+    if isinstance(cal, Mapping) and cal.get("adjusted"):
+        return cal.get("analyticTotalBytes")
+    return _get(estimate, "perGpu", "totalBytes")
+
+
+def record_keys(objects: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The measurement keys of the GPUMeasurement records among ``objects``."""
+    return {
+        str(_get(o, "spec", "key"))
+        for o in objects
+        if o.get("kind") == RECORD_KIND and _get(o, "spec", "key")
+    }
+
+
+def counted_elsewhere(obj: Mapping[str, Any], keys: set[str]) -> str | None:
+    """Why a GPUWorkload's measurement counts as a record instead (None: it counts here)."""
+    m = _get(obj, "status", "measurement")
+    if not isinstance(m, Mapping):
+        return None
+    if m.get("reusedFrom"):
+        return "reused a shared record (counted once, as its GPUMeasurement)"
+    if m.get("measurementKey") and str(m.get("measurementKey")) in keys:
+        return "measured for a GPUMeasurement in the input (counted once, as the record)"
+    return None
+
+
+def _from_record(obj: Mapping[str, Any], out: Summary) -> None:
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        out.skip("GPUMeasurement without a spec")
+        return
+    m = spec.get("result")
+    estimate = spec.get("estimate")
+    if not isinstance(m, Mapping) or not m.get("completedAt"):
+        out.skip("not measured (yet)")
+        return
+    if m.get("reason") or m.get("outOfMemory"):
+        out.skip(f"measurement ended {m.get('reason') or 'OutOfMemory'}")
+        return
+    if m.get("device") != "cuda":
+        out.skip("CPU smoke run (no GPU figures)")
+        return
+    if not isinstance(estimate, Mapping):
+        out.skip("no estimate")
+        return
+    if estimate.get("verdict") == "Incomplete" or estimate.get("missingComponents"):
+        out.skip("incomplete estimate (a lower bound)")
+        return
+    estimated = analytic_total(estimate)
+    measured = _peak(m)
+    if not isinstance(estimated, int) or measured is None:
+        out.skip("no byte figures")
+        return
+    meta = obj.get("metadata") or {}
+    out.records.append(
+        Record(
+            name=str(meta.get("name") or spec.get("key") or "?"),
+            gpu_class=str(spec.get("gpuClass") or m.get("gpuClass") or "?"),
+            engine=str(spec.get("engine") or "?"),
+            family=str(spec.get("modelFamily") or "?"),
+            kind=str(spec.get("workloadKind") or "?").lower(),
+            estimated_bytes=estimated,
+            measured_bytes=measured,
+        )
+    )
+
+
 def read_records(docs: Iterable[Any]) -> Summary:
     """The records among ``docs`` (plain data of YAML/JSON documents), and the skipped ones."""
     out = Summary()
-    for obj in _objects(docs):
+    objects = list(_objects(docs))
+    keys = record_keys(objects)
+    for obj in objects:
+        if obj.get("kind") == RECORD_KIND:
+            _from_record(obj, out)
+            continue
         if obj.get("kind") != "GPUWorkload":
-            out.skip(f"not a GPUWorkload ({obj.get('kind') or 'no kind'})")
+            out.skip(f"not a GPUWorkload or GPUMeasurement ({obj.get('kind') or 'no kind'})")
+            continue
+        elsewhere = counted_elsewhere(obj, keys)
+        if elsewhere is not None:
+            out.skip(elsewhere)
             continue
         status = obj.get("status")
         spec = obj.get("spec")
@@ -159,7 +254,7 @@ def read_records(docs: Iterable[Any]) -> Summary:
         if estimate.get("missingComponents"):
             out.skip("incomplete estimate (a lower bound)")
             continue
-        estimated = _get(estimate, "perGpu", "totalBytes")
+        estimated = analytic_total(estimate)
         measured = _peak(m)
         if not isinstance(estimated, int) or measured is None:
             out.skip("no byte figures")
@@ -250,9 +345,9 @@ def format_table(summary: Summary) -> str:
     ]
     text.append("")
     text.append(
-        "error = (estimated - measured) / measured per GPU; estimated: status.estimate.perGpu."
-        "totalBytes; measured: NVML device-used peak (else PyTorch reserved, allocated); "
-        "positive = over-estimate"
+        "error = (estimated - measured) / measured per GPU; estimated: the memory model's "
+        "perGpu.totalBytes (before calibration); measured: NVML device-used peak (else PyTorch "
+        "reserved, allocated); positive = over-estimate"
     )
     if summary.skipped:
         text.append(

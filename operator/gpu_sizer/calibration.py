@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from gpu_sizer.accuracy import RECORD_KIND, counted_elsewhere, record_keys
 from gpu_sizer.api.spec import GPUWorkloadSpec
 from gpu_sizer.api.status import (
     CalibrationFactor,
@@ -74,6 +75,7 @@ __all__ = [
     "engine_of",
     "learn",
     "parse_mode",
+    "sample_from_record",
     "sample_from_workload",
     "samples_from",
 ]
@@ -168,7 +170,7 @@ def _sample(
         return None, f"measurement ended {m.get('reason') or 'OutOfMemory'}"
     if m.get("device") != "cuda":
         return None, "CPU smoke run (no GPU figures)"
-    if estimate.get("missingComponents"):
+    if estimate.get("missingComponents") or estimate.get("verdict") == "Incomplete":
         return None, "incomplete estimate (a lower bound)"
     per = estimate.get("perGpu")
     if not isinstance(per, Mapping):
@@ -215,11 +217,36 @@ def sample_from_workload(obj: Mapping[str, Any]) -> tuple[Sample | None, str]:
     return _sample(_engine_of_data(spec), estimate, m)
 
 
+def sample_from_record(obj: Mapping[str, Any]) -> tuple[Sample | None, str]:
+    """The sample of a ``GPUMeasurement`` record (plain data): its ``spec.estimate`` against its
+    ``spec.result``, under its ``engine`` and ``gpuClass``; or None and why it is skipped."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return None, "GPUMeasurement without a spec"
+    m = spec.get("result")
+    estimate = spec.get("estimate")
+    if not isinstance(m, Mapping):
+        return None, "not measured (yet)"
+    if not isinstance(estimate, Mapping):
+        return None, "no estimate"
+    m = {**m, "gpuClass": spec.get("gpuClass") or m.get("gpuClass")}
+    return _sample(str(spec.get("engine") or "unknown"), estimate, m)
+
+
 def samples_from(objects: Iterable[Mapping[str, Any]]) -> list[Sample]:
-    """The samples among exported GPUWorkloads (others are skipped silently)."""
+    """The samples among GPUMeasurement records and GPUWorkloads (plain data; other objects and
+    those without a usable measurement are skipped). A workload whose measurement is a record
+    of the input (it reused one, or produced one) counts once, as the record."""
+    listed = list(objects)
+    keys = record_keys(listed)
     out: list[Sample] = []
-    for obj in objects:
-        sample, _ = sample_from_workload(obj)
+    for obj in listed:
+        if obj.get("kind") == RECORD_KIND:
+            sample, _ = sample_from_record(obj)
+        elif counted_elsewhere(obj, keys) is None:
+            sample, _ = sample_from_workload(obj)
+        else:
+            continue
         if sample is not None:
             out.append(sample)
     return out

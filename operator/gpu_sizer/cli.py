@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -163,19 +164,30 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
 
     p = sub.add_parser(
         "accuracy",
-        help="estimate versus measurement over exported GPUWorkloads",
-        description="Read exported GPUWorkloads (kubectl get gpuworkloads -A -o yaml) and print "
-        "the relative error of the estimate against the measured GPU peak, (estimated - "
-        "measured) / measured, by GPU class, engine, model family and workload kind: median, "
-        "p90 of the absolute error, worst, count. Exit 0: table printed; 1: no finished GPU "
-        "measurement in the input; 2: unreadable input.",
+        help="estimate versus measurement over measurement records",
+        description="Read measurement records, GPUMeasurements and/or GPUWorkloads, exported "
+        "(kubectl get gpumeasurements -o yaml; kubectl get gpuworkloads -A -o yaml) or listed "
+        "from the cluster (--from-cluster), and print the relative error of the estimate "
+        "against the measured GPU peak, (estimated - measured) / measured, by GPU class, "
+        "engine, model family and workload kind: median, p90 of the absolute error, worst, "
+        "count. A workload measured for a record of the input counts once, as the record. "
+        "Exit 0: table printed; 1: no finished GPU measurement in the input; 2: unreadable "
+        "input or an unreachable cluster.",
     )
     p.add_argument(
         "files",
-        nargs="+",
+        nargs="*",
         metavar="FILE|DIR",
         help="YAML/JSON files (a List or several documents), directories, - for stdin",
     )
+    p.add_argument(
+        "--from-cluster",
+        action="store_true",
+        help="list every GPUMeasurement and GPUWorkload of the cluster (kubeconfig, or the "
+        "in-cluster service account)",
+    )
+    p.add_argument("--kubeconfig", metavar="FILE", help="--from-cluster: kubeconfig file")
+    p.add_argument("--context", metavar="NAME", help="--from-cluster: kubeconfig context")
     p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     p.set_defaults(handler=_accuracy)
 
@@ -285,8 +297,11 @@ def _expand(paths: Sequence[str]) -> Iterator[str]:
             yield path
 
 
-def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
-    """Every GPUWorkload document of ``paths``; the bool says whether some input was unusable.
+def _read_docs(
+    paths: Sequence[str], err: TextIO, *, records: bool = False
+) -> tuple[list[_Doc], bool]:
+    """Every GPUWorkload document of ``paths`` (and GPUMeasurement with ``records``); the bool
+    says whether some input was unusable.
 
     Like ``kubectl apply -f``, each document is handled on its own: a document of another kind
     (a ConfigMap next to the workload) is skipped with a warning and does not change the exit
@@ -334,7 +349,8 @@ def _read_docs(paths: Sequence[str], err: TextIO) -> tuple[list[_Doc], bool]:
                     index += 1
                     kind = item.get("kind") if isinstance(item, dict) else None
                     # A misspelt GPUWorkload (GpuWorkload) is a typo to report, not another kind.
-                    if isinstance(kind, str) and kind != KIND and not is_near_kind(kind):
+                    accepted = (KIND, "GPUMeasurement") if records else (KIND,)
+                    if isinstance(kind, str) and kind not in accepted and not is_near_kind(kind):
                         print(
                             f"Warning: {source}: {doc.name}: kind {kind} is not a {KIND}; skipped",
                             file=err,
@@ -399,7 +415,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
         records: list[Any] = []
         if args.records:
-            record_docs, bad = _read_docs(args.records, err)
+            record_docs, bad = _read_docs(args.records, err, records=True)
             if bad:
                 return EXIT_INVALID
             records = [d.data for d in record_docs]
@@ -943,10 +959,22 @@ def _accuracy(args: argparse.Namespace) -> int:
 
     from gpu_sizer.accuracy import format_table, read_records, summarize
 
-    docs, failed = _read_docs(args.files, sys.stderr)
-    if failed:
+    if not args.files and not args.from_cluster:
+        print("give FILE|DIR arguments or --from-cluster", file=sys.stderr)
         return EXIT_INVALID
-    summary = read_records(d.data for d in docs)
+    objects: list[Any] = []
+    if args.files:
+        docs, failed = _read_docs(args.files, sys.stderr, records=True)
+        if failed:
+            return EXIT_INVALID
+        objects = [d.data for d in docs]
+    if args.from_cluster:
+        try:
+            objects += _list_records(args.kubeconfig, args.context)
+        except ClusterUnreadable as exc:
+            print(f"--from-cluster: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+    summary = read_records(objects)
     if args.output == "json":
         rows = [asdict(r) for r in summarize(summary.records)]
         print(json.dumps({"rows": rows, "skipped": summary.skipped}, indent=2))
@@ -960,6 +988,71 @@ def _accuracy(args: argparse.Namespace) -> int:
         )
         return EXIT_NO_HEADROOM
     return EXIT_OK
+
+
+class ClusterUnreadable(Exception):
+    """The cluster could not be listed (no kubeconfig, unreachable, forbidden)."""
+
+
+def _list_records(kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:
+    """Every GPUMeasurement and GPUWorkload of the cluster, as plain data, listed in pages of
+    500 with the official kubernetes client; a kind the cluster does not serve (404: the CRD
+    is not installed) is left out.
+
+    :raises ClusterUnreadable: no configuration, or the API server refused or could not be
+        reached (the message says which and how to fix it).
+    """
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    from gpu_sizer.api import GROUP, KIND, PLURAL, VERSION
+
+    try:
+        if kubeconfig or context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context
+            )
+        else:
+            configuration = client.Configuration()
+            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+            api_client = client.ApiClient(configuration)
+    except (ConfigException, OSError) as exc:
+        raise ClusterUnreadable(
+            f"no usable kubeconfig ({exc}); give --kubeconfig FILE or set KUBECONFIG"
+        ) from None
+    api = client.CustomObjectsApi(api_client)
+    out: list[dict[str, Any]] = []
+    try:
+        for plural, kind in (("gpumeasurements", "GPUMeasurement"), (PLURAL, KIND)):
+            token: str | None = None
+            while True:
+                kw: dict[str, Any] = {"limit": 500}
+                if token:
+                    kw["_continue"] = token
+                try:
+                    page: Any = api.list_cluster_custom_object(GROUP, VERSION, plural, **kw)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        break  # not served here (CRD not installed)
+                    raise
+                for item in page.get("items") or []:
+                    out.append({"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, **item})
+                token = (page.get("metadata") or {}).get("continue") or None
+                if not token:
+                    break
+    except ApiException as exc:
+        raise ClusterUnreadable(
+            f"listing {GROUP} objects: HTTP {exc.status} {exc.reason}; the identity needs "
+            "list on gpumeasurements and gpuworkloads (the chart's view role grants it)"
+        ) from None
+    except OSError as exc:  # urllib3 connection errors derive from it
+        raise ClusterUnreadable(f"cannot reach the API server: {exc}") from None
+    finally:
+        api_client.close()
+    return out
 
 
 def _crd(args: argparse.Namespace) -> int:
