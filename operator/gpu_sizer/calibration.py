@@ -212,6 +212,10 @@ def sample_from_workload(obj: Mapping[str, Any]) -> tuple[Sample | None, str]:
         return None, "not measured (yet)"
     if m.get("specHash") != status.get("specHash"):
         return None, "measurement of an earlier spec"
+    if m.get("reusedFrom"):
+        # Another workload's measurement: it counts once, as its record (300 namespaces
+        # reusing one record must not weigh 300 times).
+        return None, "reused a shared record"
     if not isinstance(estimate, Mapping):
         return None, "no estimate"
     return _sample(_engine_of_data(spec), estimate, m)

@@ -95,10 +95,13 @@ def test_calibration_learns_from_records() -> None:
     calibrated = copy.deepcopy(_items()[0])
     calibrated["spec"]["estimate"]["perGpu"]["totalBytes"] = 13000 * MIB
     calibrated["spec"]["estimate"]["calibration"] = {
+        "mode": "Apply",
+        "gpuClass": "nvidia-l4",
         "adjusted": True,
         "analyticTotalBytes": 10000 * MIB,
         "analyticRuntimeOverheadBytes": 1000 * MIB,
     }
+    assert parse_record(calibrated) is not None  # RecordEstimate.calibration
     again, _ = sample_from_record(calibrated)
     assert again is not None and again.analytic[Component.Total] == 10000 * MIB
 

@@ -203,3 +203,9 @@ def test_estimate_command_reports_and_applies(capsys: pytest.CaptureFixture[str]
     assert any("ruled out nvidia-rtx-a6000" in n for n in status["estimate"]["notes"])
     assert main([*args, "--calibration", "off"]) == 0
     assert "calibration" not in json.loads(capsys.readouterr().out)["status"]["estimate"]
+
+
+def test_a_reused_measurement_is_not_a_sample_of_the_workload_that_reused_it() -> None:
+    obj = _records()[0]
+    obj["status"]["measurement"]["reusedFrom"] = "gpum-0123"
+    assert sample_from_workload(obj) == (None, "reused a shared record")

@@ -44,7 +44,13 @@ from typing import Any, Final
 from pydantic import Field, ValidationError
 
 from gpu_sizer.api.spec import GPUWorkloadSpec, MeasurementMode
-from gpu_sizer.api.status import MeasurementKey, MeasurementStatus, PerGpuBreakdown, _Status
+from gpu_sizer.api.status import (
+    CalibrationStatus,
+    MeasurementKey,
+    MeasurementStatus,
+    PerGpuBreakdown,
+    _Status,
+)
 from gpu_sizer.api.workload import API_VERSION, CATEGORY, GROUP, VERSION
 
 __all__ = [
@@ -246,6 +252,12 @@ class RecordEstimate(_Status):
     gpu_count: int = Field(1, description="GPUs one replica uses.")
     parameter_count: int | None = Field(None, description="Total parameters.")
     verdict: str = Field(description="Fits, NoSafeHeadroom or Incomplete.")
+    calibration: CalibrationStatus | None = Field(
+        None,
+        description="The estimate's calibration (status.estimate.calibration): with mode Apply "
+        "perGpu holds calibrated figures, and calibration learns from the analytic ones kept "
+        "here (analyticTotalBytes, analyticRuntimeOverheadBytes).",
+    )
 
 
 class RecordResult(MeasurementStatus):

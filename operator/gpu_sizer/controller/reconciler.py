@@ -54,7 +54,7 @@ from gpu_sizer.api import (
     parse_spec,
     spec_hash,
 )
-from gpu_sizer.calibration import Calibration, learn, samples_from
+from gpu_sizer.calibration import Calibration, Sample, learn, sample_from_workload
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
@@ -272,6 +272,9 @@ class Reconciler:
         self._started = time.monotonic()
         #: Calibration factors and the monotonic time they were learned (see :meth:`calibration`).
         self._calibration: tuple[Calibration, float] | None = None
+        #: The calibration sample of each workload with a usable measurement (None: not built
+        #: from the index yet); kept up to date from this process's own status writes.
+        self._samples: dict[Key, Sample] | None = None
         backend.notify = self.notify
 
     # ----------------------------------------------------------------------- wiring
@@ -324,12 +327,29 @@ class Reconciler:
         if mode is CalibrationMode.Off:
             return None
         now = time.monotonic()
-        if self._calibration is None or now - self._calibration[1] >= CALIBRATION_REFRESH_SECONDS:
-            # The newest state of each (this process's own writes the watch has not shown yet).
-            bodies = (self.workload(key) for key in list(self._workloads))
-            factors = learn(samples_from(b for b in bodies if b is not None))
-            self._calibration = (Calibration(mode, factors), now)
+        if self._samples is None or (
+            self._calibration is not None
+            and now - self._calibration[1] >= CALIBRATION_REFRESH_SECONDS
+        ):
+            # Every sample again from the index (the newest state of each: this process's own
+            # writes the watch has not shown yet included); between, only what changes.
+            self._samples = {}
+            for key in list(self._workloads):
+                self._sample(key)
+            self._calibration = None
+        if self._calibration is None:
+            self._calibration = (Calibration(mode, learn(self._samples.values())), now)
         return self._calibration[0]
+
+    def _sample(self, key: Key) -> None:
+        """Take the workload's calibration sample from its newest state (or drop it)."""
+        assert self._samples is not None
+        body = self.workload(key)
+        sample = sample_from_workload(body)[0] if body is not None else None
+        if sample is None:
+            self._samples.pop(key, None)
+        else:
+            self._samples[key] = sample
 
     def _calibration_for(self, prev: GPUWorkloadStatus | None, hash_: str) -> Calibration | None:
         """The factors a workload is judged with: those learned now when its spec is new or
@@ -792,9 +812,10 @@ class Reconciler:
                     self._reserved.pop(namespace, None)
         plan = self._for_cluster(plan)
         changed = await self._write(key, body, stored, plan)
-        if changed and outcome is not None and outcome.finished:
-            # A new record, now in the status this process knows: learn again at the next
+        if changed and outcome is not None and outcome.finished and self._samples is not None:
+            # A new sample, now in the status this process knows: learn again at the next
             # decision (not before the write: a decision in between would miss it).
+            self._sample(key)
             self._calibration = None
         for job in recorded:  # their outcome is in the status now: they may go
             await self._delete(key, job)
@@ -1156,6 +1177,8 @@ class Reconciler:
                 await self._delete(key, job)
         self._dequeue(key)
         self._wake()
+        if self._samples is not None and self._samples.pop(key, None) is not None:
+            self._calibration = None  # learned again without it, as a restart would
         if body is None:
             self._written.pop(key, None)
             self._said.pop(key, None)
