@@ -113,3 +113,16 @@ def test_policy_budget_per_rule_replaces_the_top_level_one() -> None:
     assert policy.for_namespace({"team": "research"}).measurement_gpu_seconds_per_day == 3600
     assert policy.for_namespace({}).measurement_gpu_seconds_per_day == 36000
     assert parse_policy({}).for_namespace({}).measurement_gpu_seconds_per_day is None
+
+
+def test_the_charge_view_of_a_stored_status_counts_the_same() -> None:
+    now = _at("2026-12-01T12:00:00Z")
+    statuses = [
+        _status(Phase.Ready, MeasurementUsage(day="2026-12-01", gpu_seconds=100)),
+        _status(Phase.Measuring, None, _m("run", "2026-12-01T11:59:00Z"), gpus=4),
+    ]
+    stored = [s.model_dump(by_alias=True, mode="json", exclude_none=True) for s in statuses]
+    views = [gpu_time.charge_view(raw) for raw in stored]
+    assert gpu_time.used_today([v for v in views if v is not None], now) == 340
+    assert gpu_time.charge_view({"phase": "Nonsense"}) is None
+    assert gpu_time.charge_view("not a status") is None

@@ -468,13 +468,9 @@ class Reconciler:
         """The readable statuses of the workloads of ``namespace`` (newest known state)."""
         for key in [k for k in self._workloads if isinstance(k, tuple) and k[0] == namespace]:
             body = self.workload(key)
-            raw = body.get("status") if body is not None else None
-            if not isinstance(raw, Mapping) or not raw.get("phase"):
-                continue
-            try:
-                yield GPUWorkloadStatus.model_validate(raw)
-            except ValueError:
-                continue
+            view = gpu_time.charge_view(body.get("status") if body is not None else None)
+            if view is not None:
+                yield view
 
     def _admit(
         self, key: Key, wl: Workload, plan: Plan, stored: Mapping[str, Any], now: str

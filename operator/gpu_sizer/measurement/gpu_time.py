@@ -31,16 +31,25 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from gpu_sizer.api.status import GPUWorkloadStatus, MeasurementStatus, MeasurementUsage, Phase
+from gpu_sizer.api.status import (
+    EstimateStatus,
+    GPUWorkloadStatus,
+    MeasurementStatus,
+    MeasurementUsage,
+    PerGpuBreakdown,
+    Phase,
+)
 from gpu_sizer.measurement.outcome import parse_time
 
 __all__ = [
     "BudgetState",
     "budget_state",
     "charge",
+    "charge_view",
     "day_of",
     "job_gpu_seconds",
     "next_day_start",
@@ -108,6 +117,44 @@ def used_today(statuses: Iterable[GPUWorkloadStatus], now: _dt.datetime) -> int:
             gpus = status.estimate.gpu_count if status.estimate is not None else 1
             total += job_gpu_seconds(gpus, m.started_at, now)
     return total
+
+
+def charge_view(raw: Any) -> GPUWorkloadStatus | None:
+    """The part of a stored status (plain data) that :func:`used_today` reads: phase, the
+    measurement's Job and times, ``measurementUsage`` and the GPU count; None when unreadable.
+    Cheaper than validating a whole status, which a namespace's budget reads for every one of
+    its workloads."""
+    if not isinstance(raw, Mapping) or not raw.get("phase"):
+        return None
+    m = raw.get("measurement")
+    est = raw.get("estimate")
+    gpus = est.get("gpuCount") if isinstance(est, Mapping) else None
+    try:
+        return GPUWorkloadStatus(
+            phase=Phase(raw["phase"]),
+            measurement=(
+                MeasurementStatus(
+                    spec_hash=str(m.get("specHash") or ""),
+                    job_name=m.get("jobName"),
+                    started_at=m.get("startedAt"),
+                    completed_at=m.get("completedAt"),
+                )
+                if isinstance(m, Mapping)
+                else None
+            ),
+            measurement_usage=(
+                MeasurementUsage.model_validate(raw["measurementUsage"])
+                if isinstance(raw.get("measurementUsage"), Mapping)
+                else None
+            ),
+            estimate=(
+                EstimateStatus(parameter_count=0, gpu_count=gpus, per_gpu=PerGpuBreakdown())
+                if isinstance(gpus, int) and not isinstance(gpus, bool)
+                else None
+            ),
+        )
+    except (ValueError, TypeError):
+        return None
 
 
 @dataclass(frozen=True)
