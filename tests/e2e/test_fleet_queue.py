@@ -23,6 +23,7 @@ from tests.e2e.conftest import (
     workload,
 )
 from tests.e2e.probe_results import GIB, gpu_success
+from tests.e2e.test_metrics import fetch, free_port
 
 L4_TOTAL = 23034 << 20
 
@@ -289,7 +290,8 @@ async def test_a_namespace_out_of_gpu_seconds_waits_until_the_budget_frees_even_
     # 1 GPU-second a day: the first Job (charged at least 1 GPU-second) uses it all up.
     policy = _policy(tmp_path, "measurementGpuSecondsPerDay: 1\n")
     args = ("--max-concurrent-measurements", "4", "--policy", policy)
-    op = start_operator(*args)
+    port = free_port()
+    op = start_operator(*args, "--metrics-port", str(port))
     await cluster.create(GW, workload("spender", spec()))
     job = await _job_of(kubelet, "spender")
     await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
@@ -321,6 +323,19 @@ async def test_a_namespace_out_of_gpu_seconds_waits_until_the_budget_frees_even_
         ]
 
     await eventually(budget_event, what="a MeasurementBudgetExhausted Event")
+
+    async def gauged() -> str | None:
+        text = await fetch(f"http://127.0.0.1:{port}/metrics")
+        line = f'gpusizer_measurement_gpu_seconds_today{{namespace="{NS}"}} '
+        return text if text and line in text else None
+
+    text = await eventually(gauged, what="the GPU-seconds-today gauge")
+    used = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(f'gpusizer_measurement_gpu_seconds_today{{namespace="{NS}"}}')
+    )
+    assert used == usage["gpuSeconds"]
     # Another namespace has its own budget.
     await cluster.create(GW, workload("elsewhere", spec(), "team-b"))
     await eventually(lambda: kubelet.jobs("team-b"), 60, "team-b's Job")
