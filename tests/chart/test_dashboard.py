@@ -31,6 +31,11 @@ def exported() -> dict[str, set[str]]:
     series: dict[str, set[str]] = {}
     for attr in metrics.__all__:
         collector = getattr(metrics, attr)
+        if isinstance(collector, metrics.WorkloadGauges):
+            # One custom collector for the per-workload gauges: its families say their labels.
+            for family in collector.describe():
+                series[family.name] = set(family._labelnames)  # type: ignore[attr-defined]
+            continue
         if not isinstance(collector, MetricWrapperBase):
             continue
         # prometheus-client keeps these on the wrapper; there is no public accessor.

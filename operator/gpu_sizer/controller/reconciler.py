@@ -123,19 +123,6 @@ POSITION_STEPS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 #: milliseconds while thousands of workloads arrive (issue 17).
 POSITION_SCAN_SECONDS = 1.0
 
-_COMPONENTS = (
-    "weights",
-    "quantizationOverhead",
-    "kvCache",
-    "activation",
-    "gradient",
-    "optimizerState",
-    "masterWeight",
-    "communicationBuffer",
-    "runtimeOverhead",
-    "total",
-)
-
 
 def now_rfc3339() -> str:
     """Current UTC time, second precision, ``Z`` suffix (metav1.Time)."""
@@ -238,7 +225,6 @@ class Reconciler:
         self._written: dict[Key, _Written] = {}
         #: What was last logged per workload and topic: the same warning is not repeated.
         self._said: dict[Key, dict[str, str]] = {}
-        self._headroom_labels: dict[Key, tuple[str, str]] = {}
         #: Workloads decided at least once by this process (to log a restart's takeover once).
         self._resumed: set[Key] = set()
         self._events: asyncio.Queue[tuple[dict[str, Any], str, str, str]] | None = None
@@ -1258,45 +1244,34 @@ class Reconciler:
         namespace, name = key
         if status.estimate is not None:
             wire = status.estimate.per_gpu.model_dump(by_alias=True)
-            for component in _COMPONENTS:
-                # Byte fields only: perGpu also carries display-only figures (totalGiB).
+            # Byte fields only: perGpu also carries display-only figures (totalGiB).
+            components = {}
+            for component in metrics.ESTIMATE_COMPONENTS:
                 value = wire.get(f"{component}Bytes")
                 if isinstance(value, int):
-                    metrics.ESTIMATED_BYTES.labels(namespace, name, component).set(value)
+                    components[component] = value
+            metrics.WORKLOADS.estimated(namespace, name, components)
         m = status.measurement
         if m is not None and m.completed_at and m.device == "cuda":
-            for kind, value in (
-                ("allocated", m.peak_allocated_bytes),
-                ("reserved", m.peak_reserved_bytes),
-                ("device", m.peak_device_used_bytes),
-            ):
-                if value is not None:
-                    metrics.MEASURED_PEAK_BYTES.labels(namespace, name, kind).set(value)
+            peaks = {
+                kind: value
+                for kind, value in (
+                    ("allocated", m.peak_allocated_bytes),
+                    ("reserved", m.peak_reserved_bytes),
+                    ("device", m.peak_device_used_bytes),
+                )
+                if value is not None
+            }
+            metrics.WORKLOADS.measured(namespace, name, peaks)
         rec = status.recommendation
-        labels = (rec.gpu_class, str(rec.basis)) if rec is not None else None
-        old = self._headroom_labels.get(key)
-        if old is not None and old != labels:
-            with contextlib.suppress(KeyError):
-                metrics.RECOMMENDATION_HEADROOM.remove(namespace, name, *old)
-            del self._headroom_labels[key]
-        if rec is not None and labels is not None:
-            metrics.RECOMMENDATION_HEADROOM.labels(namespace, name, *labels).set(
-                rec.headroom_fraction
-            )
-            self._headroom_labels[key] = labels
+        metrics.WORKLOADS.headroom(
+            namespace,
+            name,
+            None if rec is None else (rec.gpu_class, str(rec.basis), rec.headroom_fraction),
+        )
 
     def _forget_metrics(self, key: Key) -> None:
-        namespace, name = key
-        for component in _COMPONENTS:
-            with contextlib.suppress(KeyError):
-                metrics.ESTIMATED_BYTES.remove(namespace, name, component)
-        for kind in ("allocated", "reserved", "device"):
-            with contextlib.suppress(KeyError):
-                metrics.MEASURED_PEAK_BYTES.remove(namespace, name, kind)
-        old = self._headroom_labels.pop(key, None)
-        if old is not None:
-            with contextlib.suppress(KeyError):
-                metrics.RECOMMENDATION_HEADROOM.remove(namespace, name, *old)
+        metrics.WORKLOADS.forget(*key)
 
 
 def _shown_position(position: int) -> tuple[bool, int]:
