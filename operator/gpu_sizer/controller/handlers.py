@@ -30,7 +30,7 @@ import kopf
 from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.options import Options
-from gpu_sizer.controller.reconciler import Reconciler, slim_workload
+from gpu_sizer.controller.reconciler import CompactWorkload, Reconciler
 from gpu_sizer.inventory import GpuNode, IgnoredNode, parse_node
 from gpu_sizer.measurement.backends import (
     Backend,
@@ -70,7 +70,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
     async def index_workload(
         *, body: kopf.Body, name: str, namespace: str | None, **_: Any
     ) -> dict[Any, Any]:
-        return {(namespace, name): slim_workload(body)}
+        return {(namespace, name): CompactWorkload(body)}
 
     @kopf.on.event(GROUP, VERSION, PLURAL, id="workload", registry=registry)
     async def workload_event(*, name: str, namespace: str | None, **_: Any) -> None:
