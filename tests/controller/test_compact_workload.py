@@ -77,3 +77,16 @@ def test_holds_a_settled_status_in_a_fraction_of_the_nested_dicts() -> None:
     )
     assert held < _deep_size(slim_workload(body)) / 2
     assert json.loads(compact._status) == status
+
+
+def test_a_view_of_the_status_is_worked_out_once_per_state() -> None:
+    calls: list[Any] = []
+
+    def phase(status: Any) -> Any:
+        calls.append(status)
+        return status.get("phase")
+
+    compact = CompactWorkload(_body({}, {"phase": "Ready"}))
+    assert [compact.derive(phase) for _ in range(3)] == ["Ready"] * 3
+    assert len(calls) == 1
+    assert CompactWorkload(_body({}, {"phase": "Queued"})).derive(phase) == "Queued"

@@ -34,9 +34,9 @@ import datetime
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gpu_sizer import metrics
 from gpu_sizer.admission.policy import EffectivePolicy, Policy, PolicyError, load_policy
@@ -100,6 +100,7 @@ from gpu_sizer.sizing import assess
 __all__ = ["CompactWorkload", "Key", "Reconciler", "merge_patch", "slim_workload"]
 
 Key = tuple[str, str]
+T = TypeVar("T")
 log = logging.getLogger("gpu_sizer.controller")
 
 #: How long the operator's own status write stands in for a watch that has not shown it, when
@@ -192,7 +193,7 @@ class CompactWorkload(Mapping[str, Any]):
     encoding them on each watch event costs less than the deep copy it replaces.
     """
 
-    __slots__ = ("_meta", "_spec", "_status")
+    __slots__ = ("_derived", "_meta", "_spec", "_status")
 
     def __init__(self, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata")
@@ -201,6 +202,7 @@ class CompactWorkload(Mapping[str, Any]):
         dump = json.JSONEncoder(separators=(",", ":"), default=_jsonable).encode
         self._spec = dump(body.get("spec"))
         self._status = dump(body.get("status"))
+        self._derived: dict[Callable[[Any], Any], Any] | None = None
 
     def __getitem__(self, key: str) -> Any:
         if key == "metadata":
@@ -220,6 +222,15 @@ class CompactWorkload(Mapping[str, Any]):
     def expand(self) -> dict[str, Any]:
         """The same as :func:`slim_workload` of the body it was made from (plain data)."""
         return {"metadata": self["metadata"], "spec": self["spec"], "status": self["status"]}
+
+    def derive(self, view: Callable[[Any], T]) -> T:
+        """``view(status)``, worked out once for this state (a watch event makes a new one)."""
+        if self._derived is None:
+            self._derived = {}
+        if view not in self._derived:
+            self._derived[view] = view(self["status"])
+        result: T = self._derived[view]
+        return result
 
 
 def _newer(a: str | None, b: str | None) -> bool | None:
@@ -503,8 +514,7 @@ class Reconciler:
     def _statuses(self, namespace: str) -> Iterable[GPUWorkloadStatus]:
         """The readable statuses of the workloads of ``namespace`` (newest known state)."""
         for key in [k for k in self._workloads if isinstance(k, tuple) and k[0] == namespace]:
-            body = self.workload(key)
-            view = gpu_time.charge_view(body.get("status") if body is not None else None)
+            view = self._status_view(key, gpu_time.charge_view)
             if view is not None:
                 yield view
 
@@ -717,6 +727,22 @@ class Reconciler:
     def workload(self, key: Key) -> Mapping[str, Any] | None:
         """The newest state known of the workload: the watch's, or the operator's own last
         write while the watch has not shown it yet. None when the object is gone."""
+        newest = self._newest(key)
+        return newest.expand() if isinstance(newest, CompactWorkload) else newest
+
+    def _status_view(self, key: Key, view: Callable[[Any], T]) -> T | None:
+        """``view`` of the newest stored status of the workload (None when it is gone), worked
+        out once per state the watch delivered (:meth:`CompactWorkload.derive`): a namespace's
+        GPU-second budget reads every one of its workloads on each decision."""
+        newest = self._newest(key)
+        if newest is None:
+            return None
+        if isinstance(newest, CompactWorkload):
+            return newest.derive(view)
+        return view(newest.get("status"))
+
+    def _newest(self, key: Key) -> Mapping[str, Any] | None:
+        """:meth:`workload`, with the watch's state in its compact form."""
         cached = self._cached(key)
         written = self._written.get(key)
         if cached is None:
@@ -734,7 +760,7 @@ class Reconciler:
             if same and newer:
                 return written.body
             del self._written[key]
-        return cached.expand() if isinstance(cached, CompactWorkload) else cached
+        return cached
 
     # ----------------------------------------------------------------------- the decision
 
