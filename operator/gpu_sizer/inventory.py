@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from gpu_sizer.api.record import driver_major
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
 from gpu_sizer.placement import MigStrategy
 
@@ -106,6 +107,10 @@ class GpuNode:
     notes: tuple[str, ...] = ()
     offers: tuple[Offer, ...] = ()
     mig_strategy: str = ""
+    #: NVIDIA driver major version from GFD's labels (see
+    #: :func:`gpu_sizer.api.record.driver_major`); empty when unknown. Part of the measurement
+    #: key of what runs on this node.
+    driver_major: str = ""
 
     def classes(self) -> frozenset[str]:
         """Every class the node offers."""
@@ -342,8 +347,18 @@ def parse_node(
     """Classify one Node object (a dict as the API returns it).
 
     Returns ``None`` for a node with no sign of NVIDIA GPUs (no GFD labels, no allocatable GPUs
-    or MIG slices).
+    or MIG slices). A usable node carries its GFD driver major version.
     """
+    parsed = _classify(node, catalog)
+    if isinstance(parsed, GpuNode):
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        major = driver_major(labels) if isinstance(labels, Mapping) else None
+        if major:
+            parsed = replace(parsed, driver_major=major)
+    return parsed
+
+
+def _classify(node: Mapping[str, Any], catalog: Sequence[GPUClass]) -> GpuNode | IgnoredNode | None:
     meta = node.get("metadata") or {}
     name = str(meta.get("name") or "?")
     labels: Mapping[str, str] = meta.get("labels") or {}

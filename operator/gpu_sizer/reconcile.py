@@ -717,6 +717,9 @@ def _from_measurement(
     gpus = base.estimate.gpu_count if base.estimate else 1
     room = headroom_fraction(capacity, peak) if capacity else -1.0
     what = f"measured peak {_fmt(peak)} per GPU on {m.gpu_class} ({_fmt(capacity)} usable)"
+    if m.reused_from:
+        # A shared GPUMeasurement of the same measurement key (gpu_sizer.sharing).
+        what = f"reused GPUMeasurement {m.reused_from}: {what}"
     conds.put(ConditionType.Measured, T, "Measured", what)
     same_class = est_rec is not None and cls is not None and est_rec.gpu_class == cls.name
     if room >= floor and cls is not None:

@@ -24,7 +24,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpu_sizer.controller.emulator import ApiStatus, LoopbackCluster, crd_document
+from gpu_sizer.controller.emulator import (
+    ApiStatus,
+    LoopbackCluster,
+    crd_document,
+    record_crd_document,
+)
 from tests.architectures import LLAMA_3_2_1B
 from tests.e2e import real_cluster, status_schema
 
@@ -36,6 +41,7 @@ JOBS = ("batch", "v1", "jobs")
 PODS = ("", "v1", "pods")
 NODES = ("", "v1", "nodes")
 CRDS = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+RECORDS = ("gpusizer.dev", "v1alpha1", "gpumeasurements")
 EVENTS = ("", "v1", "events")
 NS = "ml-team"
 MIB = 1 << 20
@@ -148,6 +154,9 @@ class OperatorProcess:
             "--no-webhook",
             "--unschedulable-timeout",
             "1.5",
+            # Most tests apply one spec many times and count its Jobs: they run without shared
+            # measurement records; the tests of sharing (test_shared_records.py) turn them on.
+            *([] if "--measurement-sharing" in args else ["--measurement-sharing", "Disabled"]),
             *args,
         ]
         self._fh = log.open("ab")
@@ -183,6 +192,7 @@ async def cluster() -> AsyncIterator[LoopbackCluster]:
         return
     async with LoopbackCluster() as c:
         await c.create(CRDS, crd_document())
+        await c.create(CRDS, record_crd_document())
         await c.create(NODES, gpu_node("l4-1", "NVIDIA-L4", 23034))
         await c.create(NODES, gpu_node("a100-1", "NVIDIA-A100-SXM4-80GB", 81920))
         yield c

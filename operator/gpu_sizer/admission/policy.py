@@ -18,6 +18,7 @@ operator as ``--policy``. Shape (every key optional; fractions are 0..1 of a GPU
         maxConcurrentMeasurements: 2   # measurement Jobs at once in each such namespace
         measurementGpuSecondsPerDay: 36000  # measurement GPU-seconds per UTC day, each such ns
         localQueue: research-gpus      # Kueue LocalQueue for their measurement Jobs
+        measurementSharing: Disabled   # Enabled (default) | Disabled: no shared records
         podEnforcement: Enforce
 
 Rules are tried in order and the first whose ``namespaceSelector`` matches the namespace's labels
@@ -40,6 +41,12 @@ until 00:00 UTC; ``localQueue`` (per rule) names a Kueue LocalQueue: measurement
 namespaces carry ``kueue.x-k8s.io/queue-name`` and are created suspended, Kueue admits them
 under its quotas, and the operator's own cap and limits do not apply to them (Kueue is the
 queue there, the GPU-second budget does not hold its Jobs back either).
+``measurementSharing`` (top level or per rule; a rule's replaces the top-level one): ``Enabled``
+(default) lets the namespace's workloads reuse a fresh cluster-scoped ``GPUMeasurement`` of the
+same measurement key instead of running a Job, wait for another namespace's measurement of that
+key already in flight, and publish their own results as records; ``Disabled`` does none of the
+three: its workloads always measure in their own Jobs and nothing about them leaves the namespace
+(for confidential model configurations).
 
 ``podEnforcement`` says what the pod webhook does with a pod labelled ``gpusizer.dev/workload``
 whose GPUWorkload is missing, ``Rejected``, not yet ``Ready``, or whose own GPU request
@@ -108,6 +115,13 @@ class PodEnforcement(StrEnum):
     Enforce = "Enforce"
 
 
+class MeasurementSharing(StrEnum):
+    """Whether a namespace takes part in shared measurement records (``GPUMeasurement``)."""
+
+    Enabled = "Enabled"
+    Disabled = "Disabled"
+
+
 class NamespaceSelector(_Model):
     """A Kubernetes label selector on the Namespace object (``matchLabels`` only)."""
 
@@ -148,6 +162,9 @@ class NamespaceRule(_Model):
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
         description="Kueue LocalQueue for measurement Jobs (kueue.x-k8s.io/queue-name).",
     )
+    measurement_sharing: MeasurementSharing | None = Field(
+        None, description="Enabled or Disabled shared measurement records; unset: top level's."
+    )
     pod_enforcement: PodEnforcement | None = Field(
         None, description="Off, Warn or Enforce for labelled pods; unset takes the top level's."
     )
@@ -167,6 +184,7 @@ class Policy(_Model):
     incomplete_estimates: IncompleteEstimates = IncompleteEstimates.Warn
     max_concurrent_measurements: int | None = Field(None, ge=1)
     measurement_gpu_seconds_per_day: int | None = Field(None, ge=1)
+    measurement_sharing: MeasurementSharing = MeasurementSharing.Enabled
     pod_enforcement: PodEnforcement = PodEnforcement.Warn
     namespace_rules: list[NamespaceRule] = Field(default_factory=list)
 
@@ -260,6 +278,7 @@ class Policy(_Model):
                     rule.measurement_gpu_seconds_per_day or self.measurement_gpu_seconds_per_day
                 ),
                 local_queue=rule.local_queue,
+                measurement_sharing=rule.measurement_sharing or self.measurement_sharing,
                 pod_enforcement=rule.pod_enforcement or self.pod_enforcement,
             )
         return EffectivePolicy(
@@ -270,6 +289,7 @@ class Policy(_Model):
             incomplete_estimates=self.incomplete_estimates,
             max_concurrent_measurements=self.max_concurrent_measurements,
             measurement_gpu_seconds_per_day=self.measurement_gpu_seconds_per_day,
+            measurement_sharing=self.measurement_sharing,
             pod_enforcement=self.pod_enforcement,
         )
 
@@ -290,6 +310,8 @@ class EffectivePolicy:
     measurement_gpu_seconds_per_day: int | None = None
     #: Kueue LocalQueue of this namespace's measurement Jobs (None: no Kueue).
     local_queue: str | None = None
+    #: Shared measurement records (GPUMeasurement): reuse, wait for and publish them.
+    measurement_sharing: MeasurementSharing = MeasurementSharing.Enabled
     pod_enforcement: PodEnforcement = PodEnforcement.Warn
 
 

@@ -433,7 +433,11 @@ def _write_kubeconfig(source: str, target: str | None) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from gpu_sizer.controller.emulator import LoopbackCluster, crd_document
+    from gpu_sizer.controller.emulator import (
+        LoopbackCluster,
+        crd_document,
+        record_crd_document,
+    )
 
     started = time.monotonic()
     examples = _find_examples(args.examples)
@@ -448,9 +452,9 @@ async def _run(args: argparse.Namespace) -> int:
     concurrency = args.probe_concurrency or (cpus if device == "cpu" else 1)
     async with LoopbackCluster(port=args.port) as cluster:
         kubeconfig = _write_kubeconfig(cluster.kubeconfig, args.kubeconfig)
-        await cluster.create(
-            ("apiextensions.k8s.io", "v1", "customresourcedefinitions"), crd_document()
-        )
+        crds = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        await cluster.create(crds, crd_document())
+        await cluster.create(crds, record_crd_document())
         namespaces = sorted(
             {"default", *(d["metadata"].get("namespace") or "default" for d in docs)}
         )

@@ -24,6 +24,7 @@ from typing import Any, Protocol, Self
 import kmock
 
 from gpu_sizer.api import GROUP, KIND, PLURAL, SHORT_NAME, SINGULAR, VERSION
+from gpu_sizer.api.record import RECORD_KIND, RECORD_PLURAL, RECORD_SHORT_NAME, RECORD_SINGULAR
 from gpu_sizer.controller.emulator_kubectl import KubectlApi
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "crd_document",
     "dra_resources",
     "path_of",
+    "record_crd_document",
 ]
 
 # (group, version, plural) -> ResourceInfo arguments. Everything the operator touches (RBAC in
@@ -47,6 +49,14 @@ RESOURCES: dict[tuple[str, str, str], dict[str, Any]] = {
         shortnames={SHORT_NAME},
         categories={"gpusizer"},
         subresources={"status"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    ),
+    (GROUP, VERSION, RECORD_PLURAL): dict(
+        kind=RECORD_KIND,
+        singular=RECORD_SINGULAR,
+        namespaced=False,
+        shortnames={RECORD_SHORT_NAME},
+        categories={"gpusizer"},
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
     ),
     ("batch", "v1", "jobs"): dict(
@@ -156,6 +166,13 @@ def crd_document() -> dict[str, Any]:
             "versions": [{"name": VERSION, "served": True, "storage": True}],
         },
     }
+
+
+def record_crd_document() -> dict[str, Any]:
+    """The GPUMeasurement CRD (shared measurement records), generated from the models."""
+    from gpu_sizer.api.crd import build_record_crd
+
+    return build_record_crd()
 
 
 def _now() -> str:

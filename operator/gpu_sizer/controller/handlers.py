@@ -9,7 +9,8 @@ resource before any other handler runs, so no decision is made on a half-known c
   by workload and by Job uid;
 - Nodes, parsed into the GPU inventory (GPU Feature Discovery labels);
 - DRA ResourceSlices, where the cluster serves them: per-device inventory that replaces the
-  labels of the nodes they describe.
+  labels of the nodes they describe;
+- GPUMeasurements, the shared measurement records (cluster-scoped), indexed by name.
 
 Every event only marks the workload it concerns in the
 :class:`~gpu_sizer.controller.reconciler.Reconciler`'s queue; the decision reads the indexes.
@@ -28,6 +29,7 @@ from typing import Any
 import kopf
 
 from gpu_sizer.api import GROUP, PLURAL, VERSION
+from gpu_sizer.api.record import RECORD_PLURAL
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.reconciler import CompactWorkload, Reconciler
@@ -58,7 +60,9 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         client = kube.Client(settings)
         if kubernetes is not None:
             kubernetes.attach(kube.JobClient(client), indexes["gpu_jobs"], indexes["gpu_pods"])
-        reconciler.attach(client, workloads=indexes["gpu_workloads"])
+        reconciler.attach(
+            client, workloads=indexes["gpu_workloads"], records=indexes["gpu_records"]
+        )
 
     @kopf.on.cleanup(registry=registry, id="gpu-sizer-controller")
     async def stop(**_: Any) -> None:
@@ -89,6 +93,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
     async def job_event(*, event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         if kubernetes is not None:
             kubernetes.seen(event.get("type"), body)
+        reconciler.job_seen(body)
         workload = workload_of(body)
         if workload:
             reconciler.queue.add((body.metadata.namespace or "", workload))
@@ -103,6 +108,16 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         workload = workload_of(body) or _workload_of_job(indexes["gpu_jobs"], job_uid_of_pod(body))
         if workload:
             reconciler.queue.add((body.metadata.namespace or "", workload))
+
+    # --- shared measurement records (cluster-scoped GPUMeasurements, issue 15)
+
+    @kopf.index(GROUP, VERSION, RECORD_PLURAL, id="gpu_records", registry=registry)
+    async def index_record(*, body: kopf.Body, name: str, **_: Any) -> dict[Any, Any]:
+        return {name: _slim_record(body)}
+
+    @kopf.on.event(GROUP, VERSION, RECORD_PLURAL, id="record", registry=registry)
+    async def record_event(*, event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        reconciler.record_seen(event.get("type"), _slim_record(body))
 
     # --- GPU nodes (indexed so that kopf lists them before any decision; the inventory itself
     # is kept by the reconciler, updated on each change)
@@ -167,6 +182,19 @@ def _workload_of_job(jobs: Mapping[Any, Any], job_uid: str | None) -> str | None
             if (job.get("metadata") or {}).get("uid") == job_uid:
                 return str(workload)
     return None
+
+
+def _slim_record(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the controller reads of a GPUMeasurement: name, labels, deletion, the record."""
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "labels": _plain(meta.get("labels") or {}),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+        },
+        "spec": _plain(body.get("spec")),
+    }
 
 
 def _plain(value: Any) -> Any:

@@ -61,6 +61,13 @@ class Options:
     probe_image_pull_secrets: tuple[str, ...] = ()
     #: Correction factors learned from measurements (gpu_sizer.calibration): Off, Report, Apply.
     calibration: CalibrationMode = CalibrationMode.Report
+    #: Shared measurement records (GPUMeasurement) at all; when on, the namespace policy's
+    #: ``measurementSharing`` decides per namespace.
+    measurement_sharing: bool = True
+    #: Seconds a shared GPUMeasurement record is reused after it was taken; then it is deleted.
+    measurement_record_ttl: float = 30 * 86400.0
+    #: Seconds after which a finished measurement is taken again (opt-in); None: never.
+    measurement_revalidate_after: float | None = None
     webhook: bool = True
     webhook_port: int = 9443
     webhook_listen: str = "0.0.0.0"
@@ -207,6 +214,29 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         "the recommendation include them; factors are at least 1.0 and at most 1.5, from 5 "
         "records up)",
     )
+    p.add_argument(
+        "--measurement-sharing",
+        choices=("Enabled", "Disabled"),
+        default=_env("measurement-sharing", "Enabled"),
+        help="shared measurement records (GPUMeasurement): Enabled (default; the namespace "
+        "policy's measurementSharing can opt namespaces out) or Disabled cluster-wide",
+    )
+    p.add_argument(
+        "--measurement-record-ttl",
+        type=float,
+        default=float(_env("measurement-record-ttl", 30 * 86400)),
+        metavar="SECONDS",
+        help="seconds a shared measurement record (GPUMeasurement) is reused by workloads of "
+        "the same measurement key (default 2592000, 30 days); expired records are deleted",
+    )
+    p.add_argument(
+        "--measurement-revalidate-after",
+        type=float,
+        default=float(_env("measurement-revalidate-after", 0)),
+        metavar="SECONDS",
+        help="measure a workload again once its measurement is older than this (opt-in "
+        "periodic re-validation; default 0: never)",
+    )
     p.add_argument("--webhook-port", type=int, default=int(_env("webhook-port", 9443)))
     p.add_argument("--webhook-listen", default=_env("webhook-listen", "0.0.0.0"))
     p.add_argument("--webhook-cert-dir", default=_env("webhook-cert-dir", None), metavar="DIR")
@@ -266,6 +296,16 @@ def options_from(
             f"{_source('max-concurrent-measurements', '--max-concurrent-measurements')} must be "
             f"0 (no cap) or more, not {args.max_concurrent_measurements}"
         )
+    if args.measurement_record_ttl <= 0:
+        raise ValueError(
+            f"{_source('measurement-record-ttl', '--measurement-record-ttl')} must be more than "
+            f"0 seconds, not {args.measurement_record_ttl:g}"
+        )
+    if args.measurement_revalidate_after < 0:
+        raise ValueError(
+            f"{_source('measurement-revalidate-after', '--measurement-revalidate-after')} must "
+            f"be 0 (off) or more seconds, not {args.measurement_revalidate_after:g}"
+        )
     catalog = tuple(argv_catalog) if argv_catalog is not None else load_catalog(args.catalog)
     cap = args.local_deadline_cap
     return Options(
@@ -291,6 +331,9 @@ def options_from(
         quota_retry_seconds=max(0.1, float(args.quota_retry_seconds)),
         probe_image_pull_secrets=tuple(args.probe_image_pull_secret),
         calibration=CalibrationMode(str(args.calibration).capitalize()),
+        measurement_sharing=args.measurement_sharing == "Enabled",
+        measurement_record_ttl=float(args.measurement_record_ttl),
+        measurement_revalidate_after=float(args.measurement_revalidate_after) or None,
         webhook=not args.no_webhook,
         webhook_port=args.webhook_port,
         webhook_listen=args.webhook_listen,

@@ -39,7 +39,13 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from gpu_sizer import metrics
-from gpu_sizer.admission.policy import EffectivePolicy, Policy, PolicyError, load_policy
+from gpu_sizer.admission.policy import (
+    EffectivePolicy,
+    MeasurementSharing,
+    Policy,
+    PolicyError,
+    load_policy,
+)
 from gpu_sizer.api import (
     API_VERSION,
     GROUP,
@@ -54,6 +60,18 @@ from gpu_sizer.api import (
     Phase,
     parse_spec,
     spec_hash,
+)
+from gpu_sizer.api.record import (
+    KEY_LABEL,
+    RECORD_PLURAL,
+    GPUMeasurement,
+    RecordEstimate,
+    build_record,
+    is_fresh,
+    key_label,
+    parse_record,
+    record_name,
+    shareable,
 )
 from gpu_sizer.calibration import Calibration, Sample, learn, sample_from_workload
 from gpu_sizer.controller import kube
@@ -94,6 +112,20 @@ from gpu_sizer.reconcile import (
     invalid_plan,
     queued_plan,
     starts_measurement,
+)
+from gpu_sizer.sharing import (
+    Reuse,
+    Stale,
+    Wait,
+    candidate_keys,
+    find_shared,
+    remeasure_previous,
+    restated,
+    reuse_previous,
+    reused_measurement,
+    revalidation_due,
+    stale,
+    waiting_plan,
 )
 from gpu_sizer.sizing import assess
 
@@ -322,6 +354,19 @@ class Reconciler:
         #: The calibration sample of each workload with a usable measurement (None: not built
         #: from the index yet); kept up to date from this process's own status writes.
         self._samples: dict[Key, Sample] | None = None
+        #: Shared measurement records (issue 15): the watch's index by name, the records this
+        #: process created (until the watch shows them) and deleted (until the watch drops them).
+        self._records: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
+        self._records_made: dict[str, GPUMeasurement] = {}
+        self._records_gone: set[str] = set()
+        #: Records this process deleted because they expired (their users keep their results).
+        self._records_expired: set[str] = set()
+        #: Measurement keys a decision is starting a Job for right now -> the workload.
+        self._claims: dict[str, Key] = {}
+        #: Workloads waiting for another one's measurement, by the key's label value.
+        self._waiters: dict[str, set[Key]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sweep_now = asyncio.Event()
         backend.notify = self.notify
 
     # ----------------------------------------------------------------------- wiring
@@ -331,10 +376,15 @@ class Reconciler:
         client: kube.Client,
         *,
         workloads: Mapping[Any, Iterable[Mapping[str, Any]]],
+        records: Mapping[Any, Iterable[Mapping[str, Any]]] | None = None,
     ) -> None:
-        """Connect the API client and the watch's index of workloads; start the workers."""
+        """Connect the API client and the watch's indexes of workloads and measurement records;
+        start the workers."""
         self._client = client
         self._workloads = workloads
+        if records is not None:
+            self._records = records
+            self._sweeper = asyncio.create_task(self._sweep(), name="gpu-sizer records")
         self._started = time.monotonic()
         self._events = asyncio.Queue(maxsize=10_000)
         self._poster = asyncio.create_task(self._post_events(), name="gpu-sizer events")
@@ -347,6 +397,11 @@ class Reconciler:
         if self._scan is not None:
             self._scan.cancel()
             self._scan = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         if self._poster is not None:
             if self._events is not None:
                 with contextlib.suppress(TimeoutError):
@@ -713,6 +768,258 @@ class Reconciler:
             for body in store:
                 yield key, body
 
+    # ----------------------------------------------------------------------- shared records
+
+    def _sharing(self, namespace: str) -> bool:
+        """Whether the namespace takes part in shared measurement records (its policy read by
+        :meth:`_namespace_policy` before; no policy: yes)."""
+        if not self.opts.measurement_sharing:
+            return False
+        known = self._ns_policy.get(namespace)
+        return known is None or known[0].measurement_sharing is MeasurementSharing.Enabled
+
+    def _drivers(self, gpu_class: str) -> frozenset[str]:
+        """NVIDIA driver majors (GFD labels) of the nodes offering ``gpu_class``."""
+        return frozenset(
+            n.driver_major
+            for n in self._nodes.values()
+            if isinstance(n, GpuNode) and n.driver_major and gpu_class in n.classes()
+        )
+
+    def _record_named(self, name: str) -> GPUMeasurement | None:
+        if name in self._records_gone:
+            return None
+        for body in self._records.get(name, ()):
+            parsed = parse_record(body)
+            if parsed is not None:
+                return parsed
+        return self._records_made.get(name)
+
+    def _fresh_record(self, key: str) -> GPUMeasurement | None:
+        """The reusable record of ``key``: fresh, of that very key, with a shareable result."""
+        rec = self._record_named(record_name(key))
+        now = datetime.datetime.now(datetime.UTC)
+        if rec is None or rec.spec.key != key or not is_fresh(rec, now):
+            return None
+        return rec if shareable(rec.spec.result) else None
+
+    def _in_flight(self, key: str, me: Key) -> str | None:
+        """``namespace/name`` of another workload's live measurement Job of ``key`` (found by
+        its label, so also after a restart), or of one being started right now."""
+        owner = self._claims.get(key)
+        if owner is not None and owner != me:
+            return f"{owner[0]}/{owner[1]} (starting)"
+        for namespace, job in self.backend.labelled(KEY_LABEL, key_label(key)):
+            owner = (namespace, job.workload)
+            if owner == me:
+                continue
+            if not job.finished or not self._recorded(owner, job.name):
+                # Running, or finished with its result not in its workload's status yet (the
+                # record follows in that workload's next decision).
+                return f"{namespace}/{job.name}"
+        return None
+
+    def _recorded(self, owner: Key, job_name: str) -> bool:
+        """Whether the workload ``owner`` holds the finished outcome of its Job ``job_name``
+        (or is gone, or has moved on to another Job)."""
+        body = self.workload(owner)
+        if body is None:
+            return True
+        status = body.get("status")
+        m = status.get("measurement") if isinstance(status, Mapping) else None
+        if not isinstance(m, Mapping) or m.get("jobName") != job_name:
+            return True
+        return bool(m.get("completedAt"))
+
+    def _image(self, spec: GPUWorkloadSpec) -> str:
+        return spec.measurement.image or self.opts.probe_image
+
+    def _job_key(self, spec: GPUWorkloadSpec, gpu_class: Any) -> str:
+        """The key a Job of ``spec`` on ``gpu_class`` is labelled with (the first driver major
+        among the class's nodes; waiters try every one)."""
+        keys = candidate_keys(
+            spec, gpu_class, probe_image=self._image(spec), drivers=self._drivers(gpu_class.name)
+        )
+        return keys[0].digest()
+
+    def _stale(self, m: MeasurementStatus, spec: GPUWorkloadSpec, namespace: str) -> Stale | None:
+        now = datetime.datetime.now(datetime.UTC)
+        gone = False
+        name = m.reused_from or (record_name(m.measurement_key) if m.measurement_key else None)
+        expires = parse_time(m.record_expires_at)
+        if (
+            name is not None
+            and expires is not None
+            and expires > now
+            and self._sharing(namespace)
+            and name not in self._records_expired
+        ):
+            gone = self._record_named(name) is None
+        return stale(
+            m,
+            spec,
+            self.config,
+            probe_image=self._image(spec),
+            drivers=self._drivers,
+            record_gone=gone,
+            now=now,
+            revalidate_after_seconds=self.opts.measurement_revalidate_after,
+        )
+
+    def _keyed(
+        self,
+        plan: Plan,
+        spec: GPUWorkloadSpec,
+        old: MeasurementStatus | None,
+        publish_at: datetime.datetime | None,
+    ) -> tuple[Plan, bool]:
+        """A measurement that finished in this decision gets its key (with the driver of the
+        node it ran on); True when it did."""
+        m = plan.status.measurement
+        if (
+            m is None
+            or not m.completed_at
+            or m.reused_from
+            or m.key_fields is not None
+            or m.reason in ("NoNodeOfClass", "Unschedulable", "JobDeleted")
+            or (old is not None and old.completed_at)
+        ):
+            return plan, False
+        cls = _class_named(self.config.catalog, m.gpu_class)
+        if cls is None:
+            return plan, False
+        node = self._nodes.get(m.node_name or "")
+        driver = node.driver_major if isinstance(node, GpuNode) else ""
+        fields = candidate_keys(
+            spec, cls, probe_image=self._image(spec), drivers={driver} if driver else ()
+        )[0]
+        update: dict[str, Any] = {"measurement_key": fields.digest(), "key_fields": fields}
+        if publish_at is not None and shareable(m):
+            expires = publish_at + datetime.timedelta(seconds=self.opts.measurement_record_ttl)
+            update["record_expires_at"] = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+        keyed = m.model_copy(update=update)
+        return Plan(plan.status.model_copy(update={"measurement": keyed}), plan.actions), True
+
+    async def _publish(
+        self, key: Key, plan: Plan, spec: GPUWorkloadSpec, now: datetime.datetime
+    ) -> None:
+        """Create the GPUMeasurement of a measurement that finished in this decision (its
+        name comes from the key: a second try or a second producer finds it there)."""
+        m = plan.status.measurement
+        if m is None or m.key_fields is None or not m.measurement_key or not shareable(m):
+            return
+        name = record_name(m.measurement_key)
+        if self._record_named(name) is not None:
+            return
+        est = plan.status.estimate
+        verdict = next(
+            (c.reason for c in plan.status.conditions if c.type == "Estimated"), "Unknown"
+        )
+        estimate = (
+            RecordEstimate(
+                per_gpu=est.per_gpu,
+                gpu_count=est.gpu_count,
+                parameter_count=est.parameter_count,
+                verdict=verdict,
+            )
+            if est is not None
+            else None
+        )
+        body = build_record(
+            m.key_fields,
+            spec,
+            result=m,
+            source_namespace=key[0],
+            source_name=key[1],
+            estimate=estimate,
+            now=now,
+            ttl_seconds=self.opts.measurement_record_ttl,
+        )
+        assert self._client is not None
+        path = kube.collection_path(GROUP, VERSION, RECORD_PLURAL, None)
+        try:
+            answer = await self._client.create(path, body)
+        except kube.Conflict:
+            answer = None  # another producer of the same key was first: the same facts
+        parsed = parse_record(answer if isinstance(answer, Mapping) else body)
+        if parsed is not None:
+            self._records_made[name] = parsed
+        self._records_gone.discard(name)
+        log.info("%s/%s: published GPUMeasurement %s", *key, name)
+
+    def record_seen(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """The watch delivered a GPUMeasurement: wake the workloads waiting for its key; when
+        it is gone, the workloads that reused or produced it decide again."""
+        meta = _meta(body)
+        name = str(meta.get("name") or "")
+        raw_labels = meta.get("labels")
+        labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
+        self._records_made.pop(name, None)
+        if event_type == "DELETED":
+            self._records_gone.discard(name)
+            for key, wl_body in self._all_workloads():
+                status = wl_body.get("status")
+                m = status.get("measurement") if isinstance(status, Mapping) else None
+                if not isinstance(m, Mapping):
+                    continue
+                mk = m.get("measurementKey")
+                if m.get("reusedFrom") == name or (isinstance(mk, str) and record_name(mk) == name):
+                    self.queue.add(key)
+        else:
+            self._sweep_now.set()
+        self._wake_waiters(str(labels.get(KEY_LABEL) or ""))
+
+    def job_seen(self, body: Mapping[str, Any]) -> None:
+        """A measurement Job changed: the workloads waiting for its key decide again."""
+        labels = _meta(body).get("labels")
+        if isinstance(labels, Mapping) and labels.get(KEY_LABEL):
+            self._wake_waiters(str(labels[KEY_LABEL]))
+
+    def _wake_waiters(self, label: str) -> None:
+        for key in self._waiters.pop(label, set()) if label else ():
+            self.queue.add(key)
+
+    def _forget_waiter(self, key: Key) -> None:
+        for label in [lb for lb, keys in self._waiters.items() if key in keys]:
+            self._waiters[label].discard(key)
+            if not self._waiters[label]:
+                del self._waiters[label]
+
+    async def _sweep(self) -> None:
+        """Delete expired records, waking at the next expiry (at most an hour apart, and on
+        every new record)."""
+        while True:
+            now = datetime.datetime.now(datetime.UTC)
+            soonest: float = 3600.0
+            for name, store in list(self._records.items()):
+                for body in list(store):
+                    rec = parse_record(body)
+                    if rec is None or rec.metadata.get("deletionTimestamp"):
+                        continue
+                    expires = parse_time(rec.spec.expires_at)
+                    if expires is not None and expires > now:
+                        soonest = min(soonest, (expires - now).total_seconds())
+                        continue
+                    soonest = min(soonest, await self._expire_record(str(name)))
+            self._sweep_now.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.5, soonest)):
+                    await self._sweep_now.wait()
+
+    async def _expire_record(self, name: str) -> float:
+        """Delete one expired record; seconds until the sweep should look again."""
+        assert self._client is not None
+        self._records_expired.add(name)
+        try:
+            await self._client.delete(kube.object_path(GROUP, VERSION, RECORD_PLURAL, None, name))
+        except kube.NotFound:
+            pass
+        except kube.ApiError as exc:
+            log.warning("GPUMeasurement %s expired but could not be deleted: %s", name, exc)
+            return 30.0
+        log.info("GPUMeasurement %s expired (--measurement-record-ttl): deleted", name)
+        return 3600.0
+
     # ----------------------------------------------------------------------- state
 
     def _cached(self, key: Key) -> Mapping[str, Any] | None:
@@ -785,6 +1092,8 @@ class Reconciler:
         raw_status = body.get("status")
         stored = raw_status if isinstance(raw_status, Mapping) else {}
         prev = self._previous(key, stored)
+        real_prev = prev
+        why: Stale | None = None
         now = now_rfc3339()
         seen: list[Outcome] = []
         watched: list[MeasurementStatus] = []
@@ -818,6 +1127,20 @@ class Reconciler:
             if assessment.estimate is not None:
                 weights = assessment.estimate.per_gpu.weights_bytes * assessment.estimate.gpu_count
                 host = assessment.estimate.host_bytes_per_node or 0
+            # Re-measure when the world changed under a finished measurement (issue 15, item 5).
+            old_m = prev.measurement if prev is not None else None
+            if (
+                prev is not None
+                and old_m is not None
+                and prev.phase is not Phase.Measuring
+                and prev.spec_hash == hash_
+                and old_m.spec_hash == hash_
+                and old_m.key_fields is not None
+            ):
+                await self._namespace_policy(namespace)
+                why = self._stale(old_m, parsed, namespace)
+                if why is not None:
+                    prev = remeasure_previous(prev)
             wl = Workload(name, namespace, generation, parsed, hash_, prev)
             spec_hash_ = hash_
 
@@ -832,22 +1155,38 @@ class Reconciler:
                 watched.append(m)
                 return outcome
 
-            plan = decide(
-                wl,
-                assessment,
-                self.config,
-                present=present,
-                now=now,
-                job_name=namer,
-                memory_bytes=host_memory_bytes(parsed, weights, host),
-                observe=observe,
-            )
+            memory = host_memory_bytes(parsed, weights, host)
+
+            def run(w: Workload) -> Plan:
+                return decide(
+                    w,
+                    assessment,
+                    self.config,
+                    present=present,
+                    now=now,
+                    job_name=namer,
+                    memory_bytes=memory,
+                    observe=observe,
+                )
+
+            plan = run(wl)
+            if why is not None:
+                plan = restated(plan, why, real_prev, now)
         outcome = seen[-1] if seen else None
         plan = _charged(plan, prev, outcome, watched[-1] if watched else None)
         reserved = False
         retry_quota = False
         if any(isinstance(a, StartJob) for a in plan.actions):
             await self._namespace_policy(namespace)
+        if (
+            wl is not None
+            and hash_ is not None
+            and starts_measurement(plan, prev, hash_)
+            and self._sharing(namespace)
+        ):
+            plan = self._shared(key, wl, plan, run, real_prev, now)
+        else:
+            self._forget_waiter(key)
         if wl is not None and hash_ is not None and starts_measurement(plan, prev, hash_):
             plan, reserved = self._admit(key, wl, plan, stored, now)
             # Waiting on a quota refusal: try again when its namespace's pause ends.
@@ -855,6 +1194,14 @@ class Reconciler:
         else:
             self._dequeue(key)
         recorded: list[JobView] = []
+        claimed: list[str] = []
+        if spec is not None and self._sharing(namespace):
+            for action in plan.actions:
+                if isinstance(action, StartJob):
+                    claim = self._job_key(spec, action.gpu_class)
+                    if claim not in self._claims:
+                        self._claims[claim] = key
+                        claimed.append(claim)
         try:
             recorded = await self._jobs(key, uid, plan, body, spec, hash_, stored)
         except QuotaExceeded as exc:
@@ -862,12 +1209,23 @@ class Reconciler:
             plan = self._quota_refused(key, wl, plan, stored, exc, now)
             retry_quota = True
         finally:
+            for claim in claimed:
+                self._claims.pop(claim, None)
             if reserved:
                 left = self._reserved.get(namespace, 0) - 1
                 if left > 0:
                     self._reserved[namespace] = left
                 else:
                     self._reserved.pop(namespace, None)
+        finished = False
+        if spec is not None:
+            old_m = real_prev.measurement if real_prev is not None else None
+            await self._namespace_policy(namespace)
+            at = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+            sharing = self._sharing(namespace)
+            plan, finished = self._keyed(plan, spec, old_m, at if sharing else None)
+            if finished and sharing:
+                await self._publish(key, plan, spec, at)
         plan = self._for_cluster(plan)
         changed = await self._write(key, body, stored, plan)
         if changed and outcome is not None and outcome.finished and self._samples is not None:
@@ -875,6 +1233,12 @@ class Reconciler:
             # decision (not before the write: a decision in between would miss it).
             self._sample(key)
             self._calibration = None
+        ended = plan.status.measurement
+        if spec is not None and ended is not None and ended.completed_at and changed:
+            # Whatever its outcome, the workloads waiting for this measurement decide again.
+            cls = _class_named(self.config.catalog, ended.gpu_class)
+            if cls is not None:
+                self._wake_waiters(key_label(self._job_key(spec, cls)))
         for job in recorded:  # their outcome is in the status now: they may go
             await self._delete(key, job)
         if key not in self._resumed:
@@ -920,7 +1284,71 @@ class Reconciler:
         if retry_quota:
             until = self._quota_blocked.get(namespace, 0.0)
             return max(0.1, until - time.monotonic())
-        return self._deadline(plan, outcome)
+        deadline = self._deadline(plan, outcome)
+        due = revalidation_due(
+            plan.status.measurement,
+            datetime.datetime.now(datetime.UTC),
+            self.opts.measurement_revalidate_after,
+        )
+        if due is not None and plan.status.phase is not Phase.Measuring:
+            deadline = due + 0.5 if deadline is None else min(deadline, due + 0.5)
+        return deadline
+
+    def _shared(
+        self,
+        key: Key,
+        wl: Workload,
+        plan: Plan,
+        run: Any,
+        real_prev: GPUWorkloadStatus | None,
+        now: str,
+    ) -> Plan:
+        """A plan that starts a new measurement, checked against the shared records: reuse a
+        fresh record of the key, wait for a measurement of the key in flight, or go ahead."""
+        start = next(a for a in plan.actions if isinstance(a, StartJob))
+        found = find_shared(
+            wl.spec,
+            start.gpu_class,
+            self.config,
+            self.present(),
+            probe_image=self._image(wl.spec),
+            drivers=self._drivers,
+            record=self._fresh_record,
+            in_flight=lambda k: self._in_flight(k, key),
+        )
+        if isinstance(found, Wait):
+            self._forget_waiter(key)
+            self._waiters.setdefault(key_label(found.key), set()).add(key)
+            return waiting_plan(plan, wl, self.config, wait=found, now=now)
+        self._forget_waiter(key)
+        if not isinstance(found, Reuse):
+            return plan
+        m = reused_measurement(wl.spec, wl.spec_hash, found)
+        reusing = Workload(
+            wl.name,
+            wl.namespace,
+            wl.generation,
+            wl.spec,
+            wl.spec_hash,
+            reuse_previous(wl.previous, m),
+        )
+        then: Plan = run(reusing)
+        source = found.record.spec.result
+        text = (
+            f"reused GPUMeasurement {found.record.name} (measured for "
+            f"{source.source_namespace}/{source.source_name} on {source.node_name or '?'} at "
+            f"{source.completed_at}) instead of starting a {self.config.runner}"
+        )
+        before = real_prev.measurement if real_prev is not None else None
+        actions = tuple(a for a in then.actions if not isinstance(a, StartJob))
+        if before is None or before.reused_from != found.record.name:
+            actions = (*actions, Emit("Normal", "MeasurementReused", text))
+        log.info("%s/%s: %s", *key, text)
+        # The namespace's GPU-second charges travel with the status (see _charged).
+        status = then.status
+        if status.measurement_usage != plan.status.measurement_usage:
+            status = status.model_copy(update={"measurement_usage": plan.status.measurement_usage})
+        return Plan(status, actions)
 
     def _quota_refused(
         self,
@@ -1098,6 +1526,9 @@ class Reconciler:
             mig_strategy=self.mig_strategy(action.gpu_class.name),
             catalog=self.config.catalog,
             claim_template=await self._claim_template(key, uid, action, spec),
+            measurement_key=(
+                self._job_key(spec, action.gpu_class) if self._sharing(namespace) else None
+            ),
         )
         try:
             _, created = await self.backend.start(job_manifest(spec, req))
@@ -1234,6 +1665,7 @@ class Reconciler:
             if not job.deleting and job.owner_uid is not None:
                 await self._delete(key, job)
         self._dequeue(key)
+        self._forget_waiter(key)
         self._wake()
         if self._samples is not None and self._samples.pop(key, None) is not None:
             self._calibration = None  # learned again without it, as a restart would
@@ -1348,6 +1780,11 @@ class Reconciler:
 
     def _forget_metrics(self, key: Key) -> None:
         metrics.WORKLOADS.forget(*key)
+
+
+def _class_named(catalog: Iterable[Any], name: str | None) -> Any:
+    """The catalog class called ``name``, or None."""
+    return next((c for c in catalog if c.name == name), None)
 
 
 def _shown_position(position: int) -> tuple[bool, int]:

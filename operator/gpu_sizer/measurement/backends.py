@@ -100,6 +100,10 @@ class Backend(Protocol):
         """Measurement Jobs that hold a measurement slot, per namespace: not finished, not being
         deleted, owned by a GPUWorkload."""
 
+    def labelled(self, label: str, value: str) -> list[tuple[str, JobView]]:
+        """(namespace, Job) of every measurement Job not being deleted, in any namespace, whose
+        label ``label`` is ``value`` (a measurement key's Jobs), finished ones included."""
+
     async def start(self, manifest: Mapping[str, Any]) -> tuple[JobView, bool]:
         """Start the Job; the Job and ``True`` when created, ``False`` when adopted.
 
@@ -286,6 +290,24 @@ class KubernetesJobBackend:
         self._live = (live, now)
         return dict(live)
 
+    def labelled(self, label: str, value: str) -> list[tuple[str, JobView]]:
+        self._expire()
+        bodies: dict[str, Mapping[str, Any]] = {}
+        for store in list(self._jobs.values()):
+            for job in store:
+                bodies[str((job.get("metadata") or {}).get("uid") or "")] = job
+        for uid, (_, job, _) in self._created.items():
+            bodies.setdefault(uid, job)
+        out: list[tuple[str, JobView]] = []
+        for uid, body in bodies.items():
+            meta = body.get("metadata") or {}
+            if uid in self._deleted or (meta.get("labels") or {}).get(label) != value:
+                continue
+            view = _view(body)
+            if view.owner_uid is not None and not view.deleting:
+                out.append((str(meta.get("namespace") or ""), view))
+        return out
+
     def observe(self, namespace: str, job: JobView, now: datetime) -> Outcome:
         body = None
         if job.uid not in self._deleted:
@@ -439,6 +461,15 @@ class LocalProcessBackend:
 
     def live_jobs(self) -> dict[str, int]:
         return _count_live((ns, self._view(run)) for (ns, _), run in self._runs.items())
+
+    def labelled(self, label: str, value: str) -> list[tuple[str, JobView]]:
+        out: list[tuple[str, JobView]] = []
+        for (ns, _), run in self._runs.items():
+            labels = (run.manifest.get("metadata") or {}).get("labels") or {}
+            view = self._view(run)
+            if labels.get(label) == value:
+                out.append((ns, view))
+        return out
 
     def _changed(self, manifest: Mapping[str, Any]) -> None:
         meta = manifest["metadata"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementMode, spec_to_wire
+from gpu_sizer.api.record import KEY_LABEL, key_label
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.placement import MigStrategy, gpu_resource, node_affinity
 
@@ -213,6 +214,10 @@ class JobRequest:
     #: claims its GPUs through it (DRA) instead of requesting an extended resource, and has no
     #: product node affinity (the scheduler places the pod where the claim can be allocated).
     claim_template: str | None = None
+    #: Measurement key of what the Job measures (:mod:`gpu_sizer.api.record`): labelled
+    #: ``gpusizer.dev/measurement-key`` (its first 40 hex), so that a workload of the same key in
+    #: another namespace waits for this Job instead of measuring twice, also after a restart.
+    measurement_key: str | None = None
 
 
 def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
@@ -231,6 +236,8 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
         LABEL_SPEC_HASH: req.spec_hash,
         LABEL_GPU_CLASS: req.gpu_class.name,
     }
+    if req.measurement_key:
+        labels[KEY_LABEL] = key_label(req.measurement_key)
     spec_json = json.dumps(spec_to_wire(spec), separators=(",", ":"), sort_keys=True)
     command = [
         "python",
