@@ -25,6 +25,9 @@ Environment (read at start):
 - ``BENCH_MAX_CONCURRENT_MEASUREMENTS``: gpu-sizer's ``--max-concurrent-measurements`` (the cap
   on measurement Jobs running at once; default: the operator's own default, 4), so that with
   ``Synthetic`` the other workloads wait in its queue;
+- ``BENCH_MEASUREMENT_SHARING``: gpu-sizer's ``--measurement-sharing`` (default ``Disabled``:
+  every workload measures in its own Job, as before shared records; ``Enabled`` lets the
+  workloads of one measurement key share one Job and one GPUMeasurement);
 - ``BENCH_COUNTS``: the counts, comma-separated (default ``1000``; ``--counts`` wins);
 - ``BENCH_OPERATOR_LOG``: directory for the operators' logs (default: a temporary directory);
 - ``BENCH_PROFILE``: a directory; gpu-sizer then runs under cProfile and writes
@@ -238,6 +241,9 @@ def gpu_sizer_argv(phase: str, count: int) -> list[str]:
         prefix = ["-m", "cProfile", "-o", str(Path(profile) / f"{phase}-{count}.prof")]
     limit = os.environ.get("BENCH_MAX_CONCURRENT_MEASUREMENTS")
     cap = ["--max-concurrent-measurements", limit] if limit else []
+    # Shared measurement records would let workloads of the same key reuse one measurement;
+    # off by default here so that figures stay comparable with runs from before records.
+    sharing = ["--measurement-sharing", os.environ.get("BENCH_MEASUREMENT_SHARING", "Disabled")]
     return [
         sys.executable,
         *prefix,
@@ -252,6 +258,7 @@ def gpu_sizer_argv(phase: str, count: int) -> list[str]:
         "--health-port",
         "0",
         *cap,
+        *sharing,
     ]
 
 
