@@ -20,7 +20,7 @@ from tests.e2e.conftest import (
     spec,
     workload,
 )
-from tests.e2e.probe_results import GIB, gpu_success
+from tests.e2e.probe_results import GIB, gpu_oom, gpu_success
 
 L4_TOTAL = 23034 << 20
 OTHER = "team-b"
@@ -222,3 +222,42 @@ async def test_a_restart_with_a_shared_measurement_in_flight_starts_no_duplicate
         await eventually(lambda ns=ns: _ready(cluster, "inflight", ns), what=f"{ns} Ready")
     assert len(await _jobs(kubelet)) == 1
     assert len(await _records(cluster)) == 1
+
+
+@pytest.mark.emulated_kubelet
+async def test_an_out_of_memory_is_shared_and_the_waiter_walks_on_with_the_producer(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    await cluster.create(GW, workload("big", spec(), NS))
+    await cluster.create(GW, workload("big", spec(), OTHER))
+    start_operator(*SHARING)
+    small = await _one_job(kubelet)
+    producer = small["metadata"]["namespace"]
+    waiter = OTHER if producer == NS else NS
+    await eventually(
+        lambda: _measured_reason(cluster, "big", waiter, "WaitingForSharedMeasurement"),
+        what="the second namespace waiting",
+    )
+    await kubelet.succeed(small, gpu_oom(), node="l4-1")
+    large = await _one_job(kubelet, {small["metadata"]["name"]})
+    assert large["metadata"]["namespace"] == producer, "the producer moves on, not the waiter"
+
+    async def waits_on_large() -> bool:
+        measured = condition(await cluster.get(GW, waiter, "big"), "Measured")
+        return measured.get("reason") == "WaitingForSharedMeasurement" and large["metadata"][
+            "name"
+        ] in (measured.get("message") or "")
+
+    await eventually(waits_on_large, what="the waiter waiting for the larger class's Job")
+    await kubelet.succeed(large, gpu_success(30 * GIB), node="a100-1")
+    for ns in (NS, OTHER):
+        await eventually(lambda ns=ns: _ready(cluster, "big", ns), what=f"{ns} Ready")
+    reused = (await _status(cluster, "big", waiter))["measurement"]
+    assert reused["outOfMemoryClasses"] == ["nvidia-l4"]
+    assert reused["gpuClass"] == "nvidia-a100-80gb" and reused["reusedFrom"]
+    records = await _records(cluster)
+    assert sorted(r["spec"]["gpuClass"] for r in records) == ["nvidia-a100-80gb", "nvidia-l4"]
+    assert [
+        r["spec"]["result"]["outOfMemory"] for r in records if r["spec"]["gpuClass"] == "nvidia-l4"
+    ] == [True]
+    assert await kubelet.jobs(waiter) == [], "no Job for the waiter (the OOM'd one is deleted)"

@@ -900,12 +900,54 @@ class Reconciler:
         keyed = m.model_copy(update=update)
         return Plan(plan.status.model_copy(update={"measurement": keyed}), plan.actions), True
 
-    async def _publish(
-        self, key: Key, plan: Plan, spec: GPUWorkloadSpec, now: datetime.datetime
-    ) -> None:
-        """Create the GPUMeasurement of a measurement that finished in this decision (its
-        name comes from the key: a second try or a second producer finds it there)."""
+    def _oom_moved_on(
+        self, plan: Plan, spec: GPUWorkloadSpec, old: MeasurementStatus | None, now: str
+    ) -> MeasurementStatus | None:
+        """The CUDA out-of-memory on ``old``'s class, when this decision moved the measurement
+        on to a larger class: keyed (the driver of the node it ran on), to publish as a record
+        of its own, so that a workload of the same key walks on instead of running out too."""
         m = plan.status.measurement
+        if m is None or old is None or not old.gpu_class or old.completed_at:
+            return None
+        oom = m.out_of_memory_classes or []
+        if old.gpu_class not in oom or old.gpu_class == m.gpu_class:
+            return None
+        if len(old.out_of_memory_classes or []) >= len(oom):
+            return None
+        cls = _class_named(self.config.catalog, old.gpu_class)
+        if cls is None:
+            return None
+        node = self._nodes.get(old.node_name or "")
+        driver = node.driver_major if isinstance(node, GpuNode) else ""
+        fields = candidate_keys(
+            spec, cls, probe_image=self._image(spec), drivers={driver} if driver else ()
+        )[0]
+        measured = next((c for c in plan.status.conditions if c.type == "Measured"), None)
+        return old.model_copy(
+            update={
+                "device": "cuda",
+                "out_of_memory": True,
+                "reason": "OutOfMemory",
+                "message": measured.message if measured else "CUDA out of memory",
+                "completed_at": now,
+                "out_of_memory_classes": oom,
+                "measurement_key": fields.digest(),
+                "key_fields": fields,
+            }
+        )
+
+    async def _publish(
+        self,
+        key: Key,
+        plan: Plan,
+        spec: GPUWorkloadSpec,
+        now: datetime.datetime,
+        measurement: MeasurementStatus | None = None,
+    ) -> None:
+        """Create the GPUMeasurement of a measurement that finished in this decision (the
+        plan's, or ``measurement``); its name comes from the key: a second try or a second
+        producer finds it there."""
+        m = measurement or plan.status.measurement
         if m is None or m.key_fields is None or not m.measurement_key or not shareable(m):
             return
         name = record_name(m.measurement_key)
@@ -1226,6 +1268,9 @@ class Reconciler:
             plan, finished = self._keyed(plan, spec, old_m, at if sharing else None)
             if finished and sharing:
                 await self._publish(key, plan, spec, at)
+            oom = self._oom_moved_on(plan, spec, old_m, now) if sharing else None
+            if oom is not None:
+                await self._publish(key, plan, spec, at, oom)
         plan = self._for_cluster(plan)
         changed = await self._write(key, body, stored, plan)
         if changed and outcome is not None and outcome.finished and self._samples is not None:
