@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e.conftest import (
     GW,
+    NODES,
     NS,
     RECORDS,
     Kubelet,
@@ -261,3 +262,29 @@ async def test_an_out_of_memory_is_shared_and_the_waiter_walks_on_with_the_produ
         r["spec"]["result"]["outOfMemory"] for r in records if r["spec"]["gpuClass"] == "nvidia-l4"
     ] == [True]
     assert await kubelet.jobs(waiter) == [], "no Job for the waiter (the OOM'd one is deleted)"
+
+
+@pytest.mark.emulated_kubelet
+async def test_a_driver_upgrade_on_the_class_measures_again(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    label = "nvidia.com/cuda.driver-version.major"
+    await cluster.patch(NODES, None, "l4-1", {"metadata": {"labels": {label: "550"}}})
+    start_operator(*SHARING)
+    await cluster.create(GW, workload("driver", spec(), NS))
+    job = await _one_job(kubelet)
+    await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    ready = await eventually(lambda: _ready(cluster, "driver", NS), what="Ready")
+    assert ready["measurement"]["keyFields"]["driverMajor"] == "550"
+    await cluster.patch(NODES, None, "l4-1", {"metadata": {"labels": {label: "560"}}})
+    second = await _one_job(kubelet, {job["metadata"]["name"]})
+    measured = condition(await cluster.get(GW, NS, "driver"), "Measured")
+    assert measured["reason"] == "DriverChanged", measured
+    await kubelet.succeed(second, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+
+    async def rekeyed() -> dict[str, Any] | None:
+        status = await _ready(cluster, "driver", NS)
+        fields = ((status or {}).get("measurement") or {}).get("keyFields") or {}
+        return status if fields.get("driverMajor") == "560" else None
+
+    await eventually(rekeyed, what="measured under the new driver")

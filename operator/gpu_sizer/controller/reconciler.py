@@ -690,12 +690,26 @@ class Reconciler:
         """Node ``name`` is now ``parsed`` (None: gone, or no GPUs). True when that changed
         the node's entry; when it changed the present GPU classes, the workloads waiting for a
         node of their class are decided again."""
-        if self._nodes.get(name) == parsed:
+        before = self._nodes.get(name)
+        if before == parsed:
             return False
+        classes = frozenset(
+            c for n in (before, parsed) if isinstance(n, GpuNode) for c in n.classes()
+        )
+        drivers_before = {c: self._drivers(c) for c in classes}
         if parsed is None:
             self._nodes.pop(name, None)
         else:
             self._nodes[name] = parsed
+        changed = {c for c in classes if self._drivers(c) != drivers_before[c]}
+        if changed:
+            # GFD reports another NVIDIA driver major on a class's nodes: the measurements
+            # taken on that class are checked against it (issue 15, item 5).
+            for key, body in self._all_workloads():
+                status = body.get("status")
+                measurement = status.get("measurement") if isinstance(status, Mapping) else None
+                if isinstance(measurement, Mapping) and measurement.get("gpuClass") in changed:
+                    self.queue.add(key)
         self._refresh()
         return True
 
