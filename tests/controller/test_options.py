@@ -73,3 +73,26 @@ def test_catalog_file_overrides_by_name(tmp_path) -> None:
     path.write_text("classes:\n  - name: nvidia-l4\n    rank: 1000\n")
     opts = options_from(parse("-A", "--catalog", str(path)))
     assert next(c for c in opts.catalog if c.name == "nvidia-l4").rank == 1000
+
+
+def test_measurement_record_settings() -> None:
+    opts = options_from(parse("-A"))
+    assert opts.measurement_sharing and opts.measurement_record_ttl == 30 * 86400
+    assert opts.measurement_revalidate_after is None
+    opts = options_from(
+        parse(
+            "-A",
+            "--measurement-sharing",
+            "Disabled",
+            "--measurement-record-ttl",
+            "3600",
+            "--measurement-revalidate-after",
+            "604800",
+        )
+    )
+    assert not opts.measurement_sharing and opts.measurement_record_ttl == 3600
+    assert opts.measurement_revalidate_after == 604800
+    with pytest.raises(ValueError, match="--measurement-record-ttl must be more than 0"):
+        options_from(parse("-A", "--measurement-record-ttl", "0"))
+    with pytest.raises(ValueError, match="--measurement-revalidate-after must be 0"):
+        options_from(parse("-A", "--measurement-revalidate-after", "-1"))
