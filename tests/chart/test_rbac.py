@@ -36,7 +36,14 @@ def row(scope: str, group: str, resource: str, verbs: str, names: str, when: str
 RBAC_TABLE: list[Row] = [
     row(CLUSTER, "gpusizer.dev", "gpuworkloads", "get, list, watch, patch", "", ALWAYS),
     row(CLUSTER, "gpusizer.dev", "gpuworkloads/status", "get, patch, update", "", ALWAYS),
-    row(CLUSTER, "gpusizer.dev", "gpumeasurements", "get, list, watch, create, delete", "", ALWAYS),
+    row(
+        CLUSTER,
+        "gpusizer.dev",
+        "gpumeasurements",
+        "get, list, watch, create, patch, delete",
+        "",
+        ALWAYS,
+    ),
     row(CLUSTER, "batch", "jobs", "get, list, watch, create, delete", "", ALL_NS),
     row(CLUSTER, "", "pods", GET_LIST_WATCH, "", ALL_NS),
     row(WATCHED_NS, "batch", "jobs", "get, list, watch, create, delete", "", LISTED_NS),

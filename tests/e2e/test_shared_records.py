@@ -5,6 +5,8 @@ a shared measurement in flight that starts no duplicate."""
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import pytest
@@ -288,3 +290,38 @@ async def test_a_driver_upgrade_on_the_class_measures_again(
         return status if fields.get("driverMajor") == "560" else None
 
     await eventually(rekeyed, what="measured under the new driver")
+
+
+def _fresh_success(peak: int) -> str:
+    """gpu_success, completed now (its fixture's completedAt is months old)."""
+    doc = json.loads(gpu_success(peak, total=L4_TOTAL))
+    doc["completedAt"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return json.dumps(doc, separators=(",", ":"))
+
+
+@pytest.mark.emulated_kubelet
+async def test_revalidation_measures_an_old_result_again_once(
+    cluster, start_operator, kubelet: Kubelet
+) -> None:
+    # The fixture's result completed on 2026-01-01: older than 300 days by the session's date.
+    start_operator(*SHARING, "--measurement-revalidate-after", str(300 * 86400))
+    await cluster.create(GW, workload("reval", spec(), NS))
+    job = await _one_job(kubelet)
+    await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    second = await _one_job(kubelet, {job["metadata"]["name"]})
+    measured = condition(await cluster.get(GW, NS, "reval"), "Measured")
+    assert measured["reason"] == "Revalidation", measured
+    await kubelet.succeed(second, _fresh_success(10 * GIB), node="l4-1")
+
+    async def revalidated() -> dict[str, Any] | None:
+        status = await _ready(cluster, "reval", NS)
+        m = (status or {}).get("measurement") or {}
+        return status if m.get("peakDeviceUsedBytes") == 10 * GIB else None
+
+    await eventually(revalidated, what="the re-validated measurement")
+    # A second namespace reuses the fresh result; the old record is not reused.
+    await cluster.create(GW, workload("reval", spec(), OTHER))
+    status = await eventually(lambda: _ready(cluster, "reval", OTHER), what="team-b Ready")
+    assert status["measurement"]["peakDeviceUsedBytes"] == 10 * GIB
+    assert status["measurement"]["reusedFrom"]
+    assert len(await _jobs(kubelet)) == 2

@@ -815,6 +815,10 @@ class Reconciler:
         now = datetime.datetime.now(datetime.UTC)
         if rec is None or rec.spec.key != key or not is_fresh(rec, now):
             return None
+        limit = self.opts.measurement_revalidate_after
+        taken = parse_time(rec.spec.result.completed_at)
+        if limit and taken is not None and (now - taken).total_seconds() >= limit:
+            return None  # older than the re-validation interval: measured again, not reused
         return rec if shareable(rec.spec.result) else None
 
     def _in_flight(self, key: str, me: Key) -> str | None:
@@ -965,8 +969,9 @@ class Reconciler:
         if m is None or m.key_fields is None or not m.measurement_key or not shareable(m):
             return
         name = record_name(m.measurement_key)
-        if self._record_named(name) is not None:
-            return
+        existing = self._record_named(name)
+        if existing is not None and existing.spec.result.completed_at == m.completed_at:
+            return  # this very measurement, published already
         est = plan.status.estimate
         verdict = next(
             (c.reason for c in plan.status.conditions if c.type == "Estimated"), "Unknown"
@@ -992,11 +997,20 @@ class Reconciler:
             ttl_seconds=self.opts.measurement_record_ttl,
         )
         assert self._client is not None
-        path = kube.collection_path(GROUP, VERSION, RECORD_PLURAL, None)
-        try:
-            answer = await self._client.create(path, body)
-        except kube.Conflict:
-            answer = None  # another producer of the same key was first: the same facts
+        answer: Any = None
+        if existing is not None:
+            # A newer measurement of the key (re-validated, or taken after the old record went
+            # stale): the record now holds it; its name, and its users' reusedFrom, stay.
+            path = kube.object_path(GROUP, VERSION, RECORD_PLURAL, None, name)
+            answer = await self._client.merge_patch(
+                path, {"metadata": {"labels": body["metadata"]["labels"]}, "spec": body["spec"]}
+            )
+        else:
+            path = kube.collection_path(GROUP, VERSION, RECORD_PLURAL, None)
+            try:
+                answer = await self._client.create(path, body)
+            except kube.Conflict:
+                answer = None  # another producer of the same key was first: the same facts
         parsed = parse_record(answer if isinstance(answer, Mapping) else body)
         if parsed is not None:
             self._records_made[name] = parsed
