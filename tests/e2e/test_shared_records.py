@@ -48,6 +48,13 @@ async def _measured_reason(cluster, name: str, namespace: str, reason: str) -> A
     return condition(await cluster.get(GW, namespace, name), "Measured").get("reason") == reason
 
 
+async def _measured_condition(
+    cluster, name: str, namespace: str, reason: str
+) -> dict[str, Any] | None:
+    measured = condition(await cluster.get(GW, namespace, name), "Measured")
+    return measured if measured.get("reason") == reason else None
+
+
 async def _one_job(kubelet: Kubelet, unlike: set[str] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
     async def find() -> dict[str, Any] | None:
         jobs = [j for j in await _jobs(kubelet) if j["metadata"]["name"] not in unlike]
@@ -131,8 +138,10 @@ async def test_deleting_a_record_measures_its_users_again(
     records = await eventually(lambda: _records(cluster), what="the record")
     await cluster.delete(RECORDS, None, records[0]["metadata"]["name"])
     second = await _one_job(kubelet, {job["metadata"]["name"]})
-    measured = condition(await cluster.get(GW, NS, "again"), "Measured")
-    assert measured["reason"] == "RecordDeleted", measured
+    await eventually(
+        lambda: _measured_condition(cluster, "again", NS, "RecordDeleted"),
+        what="Measured reason RecordDeleted",
+    )
     await kubelet.succeed(second, gpu_success(10 * GIB, total=L4_TOTAL), node="l4-1")
 
     async def measured_again() -> dict[str, Any] | None:
@@ -158,8 +167,10 @@ async def test_a_new_probe_image_measures_again(cluster, start_operator, kubelet
     second = await _one_job(kubelet, {job["metadata"]["name"]})
     image = second["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "example.com/probe:2"
-    measured = condition(await cluster.get(GW, NS, "image"), "Measured")
-    assert measured["reason"] == "ProbeImageChanged", measured
+    measured = await eventually(
+        lambda: _measured_condition(cluster, "image", NS, "ProbeImageChanged"),
+        what="Measured reason ProbeImageChanged",
+    )
     assert "example.com/probe:1 -> example.com/probe:2" in measured["message"]
     await kubelet.succeed(second, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
 
@@ -280,8 +291,10 @@ async def test_a_driver_upgrade_on_the_class_measures_again(
     assert ready["measurement"]["keyFields"]["driverMajor"] == "550"
     await cluster.patch(NODES, None, "l4-1", {"metadata": {"labels": {label: "560"}}})
     second = await _one_job(kubelet, {job["metadata"]["name"]})
-    measured = condition(await cluster.get(GW, NS, "driver"), "Measured")
-    assert measured["reason"] == "DriverChanged", measured
+    await eventually(
+        lambda: _measured_condition(cluster, "driver", NS, "DriverChanged"),
+        what="Measured reason DriverChanged",
+    )
     await kubelet.succeed(second, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
 
     async def rekeyed() -> dict[str, Any] | None:
@@ -309,8 +322,10 @@ async def test_revalidation_measures_an_old_result_again_once(
     job = await _one_job(kubelet)
     await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
     second = await _one_job(kubelet, {job["metadata"]["name"]})
-    measured = condition(await cluster.get(GW, NS, "reval"), "Measured")
-    assert measured["reason"] == "Revalidation", measured
+    await eventually(
+        lambda: _measured_condition(cluster, "reval", NS, "Revalidation"),
+        what="Measured reason Revalidation",
+    )
     await kubelet.succeed(second, _fresh_success(10 * GIB), node="l4-1")
 
     async def revalidated() -> dict[str, Any] | None:
