@@ -219,7 +219,11 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--offload", choices=["None", "Model", "Sequential", "Group"], help="None")
     p.set_defaults(handler=_import_diffusers)
 
-    p = sub.add_parser("crd", help="print the GPUWorkload CustomResourceDefinition (YAML)")
+    p = sub.add_parser(
+        "crd",
+        help="print the CustomResourceDefinitions the operator serves (GPUWorkload and "
+        "GPUMeasurement; YAML, for kubectl apply -f -)",
+    )
     p.set_defaults(handler=_crd)
 
     p = sub.add_parser(
@@ -1056,9 +1060,12 @@ def _list_records(kubeconfig: str | None, context: str | None) -> list[dict[str,
 
 
 def _crd(args: argparse.Namespace) -> int:
-    from gpu_sizer.api.crd import crd_yaml
+    """Both CRDs as one multi-document stream: the operator needs both installed (it watches
+    GPUMeasurement records too), and ``gpu-sizer crd | kubectl apply -f -`` must install all it
+    needs."""
+    from gpu_sizer.api.crd import crd_yaml, record_crd_yaml
 
-    sys.stdout.write(crd_yaml())
+    sys.stdout.write(crd_yaml() + "---\n" + record_crd_yaml())
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_sizer.api.crd import crd_yaml
+from gpu_sizer.api.crd import crd_yaml, record_crd_yaml
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.cli import main
 
@@ -242,9 +242,11 @@ def test_console_entry_point_runs_out_of_process() -> None:
     assert "NoSafeHeadroom" in proc.stdout
 
 
-def test_crd_command_prints_the_generated_crd(capsys: pytest.CaptureFixture[str]) -> None:
+def test_crd_command_prints_both_generated_crds(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "crd")
-    assert code == 0 and out == crd_yaml()
+    assert code == 0 and out == crd_yaml() + "---\n" + record_crd_yaml()
+    kinds = [d["spec"]["names"]["kind"] for d in yaml.safe_load_all(out)]
+    assert kinds == ["GPUWorkload", "GPUMeasurement"]
 
 
 def test_catalog_command(capsys: pytest.CaptureFixture[str]) -> None:
