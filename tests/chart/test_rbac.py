@@ -20,6 +20,7 @@ WATCHED_NS = "each watched namespace"
 SELF_SIGNED = "self-signed webhook TLS"
 PEERING_ALL = "peering, all namespaces"
 PEERING_LISTED = "peering, listed namespaces"
+KUEUE = "Kueue admission check"
 CLUSTER = "cluster"
 RELEASE_NS = "release namespace"
 GET_LIST_WATCH = "get, list, watch"
@@ -81,6 +82,11 @@ RBAC_TABLE: list[Row] = [
     ),
     row(CLUSTER, "kopf.dev", "clusterkopfpeerings", "get, list, watch, patch", "", PEERING_ALL),
     row(CLUSTER, "kopf.dev", "kopfpeerings", "get, list, watch, patch", "", PEERING_LISTED),
+    row(CLUSTER, "kueue.x-k8s.io", "workloads", GET_LIST_WATCH, "", KUEUE),
+    row(CLUSTER, "kueue.x-k8s.io", "admissionchecks", GET_LIST_WATCH, "", KUEUE),
+    row(CLUSTER, "kueue.x-k8s.io", "resourceflavors", GET_LIST_WATCH, "", KUEUE),
+    row(CLUSTER, "kueue.x-k8s.io", "workloads/status", "patch", "", KUEUE),
+    row(CLUSTER, "kueue.x-k8s.io", "admissionchecks/status", "patch", "", KUEUE),
     row(RELEASE_NS, "", "secrets", "create", "", SELF_SIGNED),
     row(RELEASE_NS, "", "secrets", "get, update, patch", "<fullname>-webhook-tls", SELF_SIGNED),
 ]
@@ -95,6 +101,10 @@ CONDITIONS: dict[str, tuple[dict[str, Any], set[str]]] = {
         {ALWAYS, LISTED_NS, SELF_SIGNED, PEERING_LISTED},
     ),
     "no-webhook": (load_values(VALUES_DIR / "no-webhook.yaml"), {ALWAYS, ALL_NS}),
+    "kueue-admission-check": (
+        load_values(VALUES_DIR / "kueue-admission-check.yaml"),
+        {ALWAYS, ALL_NS, SELF_SIGNED, KUEUE},
+    ),
     "cert-manager-cluster-issuer": (
         load_values(VALUES_DIR / "cert-manager-cluster-issuer.yaml"),
         {ALWAYS, ALL_NS},

@@ -35,6 +35,7 @@ __all__ = [
     "LoopbackCluster",
     "crd_document",
     "dra_resources",
+    "kueue_resources",
     "path_of",
     "record_crd_document",
 ]
@@ -129,6 +130,34 @@ def dra_resources(version: str = "v1") -> dict[tuple[str, str, str], dict[str, A
             singular="resourceclaimtemplate",
             namespaced=True,
             verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        ),
+    }
+
+
+def kueue_resources(version: str = "v1beta1") -> dict[tuple[str, str, str], dict[str, Any]]:
+    """``kueue.x-k8s.io`` in ``version``: what the AdmissionCheck controller reads and writes
+    (``--kueue-admission-check``); pass as ``extra``."""
+    verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    return {
+        ("kueue.x-k8s.io", version, "workloads"): dict(
+            kind="Workload",
+            singular="workload",
+            namespaced=True,
+            subresources={"status"},
+            verbs=verbs,
+        ),
+        ("kueue.x-k8s.io", version, "admissionchecks"): dict(
+            kind="AdmissionCheck",
+            singular="admissioncheck",
+            namespaced=False,
+            subresources={"status"},
+            verbs=verbs,
+        ),
+        ("kueue.x-k8s.io", version, "resourceflavors"): dict(
+            kind="ResourceFlavor",
+            singular="resourceflavor",
+            namespaced=False,
+            verbs=verbs,
         ),
     }
 

@@ -31,8 +31,9 @@ import kopf
 from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.api.record import RECORD_PLURAL
 from gpu_sizer.controller import kube
+from gpu_sizer.controller.kueue import KueueChecker
 from gpu_sizer.controller.options import Options
-from gpu_sizer.controller.reconciler import CompactWorkload, Reconciler
+from gpu_sizer.controller.reconciler import CompactWorkload, Reconciler, now_rfc3339
 from gpu_sizer.inventory import GpuNode, IgnoredNode, parse_node
 from gpu_sizer.measurement.backends import (
     Backend,
@@ -53,6 +54,14 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
     """Register the operator's handlers on ``registry``; the controller they feed."""
     reconciler = Reconciler(opts, backend)
     kubernetes = backend if isinstance(backend, KubernetesJobBackend) else None
+    checker: KueueChecker | None = None
+    if opts.kueue_admission_check:
+
+        def gpu_workload(namespace: str, name: str) -> Mapping[str, Any] | None:
+            return reconciler.workload((namespace, name))
+
+        checker = KueueChecker(opts.catalog, gpu_workload, now_rfc3339)
+        _register_kueue(registry, checker)
 
     @kopf.on.startup(registry=registry, id="gpu-sizer-controller")
     async def start(*, settings: kopf.OperatorSettings, **indexes: Any) -> None:
@@ -63,6 +72,8 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         reconciler.attach(
             client, workloads=indexes["gpu_workloads"], records=indexes["gpu_records"]
         )
+        if checker is not None:
+            checker.attach(client)
 
     @kopf.on.cleanup(registry=registry, id="gpu-sizer-controller")
     async def stop(**_: Any) -> None:
@@ -79,6 +90,8 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
     @kopf.on.event(GROUP, VERSION, PLURAL, id="workload", registry=registry)
     async def workload_event(*, name: str, namespace: str | None, **_: Any) -> None:
         reconciler.queue.add((namespace or "", name))
+        if checker is not None:
+            await checker.gpu_workload_changed(namespace or "", name)
 
     # --- measurement Jobs and their pods
 
@@ -170,6 +183,32 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
             reconciler.slice_seen(name, None)
 
     return reconciler
+
+
+def _register_kueue(registry: kopf.OperatorRegistry, checker: KueueChecker) -> None:
+    """Kueue's AdmissionChecks, ResourceFlavors and Workloads (``--kueue-admission-check``), in
+    the version discovery prefers (no version named)."""
+
+    @kopf.on.event("kueue.x-k8s.io", "admissionchecks", id="kueue_check", registry=registry)
+    async def check_event(
+        *, event: Mapping[str, Any], body: kopf.Body, name: str, **_: Any
+    ) -> None:
+        gone = event.get("type") == "DELETED"
+        await checker.check_seen(name, None if gone else _plain(body))
+
+    @kopf.on.event("kueue.x-k8s.io", "resourceflavors", id="kueue_flavor", registry=registry)
+    async def flavor_event(
+        *, event: Mapping[str, Any], body: kopf.Body, name: str, **_: Any
+    ) -> None:
+        gone = event.get("type") == "DELETED"
+        await checker.flavor_seen(name, None if gone else _plain(body))
+
+    @kopf.on.event("kueue.x-k8s.io", "workloads", id="kueue_workload", registry=registry)
+    async def kueue_workload_event(
+        *, event: Mapping[str, Any], body: kopf.Body, name: str, namespace: str | None, **_: Any
+    ) -> None:
+        gone = event.get("type") == "DELETED"
+        await checker.workload_seen((namespace or "", name), None if gone else _plain(body))
 
 
 def _workload_of_job(jobs: Mapping[Any, Any], job_uid: str | None) -> str | None:

@@ -68,6 +68,8 @@ class Options:
     measurement_record_ttl: float = 30 * 86400.0
     #: Seconds after which a finished measurement is taken again (opt-in); None: never.
     measurement_revalidate_after: float | None = None
+    #: Serve Kueue AdmissionChecks whose controllerName is ``gpusizer.dev/admission-check``.
+    kueue_admission_check: bool = False
     webhook: bool = True
     webhook_port: int = 9443
     webhook_listen: str = "0.0.0.0"
@@ -237,6 +239,14 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         help="measure a workload again once its measurement is older than this (opt-in "
         "periodic re-validation; default 0: never)",
     )
+    p.add_argument(
+        "--kueue-admission-check",
+        action="store_true",
+        default=_bool_env("kueue-admission-check"),
+        help="serve Kueue AdmissionChecks with spec.controllerName gpusizer.dev/admission-check: "
+        "a Kueue Workload whose pod sets carry the label gpusizer.dev/workload is admitted only "
+        "when that GPUWorkload is Ready with headroom on the GPU of its assigned ResourceFlavor",
+    )
     p.add_argument("--webhook-port", type=int, default=int(_env("webhook-port", 9443)))
     p.add_argument("--webhook-listen", default=_env("webhook-listen", "0.0.0.0"))
     p.add_argument("--webhook-cert-dir", default=_env("webhook-cert-dir", None), metavar="DIR")
@@ -334,6 +344,7 @@ def options_from(
         measurement_sharing=args.measurement_sharing == "Enabled",
         measurement_record_ttl=float(args.measurement_record_ttl),
         measurement_revalidate_after=float(args.measurement_revalidate_after) or None,
+        kueue_admission_check=bool(args.kueue_admission_check),
         webhook=not args.no_webhook,
         webhook_port=args.webhook_port,
         webhook_listen=args.webhook_listen,
