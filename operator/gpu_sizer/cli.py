@@ -966,6 +966,15 @@ def _accuracy(args: argparse.Namespace) -> int:
     if not args.files and not args.from_cluster:
         print("give FILE|DIR arguments or --from-cluster", file=sys.stderr)
         return EXIT_INVALID
+    for flag, value in (("--kubeconfig", args.kubeconfig), ("--context", args.context)):
+        if value is not None and not args.from_cluster:
+            print(f"{flag} needs --from-cluster", file=sys.stderr)
+            return EXIT_INVALID
+    if args.kubeconfig is not None:
+        problem = _kubeconfig_problem(args.kubeconfig)
+        if problem is not None:
+            print(f"--kubeconfig {args.kubeconfig}: not a kubeconfig: {problem}", file=sys.stderr)
+            return EXIT_INVALID
     objects: list[Any] = []
     if args.files:
         docs, failed = _read_docs(args.files, sys.stderr, records=True)
@@ -992,6 +1001,31 @@ def _accuracy(args: argparse.Namespace) -> int:
         )
         return EXIT_NO_HEADROOM
     return EXIT_OK
+
+
+def _kubeconfig_problem(path: str) -> str | None:
+    """Why ``path`` is not a kubeconfig file (unreadable, malformed YAML, not a mapping, or a
+    ``clusters``/``contexts``/``users`` entry that is not a list), or ``None``.
+
+    The kubernetes client's own loader (kubernetes ``config/kube_config.py``,
+    ``KubeConfigMerger.load_config``) lets ``yaml.YAMLError`` and ``TypeError`` escape on such
+    files, so the file is checked here first, with the project's safe loader.
+    """
+    from gpu_sizer.yamlio import UnreadableFile, YamlError, load, read_text
+
+    try:
+        data = load(read_text(path))
+    except UnreadableFile as exc:
+        return f"cannot read: {exc}"
+    except YamlError as exc:
+        where = f"line {exc.line}: " if exc.line is not None else ""
+        return f"{where}invalid YAML: {exc.message}"
+    if not isinstance(data, dict):
+        return f"must be a YAML mapping (apiVersion: v1, kind: Config), not {type(data).__name__}"
+    for key in ("clusters", "contexts", "users"):
+        if data.get(key) is not None and not isinstance(data[key], list):
+            return f"{key} must be a list"
+    return None
 
 
 class ClusterUnreadable(Exception):

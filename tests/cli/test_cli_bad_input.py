@@ -198,3 +198,31 @@ def test_estimate_notes_are_printed_as_warnings(
     code, _, err = run(capsys, "estimate", str(path))
     assert code == 3
     assert "Warning: inference/llama-3-8b-chat: quantized weights are approximate" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("apiVersion: v1\nmetadata: {name: x\n  spec: [\n", "line 3: invalid YAML"),
+        ("- a\n- b\n", "must be a YAML mapping"),
+        ("apiVersion: v1\nkind: Config\nclusters: 5\n", "clusters must be a list"),
+    ],
+)
+def test_accuracy_malformed_kubeconfig(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, reason: str
+) -> None:
+    kubeconfig = tmp_path / "kc.yaml"
+    kubeconfig.write_text(text)
+    code, _, err = run(capsys, "accuracy", "--from-cluster", "--kubeconfig", str(kubeconfig))
+    assert code == 2
+    assert err.startswith(f"--kubeconfig {kubeconfig}: not a kubeconfig: ")
+    assert reason in err
+
+
+@pytest.mark.parametrize("flag", ["--kubeconfig", "--context"])
+def test_accuracy_cluster_flags_need_from_cluster(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str
+) -> None:
+    code, _, err = run(capsys, "accuracy", str(FITS), flag, "x")
+    assert code == 2
+    assert err.strip() == f"{flag} needs --from-cluster"
