@@ -293,7 +293,9 @@ def test_large_model_on_cpu_is_refused_not_attempted() -> None:
     need = (per_gpu.weights_bytes + per_gpu.kv_cache_bytes) / 2**30
     assert result.message == (
         f"no GPU: the CPU fallback runs tiny models only; this workload needs about {need:.1f} "
-        "GiB of weights and KV cache (limit --cpu-max-bytes 2.0 GiB); run it on a GPU node"
+        "GiB of weights and KV cache for maxNumSeqs x maxModelLen ("
+        f"{spec['inference']['maxNumSeqs']} x {spec['inference']['maxModelLen']} tokens, all "
+        "allocated by the CPU run) (limit --cpu-max-bytes 2.0 GiB); run it on a GPU node"
     )
 
 

@@ -458,7 +458,13 @@ def resident_bytes(spec: GPUWorkloadSpec) -> tuple[int, str]:
     assert inf is not None
     # The CPU run holds maxNumSeqs x maxModelLen slots (16-token blocks), whatever the engine.
     slots = inf.max_num_seqs * -(-inf.max_model_len // 16) * 16
-    return weights + est.kv_cache_bytes_per_token * slots, "weights and KV cache"
+    # Say so: a pre-allocating engine's pool (status.estimate) is sized otherwise and is
+    # usually far smaller than every sequence at full length.
+    what = (
+        f"weights and KV cache for maxNumSeqs x maxModelLen ({inf.max_num_seqs} x "
+        f"{inf.max_model_len} tokens, all allocated by the CPU run)"
+    )
+    return weights + est.kv_cache_bytes_per_token * slots, what
 
 
 def _apply_memory_limit(limit: int, device: Any, dtype: Any) -> tuple[str, Callable[[], None]]:
