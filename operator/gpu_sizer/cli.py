@@ -617,7 +617,12 @@ def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
 
 def _import_hf_config(args: argparse.Namespace) -> int:
     from gpu_sizer.api import API_VERSION, KIND, KNOWN_MODEL_TYPES, InvalidWorkload, parse_workload
-    from gpu_sizer.api.hf import UnsupportedConfig, model_from_hf_config, model_type_of
+    from gpu_sizer.api.hf import (
+        UnsupportedConfig,
+        config_bound_problems,
+        model_from_hf_config,
+        model_type_of,
+    )
     from gpu_sizer.api.workload import validate_name, validate_namespace
     from gpu_sizer.yamlio import UnreadableFile, read_text
 
@@ -647,6 +652,11 @@ def _import_hf_config(args: argparse.Namespace) -> int:
         config = json.loads(text)
         if not isinstance(config, dict):
             raise UnsupportedConfig("config.json must be a JSON object")
+        bounds = config_bound_problems(config)
+        if bounds:
+            for bound in bounds:
+                print(f"{source}: {bound}", file=sys.stderr)
+            return EXIT_INVALID
         serving = not args.training and args.engine != "transformers"
         if model_type_of(config) in KNOWN_MODEL_TYPES:
             model = model_from_hf_config(config, notes, serving=serving)

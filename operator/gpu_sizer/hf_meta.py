@@ -87,6 +87,11 @@ def read_with_transformers(config: dict[str, Any]) -> TransformersReading:
             f"transformers {version} does not know model_type {model_type!r} (a model that "
             "needs trust_remote_code is not built)"
         ) from None
+    except Exception as exc:  # the config class's own validators (huggingface_hub strict
+        # dataclasses raise StrictDataclassClassValidationError, not a ValueError)
+        raise HfUnavailable(
+            f"transformers {version} refuses this config ({_first_line(exc)})"
+        ) from None
     names = [n for n in config.get("architectures") or () if isinstance(n, str)]
     classes = [getattr(transformers, n) for n in names[:1] if hasattr(transformers, n)]
     classes += [getattr(transformers, auto) for auto in _AUTO_CLASSES]
@@ -96,8 +101,8 @@ def read_with_transformers(config: dict[str, Any]) -> TransformersReading:
         try:
             with torch.device("meta"):
                 model = build(cfg)
-        except (KeyError, TypeError, ValueError) as exc:
-            failures.append(f"{cls.__name__}: {(str(exc) or repr(exc)).splitlines()[0][:200]}")
+        except Exception as exc:  # any refusal of the model class: try the next one
+            failures.append(f"{cls.__name__}: {_first_line(exc)}")
             continue
         return TransformersReading(
             config=cfg.to_dict(),
@@ -110,6 +115,12 @@ def read_with_transformers(config: dict[str, Any]) -> TransformersReading:
         f"transformers {version} has no model class that builds model_type {model_type!r} "
         f"({'; '.join(failures[-1:])})"
     )
+
+
+def _first_line(exc: BaseException) -> str:
+    """The exception's message in one line of at most 200 characters."""
+    lines = (str(exc) or repr(exc)).strip().splitlines() or [repr(exc)]
+    return " ".join(line.strip() for line in lines[:2])[:200]
 
 
 def _attention_modules(model: Any) -> int:

@@ -564,3 +564,51 @@ def test_float32_checkpoint_is_served_in_bfloat16_as_vllm_reads_it(
     assert main(["import-hf-config", str(path), "--name", "w", "--training"]) == 0
     out, _ = capsys.readouterr()
     assert yaml.safe_load(out)["spec"]["model"]["dtype"] == "float32"
+
+
+_LLAMA_BAD = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("num_hidden_layers", -3, "num_hidden_layers: must be between 1 and 1024"),
+        ("num_hidden_layers", 5000, "num_hidden_layers: must be between 1 and 1024"),
+        ("num_hidden_layers", 10**15, "num_hidden_layers: must be between 1 and 1024"),
+        ("hidden_size", "4096", "hidden_size: must be an integer"),
+    ],
+)
+def test_config_values_out_of_api_bounds_are_refused_before_transformers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, value: object, message: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_LLAMA_BAD, key: value}))
+    code = main(["import-hf-config", str(path), "--name", "x"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"{path}: {message}")
+    assert "Traceback" not in err
+
+
+def test_config_class_refusal_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_LLAMA_BAD, "hidden_size": 4095}))
+    code = main(["import-hf-config", str(path), "--name", "x"])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err.splitlines() == [
+        f"{path}: x: spec.model.architecture.headDim: hiddenSize (4095) is not divisible by "
+        "numAttentionHeads (32); set headDim explicitly"
+    ]

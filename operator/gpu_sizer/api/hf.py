@@ -34,9 +34,9 @@ from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
-from gpu_sizer.api.spec import KNOWN_MODEL_TYPES, Architecture, VisionConfig
+from gpu_sizer.api.spec import KNOWN_MODEL_TYPES, LIMITS, Architecture, VisionConfig
 
-__all__ = ["UnsupportedConfig", "model_from_hf_config", "model_type_of"]
+__all__ = ["UnsupportedConfig", "config_bound_problems", "model_from_hf_config", "model_type_of"]
 
 _DTYPES: Final = {
     "float32": "float32",
@@ -49,6 +49,61 @@ _DTYPES: Final = {
 
 class UnsupportedConfig(ValueError):
     """config.json lacks a key the sizing needs, or uses a format gpu-sizer does not know."""
+
+
+#: config.json size keys -> (the spec.model.architecture field they map to, its LIMITS bound).
+_BOUNDED_KEYS: Final = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), ("numHiddenLayers", "layers")),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), ("hiddenSize", "width")),
+    "head_dim": ("headDim", "width"),
+    **dict.fromkeys(("num_attention_heads", "n_head"), ("numAttentionHeads", "heads")),
+    **dict.fromkeys(
+        ("num_key_value_heads", "num_kv_heads", "n_head_kv"), ("numKeyValueHeads", "heads")
+    ),
+    **dict.fromkeys(
+        ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
+        ("intermediateSize", "intermediate"),
+    ),
+    "moe_intermediate_size": ("moeIntermediateSize", "intermediate"),
+    "shared_expert_intermediate_size": ("sharedExpertIntermediateSize", "intermediate"),
+    "vocab_size": ("vocabSize", "vocab"),
+    **dict.fromkeys(
+        ("max_position_embeddings", "n_positions"), ("maxPositionEmbeddings", "tokens")
+    ),
+    "sliding_window": ("slidingWindow", "tokens"),
+    "num_local_experts": ("numLocalExperts", "experts"),
+    "num_experts": ("numExperts", "experts"),
+    "num_experts_per_tok": ("numExpertsPerTok", "experts"),
+}
+
+
+def config_bound_problems(config: dict[str, Any]) -> list[str]:
+    """config.json size keys (top level and nested ``text_config``-like objects) that are not
+    integers within the bounds of the ``spec.model.architecture`` field they map to
+    (:data:`gpu_sizer.api.spec.LIMITS`), each as ``KEY: must be ...``.
+
+    Checked before anything reads the config further: ``transformers`` builds a model of 10**15
+    layers on the meta device for as long as memory lasts, and a negative count would be
+    counted as given.
+    """
+    problems: list[str] = []
+    scopes = [("", config)] + [(f"{k}.", v) for k, v in config.items() if isinstance(v, dict)]
+    for prefix, scope in scopes:
+        for key, (field, bound) in _BOUNDED_KEYS.items():
+            value = scope.get(key)
+            if value is None:
+                continue
+            where = f"{prefix}{key}"
+            if isinstance(value, bool) or not isinstance(value, int):
+                problems.append(
+                    f"{where}: must be an integer (spec.model.architecture.{field}), not {value!r}"
+                )
+            elif not 1 <= value <= LIMITS[bound]:
+                problems.append(
+                    f"{where}: must be between 1 and {LIMITS[bound]} (the bound of "
+                    f"spec.model.architecture.{field}), not {value}"
+                )
+    return problems
 
 
 def _first(config: dict[str, Any], *keys: str) -> Any:
