@@ -142,3 +142,28 @@ def test_from_cluster_without_a_cluster_says_how_to_fix_it(
     assert "--kubeconfig" in capsys.readouterr().err
     assert main(["accuracy"]) == 2
     assert "--from-cluster" in capsys.readouterr().err
+
+
+def test_the_operator_learns_from_records_and_counts_each_measurement_once() -> None:
+    from gpu_sizer.controller.options import Options
+    from gpu_sizer.controller.reconciler import Reconciler
+    from gpu_sizer.measurement.backends import KubernetesJobBackend
+
+    reconciler = Reconciler(Options(), KubernetesJobBackend())
+    records = [item for item in _items() if item["spec"]["engine"] == "transformers"]
+    serve_a = records[0]
+    producer = _workload("producer", {"measurementKey": serve_a["spec"]["key"]})
+    producer["spec"]["inference"] = {"engine": "transformers"}
+    own = _workload("own", {})
+    own["spec"]["inference"] = {"engine": "transformers"}
+    reconciler._workloads = {("team-b", "producer"): [producer], ("team-b", "own"): [own]}
+    reconciler._records = {r["metadata"]["name"]: [r] for r in records}
+    cal = reconciler.calibration()
+    assert cal is not None and cal.factors is not None
+    # Three usable records of transformers on L4, plus "own"; "producer" is serve-a's record.
+    assert cal.factors[("transformers", "nvidia-l4", Component.Total)].records == 4
+    # A record that goes away is learned without.
+    reconciler.record_seen("DELETED", records[1])
+    cal = reconciler.calibration()
+    assert cal is not None and cal.factors is not None
+    assert cal.factors[("transformers", "nvidia-l4", Component.Total)].records == 3

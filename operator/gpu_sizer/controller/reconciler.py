@@ -73,7 +73,13 @@ from gpu_sizer.api.record import (
     record_name,
     shareable,
 )
-from gpu_sizer.calibration import Calibration, Sample, learn, sample_from_workload
+from gpu_sizer.calibration import (
+    Calibration,
+    Sample,
+    learn,
+    sample_from_record,
+    sample_from_workload,
+)
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
@@ -142,8 +148,9 @@ WRITE_OVERLAY_SECONDS = 30.0
 TERMINATING_RETRY_SECONDS = 1.0
 #: Retry delay after a Job name conflict with another object's Job (reported as an Event).
 CONFLICT_RETRY_SECONDS = 60.0
-#: Seconds the calibration factors learned from the workloads' measurements are reused.
-CALIBRATION_REFRESH_SECONDS = 60.0
+#: Seconds between two full rebuilds of the calibration samples from the indexes (between them
+#: the samples follow this process's own writes and the record watch).
+CALIBRATION_REFRESH_SECONDS = 600.0
 #: Seconds the labels of a namespace (for the namespace policy's measurement settings) are reused.
 NAMESPACE_LABELS_TTL = 30.0
 #: Queue positions are written exactly up to this one; later entries say "over N", so a Job
@@ -353,7 +360,9 @@ class Reconciler:
         self._calibration: tuple[Calibration, float] | None = None
         #: The calibration sample of each workload with a usable measurement (None: not built
         #: from the index yet); kept up to date from this process's own status writes.
-        self._samples: dict[Key, Sample] | None = None
+        self._samples: dict[Key, tuple[Sample, str | None]] | None = None
+        #: The calibration sample of each shared measurement record (by name), with its key.
+        self._record_samples: dict[str, tuple[Sample, str]] = {}
         #: Shared measurement records (issue 15): the watch's index by name, the records this
         #: process created (until the watch shows them) and deleted (until the watch drops them).
         self._records: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
@@ -419,12 +428,13 @@ class Reconciler:
     # ----------------------------------------------------------------------- calibration
 
     def calibration(self) -> Calibration | None:
-        """The ``--calibration`` mode with the factors learned from the measurements of the
-        workloads in the index (:mod:`gpu_sizer.calibration`), learned again at most every
-        :data:`CALIBRATION_REFRESH_SECONDS`, and after each measurement that ended (a new
-        record); None when off. The same records give the same factors, so a restart writes
-        nothing new over settled workloads. New factors reach a workload's status at its next
-        decision."""
+        """The ``--calibration`` mode with the factors learned from the shared measurement
+        records and the measured workloads in the indexes (:mod:`gpu_sizer.calibration`; a
+        workload whose measurement is a record, produced or reused, counts once, as the
+        record), learned again at most every :data:`CALIBRATION_REFRESH_SECONDS`, after each
+        measurement that ended and each record that came or went; None when off. The same
+        records give the same factors, so a restart writes nothing new over settled workloads.
+        New factors reach a workload when its spec is next estimated."""
         mode = self.opts.calibration
         if mode is CalibrationMode.Off:
             return None
@@ -438,9 +448,16 @@ class Reconciler:
             self._samples = {}
             for key in list(self._workloads):
                 self._sample(key)
+            self._record_samples = {}
+            for name, store in list(self._records.items()):
+                for body in store:
+                    self._record_sample(str(name), body)
             self._calibration = None
         if self._calibration is None:
-            self._calibration = (Calibration(mode, learn(self._samples.values())), now)
+            recorded = {k for _, k in self._record_samples.values()}
+            samples = [s for s, _ in self._record_samples.values()]
+            samples += [s for s, k in self._samples.values() if k is None or k not in recorded]
+            self._calibration = (Calibration(mode, learn(samples)), now)
         return self._calibration[0]
 
     def _sample(self, key: Key) -> None:
@@ -450,8 +467,21 @@ class Reconciler:
         sample = sample_from_workload(body)[0] if body is not None else None
         if sample is None:
             self._samples.pop(key, None)
+            return
+        raw = body.get("status") if body is not None else None
+        m = raw.get("measurement") if isinstance(raw, Mapping) else None
+        mk = m.get("measurementKey") if isinstance(m, Mapping) else None
+        self._samples[key] = (sample, str(mk) if mk else None)
+
+    def _record_sample(self, name: str, body: Mapping[str, Any] | None) -> None:
+        """Take a record's calibration sample (or drop it: gone, or not a usable one)."""
+        spec = body.get("spec") if body is not None else None
+        sample = sample_from_record(body)[0] if body is not None else None
+        key = spec.get("key") if isinstance(spec, Mapping) else None
+        if sample is None or not key:
+            self._record_samples.pop(name, None)
         else:
-            self._samples[key] = sample
+            self._record_samples[name] = (sample, str(key))
 
     def _calibration_for(self, prev: GPUWorkloadStatus | None, hash_: str) -> Calibration | None:
         """The factors a workload is judged with: those learned now when its spec is new or
@@ -982,6 +1012,8 @@ class Reconciler:
                 gpu_count=est.gpu_count,
                 parameter_count=est.parameter_count,
                 verdict=verdict,
+                # With --calibration=apply perGpu is calibrated; learning reads the analytic.
+                calibration=est.calibration,
             )
             if est is not None
             else None
@@ -1025,6 +1057,9 @@ class Reconciler:
         raw_labels = meta.get("labels")
         labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
         self._records_made.pop(name, None)
+        if self._samples is not None:  # the calibration's records (learned again when asked)
+            self._record_sample(name, None if event_type == "DELETED" else body)
+            self._calibration = None
         if event_type == "DELETED":
             self._records_gone.discard(name)
             for key, wl_body in self._all_workloads():
