@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,50 @@ def test_measurement_record_settings() -> None:
         options_from(parse("-A", "--measurement-record-ttl", "0"))
     with pytest.raises(ValueError, match="--measurement-revalidate-after must be 0"):
         options_from(parse("-A", "--measurement-revalidate-after", "-1"))
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--default-headroom", "2", "--default-headroom must be between 0 and 0.5"),
+        ("--default-headroom", "-0.1", "--default-headroom must be between 0 and 0.5"),
+        ("--quota-retry-seconds", "-3", "--quota-retry-seconds must be more than 0 seconds"),
+        ("--unschedulable-timeout", "-1", "--unschedulable-timeout must be more than 0 seconds"),
+        ("--unschedulable-timeout", "0", "--unschedulable-timeout must be more than 0 seconds"),
+    ],
+)
+def test_numeric_flags_out_of_range(flag: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{message}"):
+        options_from(parse("-A", flag, value))
+
+
+POLICY = """\
+measurementGpuSecondsPerDay: -5
+namespaceRules:
+- namespaceSelector: {matchLabels: {a: b}}
+  localQueue: "Bad Queue"
+"""
+
+
+@pytest.mark.parametrize("webhook", [[], ["--no-webhook"]])
+def test_invalid_policy_stops_the_operator_with_or_without_webhook(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], webhook: list[str]
+) -> None:
+    from gpu_sizer.cli import main
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(POLICY)
+    assert main(["operator", "-A", "--policy", str(path), *webhook]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: invalid policy" in err
+    assert "measurementGpuSecondsPerDay: must be >" in err
+    assert "namespaceRules[0].localQueue: must be a Kubernetes object name (DNS-1123" in err
+    assert "pattern" not in err
+    assert "Traceback" not in err
+
+
+def test_malformed_policy_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("a: {b: c\n  d: [\n")
+    with pytest.raises(ValueError, match="invalid YAML"):
+        options_from(parse("-A", "--policy", str(path), "--no-webhook"))

@@ -58,13 +58,21 @@ handlers read the labels).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from gpu_sizer.api import FieldError, problems_from
@@ -83,6 +91,10 @@ __all__ = [
     "load_policy",
     "parse_policy",
 ]
+
+
+#: apimachinery's DNS-1123 subdomain (``validation.IsDNS1123Subdomain``): a LocalQueue's name.
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class PolicyError(ValueError):
@@ -159,7 +171,6 @@ class NamespaceRule(_Model):
         None,
         min_length=1,
         max_length=63,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
         description="Kueue LocalQueue for measurement Jobs (kueue.x-k8s.io/queue-name).",
     )
     measurement_sharing: MeasurementSharing | None = Field(
@@ -168,6 +179,18 @@ class NamespaceRule(_Model):
     pod_enforcement: PodEnforcement | None = Field(
         None, description="Off, Warn or Enforce for labelled pods; unset takes the top level's."
     )
+
+    @field_validator("local_queue")
+    @classmethod
+    def _local_queue_name(cls, value: str | None) -> str | None:
+        """A LocalQueue is a Kubernetes object name (apimachinery ``IsDNS1123Subdomain``), and
+        its name becomes a label value (at most 63 characters, checked by the field)."""
+        if value is not None and not _DNS1123_SUBDOMAIN.fullmatch(value):
+            raise ValueError(
+                f"must be a Kubernetes object name (DNS-1123: lowercase letters, digits, '-' "
+                f"and '.', starting and ending with a letter or digit), not {value!r}"
+            )
+        return value
 
 
 class Policy(_Model):

@@ -282,6 +282,45 @@ def peering_priority(explicit: int | str | None, pod_name: str | None) -> int:
     return random.randint(1, 1 << 20)
 
 
+def _check_ranges(args: argparse.Namespace) -> None:
+    """Numeric flags outside their range, named with the flag (and its env var when set).
+
+    :raises ValueError: the first flag out of range.
+    """
+    from gpu_sizer.api.spec import MAX_MIN_HEADROOM_FRACTION
+
+    headroom = float(args.default_headroom)
+    if not 0.0 <= headroom <= MAX_MIN_HEADROOM_FRACTION:
+        raise ValueError(
+            f"{_source('default-headroom', '--default-headroom')} must be between 0 and "
+            f"{MAX_MIN_HEADROOM_FRACTION} (a fraction of the GPU's memory, like "
+            f"spec.placement.minHeadroomFraction), not {headroom:g}"
+        )
+    for flag, value in (
+        ("unschedulable-timeout", args.unschedulable_timeout),
+        ("quota-retry-seconds", args.quota_retry_seconds),
+    ):
+        if not float(value) > 0:
+            raise ValueError(
+                f"{_source(flag, '--' + flag)} must be more than 0 seconds, not {float(value):g}"
+            )
+
+
+def _check_policy(path: str, default_headroom: float, catalog: Sequence[GPUClass]) -> None:
+    """Load the namespace policy file once at startup, whether or not the webhook is served:
+    the operator reads its measurement settings too, and docs/admission.md promises that it
+    refuses to start on an invalid policy.
+
+    :raises gpu_sizer.admission.policy.PolicyError: a ValueError naming each key path.
+    """
+    from gpu_sizer.admission.policy import PolicyError, load_policy
+
+    policy = load_policy(path, default_headroom=default_headroom)
+    unknown = policy.unknown_classes(catalog)
+    if unknown:
+        raise PolicyError(path, unknown)
+
+
 def options_from(
     args: argparse.Namespace, argv_catalog: Sequence[GPUClass] | None = None
 ) -> Options:
@@ -316,7 +355,10 @@ def options_from(
             f"{_source('measurement-revalidate-after', '--measurement-revalidate-after')} must "
             f"be 0 (off) or more seconds, not {args.measurement_revalidate_after:g}"
         )
+    _check_ranges(args)
     catalog = tuple(argv_catalog) if argv_catalog is not None else load_catalog(args.catalog)
+    if args.policy:
+        _check_policy(args.policy, float(args.default_headroom), catalog)
     cap = args.local_deadline_cap
     return Options(
         namespaces=tuple(args.namespace),
@@ -338,7 +380,7 @@ def options_from(
         local_max_concurrency=int(args.local_max_concurrency),
         max_concurrent_measurements=int(args.max_concurrent_measurements),
         measurement_priority_class=args.measurement_priority_class or None,
-        quota_retry_seconds=max(0.1, float(args.quota_retry_seconds)),
+        quota_retry_seconds=float(args.quota_retry_seconds),
         probe_image_pull_secrets=tuple(args.probe_image_pull_secret),
         calibration=CalibrationMode(str(args.calibration).capitalize()),
         measurement_sharing=args.measurement_sharing == "Enabled",

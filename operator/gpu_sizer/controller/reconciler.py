@@ -1905,8 +1905,8 @@ def _shown_position(position: int) -> tuple[bool, int]:
 
 def _load_policy(opts: Options) -> Policy | None:
     """The namespace policy file, for its measurement settings; None without one. An invalid
-    file is reported at startup by the admission side (the process exits); here it only means
-    no per-namespace measurement settings."""
+    file stops ``gpu-sizer operator`` before it starts (``options_from``), with or without the
+    webhook; here (a file changed since) it only means no per-namespace measurement settings."""
     if not opts.policy_file:
         return None
     try:
