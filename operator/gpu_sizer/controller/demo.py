@@ -19,8 +19,8 @@ under its CPU limit (2 GiB) and reports every other workload as Unsupported on t
 before importing torch (so such a workload settles in about a second); the operator then
 keeps the estimate-based recommendation and says so. CPU probes do not share a GPU, so they
 run several at once (one per core). Two built-in tiny workloads (``tiny-llama-cpu-smoke``,
-``tiny-sd-cpu-smoke``) show a
-complete measurement round trip; its figures are CPU RSS, not GPU memory. Each probe run is
+``tiny-sd-cpu-smoke``) show a complete measurement round trip; their figures are CPU RSS, not
+GPU memory. Each probe run is
 capped (``--probe-seconds``). The admission webhook is not running here, so specs with no safe
 headroom are stored and then marked ``Rejected`` by the operator instead of being refused at
 apply time.
