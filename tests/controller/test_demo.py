@@ -61,3 +61,25 @@ def test_demo_that_gives_up_names_what_it_waited_for(tmp_path: Path) -> None:
     assert any("demo/tiny-llama-cpu-smoke" in line for line in waiting), err
     (log,) = tmp_path.glob("gpu-sizer-demo-*.log")
     assert f"full log kept: {log}" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--stall-seconds", "-1"),
+        ("--stall-seconds", "0"),
+        ("--timeout", "-5"),
+        ("--probe-seconds", "nan"),
+        ("--probe-concurrency", "0"),
+    ],
+)
+def test_demo_refuses_nonpositive_settings(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    from gpu_sizer.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", flag, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be" in err

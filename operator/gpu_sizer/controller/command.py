@@ -49,7 +49,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     d.add_argument(
         "--stall-seconds",
-        type=float,
+        type=_positive_seconds,
         default=600.0,
         metavar="SECONDS",
         help="give up when no status changed and the operator logged nothing for this long "
@@ -57,14 +57,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     d.add_argument(
         "--timeout",
-        type=float,
+        type=_nonnegative_seconds,
         default=None,
         metavar="SECONDS",
         help="give up after this long in all (default: no limit while progress is made)",
     )
     d.add_argument(
         "--probe-seconds",
-        type=float,
+        type=_positive_seconds,
         default=600.0,
         metavar="SECONDS",
         help="upper bound on each local probe run (default 600; a run ends as soon as it is done)",
@@ -77,7 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     d.add_argument(
         "--probe-concurrency",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="local probes at once (default: one per CPU core on the CPU, 1 on a GPU, where "
@@ -85,6 +85,39 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     d.add_argument("--verbose", "-v", action="store_true", help="show the operator's log")
     d.set_defaults(handler=_demo)
+
+
+def _positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds more than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
+def _nonnegative_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds, 0 or more (0: give up at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
 
 
 def _operator(args: argparse.Namespace) -> int:
