@@ -96,6 +96,9 @@ class Summary:
 
     records: list[Record] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    #: Objects refused as malformed (a byte figure that is not an integer, or beyond any GPU's
+    #: memory by orders of magnitude), one ``name: field: why`` line each.
+    rejected: list[str] = field(default_factory=list)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -194,12 +197,17 @@ def _from_record(obj: Mapping[str, Any], out: Summary) -> None:
     if estimate.get("verdict") == "Incomplete" or estimate.get("missingComponents"):
         out.skip("incomplete estimate (a lower bound)")
         return
+    meta = obj.get("metadata") or {}
+    problems = _byte_problems("spec.estimate", estimate, "spec.result", m)
+    if problems:
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        out.rejected += [f"{name or spec.get('key') or '?'}: {p}" for p in problems]
+        return
     estimated = analytic_total(estimate)
     measured = _peak(m)
     if not isinstance(estimated, int) or measured is None:
         out.skip("no byte figures")
         return
-    meta = obj.get("metadata") or {}
     out.records.append(
         Record(
             name=str(meta.get("name") or spec.get("key") or "?"),
@@ -211,6 +219,42 @@ def _from_record(obj: Mapping[str, Any], out: Summary) -> None:
             measured_bytes=measured,
         )
     )
+
+
+def _absurd_bytes() -> int:
+    """Per-GPU bytes no record can hold: 100 times the largest GPU of the built-in catalog."""
+    from gpu_sizer.catalog import DEFAULT_CATALOG
+
+    return 100 * max(c.memory_bytes for c in DEFAULT_CATALOG)
+
+
+_PEAK_KEYS = ("peakDeviceUsedBytes", "peakReservedBytes", "peakAllocatedBytes")
+
+
+def _byte_problems(
+    estimate_path: str, estimate: Mapping[str, Any], result_path: str, m: Mapping[str, Any]
+) -> list[str]:
+    """Byte figures of a record that are present but not integers in 0 .. :func:`_absurd_bytes`
+    (a typo or a corrupted export: its error would read as -100 % or a huge figure)."""
+    limit = _absurd_bytes()
+    cal = estimate.get("calibration")
+    if isinstance(cal, Mapping) and cal.get("adjusted"):
+        figures = [(f"{estimate_path}.calibration.analyticTotalBytes", analytic_total(estimate))]
+    else:
+        figures = [(f"{estimate_path}.perGpu.totalBytes", analytic_total(estimate))]
+    figures += [(f"{result_path}.{k}", m.get(k)) for k in _PEAK_KEYS]
+    problems = []
+    for path, value in figures:
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{path}: must be an integer number of bytes, not {value!r}")
+        elif not 0 <= value <= limit:
+            problems.append(
+                f"{path}: {value} bytes is not a per-GPU figure (0 to {limit}, 100 times the "
+                "largest GPU's memory)"
+            )
+    return problems
 
 
 def read_records(docs: Iterable[Any]) -> Summary:
@@ -254,13 +298,18 @@ def read_records(docs: Iterable[Any]) -> Summary:
         if estimate.get("missingComponents"):
             out.skip("incomplete estimate (a lower bound)")
             continue
+        meta = obj.get("metadata") or {}
+        problems = _byte_problems("status.estimate", estimate, "status.measurement", m)
+        if problems:
+            name = f"{_get(meta, 'namespace') or ''}/{_get(meta, 'name') or ''}"
+            out.rejected += [f"{name}: {p}" for p in problems]
+            continue
         estimated = analytic_total(estimate)
         measured = _peak(m)
         if not isinstance(estimated, int) or measured is None:
             out.skip("no byte figures")
             continue
         engine, family, kind = _describe(spec)
-        meta = obj.get("metadata") or {}
         out.records.append(
             Record(
                 name=f"{meta.get('namespace') or ''}/{meta.get('name') or ''}",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import difflib
 import json
 import os
 import sys
@@ -295,7 +296,9 @@ def _expand(paths: Sequence[str]) -> Iterator[str]:
         p = Path(path)
         if path != "-" and p.is_dir():
             yield from sorted(
-                str(f) for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file()
+                str(f)
+                for f in p.iterdir()
+                if f.suffix in (".yaml", ".yml", ".json") and f.is_file()
             )
         else:
             yield path
@@ -321,7 +324,7 @@ def _read_docs(
     for path in paths:
         files = list(_expand([path]))
         if not files:
-            print(f"{path}: no *.yaml or *.yml files in this directory", file=err)
+            print(f"{path}: no *.yaml, *.yml or *.json files in this directory", file=err)
             failed = True
         for file in files:
             source = "(stdin)" if file == "-" else file
@@ -341,19 +344,35 @@ def _read_docs(
             for data in loaded:
                 if data is None:
                     continue
-                items = (
-                    data["items"]
-                    if isinstance(data, dict)
-                    and data.get("kind") == "List"
-                    and isinstance(data.get("items"), list)
-                    else [data]
-                )
+                items = [data]
+                if isinstance(data, dict) and data.get("kind") == "List":
+                    if not isinstance(data.get("items"), list):
+                        print(f"{source}: kind List: items must be a list", file=err)
+                        failed = found = True
+                        continue
+                    items = data["items"]
+                    found = True  # an empty List is an export of nothing, not empty input
                 for item in items:
                     doc = _Doc(source, index, item)
                     index += 1
                     kind = item.get("kind") if isinstance(item, dict) else None
-                    # A misspelt GPUWorkload (GpuWorkload) is a typo to report, not another kind.
                     accepted = (KIND, "GPUMeasurement") if records else (KIND,)
+                    if records and not isinstance(item, dict):
+                        print(
+                            f"{source}: {doc.name}: must be a YAML/JSON object (a GPUWorkload "
+                            f"or GPUMeasurement), not {type(item).__name__}",
+                            file=err,
+                        )
+                        failed = True
+                        continue
+                    near = difflib.get_close_matches(str(kind), accepted, n=1, cutoff=0.8)
+                    if records and isinstance(kind, str) and kind not in accepted and near:
+                        print(
+                            f"{source}: {doc.name}: kind {kind}: did you mean {near[0]}?", file=err
+                        )
+                        failed = True
+                        continue
+                    # A misspelt GPUWorkload (GpuWorkload) is a typo to report, not another kind.
                     if isinstance(kind, str) and kind not in accepted and not is_near_kind(kind):
                         print(
                             f"Warning: {source}: {doc.name}: kind {kind} is not a {KIND}; skipped",
@@ -998,6 +1017,8 @@ def _accuracy(args: argparse.Namespace) -> int:
             print(f"--from-cluster: {exc}", file=sys.stderr)
             return EXIT_INVALID
     summary = read_records(objects)
+    for problem in summary.rejected:
+        print(f"Error: {problem}; the record is left out", file=sys.stderr)
     if args.output == "json":
         rows = [asdict(r) for r in summarize(summary.records)]
         print(json.dumps({"rows": rows, "skipped": summary.skipped}, indent=2))
@@ -1009,8 +1030,8 @@ def _accuracy(args: argparse.Namespace) -> int:
             "(status.measurement with device cuda) of the current spec",
             file=sys.stderr,
         )
-        return EXIT_NO_HEADROOM
-    return EXIT_OK
+        return EXIT_INVALID if summary.rejected else EXIT_NO_HEADROOM
+    return EXIT_INVALID if summary.rejected else EXIT_OK
 
 
 def _kubeconfig_problem(path: str) -> str | None:

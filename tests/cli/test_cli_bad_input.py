@@ -3,6 +3,7 @@ traceback, a hang or a silent pass."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def test_directory_without_yaml_is_an_error(
 ) -> None:
     (tmp_path / "notes.txt").write_text("x")
     code, _, err = run(capsys, "estimate", str(tmp_path))
-    assert code == 2 and err.startswith(f"{tmp_path}: no *.yaml or *.yml files")
+    assert code == 2 and err.startswith(f"{tmp_path}: no *.yaml, *.yml or *.json files")
 
 
 def test_other_kinds_are_skipped_with_a_warning(
@@ -226,3 +227,84 @@ def test_accuracy_cluster_flags_need_from_cluster(
     code, _, err = run(capsys, "accuracy", str(FITS), flag, "x")
     assert code == 2
     assert err.strip() == f"{flag} needs --from-cluster"
+
+
+RECORD = ROOT / "tests" / "fixtures" / "gpumeasurement-l4.yaml"
+
+
+def _record(tmp_path: Path, name: str, **changes: object) -> Path:
+    """The fixture record with ``changes`` ("spec.result.peakDeviceUsedBytes": value)."""
+    data = yaml.safe_load(RECORD.read_text())
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split(".")
+        target = data
+        for key in parents:
+            target = target[key]
+        target[leaf] = value
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n- b\n", "(document 1): must be a YAML/JSON object"),
+        ("just a string\n", "(document 1): must be a YAML/JSON object"),
+        ("apiVersion: v1\nkind: List\nitems: 5\n", "kind List: items must be a list"),
+    ],
+)
+def test_accuracy_input_that_is_not_objects(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text(text)
+    code, _, err = run(capsys, "accuracy", str(path))
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.startswith(f"{path}: {message}")
+
+
+def test_accuracy_empty_list_is_no_record(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    code, _, err = run(capsys, "accuracy", str(path))
+    assert code == 1
+    assert "no measured GPUWorkload in the input" in err
+
+
+def test_accuracy_misspelt_record_kind(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _record(tmp_path, "r.yaml", kind="GPUMeasurment")
+    code, _, err = run(capsys, "accuracy", str(path))
+    assert code == 2
+    assert "kind GPUMeasurment: did you mean GPUMeasurement?" in err
+
+
+def test_accuracy_reads_json_in_directories(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "r.json").write_text(json.dumps(yaml.safe_load(RECORD.read_text())))
+    code, out, _ = run(capsys, "accuracy", str(tmp_path))
+    assert code == 0
+    assert "nvidia-l4" in out
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("spec.estimate.perGpu.totalBytes", "lots", "must be an integer number of bytes"),
+        ("spec.result.peakDeviceUsedBytes", 10**30, "is not a per-GPU figure"),
+        ("spec.result.peakDeviceUsedBytes", -5, "is not a per-GPU figure"),
+    ],
+)
+def test_accuracy_rejects_absurd_byte_figures(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    path = _record(tmp_path, "r.yaml", **{field: value})
+    code, out, err = run(capsys, "accuracy", str(path))
+    assert code == 2
+    assert f": {field}: " in err
+    assert message in err
+    assert "-100.0 %" not in out
