@@ -425,6 +425,20 @@ def _estimate(args: argparse.Namespace) -> int:
     from gpu_sizer.sizing import Assessment, Verdict, assess
 
     out, err = sys.stdout, sys.stderr
+    if args.container is not None:
+        from gpu_sizer.api.workload import is_dns1123_label
+
+        if args.output != "patch":
+            print("--container needs -o patch", file=err)
+            return EXIT_INVALID
+        if not is_dns1123_label(args.container):
+            print(
+                f"--container {args.container!r}: not a container name: lower-case letters, "
+                "digits and '-', starting and ending with a letter or digit, at most 63 "
+                "characters (DNS-1123 label)",
+                file=err,
+            )
+            return EXIT_INVALID
     catalog = DEFAULT_CATALOG
     if args.catalog:
         try:
@@ -442,7 +456,20 @@ def _estimate(args: argparse.Namespace) -> int:
             if bad:
                 return EXIT_INVALID
             records = [d.data for d in record_docs]
-        calibration = Calibration(parse_mode(args.calibration), learn(samples_from(records)))
+        samples = samples_from(records)
+        if args.records and not samples:
+            print(
+                f"Warning: 0 usable records in {', '.join(args.records)} (a record needs a "
+                "finished GPU measurement and a complete estimate); nothing is calibrated",
+                file=err,
+            )
+        elif not args.records and args.calibration == "apply":
+            print(
+                "Warning: --calibration apply without --records: there are no records, so "
+                "nothing is calibrated",
+                file=err,
+            )
+        calibration = Calibration(parse_mode(args.calibration), learn(samples))
     docs, invalid = _read_docs(args.files, err)
     if not docs and not invalid:
         print("No GPUWorkload documents found.", file=err)

@@ -225,3 +225,34 @@ def test_mixed_strategy_flag_sets_the_mig_resource(
     patch = yaml.safe_load(out)
     (container,) = patch["spec"]["template"]["spec"]["containers"]
     assert container["resources"] == {"limits": {"nvidia.com/mig-7g.80gb": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-o", "patch", "--container", "Bad Name!"], "--container 'Bad Name!': not a container"),
+        (["-o", "patch", "--container", "a" * 64], "(DNS-1123 label)"),
+        (["--container", "server"], "--container needs -o patch"),
+        (["-o", "yaml", "--container", "server"], "--container needs -o patch"),
+    ],
+)
+def test_container_flag_is_checked(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, "estimate", str(FITS), *argv)
+    assert code == 2
+    assert out == ""
+    assert message in err
+
+
+def test_calibration_without_usable_records_warns(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "estimate", str(FITS), "--calibration", "apply")
+    assert code == 0
+    assert "--calibration apply without --records: there are no records" in err
+    records = tmp_path / "records.yaml"
+    records.write_text(FITS.read_text())  # a workload never measured: no usable record
+    code, _, err = run(capsys, "estimate", str(FITS), "--records", str(records))
+    assert code == 0
+    assert f"Warning: 0 usable records in {records}" in err

@@ -192,6 +192,12 @@ def validate_namespace(namespace: str) -> Problem | None:
     return found[0] if found else None
 
 
+def is_dns1123_label(text: str) -> bool:
+    """Whether ``text`` is a DNS-1123 label (apimachinery ``IsDNS1123Label``): what Kubernetes
+    requires of a namespace or a container name."""
+    return len(text) <= 63 and bool(_DNS1123_LABEL.match(text))
+
+
 def spec_hash(spec: GPUWorkloadSpec) -> str:
     """Hash of the normalized spec parts that change what a measurement sees.
 
