@@ -308,3 +308,26 @@ def test_accuracy_rejects_absurd_byte_figures(
     assert f": {field}: " in err
     assert message in err
     assert "-100.0 %" not in out
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ("maxModelLen", "spec.inference.maxModelLen: required: must be an integer (null given)"),
+        (
+            "tensorParallelSize",
+            "spec.inference.tensorParallelSize: must be an integer (null given; remove the "
+            "field to use the default)",
+        ),
+    ],
+)
+def test_null_says_required_or_default(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, field: str, message: str
+) -> None:
+    data = yaml.safe_load(FITS.read_text())
+    data["spec"]["inference"][field] = None
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 2
+    assert err.strip().endswith(message)

@@ -215,6 +215,18 @@ def _enum_guess(value: Any, choices: list[str]) -> str | None:
     return close[0] if close else None
 
 
+def _null_message(expected: str, model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+    """The message for ``null`` (YAML ``~``, an empty value) where ``expected`` belongs: a
+    field with a default is set by leaving it out; a required one needs a value."""
+    holder = _model_at(model, loc)
+    field = _field_named(holder, loc[-1]) if holder is not None and loc else None
+    if field is None:
+        return f"must be {expected} (null given)"
+    if field.is_required():
+        return f"required: must be {expected} (null given)"
+    return f"must be {expected} (null given; remove the field to use the default)"
+
+
 def _message(err: Any, model: type[BaseModel] | None) -> str:
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -242,6 +254,8 @@ def _message(err: Any, model: type[BaseModel] | None) -> str:
         return f"must be {op} {ctx.get(key)}, not {_show(err.get('input'))}"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         return not_an_object(err.get("input"))
+    if kind in _TYPE_NAMES and "input" in err and err["input"] is None:
+        return _null_message(_TYPE_NAMES[kind], model, tuple(err["loc"]))
     if kind in _TYPE_NAMES:
         message = f"must be {_TYPE_NAMES[kind]}, not {_show(err.get('input'))}"
         whole = _whole_number(err.get("input")) if kind in _INT_KINDS else None
