@@ -1026,10 +1026,14 @@ def _accuracy(args: argparse.Namespace) -> int:
         if value is not None and not args.from_cluster:
             print(f"{flag} needs --from-cluster", file=sys.stderr)
             return EXIT_INVALID
-    if args.kubeconfig is not None:
-        problem = _kubeconfig_problem(args.kubeconfig)
+    kubeconfigs = [("--kubeconfig", args.kubeconfig)] if args.kubeconfig is not None else []
+    if args.from_cluster and args.kubeconfig is None and os.environ.get("KUBECONFIG"):
+        kubeconfigs = [("KUBECONFIG", p) for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
+        kubeconfigs = [(name, p) for name, p in kubeconfigs if Path(p).is_file()]
+    for name, path in kubeconfigs:
+        problem = _kubeconfig_problem(path)
         if problem is not None:
-            print(f"--kubeconfig {args.kubeconfig}: not a kubeconfig: {problem}", file=sys.stderr)
+            print(f"{name} {path}: not a kubeconfig: {problem}", file=sys.stderr)
             return EXIT_INVALID
     objects: list[Any] = []
     if args.files:

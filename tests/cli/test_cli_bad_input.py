@@ -331,3 +331,14 @@ def test_null_says_required_or_default(
     code, _, err = run(capsys, "estimate", str(path))
     assert code == 2
     assert err.strip().endswith(message)
+
+
+def test_accuracy_malformed_kubeconfig_env(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = tmp_path / "kc.yaml"
+    kubeconfig.write_text("a: {b\n  c: [\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    code, _, err = run(capsys, "accuracy", "--from-cluster")
+    assert code == 2
+    assert err.startswith(f"KUBECONFIG {kubeconfig}: not a kubeconfig: line 2: invalid YAML")
