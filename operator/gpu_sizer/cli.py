@@ -1007,7 +1007,8 @@ def _meta_parameter_count(library: str, cls: str, config: dict[str, Any]) -> int
             else:
                 model = model_cls.from_config(config)
         return int(sum(p.numel() for p in model.parameters()))
-    except (TypeError, ValueError, KeyError, AttributeError, RuntimeError, AssertionError):
+    except Exception:  # any refusal of the library's config or model class
+        # (huggingface_hub's StrictDataclassClassValidationError is not a ValueError)
         return None  # a config the class's constructor refuses: left uncounted
 
 

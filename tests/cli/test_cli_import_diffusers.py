@@ -164,3 +164,19 @@ def test_a_pipeline_without_call_defaults_needs_the_size(
     code, out, err = _run(capsys, str(root), "--name", "w", "--height", "512", "--width", "512")
     assert code == 0, err
     assert assess(parse_workload(yaml.safe_load(out))).verdict is Verdict.Incomplete
+
+
+def test_meta_count_of_a_config_the_class_refuses_is_none() -> None:
+    """transformers' strict config validators raise StrictDataclassClassValidationError (not a
+    ValueError): the component is left uncounted instead of a traceback."""
+    pytest.importorskip("transformers")
+    from gpu_sizer.cli import _meta_parameter_count
+
+    config = {
+        "hidden_size": 4095,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 1,
+        "intermediate_size": 64,
+        "vocab_size": 100,
+    }
+    assert _meta_parameter_count("transformers", "LlamaModel", config) is None
