@@ -144,3 +144,18 @@ def test_malformed_policy_yaml(tmp_path: Path) -> None:
     path.write_text("a: {b: c\n  d: [\n")
     with pytest.raises(ValueError, match="invalid YAML"):
         options_from(parse("-A", "--policy", str(path), "--no-webhook"))
+
+
+def test_bad_env_value_is_a_usage_error_of_the_operator_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed GPU_SIZER_* value fails `gpu-sizer operator` as argparse does for the flag
+    (exit 2), and no other command (they build the operator's parser too)."""
+    from gpu_sizer.cli import main
+
+    monkeypatch.setenv("GPU_SIZER_DEFAULT_HEADROOM", "abc")
+    assert main(["catalog"]) == 0
+    with pytest.raises(SystemExit) as exit_:
+        main(["operator", "-A"])
+    assert exit_.value.code == 2
+    assert "argument --default-headroom: invalid float value: 'abc'" in capsys.readouterr().err

@@ -126,8 +126,8 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         help="kopf peering priority; default derived from POD_NAME so replicas differ (kopf "
         "pauses every replica when two live ones share a priority)",
     )
-    p.add_argument("--metrics-port", type=int, default=int(_env("metrics-port", 8080)))
-    p.add_argument("--health-port", type=int, default=int(_env("health-port", 8081)))
+    p.add_argument("--metrics-port", type=int, default=_env("metrics-port", 8080))
+    p.add_argument("--health-port", type=int, default=_env("health-port", 8081))
     p.add_argument("--catalog", default=_env("catalog", None), metavar="FILE")
     p.add_argument("--policy", default=_env("policy", None), metavar="FILE")
     p.add_argument("--probe-image", default=_env("probe-image", DEFAULT_PROBE_IMAGE))
@@ -140,7 +140,7 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         "imagePullSecrets, so it must exist in each workload's namespace; env "
         "GPU_SIZER_PROBE_IMAGE_PULL_SECRET, comma-separated",
     )
-    p.add_argument("--default-headroom", type=float, default=float(_env("default-headroom", 0.10)))
+    p.add_argument("--default-headroom", type=float, default=_env("default-headroom", 0.10))
     p.add_argument(
         "--measurement-backend",
         choices=["kubernetes", "local"],
@@ -149,14 +149,14 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--unschedulable-timeout",
         type=float,
-        default=float(_env("unschedulable-timeout", 600)),
+        default=_env("unschedulable-timeout", 600),
         metavar="SECONDS",
         help="how long a measurement pod may stay unschedulable (seconds)",
     )
     p.add_argument(
         "--poll-interval",
         type=float,
-        default=float(_env("poll-interval", 5)),
+        default=_env("poll-interval", 5),
         metavar="SECONDS",
         help="ignored (kept for existing deployments): measurement Jobs are followed from watch "
         "events, not polled",
@@ -177,7 +177,7 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--local-max-concurrency",
         type=int,
-        default=int(_env("local-max-concurrency", 1)),
+        default=_env("local-max-concurrency", 1),
         metavar="N",
         help="local backend: probes run at once (default 1: measurements sharing one GPU would "
         "spoil each other's peaks); the others wait their turn",
@@ -185,7 +185,7 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-concurrent-measurements",
         type=int,
-        default=int(_env("max-concurrent-measurements", 4)),
+        default=_env("max-concurrent-measurements", 4),
         metavar="N",
         help="measurement Jobs running at once, cluster-wide (default 4; 0: no cap); the "
         "others wait in a queue fair across namespaces (Measured=False, reason Queued)",
@@ -193,7 +193,7 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quota-retry-seconds",
         type=float,
-        default=float(_env("quota-retry-seconds", 30)),
+        default=_env("quota-retry-seconds", 30),
         metavar="SECONDS",
         help="after a ResourceQuota refused a measurement Job (403 exceeded quota), seconds "
         "before its namespace is offered a measurement slot again (default 30)",
@@ -226,7 +226,7 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--measurement-record-ttl",
         type=float,
-        default=float(_env("measurement-record-ttl", 30 * 86400)),
+        default=_env("measurement-record-ttl", 30 * 86400),
         metavar="SECONDS",
         help="seconds a shared measurement record (GPUMeasurement) is reused by workloads of "
         "the same measurement key (default 2592000, 30 days); expired records are deleted",
@@ -234,7 +234,7 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--measurement-revalidate-after",
         type=float,
-        default=float(_env("measurement-revalidate-after", 0)),
+        default=_env("measurement-revalidate-after", 0),
         metavar="SECONDS",
         help="measure a workload again once its measurement is older than this (opt-in "
         "periodic re-validation; default 0: never)",
@@ -247,7 +247,7 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         "a Kueue Workload whose pod sets carry the label gpusizer.dev/workload is admitted only "
         "when that GPUWorkload is Ready with headroom on the GPU of its assigned ResourceFlavor",
     )
-    p.add_argument("--webhook-port", type=int, default=int(_env("webhook-port", 9443)))
+    p.add_argument("--webhook-port", type=int, default=_env("webhook-port", 9443))
     p.add_argument("--webhook-listen", default=_env("webhook-listen", "0.0.0.0"))
     p.add_argument("--webhook-cert-dir", default=_env("webhook-cert-dir", None), metavar="DIR")
     p.add_argument("--webhook-tls-secret", default=_env("webhook-tls-secret", None))
