@@ -42,7 +42,7 @@ from gpu_sizer.api import (
     MeasurementStatus,
     Phase,
 )
-from gpu_sizer.api.record import GPUMeasurement, catalog_digest, measurement_key
+from gpu_sizer.api.record import GPUMeasurement, catalog_digest, measurement_key, parse_time
 from gpu_sizer.api.status import MeasurementKey
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.reconcile import (
@@ -228,16 +228,6 @@ def remeasure_previous(previous: GPUWorkloadStatus) -> GPUWorkloadStatus:
     return previous.model_copy(update={"phase": Phase.Estimated, "measurement": placeholder})
 
 
-def _parse(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    try:
-        t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=datetime.UTC)
-
-
 def stale(
     m: MeasurementStatus,
     spec: GPUWorkloadSpec,
@@ -298,7 +288,7 @@ def stale(
             "RecordDeleted",
             f"GPUMeasurement {name} was deleted before it expired; measuring again",
         )
-    completed = _parse(m.completed_at)
+    completed = parse_time(m.completed_at)
     if revalidate_after_seconds and completed is not None:
         age = (now - completed).total_seconds()
         if age >= revalidate_after_seconds:
@@ -317,7 +307,7 @@ def revalidation_due(
     """Seconds until ``m`` is due for re-validation (None: never, or not applicable)."""
     if not revalidate_after_seconds or m is None or m.key_fields is None:
         return None
-    completed = _parse(m.completed_at)
+    completed = parse_time(m.completed_at)
     if completed is None:
         return None
     return max(0.0, revalidate_after_seconds - (now - completed).total_seconds())

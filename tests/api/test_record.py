@@ -305,3 +305,16 @@ def test_record_validates_against_its_crd_and_columns_resolve() -> None:
             node = node["properties"][part]
         kind = {"string": "string", "number": "number", "boolean": "boolean", "date": "string"}
         assert node["type"] == kind[column["type"]], column
+
+
+def test_parse_time_reads_a_timestamp_without_offset_as_utc() -> None:
+    """A record or status edited by hand may lose its ``Z``; comparing it with an aware ``now``
+    must not raise (the reconciler compares expiry and completion times)."""
+    import datetime
+
+    from gpu_sizer.api.record import parse_time
+
+    utc = datetime.UTC
+    assert parse_time("2026-12-01T03:04:05Z") == datetime.datetime(2026, 12, 1, 3, 4, 5, tzinfo=utc)
+    assert parse_time("2026-12-01T03:04:05") == datetime.datetime(2026, 12, 1, 3, 4, 5, tzinfo=utc)
+    assert parse_time("yesterday") is None and parse_time("") is None and parse_time(None) is None

@@ -80,6 +80,7 @@ __all__ = [
     "measurement_key",
     "memory_spec_digest",
     "parse_record",
+    "parse_time",
     "record_name",
     "shareable",
 ]
@@ -334,7 +335,10 @@ def _rfc3339(t: datetime.datetime) -> str:
     return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _parse_time(text: str | None) -> datetime.datetime | None:
+def parse_time(text: str | None) -> datetime.datetime | None:
+    """RFC 3339 (``2026-01-02T03:04:05Z``) to an aware datetime; a timestamp without an offset
+    (someone's ``kubectl edit``) is read as UTC, so comparing it with ``now`` cannot raise;
+    ``None`` when empty or unreadable."""
     if not text:
         return None
     try:
@@ -417,7 +421,7 @@ def is_fresh(record: GPUMeasurement, now: datetime.datetime) -> bool:
     being deleted)."""
     if record.metadata.get("deletionTimestamp"):
         return False
-    expires = _parse_time(record.spec.expires_at)
+    expires = parse_time(record.spec.expires_at)
     return expires is not None and now < expires
 
 
@@ -425,7 +429,7 @@ def expired(records: Iterable[GPUMeasurement], now: datetime.datetime) -> list[s
     """Names of the records past their ``expiresAt`` (or with an unreadable one) at ``now``."""
     out = []
     for record in records:
-        expires = _parse_time(record.spec.expires_at)
+        expires = parse_time(record.spec.expires_at)
         if expires is None or now >= expires:
             out.append(record.name)
     return out

@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from gpu_sizer.api.record import parse_time
 from gpu_sizer.measurement.job import LABEL_KUEUE_QUEUE
 from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, ProbeResult, parse_result
 
@@ -71,16 +72,6 @@ class Outcome:
             OutcomeKind.Unschedulable,
             OutcomeKind.Missing,
         )
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """RFC 3339 (``2026-01-02T03:04:05Z``) to an aware datetime, ``None`` when unreadable."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
