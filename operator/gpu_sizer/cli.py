@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import yaml
 
 from gpu_sizer import __version__
+from gpu_sizer.argtypes import positive_int
 
 if TYPE_CHECKING:
     from gpu_sizer.api import Problem
@@ -136,7 +137,7 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--revision", help="spec.model.revision (commit of the weights)")
     p.add_argument(
         "--parameter-count",
-        type=_positive,
+        type=positive_int,
         help="spec.model.parameterCount (the model card's total); for a model_type without a "
         "parameter layout in gpu-sizer it is counted with transformers when installed",
     )
@@ -145,13 +146,13 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     mode.add_argument("--training", action="store_true", help="training/fine-tuning workload")
     # Mode-specific flags default to None so that one given for the other mode is an error.
     p.add_argument("--engine", choices=["vllm", "transformers", "tgi", "sglang"], help="vllm")
-    p.add_argument("--max-model-len", type=_positive, help="min(maxPositionEmbeddings, 8192)")
-    p.add_argument("--max-num-seqs", type=_positive, help="default 16")
-    p.add_argument("--tensor-parallel-size", type=_positive, help="default 1")
+    p.add_argument("--max-model-len", type=positive_int, help="min(maxPositionEmbeddings, 8192)")
+    p.add_argument("--max-num-seqs", type=positive_int, help="default 16")
+    p.add_argument("--tensor-parallel-size", type=positive_int, help="default 1")
     p.add_argument("--kv-cache-dtype", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
-    p.add_argument("--micro-batch-size", type=_positive, help="default 1")
-    p.add_argument("--sequence-length", type=_positive, help="min(maxPositionEmbeddings, 4096)")
-    p.add_argument("--gradient-accumulation-steps", type=_positive, help="default 1")
+    p.add_argument("--micro-batch-size", type=positive_int, help="default 1")
+    p.add_argument("--sequence-length", type=positive_int, help="min(maxPositionEmbeddings, 4096)")
+    p.add_argument("--gradient-accumulation-steps", type=positive_int, help="default 1")
     p.add_argument(
         "--finetuning",
         choices=["full", "lora", "qlora"],
@@ -159,7 +160,7 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     )
     p.add_argument("--optimizer", help="default adamw")
     p.add_argument("--strategy", help="none|ddp|fsdp-full-shard|zero1|2|3 ... (default none)")
-    p.add_argument("--data-parallel-size", type=_positive, help="default 1")
+    p.add_argument("--data-parallel-size", type=positive_int, help="default 1")
     p.add_argument("--activation-checkpointing", action="store_true", default=None)
     p.set_defaults(handler=_import_hf_config)
 
@@ -213,10 +214,10 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
         choices=["TextToImage", "ImageToImage", "TextToVideo", "ImageToVideo"],
         help="default: the pipeline class's task",
     )
-    p.add_argument("--height", type=_positive, help="default: the pipeline's call default")
-    p.add_argument("--width", type=_positive, help="default: the pipeline's call default")
-    p.add_argument("--num-frames", type=_positive, help="video only; default: the call default")
-    p.add_argument("--batch-size", type=_positive, help="images per call (default 1)")
+    p.add_argument("--height", type=positive_int, help="default: the pipeline's call default")
+    p.add_argument("--width", type=positive_int, help="default: the pipeline's call default")
+    p.add_argument("--num-frames", type=positive_int, help="video only; default: the call default")
+    p.add_argument("--batch-size", type=positive_int, help="images per call (default 1)")
     p.add_argument("--offload", choices=["None", "Model", "Sequential", "Group"], help="None")
     p.set_defaults(handler=_import_diffusers)
 
@@ -241,17 +242,6 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")
     p.set_defaults(handler=_catalog)
-
-
-def _positive(text: str) -> int:
-    """argparse type: an integer >= 1 (0 or less is an error, never silently the default)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
-    return value
 
 
 _INFERENCE_FLAGS: dict[str, Any] = {

@@ -7,6 +7,8 @@ import argparse
 import logging
 import sys
 
+from gpu_sizer.argtypes import nonnegative_seconds, positive_int, positive_seconds
+
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``operator`` and ``demo``."""
@@ -49,7 +51,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     d.add_argument(
         "--stall-seconds",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=600.0,
         metavar="SECONDS",
         help="give up when no status changed and the operator logged nothing for this long "
@@ -57,14 +59,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     d.add_argument(
         "--timeout",
-        type=_nonnegative_seconds,
+        type=nonnegative_seconds,
         default=None,
         metavar="SECONDS",
         help="give up after this long in all (default: no limit while progress is made)",
     )
     d.add_argument(
         "--probe-seconds",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=600.0,
         metavar="SECONDS",
         help="upper bound on each local probe run (default 600; a run ends as soon as it is done)",
@@ -77,7 +79,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     d.add_argument(
         "--probe-concurrency",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="local probes at once (default: one per CPU core on the CPU, 1 on a GPU, where "
@@ -85,39 +87,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     d.add_argument("--verbose", "-v", action="store_true", help="show the operator's log")
     d.set_defaults(handler=_demo)
-
-
-def _positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds more than 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
-    return value
-
-
-def _nonnegative_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds, 0 or more (0: give up at once)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
-    return value
 
 
 def _operator(args: argparse.Namespace) -> int:
