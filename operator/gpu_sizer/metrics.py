@@ -6,7 +6,7 @@ several operators in one process do not collide; :func:`serve` exposes it over H
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -145,19 +145,11 @@ class WorkloadGauges:
 
     def estimated(self, namespace: str, name: str, values: Mapping[str, int]) -> None:
         """Set the estimate's components given in ``values`` (bytes); the others keep theirs."""
-        key = (namespace, name)
-        old = self._estimated.get(key) or (None,) * len(ESTIMATE_COMPONENTS)
-        self._estimated[key] = tuple(
-            values.get(c, o) for c, o in zip(ESTIMATE_COMPONENTS, old, strict=True)
-        )
+        _merge(self._estimated, (namespace, name), ESTIMATE_COMPONENTS, values)
 
     def measured(self, namespace: str, name: str, values: Mapping[str, int]) -> None:
         """Set the measured peaks given in ``values`` (bytes by kind); the others keep theirs."""
-        key = (namespace, name)
-        old = self._measured.get(key) or (None,) * len(MEASURED_KINDS)
-        self._measured[key] = tuple(
-            values.get(k, o) for k, o in zip(MEASURED_KINDS, old, strict=True)
-        )
+        _merge(self._measured, (namespace, name), MEASURED_KINDS, values)
 
     def headroom(self, namespace: str, name: str, value: tuple[str, str, float] | None) -> None:
         """The recommendation's (GPU class, basis, headroom fraction); None: no series."""
@@ -196,21 +188,13 @@ class WorkloadGauges:
             "Estimated bytes per GPU on the most loaded GPU, by budget component (total included).",
             labels=["namespace", "name", "component"],
         )
-        for (namespace, name), values in estimated:
-            for component, value in zip(ESTIMATE_COMPONENTS, values, strict=True):
-                if value is not None:
-                    est.add_metric([namespace, name, component], value)
-        yield est
+        yield _per_label(est, estimated, ESTIMATE_COMPONENTS)
         peak = GaugeMetricFamily(
             "gpusizer_measured_peak_bytes",
             "Measured peak bytes per GPU: kind is allocated, reserved (PyTorch) or device (NVML).",
             labels=["namespace", "name", "kind"],
         )
-        for (namespace, name), values in measured:
-            for kind, value in zip(MEASURED_KINDS, values, strict=True):
-                if value is not None:
-                    peak.add_metric([namespace, name, kind], value)
-        yield peak
+        yield _per_label(peak, measured, MEASURED_KINDS)
         room = GaugeMetricFamily(
             "gpusizer_recommendation_headroom_fraction",
             "Headroom fraction left on the recommended GPU class (0..1).",
@@ -219,6 +203,30 @@ class WorkloadGauges:
         for (namespace, name), (gpu_class, basis, fraction) in headroom:
             room.add_metric([namespace, name, gpu_class, basis], fraction)
         yield room
+
+
+def _merge(
+    store: dict[tuple[str, str], tuple[int | None, ...]],
+    key: tuple[str, str],
+    labels: Sequence[str],
+    values: Mapping[str, int],
+) -> None:
+    """Set the entries of ``store[key]`` named in ``values``; the others keep theirs."""
+    old = store.get(key) or (None,) * len(labels)
+    store[key] = tuple(values.get(label, o) for label, o in zip(labels, old, strict=True))
+
+
+def _per_label(
+    family: GaugeMetricFamily,
+    rows: Iterable[tuple[tuple[str, str], tuple[int | None, ...]]],
+    labels: Sequence[str],
+) -> GaugeMetricFamily:
+    """``family`` with one sample per workload and set entry, its label the entry's name."""
+    for (namespace, name), values in rows:
+        for label, value in zip(labels, values, strict=True):
+            if value is not None:
+                family.add_metric([namespace, name, label], value)
+    return family
 
 
 #: The per-workload gauges: ``gpusizer_estimated_bytes``, ``gpusizer_measured_peak_bytes`` and
