@@ -290,6 +290,7 @@ _KEEP: Final = frozenset(
         "maxProperties",
         "additionalProperties",
         "format",
+        "prefixItems",
     }
 )
 
@@ -301,6 +302,24 @@ def _nullable(node: dict[str, Any]) -> bool:
 
 class SchemaError(ValueError):
     """A model uses a JSON Schema construct that has no structural-schema equivalent."""
+
+
+def _tuple_items(
+    prefix: list[dict[str, Any]], defs: dict[str, Any], *, keep_defaults: bool
+) -> dict[str, Any]:
+    """The one ``items`` schema of a fixed-length tuple (pydantic's ``prefixItems``).
+
+    A structural schema has no per-position item schemas, and the API server requires ``items``
+    on every array ("Specifying a structural schema": "items must be specified"). A tuple whose
+    positions share one schema (``tuple[int, int]``) is that schema with ``minItems`` and
+    ``maxItems`` (which pydantic already writes); anything else has no structural form.
+
+    :raises SchemaError: the positions' schemas differ.
+    """
+    converted = [_convert(item, defs, keep_defaults=keep_defaults) for item in prefix]
+    if not converted or any(item != converted[0] for item in converted[1:]):
+        raise SchemaError(f"a tuple whose positions differ has no structural schema: {prefix}")
+    return converted[0]
 
 
 def _convert(node: dict[str, Any], defs: dict[str, Any], *, keep_defaults: bool) -> dict[str, Any]:
@@ -331,6 +350,8 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], *, keep_defaults: bool)
             }
         elif key == "items":
             out[key] = _convert(value, defs, keep_defaults=keep_defaults)
+        elif key == "prefixItems":
+            out["items"] = _tuple_items(value, defs, keep_defaults=keep_defaults)
         elif key == "additionalProperties":
             # A map's value schema (``dict[str, X]``) is kept: without it the API server would
             # prune every entry. ``false`` (closed models) is dropped, see the module docstring.
@@ -403,7 +424,7 @@ def build_crd() -> dict[str, Any]:
                 "type": "string",
                 "description": "Kind is the REST resource this object represents.",
             },
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "metadata": {"type": "object"},
             "spec": _spec_schema(),
             "status": _status_schema(),
         },
@@ -463,7 +484,7 @@ def build_record_crd() -> dict[str, Any]:
                 "type": "string",
                 "description": "Kind is the REST resource this object represents.",
             },
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "metadata": {"type": "object"},
             "spec": spec,
         },
         "required": ["spec"],
