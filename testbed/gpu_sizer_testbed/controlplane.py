@@ -129,6 +129,29 @@ class ControlPlane:
     ports: dict[str, int] = field(default_factory=dict)
 
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON event per request (level Metadata: who, verb,
+        resource, subresource, namespace, response code), so a test can derive the RBAC an
+        identity really used."""
+        return self.directory / "logs" / "audit.log"
+
+    def audit_events(self, username: str | None = None) -> list[dict[str, object]]:
+        """The audit log's ``ResponseComplete`` events, of ``username`` only when given."""
+        if not self.audit_log.exists():
+            return []
+        events = []
+        for line in self.audit_log.read_text(errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:  # a line being written
+                continue
+            if event.get("stage") != "ResponseComplete":
+                continue
+            if username is None or (event.get("user") or {}).get("username") == username:
+                events.append(event)
+        return events
+
+    @property
     def port(self) -> int:
         return int(self.server.rsplit(":", 1)[1])
 
@@ -374,6 +397,19 @@ def _wait(plane: ControlPlane, deadline: float, what: str, ready: Callable[[], b
     )
 
 
+def _audit_policy(directory: Path) -> Path:
+    """Audit every request at level Metadata (no bodies), only once it completed."""
+    path = directory / "audit-policy.yaml"
+    policy = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived", "ResponseStarted", "Panic"],
+        "rules": [{"level": "Metadata"}],
+    }
+    path.write_text(json.dumps(policy))
+    return path
+
+
 def _start_once(assets: Path, directory: Path, *, controllers: bool) -> ControlPlane:
     plane = _plane(directory, controllers=controllers)
     try:
@@ -443,6 +479,10 @@ def _run(plane: ControlPlane, assets: Path) -> None:
             f"--cert-dir={directory / 'apiserver-certs'}",
             "--profiling=false",
             "--allow-privileged=true",
+            f"--audit-policy-file={_audit_policy(directory)}",
+            f"--audit-log-path={plane.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
         ],
     )
     deadline = time.monotonic() + START_TIMEOUT
