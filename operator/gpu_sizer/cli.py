@@ -499,10 +499,9 @@ def _estimate(args: argparse.Namespace) -> int:
                 print(f"{doc.source}: {doc.name}: {problem}", file=err)
             invalid = True
             continue
-        try:
-            assessment = assess(spec, catalog, calibration=calibration)
-        except Exception as exc:  # an estimator bug must not become a traceback
-            print(f"{doc.source}: {doc.name}: cannot estimate: {exc!r}", file=err)
+        assessment = assess(spec, catalog, calibration=calibration)
+        if assessment.verdict is Verdict.SizingFailed:  # an estimator bug, not a traceback
+            print(f"{doc.source}: {doc.name}: cannot estimate: {assessment.message}", file=err)
             invalid = True
             continue
         if assessment.verdict is Verdict.UnknownGpuClass:

@@ -1083,6 +1083,17 @@ class Quantization(_Model):
         "regular expressions).",
     )
 
+    def __hash__(self) -> int:
+        """Hash of every field, ``configGroups`` as its (name, group) pairs: the object is frozen,
+        but pydantic's generated hash would hash the dict and fail ("unhashable type: 'dict'"),
+        and the memory model keys its caches on the model (``budget.estimate``)."""
+        return hash(
+            tuple(
+                tuple(sorted(value.items())) if isinstance(value, dict) else value
+                for value in vars(self).values()
+            )
+        )
+
     @property
     def effective_bits(self) -> int:
         """Bits per weight, defaulting to the method's usual width (compressed-tensors: the
