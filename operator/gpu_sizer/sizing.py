@@ -34,7 +34,7 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
-from gpu_sizer.budget.engines import EnginePlan, models_pool
+from gpu_sizer.budget.engines import EnginePlan, command_args, models_pool
 from gpu_sizer.budget.estimate import plan_estimate
 from gpu_sizer.calibration import Calibration, calibrate, engine_of
 from gpu_sizer.catalog import (
@@ -448,6 +448,7 @@ def _assess_pool(
         present_in_cluster=choice.present_in_cluster,
         cheapest_fitting_class=choice.cheapest.name if choice.cheapest else cls.name,
         engine_args=dict(plan.engine_args),
+        engine_command_args=command_args(plan.engine_args),
         **snippets(cls, est.gpu_count, catalog=catalog),
     )
     message = (

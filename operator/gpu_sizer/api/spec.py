@@ -1268,6 +1268,19 @@ class Inference(_Model):
     pipeline_parallel_size: Layers = Field(
         1, description="Pipeline stages (layers split across GPUs)."
     )
+    data_parallel_size: Gpus = Field(
+        1,
+        description="Engine data parallelism (vLLM --data-parallel-size, SGLang --dp): replicas "
+        "of the attention layers, each with its own KV cache and batch, tensor x pipeline GPUs "
+        "each; a mixture-of-experts model's experts span all data x tensor parallel GPUs "
+        "(vLLM). GPUs: tensor x pipeline x data.",
+    )
+    enable_expert_parallel: StrictBool = Field(
+        False,
+        description="Mixture-of-experts: split the experts by count across the expert group "
+        "(vLLM --enable-expert-parallel over data x tensor parallel GPUs, SGLang --ep-size equal "
+        "to --tp) instead of splitting each expert's width.",
+    )
     enforce_eager: StrictBool = Field(
         False, description="Disable CUDA graphs (vLLM --enforce-eager); saves their memory pool."
     )
@@ -1852,6 +1865,29 @@ class GPUWorkloadSpec(_Model):
                         f"pipelineParallelSize {inf.pipeline_parallel_size} exceeds the "
                         f"{arch.num_hidden_layers} layers",
                     )
+                if inf.enable_expert_parallel and arch.experts is None:
+                    problems.add(
+                        "inference.enableExpertParallel",
+                        f"model type {arch.model_type!r} as given has no experts: expert "
+                        "parallelism applies to mixture-of-experts models (set the expert count "
+                        "and numExpertsPerTok, or drop enableExpertParallel)",
+                    )
+            if inf.engine is Engine.tgi and (
+                inf.data_parallel_size > 1 or inf.enable_expert_parallel
+            ):
+                problems.add(
+                    "inference.dataParallelSize"
+                    if inf.data_parallel_size > 1
+                    else "inference.enableExpertParallel",
+                    "TGI has no data or expert parallelism (its shards are tensor-parallel "
+                    "only): run replicas as separate deployments, or use vllm or sglang",
+                )
+            if inf.engine is Engine.transformers and inf.data_parallel_size > 1:
+                problems.add(
+                    "inference.dataParallelSize",
+                    "transformers serves one model copy per process: run replicas as separate "
+                    "deployments (dataParallelSize applies to vllm and sglang)",
+                )
             for i, level in enumerate(self.measurement.concurrency_levels):
                 if level > inf.max_num_seqs:
                     problems.add(
@@ -1958,7 +1994,8 @@ class GPUWorkloadSpec(_Model):
         if self.generation is not None:
             return self.generation.parallelism.gpu_count
         if self.inference is not None:
-            return self.inference.tensor_parallel_size * self.inference.pipeline_parallel_size
+            inf = self.inference
+            return inf.tensor_parallel_size * inf.pipeline_parallel_size * inf.data_parallel_size
         assert self.training is not None
         return self.training.parallelism.gpus
 

@@ -40,6 +40,7 @@ from gpu_sizer.budget.activations import (
     inference_activation_bytes,
 )
 from gpu_sizer.budget.kv_cache import (
+    KvGeometry,
     kv_cache_bytes,
     kv_element_bytes,
     kv_geometry,
@@ -100,6 +101,8 @@ class KvDemand:
 
     token_bytes: int
     request_bytes: int
+    #: the layer groups both figures come from (engines that reserve per group read it).
+    geometry: KvGeometry | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,9 @@ class ServingFacts:
     groups: int
     act_bytes: int
     parameter_count: int
+    #: bytes added to every profile/warm-up pass when the release is newer than any modeled one
+    #: (:func:`gpu_sizer.budget.engines.planner` sets it; the notes say so).
+    margin_bytes: int = 0
 
 
 def kv_demand(spec: GPUWorkloadSpec, element_bytes: int) -> KvDemand:
@@ -143,7 +149,7 @@ def kv_demand(spec: GPUWorkloadSpec, element_bytes: int) -> KvDemand:
         state_element_bytes(spec.model),
     )
     request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
-    return KvDemand(geometry.bytes_per_token, request)
+    return KvDemand(geometry.bytes_per_token, request, geometry)
 
 
 def serving_facts(
@@ -265,7 +271,7 @@ def profile_activation_bytes(
     inf = spec.inference
     assert arch is not None and inf is not None
     acts = inference_activation_bytes(arch, inf, facts.act_bytes, tokens, rows)
-    return acts + facts.dequant_workspace
+    return acts + facts.dequant_workspace + facts.margin_bytes
 
 
 def graph_pool_bytes(facts: ServingFacts, batch: int) -> int:
