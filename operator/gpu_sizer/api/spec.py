@@ -1305,14 +1305,22 @@ class Inference(_Model):
         "Unset: the newest release gpu-sizer models for the engine (named in "
         "status.estimate.engineVersion).",
     )
-    target_concurrency: Fraction = Field(
-        1.0,
+    target_concurrency: Fraction | None = Field(
+        None,
         gt=0.0,
         le=float(LIMITS["seqs"]),
         description="Pre-allocating engines: how many concurrent requests of maxModelLen tokens "
-        "the KV cache pool must hold without preemption. 1 is vLLM's own start-up condition "
-        "(one maxModelLen sequence); the verdict fails when the pool holds fewer.",
+        "the KV cache pool must hold without preemption; the verdict fails when the pool holds "
+        "fewer. Unset: the engine's own start-up condition (vLLM and TGI: one maxModelLen "
+        "request; SGLang: a pool of at least one token, shorter pools refuse longer prompts).",
     )
+
+    @property
+    def required_concurrency(self) -> float:
+        """``targetConcurrency``, or what the engine itself requires to start when unset."""
+        if self.target_concurrency is not None:
+            return self.target_concurrency
+        return 0.0 if self.engine is Engine.sglang else 1.0
 
 
 class Finetuning(_Model):
@@ -1895,7 +1903,7 @@ class GPUWorkloadSpec(_Model):
                         f"concurrency level {level} exceeds inference.maxNumSeqs "
                         f"({inf.max_num_seqs}): the engine never runs more sequences at once",
                     )
-            if inf.target_concurrency > inf.max_num_seqs:
+            if inf.target_concurrency is not None and inf.target_concurrency > inf.max_num_seqs:
                 problems.add(
                     "inference.targetConcurrency",
                     f"targetConcurrency ({inf.target_concurrency:g}) exceeds maxNumSeqs "

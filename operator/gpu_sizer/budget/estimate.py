@@ -281,8 +281,8 @@ def estimate(spec: GPUWorkloadSpec, gpu_class: GPUClass | None = None) -> Estima
         if models_pool(spec):
             # Class-independent demand: the pool must hold targetConcurrency requests.
             request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
-            kv = math.ceil(inf.target_concurrency * request)
-            kv_tokens = math.ceil(inf.target_concurrency * inf.max_model_len)
+            kv = math.ceil((inf.target_concurrency or 1.0) * request)
+            kv_tokens = math.ceil((inf.target_concurrency or 1.0) * inf.max_model_len)
         else:
             kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
@@ -401,8 +401,8 @@ def _estimate_from_parameter_count(
         if models_pool(spec):
             # Class-independent demand, as for a known family: targetConcurrency requests.
             request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
-            kv = math.ceil(inf.target_concurrency * request)
-            kv_tokens = math.ceil(inf.target_concurrency * inf.max_model_len)
+            kv = math.ceil((inf.target_concurrency or 1.0) * request)
+            kv_tokens = math.ceil((inf.target_concurrency or 1.0) * inf.max_model_len)
         else:
             kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])

@@ -265,7 +265,7 @@ def planner(
     by_batch: dict[int, tuple[int, int]] = {}
     plain = not facts.fp8_weights and inf.kv_cache_dtype is KvCacheDtype.auto
     as_stored = ClassInputs(facts.quant, 0, "auto", facts.kv, ())
-    weights = facts.weights
+    weights = facts.weights + facts.mxfp4_pad_bytes
 
     def per_batch(batched: int) -> tuple[int, int]:
         """(activations, CUDA graph pool) for a profile run of ``batched`` tokens."""
@@ -308,7 +308,7 @@ def planner(
             fraction=fraction,
             fraction_default=DEFAULT_UTILIZATION,
             fraction_chosen=chosen,
-            weights=facts.weights,
+            weights=weights,
             quant=quant,
             activations=acts,
             kv_pool=max(pool, 0),
