@@ -499,10 +499,9 @@ def _estimate(args: argparse.Namespace) -> int:
                 print(f"{doc.source}: {doc.name}: {problem}", file=err)
             invalid = True
             continue
-        try:
-            assessment = assess(spec, catalog, calibration=calibration)
-        except Exception as exc:  # an estimator bug must not become a traceback
-            print(f"{doc.source}: {doc.name}: cannot estimate: {exc!r}", file=err)
+        assessment = assess(spec, catalog, calibration=calibration)
+        if assessment.verdict is Verdict.SizingFailed:  # an estimator bug, not a traceback
+            print(f"{doc.source}: {doc.name}: cannot estimate: {assessment.message}", file=err)
             invalid = True
             continue
         if assessment.verdict is Verdict.UnknownGpuClass:
@@ -583,13 +582,34 @@ def _print_patches(
             continue
         name = container or str(doc.data["metadata"].get("name") or "main")
         spec_hash = obj.get("status", {}).get("specHash")
-        patches.append((who, pod_template_patch(rec, container=name, spec_hash=spec_hash)))
+        args = _engine_container_args(doc, rec.engine_command_args)
+        if args:
+            print(f"{who}: the patch sets the container's args to the engine's ({name!r}): a "
+                  "strategic merge replaces the whole list", file=err)  # fmt: skip
+        patches.append(
+            (who, pod_template_patch(rec, container=name, spec_hash=spec_hash, args=args))
+        )
     for i, (who, patch) in enumerate(patches):
         if len(rows) > 1:
             if i:
                 out.write("---\n")
             out.write(f"# {who}\n")
         yaml.safe_dump(patch, out, sort_keys=False, width=100)
+
+
+#: The flag that names the model on each pre-allocating engine's command line.
+_MODEL_FLAG = {"vllm": "--model", "sglang": "--model-path", "tgi": "--model-id"}
+
+
+def _engine_container_args(doc: _Doc, command: list[str] | None) -> list[str] | None:
+    """The engine container's args: the model (``spec.model.name``) and ``engineCommandArgs``."""
+    if not command:
+        return None
+    spec = doc.data.get("spec") or {}
+    engine = str((spec.get("inference") or {}).get("engine") or "vllm")
+    name = (spec.get("model") or {}).get("name")
+    model = [f"{_MODEL_FLAG[engine]}={name}"] if name and engine in _MODEL_FLAG else []
+    return [*model, *command]
 
 
 def _row_name(doc: _Doc) -> str:

@@ -141,8 +141,13 @@ def pod_template_patch(
     *,
     container: str,
     spec_hash: str | None = None,
+    args: list[str] | None = None,
 ) -> dict[str, Any]:
     """A strategic-merge patch of a workload's ``spec.template`` that applies ``rec``.
+
+    ``args``: the container's whole argument list for an engine that pre-allocates (the model
+    flag and ``rec.engineCommandArgs``); a strategic merge replaces a list of strings, so it is
+    given only when the container runs the engine.
 
     For ``kubectl patch deployment|statefulset|job NAME --type strategic --patch-file FILE``:
     containers merge by ``name`` (so ``container`` must name the one that uses the GPU), the GPU
@@ -156,6 +161,12 @@ def pod_template_patch(
     annotations = {ANNOTATION_CLASS: rec.gpu_class, ANNOTATION_BASIS: rec.basis.value}
     if spec_hash:
         annotations[ANNOTATION_SPEC_HASH] = spec_hash
+    main: dict[str, Any] = {
+        "name": container,
+        "resources": rec.resources.model_dump(by_alias=True, mode="json"),
+    }
+    if args:
+        main["args"] = list(args)
     return {
         "spec": {
             "template": {
@@ -164,12 +175,7 @@ def pod_template_patch(
                     "affinity": {
                         "nodeAffinity": rec.node_affinity.model_dump(by_alias=True, mode="json")
                     },
-                    "containers": [
-                        {
-                            "name": container,
-                            "resources": rec.resources.model_dump(by_alias=True, mode="json"),
-                        }
-                    ],
+                    "containers": [main],
                 },
             }
         }

@@ -73,7 +73,7 @@ def serves(spec: GPUWorkloadSpec, plan: EnginePlan) -> bool:
     assert inf is not None
     return (
         plan.error is None
-        and plan.max_concurrency >= inf.target_concurrency
+        and plan.max_concurrency >= inf.required_concurrency
         and plan.headroom >= spec.placement.min_headroom_fraction
     )
 
@@ -117,11 +117,13 @@ def shortfall(spec: GPUWorkloadSpec, plan: EnginePlan) -> str:
                 "each other; lower one of them"
             )
         return text
-    if plan.max_concurrency < inf.target_concurrency:
-        return (
-            f"{describe(spec, plan)}: fewer than spec.inference.targetConcurrency "
-            f"{inf.target_concurrency:g} requests of maxModelLen tokens"
+    if plan.max_concurrency < inf.required_concurrency:
+        what = (
+            f"spec.inference.targetConcurrency {inf.required_concurrency:g}"
+            if inf.target_concurrency is not None
+            else "the one the engine needs to start"
         )
+        return f"{describe(spec, plan)}: fewer than {what} requests of maxModelLen tokens"
     return ""
 
 
@@ -196,7 +198,7 @@ def fix_candidates(
         held = [
             p
             for p in plans
-            if p.error is None and p.max_concurrency >= inf.target_concurrency and p.headroom > 0
+            if p.error is None and p.max_concurrency >= inf.required_concurrency and p.headroom > 0
         ]
         roomiest = max(held, key=lambda p: p.headroom, default=None)
         if roomiest is not None and roomiest.headroom < room:
@@ -214,7 +216,7 @@ def fix_candidates(
                 )
     started = [p for p in plans if p.error is None and p.headroom >= room]
     best = max(started, key=lambda p: p.max_concurrency, default=None)
-    if best is not None and 1 <= best.max_concurrency < inf.target_concurrency:
+    if best is not None and 1 <= best.max_concurrency < inf.required_concurrency:
         target = math.floor(best.max_concurrency)
         add(
             "spec.inference.targetConcurrency",

@@ -29,11 +29,12 @@ from gpu_sizer.api import (
     KvCacheDtype,
     MeasurementMode,
     ParallelStrategy,
+    PerGpuBreakdown,
     RecommendationStatus,
 )
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
-from gpu_sizer.budget.engines import EnginePlan, models_pool
+from gpu_sizer.budget.engines import EnginePlan, command_args, models_pool
 from gpu_sizer.budget.estimate import plan_estimate
 from gpu_sizer.calibration import Calibration, calibrate, engine_of
 from gpu_sizer.catalog import (
@@ -48,7 +49,7 @@ from gpu_sizer.catalog import (
 )
 from gpu_sizer.placement import snippets
 
-__all__ = ["Assessment", "Fix", "Verdict", "assess"]
+__all__ = ["Assessment", "Fix", "Verdict", "assess", "assess_or_raise"]
 
 GIB: Final = 1 << 30
 #: Tensor-parallel sizes tried for the TP fix: GPUs of one node (vLLM, TGI and SGLang shard
@@ -95,6 +96,9 @@ class Verdict(StrEnum):
     NoSafeHeadroom = "NoSafeHeadroom"
     Incomplete = "Incomplete"
     UnknownGpuClass = "UnknownGpuClass"
+    #: The memory model raised on a spec that passed validation (a gpu-sizer bug). Never
+    #: admitted: the webhook denies with the cause, the operator writes it as the reason.
+    SizingFailed = "SizingFailed"
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,53 @@ def _largest_components(est: EstimateStatus, k: int = 3) -> str:
 
 
 def assess(
+    spec: GPUWorkloadSpec,
+    catalog: Sequence[GPUClass] = DEFAULT_CATALOG,
+    *,
+    present: Collection[str] | None = None,
+    calibration: Calibration | None = None,
+) -> Assessment:
+    """:func:`assess_or_raise`, with any exception the memory model raises turned into the
+    verdict ``SizingFailed`` (fail safe: never admitted), whose message names the exception.
+
+    The webhook, the CLI and the operator all call this, so a bug in sizing is the same
+    denial everywhere instead of an HTTP 500 from the webhook and a workload left without
+    status by the operator.
+    """
+    try:
+        return assess_or_raise(spec, catalog, present=present, calibration=calibration)
+    except Exception as exc:  # the barrier: any bug becomes a verdict
+        return _sizing_failed(spec, exc)
+
+
+def _sizing_failed(spec: GPUWorkloadSpec, exc: Exception) -> Assessment:
+    text = str(exc) or "no message"
+    message = (
+        f"gpu-sizer could not size this spec ({type(exc).__name__}: {text[:300]}); the spec "
+        "passed validation, so this is a gpu-sizer bug: please report it with the spec"
+    )
+    empty = PerGpuBreakdown(
+        weights_bytes=0,
+        quantization_overhead_bytes=0,
+        kv_cache_bytes=0,
+        activation_bytes=0,
+        gradient_bytes=0,
+        optimizer_state_bytes=0,
+        master_weight_bytes=0,
+        runtime_overhead_bytes=0,
+        total_bytes=0,
+    )
+    est = EstimateStatus(
+        parameter_count=spec.model.parameter_count or 0,
+        gpu_count=spec.gpu_count,
+        kv_cache_bytes_per_token=0,
+        per_gpu=empty,
+        notes=[message],
+    )
+    return Assessment(est, Verdict.SizingFailed, message)
+
+
+def assess_or_raise(
     spec: GPUWorkloadSpec,
     catalog: Sequence[GPUClass] = DEFAULT_CATALOG,
     *,
@@ -397,6 +448,7 @@ def _assess_pool(
         present_in_cluster=choice.present_in_cluster,
         cheapest_fitting_class=choice.cheapest.name if choice.cheapest else cls.name,
         engine_args=dict(plan.engine_args),
+        engine_command_args=command_args(plan.engine_args),
         **snippets(cls, est.gpu_count, catalog=catalog),
     )
     message = (

@@ -153,22 +153,32 @@ def test_any_document_gets_an_answer_never_an_exception(doc: Any) -> None:
         assert review(explicit, namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG) == answer
 
 
-def test_an_arithmetic_failure_in_sizing_is_a_named_500_not_a_bare_error(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    "exc",
+    [
+        OverflowError("integer division result too large for a float"),
+        TypeError("unhashable type: 'dict'"),
+        KeyError("sliding_window"),
+    ],
+)
+def test_a_failure_in_sizing_is_a_named_denial_never_a_500(
+    monkeypatch: pytest.MonkeyPatch, exc: Exception
 ) -> None:
-    import gpu_sizer.admission.verdict as verdict
+    """Any exception inside the memory model (forced here) is the verdict SizingFailed: a
+    422 denial naming the cause, the same verdict the CLI and the operator get."""
+    import gpu_sizer.sizing as sizing
 
-    def overflow(*_: Any) -> None:
-        raise OverflowError("integer division result too large for a float")
+    def fail(*_: Any, **__: Any) -> None:
+        raise exc
 
-    monkeypatch.setattr(verdict, "assess", overflow)
+    monkeypatch.setattr(sizing, "assess_or_raise", fail)
     answer = review(spec(4), namespace="ns", policy=OPEN, catalog=DEFAULT_CATALOG)
     assert answer.outcome is Outcome.SizingFailed
-    assert answer.code == 500
+    assert not answer.allowed
+    assert answer.code == 422
     assert answer.message == (
-        "gpu-sizer could not size this spec (OverflowError: integer division result too large "
-        "for a float); the spec passed validation, so this is a gpu-sizer bug: please report it "
-        "with the spec"
+        f"gpu-sizer could not size this spec ({type(exc).__name__}: {exc}); the spec passed "
+        "validation, so this is a gpu-sizer bug: please report it with the spec"
     )
 
 

@@ -112,7 +112,8 @@ async def test_unknown_fields_are_rejected_by_path(webhook: Webhook) -> None:
     assert resp["status"]["message"] == (
         "spec.inference.maxNumSeq: unknown field; did you mean maxNumSeqs? allowed: engine, "
         "maxModelLen, maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
-        "pipelineParallelSize, enforceEager, gpuMemoryUtilization, engineVersion, "
+        "pipelineParallelSize, dataParallelSize, enableExpertParallel, enforceEager, "
+        "gpuMemoryUtilization, engineVersion, "
         "targetConcurrency\n"
         "spec.replicas: unknown field; allowed: model, inference, training, generation, "
         "measurement, placement"
@@ -285,12 +286,12 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
     resp = await webhook.validate(admission_review(workload(pool)))
     assert resp["status"]["message"] == (
         "on the largest allowed class, nvidia-l4 x1: vllm 0.19.1 at --gpu-memory-utilization "
-        "0.86 holds 19.7 GiB of 22.0 GiB usable (KV pool 3.6 GiB = 29,136 tokens, 3.56 x "
-        "maxModelLen 8192; weights 15.0 GiB, activations 0.3 GiB, runtime 0.9 GiB): fewer than "
+        "0.86 holds 19.7 GiB of 22.0 GiB usable (KV pool 3.6 GiB = 29,760 tokens, 3.63 x "
+        "maxModelLen 8192; weights 15.0 GiB, activations 0.2 GiB, runtime 0.9 GiB): fewer than "
         "spec.inference.targetConcurrency 16 requests of maxModelLen tokens.\n"
         "Fits with any of: targetConcurrency 3 (nvidia-l4 x1: KV pool 3.6 GiB, 3.6 x "
-        "maxModelLen); maxModelLen 1792 (nvidia-l4 x1: KV pool 3.6 GiB, 16.3 x maxModelLen); "
-        "tensorParallelSize 2 (nvidia-l4 x2: KV pool 9.4 GiB). Not enough alone: kvCacheDtype "
+        "maxModelLen); maxModelLen 1792 (nvidia-l4 x1: KV pool 3.6 GiB, 16.6 x maxModelLen); "
+        "tensorParallelSize 2 (nvidia-l4 x2: KV pool 8.9 GiB). Not enough alone: kvCacheDtype "
         "fp8 (still not enough on nvidia-l4)."
     )
     training = {
@@ -336,7 +337,9 @@ async def test_mutation_writes_defaults_explicitly(webhook: Webhook) -> None:
     assert spec["placement"] == {"gpuClasses": [], "minHeadroomFraction": 0.15}  # research's
     assert spec["measurement"]["mode"] == "Synthetic"
     assert spec["measurement"]["timeoutSeconds"] == 900
-    assert spec["inference"]["targetConcurrency"] == 1
+    # unset: the engine's own start-up condition (one maxModelLen request for vLLM and TGI, a
+    # one-token pool for SGLang), which depends on the engine and is never frozen into the spec
+    assert "targetConcurrency" not in spec["inference"]
     assert spec["inference"]["engine"] == "vllm"
     # vLLM's batched-token budget and memory fraction depend on the GPU class: left to
     # status.recommendation.engineArgs, never frozen into the spec.
@@ -421,7 +424,8 @@ async def test_denials_are_logged_at_info_not_error(
     assert denials[0].getMessage() == (
         "Admission denied: spec.inference.bogus: unknown field; allowed: engine, maxModelLen, "
         "maxNumSeqs, maxNumBatchedTokens, kvCacheDtype, tensorParallelSize, "
-        "pipelineParallelSize, enforceEager, gpuMemoryUtilization, engineVersion, "
+        "pipelineParallelSize, dataParallelSize, enableExpertParallel, enforceEager, "
+        "gpuMemoryUtilization, engineVersion, "
         "targetConcurrency"
     )
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

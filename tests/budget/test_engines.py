@@ -19,6 +19,7 @@ from gpu_sizer.budget.engines import modeled_releases, resolve_release
 from gpu_sizer.budget.engines.common import COMM_GROUP_BYTES, EnginePlan
 from gpu_sizer.budget.engines.sglang import default_mem_fraction_static
 from gpu_sizer.budget.engines.tgi import max_batch_prefill_tokens
+from gpu_sizer.budget.engines.vllm import TP_INSIDE_BYTES
 from gpu_sizer.budget.estimate import engine_plans
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.sizing import Verdict, assess
@@ -125,11 +126,15 @@ def test_engine_versions_resolve_to_modeled_releases_with_a_note() -> None:
     assert modeled_releases(parse_spec(_vllm()).inference.engine) == (  # type: ignore[union-attr]
         "0.19.1",
         "0.11.0",
+        "0.10.2",
+        "0.9.2",
+        "0.8.5",
         "0.6.3.post1",
     )
     cases = {None: ("0.19.1", False), "0.11.0": ("0.11.0", False), "0.6.3": ("0.6.3.post1", False),
              "0.14.0": ("0.11.0", True), "0.5.4": ("0.6.3.post1", True),
-             "0.30.0": ("0.19.1", True)}  # fmt: skip
+             "0.30.0": ("0.19.1", True), "0.8.0": ("0.6.3.post1", True),
+             "0.9.0": ("0.8.5", True), "0.10.1": ("0.9.2", True)}  # fmt: skip
     for asked, (version, noted) in cases.items():
         inf = parse_spec(_vllm(engineVersion=asked)).inference
         assert inf is not None
@@ -201,7 +206,9 @@ def test_every_engine_charges_the_tp_group_on_every_class(engine: str, tp: int, 
                   BY_NAME[gpu])  # fmt: skip
     many = plan_on(serve(LLAMA_3_8B, maxModelLen=4096, engine=engine, enforceEager=True,
                          tensorParallelSize=tp), BY_NAME[gpu])  # fmt: skip
-    assert many.runtime - one.runtime == COMM_GROUP_BYTES
+    # vLLM >= 0.11 also counts the all-reduce buffers registered inside its budget
+    extra = TP_INSIDE_BYTES if engine == "vllm" else 0
+    assert many.runtime - one.runtime == COMM_GROUP_BYTES + extra
 
 
 def test_llama_2_70b_tp4_a100_vllm_2031() -> None:
@@ -242,13 +249,15 @@ QWEN3_CODER_30B = {
 def _coder(quantization: dict[str, Any] | None, utilization: float) -> EnginePlan:
     extra = {"quantization": quantization} if quantization else {}
     spec = serve(QWEN3_CODER_30B, maxModelLen=262144, tensorParallelSize=8,
-                 gpuMemoryUtilization=utilization, engineVersion="0.11.0", **extra)  # fmt: skip
+                 gpuMemoryUtilization=utilization, engineVersion="0.10.0", **extra)  # fmt: skip
     return plan_on(spec, AMPERE_24GB, headroom=0.0)
 
 
 def test_fp8_on_ampere_runs_weight_only_with_its_own_memory_vllm_22177() -> None:
-    """vllm-project/vllm#22177 ("Abnormal GPU usage for FP8 models on Ampere GPUs"), 8 Ampere
-    GPUs of 24,564 MiB, TP 8: BF16 at 0.85 held 22,457 MiB per GPU with "Available KV cache
+    """vllm-project/vllm#22177 ("Abnormal GPU usage for FP8 models on Ampere GPUs", filed on
+    2025-08-04 under vLLM 0.10.0, sized with the 0.9.2 rules it maps to), 8 Ampere GPUs of
+    24,564 MiB, TP 8 with --enable-expert-parallel, no --max-num-seqs (256 on a 24 GB GPU):
+    BF16 at 0.85 held 22,457 MiB per GPU with "Available KV cache
     memory: 12.22 GiB" and "GPU KV cache size: 534,064 tokens"; FP8 ran out of memory at 0.85 and
     held 24,003 MiB at 0.70 with 12.11 GiB of KV cache."""
     bf16 = _coder(None, 0.85)

@@ -47,8 +47,8 @@ class Outcome(StrEnum):
 #: HTTP status codes put in the AdmissionReview's ``response.status.code``: 422 for a spec that
 #: cannot be sized as written (an incomplete estimate under ``incompleteEstimates: Deny``
 #: included), 403 for one the namespace policy forbids, 503 (retry) when the
-#: namespace's labels, and so its policy, could not be read; 500 when sizing a valid spec failed
-#: (a gpu-sizer bug: the message names the cause instead of a bare arithmetic error).
+#: namespace's labels, and so its policy, could not be read; 422 too when sizing a valid spec
+#: failed (a gpu-sizer bug: a denial whose message names the cause, never an HTTP 500).
 _CODES: dict[Outcome, int] = {
     Outcome.Invalid: 422,
     Outcome.NoSafeHeadroom: 422,
@@ -56,7 +56,7 @@ _CODES: dict[Outcome, int] = {
     Outcome.UnknownGpuClass: 422,
     Outcome.PolicyViolation: 403,
     Outcome.PolicyUnavailable: 503,
-    Outcome.SizingFailed: 500,
+    Outcome.SizingFailed: 422,
 }
 
 
@@ -181,18 +181,13 @@ def _review(
         # speaks of "the largest allowed class" and the fixes stay within what may be used.
         allowed = [c.name for c in catalog if c.name in policy.allowed_classes]
         spec = _with_placement(spec, gpu_classes=allowed)
-    try:
-        assessment = assess(spec, catalog)
-    except ArithmeticError as exc:
-        # The API's bounds keep every sizing input finite and small enough; reaching this is a
-        # bug, so deny (fail safe) with a message that says what failed rather than a bare
-        # "integer division result too large for a float".
-        logger.exception("Sizing failed for a valid spec in namespace %r", namespace)
-        return Answer(
-            Outcome.SizingFailed,
-            f"gpu-sizer could not size this spec ({type(exc).__name__}: {exc}); the spec passed "
-            "validation, so this is a gpu-sizer bug: please report it with the spec",
-        )
+    assessment = assess(spec, catalog)
+    if assessment.verdict is Verdict.SizingFailed:
+        # The memory model raised on a valid spec (a gpu-sizer bug): deny (fail safe) with
+        # the cause, never an HTTP 500 from the webhook.
+        logger.error("Sizing failed for a valid spec in namespace %r: %s", namespace,
+                     assessment.message)  # fmt: skip
+        return Answer(Outcome.SizingFailed, assessment.message)
     if assessment.verdict is Verdict.UnknownGpuClass:
         return Answer(Outcome.UnknownGpuClass, assessment.message)
     if assessment.verdict is Verdict.NoSafeHeadroom:

@@ -1083,6 +1083,17 @@ class Quantization(_Model):
         "regular expressions).",
     )
 
+    def __hash__(self) -> int:
+        """Hash of every field, ``configGroups`` as its (name, group) pairs: the object is frozen,
+        but pydantic's generated hash would hash the dict and fail ("unhashable type: 'dict'"),
+        and the memory model keys its caches on the model (``budget.estimate``)."""
+        return hash(
+            tuple(
+                tuple(sorted(value.items())) if isinstance(value, dict) else value
+                for value in vars(self).values()
+            )
+        )
+
     @property
     def effective_bits(self) -> int:
         """Bits per weight, defaulting to the method's usual width (compressed-tensors: the
@@ -1257,6 +1268,19 @@ class Inference(_Model):
     pipeline_parallel_size: Layers = Field(
         1, description="Pipeline stages (layers split across GPUs)."
     )
+    data_parallel_size: Gpus = Field(
+        1,
+        description="Engine data parallelism (vLLM --data-parallel-size, SGLang --dp): replicas "
+        "of the attention layers, each with its own KV cache and batch, tensor x pipeline GPUs "
+        "each; a mixture-of-experts model's experts span all data x tensor parallel GPUs "
+        "(vLLM). GPUs: tensor x pipeline x data.",
+    )
+    enable_expert_parallel: StrictBool = Field(
+        False,
+        description="Mixture-of-experts: split the experts by count across the expert group "
+        "(vLLM --enable-expert-parallel over data x tensor parallel GPUs, SGLang --ep-size equal "
+        "to --tp) instead of splitting each expert's width.",
+    )
     enforce_eager: StrictBool = Field(
         False, description="Disable CUDA graphs (vLLM --enforce-eager); saves their memory pool."
     )
@@ -1281,14 +1305,22 @@ class Inference(_Model):
         "Unset: the newest release gpu-sizer models for the engine (named in "
         "status.estimate.engineVersion).",
     )
-    target_concurrency: Fraction = Field(
-        1.0,
+    target_concurrency: Fraction | None = Field(
+        None,
         gt=0.0,
         le=float(LIMITS["seqs"]),
         description="Pre-allocating engines: how many concurrent requests of maxModelLen tokens "
-        "the KV cache pool must hold without preemption. 1 is vLLM's own start-up condition "
-        "(one maxModelLen sequence); the verdict fails when the pool holds fewer.",
+        "the KV cache pool must hold without preemption; the verdict fails when the pool holds "
+        "fewer. Unset: the engine's own start-up condition (vLLM and TGI: one maxModelLen "
+        "request; SGLang: a pool of at least one token, shorter pools refuse longer prompts).",
     )
+
+    @property
+    def required_concurrency(self) -> float:
+        """``targetConcurrency``, or what the engine itself requires to start when unset."""
+        if self.target_concurrency is not None:
+            return self.target_concurrency
+        return 0.0 if self.engine is Engine.sglang else 1.0
 
 
 class Finetuning(_Model):
@@ -1841,6 +1873,29 @@ class GPUWorkloadSpec(_Model):
                         f"pipelineParallelSize {inf.pipeline_parallel_size} exceeds the "
                         f"{arch.num_hidden_layers} layers",
                     )
+                if inf.enable_expert_parallel and arch.experts is None:
+                    problems.add(
+                        "inference.enableExpertParallel",
+                        f"model type {arch.model_type!r} as given has no experts: expert "
+                        "parallelism applies to mixture-of-experts models (set the expert count "
+                        "and numExpertsPerTok, or drop enableExpertParallel)",
+                    )
+            if inf.engine is Engine.tgi and (
+                inf.data_parallel_size > 1 or inf.enable_expert_parallel
+            ):
+                problems.add(
+                    "inference.dataParallelSize"
+                    if inf.data_parallel_size > 1
+                    else "inference.enableExpertParallel",
+                    "TGI has no data or expert parallelism (its shards are tensor-parallel "
+                    "only): run replicas as separate deployments, or use vllm or sglang",
+                )
+            if inf.engine is Engine.transformers and inf.data_parallel_size > 1:
+                problems.add(
+                    "inference.dataParallelSize",
+                    "transformers serves one model copy per process: run replicas as separate "
+                    "deployments (dataParallelSize applies to vllm and sglang)",
+                )
             for i, level in enumerate(self.measurement.concurrency_levels):
                 if level > inf.max_num_seqs:
                     problems.add(
@@ -1848,7 +1903,7 @@ class GPUWorkloadSpec(_Model):
                         f"concurrency level {level} exceeds inference.maxNumSeqs "
                         f"({inf.max_num_seqs}): the engine never runs more sequences at once",
                     )
-            if inf.target_concurrency > inf.max_num_seqs:
+            if inf.target_concurrency is not None and inf.target_concurrency > inf.max_num_seqs:
                 problems.add(
                     "inference.targetConcurrency",
                     f"targetConcurrency ({inf.target_concurrency:g}) exceeds maxNumSeqs "
@@ -1947,7 +2002,8 @@ class GPUWorkloadSpec(_Model):
         if self.generation is not None:
             return self.generation.parallelism.gpu_count
         if self.inference is not None:
-            return self.inference.tensor_parallel_size * self.inference.pipeline_parallel_size
+            inf = self.inference
+            return inf.tensor_parallel_size * inf.pipeline_parallel_size * inf.data_parallel_size
         assert self.training is not None
         return self.training.parallelism.gpus
 

@@ -489,6 +489,12 @@ class RecommendationStatus(_Status):
         description="Inference: the engine's own flags (e.g. --gpu-memory-utilization, "
         "--max-model-len) to start it with on gpuClass so that it behaves as estimated.",
     )
+    engine_command_args: list[str] | None = Field(
+        None,
+        description="engineArgs ready to paste into a container's args, one element each "
+        '(["--gpu-memory-utilization=0.86", "--max-model-len=8192", "--enforce-eager"]: a '
+        "boolean flag alone).",
+    )
 
     @computed_field(  # type: ignore[prop-decorator]
         alias="headroomPercent",

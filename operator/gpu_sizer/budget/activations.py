@@ -78,7 +78,7 @@ def prefill_tokens(inference: Inference) -> int:
 
 
 @lru_cache(maxsize=1024)
-def activation_token_elements(arch: Architecture, tp: int) -> int:
+def activation_token_elements(arch: Architecture, tp: int, moe_tokens: int = 1) -> int:
     """Peak live elements per token inside one decoder layer on one tensor-parallel rank.
 
     The largest over the model's layer kinds (:func:`gpu_sizer.budget.params.layer_plan`) of the
@@ -95,10 +95,18 @@ def activation_token_elements(arch: Architecture, tp: int) -> int:
     - dense MLP: residual + normed hidden and 3 (gated) or 2 intermediate-wide tensors;
     - MoE: residual + normed hidden, router logits, and per routed expert the gated
       intermediate and the expert output, plus the shared experts' gated intermediate.
+
+    ``moe_tokens``: tokens an MoE layer sees per token of this rank's batch: vLLM's data
+    parallel MoE gathers every data-parallel rank's tokens before the experts (the default
+    ``naive``/``allgather_reducescatter`` all-to-all, ``FusedMoE`` with ``dp_size > 1``), so
+    ``dataParallelSize`` there.
     """
     fam = family(arch.model_type)
     return max(
-        max(_mixer_elements(arch, fam, kind, tp), _ffn_elements(arch, fam, kind, tp))
+        max(
+            _mixer_elements(arch, fam, kind, tp),
+            _ffn_elements(arch, fam, kind, tp) * (moe_tokens if kind.ffn == "moe" else 1),
+        )
         for kind in set(layer_plan(arch))
     )
 
@@ -169,7 +177,8 @@ def inference_activation_bytes(
     encoder's own peak on that image (:func:`gpu_sizer.budget.vision.encoder_activation_bytes`).
     """
     tp = inference.tensor_parallel_size
-    per_token = activation_token_elements(arch, tp) * act_bytes
+    gathered = inference.data_parallel_size if inference.engine is Engine.vllm else 1
+    per_token = activation_token_elements(arch, tp, gathered) * act_bytes
     text = tokens * per_token + logits_bytes(arch, rows, act_bytes)
     if arch.vision_config is None:
         return text

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from gpu_sizer.api import (
     DTYPE_BYTES,
     Architecture,
+    Engine,
     EstimateStatus,
     FinetuningMethod,
     GPUWorkloadSpec,
@@ -91,6 +92,7 @@ __all__ = [
     "engine_planner",
     "engine_plans",
     "estimate",
+    "expert_split",
     "parallel_groups",
     "plan_estimate",
     "stage_outer_params",
@@ -129,9 +131,31 @@ def _rank_layout(spec: GPUWorkloadSpec) -> tuple[Layout, Layout, int]:
         par = spec.training.parallelism
         tp, pp = par.tensor_parallel_size, par.pipeline_parallel_size
     whole = layout(arch)
-    lay = whole if tp == 1 and pp == 1 else layout(arch, tp, stage_layers(arch, pp))
+    split = expert_split(spec)
+    if tp == 1 and pp == 1 and split is None:
+        lay = whole
+    else:
+        lay = layout(arch, tp, stage_layers(arch, pp), split)
     outer = stage_outer_params(lay, pp, arch.word_embed_proj_dim or arch.hidden_size)
     return whole, lay, outer
+
+
+def expert_split(spec: GPUWorkloadSpec) -> tuple[int, int] | None:
+    """How an inference spec's routed experts are split (see
+    :func:`gpu_sizer.budget.params.layout`): vLLM's expert group spans the data x tensor
+    parallel ranks (``FusedMoE``: ``ep_size = dp x tp`` with --enable-expert-parallel, else each
+    expert's width over them); SGLang's ``--dp`` replicas each hold tensor-parallel experts
+    (``--ep-size`` = ``--tp`` with expert parallelism). ``None``: plain tensor parallelism."""
+    inf = spec.inference
+    arch = spec.model.architecture
+    if inf is None or arch is None or arch.experts is None:
+        return None
+    if inf.data_parallel_size == 1 and not inf.enable_expert_parallel:
+        return None
+    ranks = inf.tensor_parallel_size
+    if inf.engine is Engine.vllm:
+        ranks *= inf.data_parallel_size
+    return (1, ranks) if inf.enable_expert_parallel else (ranks, 1)
 
 
 def engine_planner(spec: GPUWorkloadSpec, headroom: float) -> Callable[[GPUClass], EnginePlan]:
@@ -257,8 +281,8 @@ def estimate(spec: GPUWorkloadSpec, gpu_class: GPUClass | None = None) -> Estima
         if models_pool(spec):
             # Class-independent demand: the pool must hold targetConcurrency requests.
             request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
-            kv = math.ceil(inf.target_concurrency * request)
-            kv_tokens = math.ceil(inf.target_concurrency * inf.max_model_len)
+            kv = math.ceil((inf.target_concurrency or 1.0) * request)
+            kv_tokens = math.ceil((inf.target_concurrency or 1.0) * inf.max_model_len)
         else:
             kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
@@ -377,8 +401,8 @@ def _estimate_from_parameter_count(
         if models_pool(spec):
             # Class-independent demand, as for a known family: targetConcurrency requests.
             request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
-            kv = math.ceil(inf.target_concurrency * request)
-            kv_tokens = math.ceil(inf.target_concurrency * inf.max_model_len)
+            kv = math.ceil((inf.target_concurrency or 1.0) * request)
+            kv_tokens = math.ceil((inf.target_concurrency or 1.0) * inf.max_model_len)
         else:
             kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])

@@ -58,8 +58,10 @@ __all__ = [
     "kv_geometry",
     "kv_token_bytes",
     "mamba_state_shapes",
+    "mla_aligned",
     "state_element_bytes",
     "state_page_bytes",
+    "v1_request_bytes",
 ]
 
 #: vLLM's attention block alignment used when it grows the block size of hybrid models.
@@ -262,3 +264,43 @@ def kv_cache_bytes(geometry: KvGeometry, max_model_len: int, max_num_seqs: int) 
         if g.kind != "state"
     ]
     return nbytes, max(caps, default=0) * max_num_seqs
+
+
+def v1_request_bytes(geometry: KvGeometry, max_model_len: int, batched: int, block: int) -> int:
+    """Bytes vLLM V1 reserves for one request of ``max_model_len`` tokens (its start-up check and
+    "Maximum concurrency"), by layer group, in whole ``block``-token pages.
+
+    vLLM ``kv_cache_interface.py`` (0.11.0) ``max_memory_usage_bytes``: full attention and MLA
+    ``cdiv(max_model_len, block)`` pages; ``SlidingWindowSpec`` ``cdiv(min(window - 1 + batched,
+    max_model_len), block) + 1`` (a chunked prefill keeps the window behind the new tokens, and the
+    window need not start on a page boundary); ``ChunkedLocalAttentionSpec``
+    ``cdiv(min(chunk + batched, max_model_len), block)``; Mamba state one page per request.
+
+    :param batched: ``max_num_batched_tokens``; all counts in tokens, the result in bytes.
+    """
+    total = 0
+    for g in geometry.groups:
+        if g.kind == "state":
+            total += g.bytes_per_sequence
+            continue
+        if g.kind == "sliding" and g.token_cap is not None:
+            pages = -(-min(g.token_cap - 1 + batched, max_model_len) // block) + 1
+        elif g.kind == "chunked" and g.token_cap is not None:
+            pages = -(-min(g.token_cap + batched, max_model_len) // block)
+        else:
+            pages = -(-max_model_len // block)
+        total += pages * block * g.bytes_per_token
+    return total
+
+
+def mla_aligned(geometry: KvGeometry, align: int) -> KvGeometry:
+    """``geometry`` with each MLA layer's per-token entry padded to a multiple of ``align`` bytes
+    (vLLM V0 ``CacheEngine`` with ``align_cache``: 576 x 2 = 1,152 bytes become 1,280)."""
+    groups = []
+    for g in geometry.groups:
+        if g.kind == "mla" and g.layers:
+            entry = g.bytes_per_token // g.layers
+            padded = -(-entry // align) * align
+            g = KvGroup(g.kind, g.layers, padded * g.layers, g.token_cap, g.bytes_per_sequence)
+        groups.append(g)
+    return KvGeometry(groups=tuple(groups))

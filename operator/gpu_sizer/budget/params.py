@@ -378,7 +378,12 @@ def stage_layers(arch: Architecture, pp: int) -> range:
 
 
 @lru_cache(maxsize=1024)
-def layout(arch: Architecture, tp: int = 1, layers: range | None = None) -> Layout:
+def layout(
+    arch: Architecture,
+    tp: int = 1,
+    layers: range | None = None,
+    experts: tuple[int, int] | None = None,
+) -> Layout:
     """The parameter layout of one tensor-parallel rank of ``arch`` (``tp`` ranks in all).
 
     Memoised (layouts are immutable): the estimate, its fixes and the webhook ask for the same
@@ -389,10 +394,15 @@ def layout(arch: Architecture, tp: int = 1, layers: range | None = None) -> Layo
         parameter count.
     :param layers: the decoder layers held (a pipeline stage, see :func:`stage_layers`);
         ``None`` holds all of them. Embeddings, lm_head and the encoder are always listed.
+    :param experts: how the routed experts are split, (ranks sharing each expert's width, ranks
+        sharing the experts): ``None`` is ``(tp, 1)``, tensor parallelism; vLLM's data parallel
+        MoE is ``(tp x dp, 1)`` and expert parallelism ``(1, tp x dp)`` (``FusedMoE``: the
+        expert group spans every tensor- and data-parallel rank; the most loaded rank holds
+        ``ceil(experts / ranks)`` experts).
     :raises KeyError: a ``modelType`` without a parameter layout (the estimate takes its
         weights from ``parameterCount`` and never asks).
     """
-    return _layout(arch, FAMILIES[arch.model_type], tp, layers)
+    return _layout(arch, FAMILIES[arch.model_type], tp, layers, experts)
 
 
 def geometry_layout(arch: Architecture, tp: int = 1, layers: range | None = None) -> Layout:
@@ -404,7 +414,13 @@ def geometry_layout(arch: Architecture, tp: int = 1, layers: range | None = None
     return _layout(arch, family(arch.model_type), tp, layers)
 
 
-def _layout(arch: Architecture, fam: Family, tp: int, layers: range | None) -> Layout:
+def _layout(
+    arch: Architecture,
+    fam: Family,
+    tp: int,
+    layers: range | None,
+    experts: tuple[int, int] | None = None,
+) -> Layout:
     from gpu_sizer.budget.vision import encoder_params
 
     h = arch.hidden_size
@@ -417,7 +433,8 @@ def _layout(arch: Architecture, fam: Family, tp: int, layers: range | None) -> L
     for i in range(len(plan)) if layers is None else layers:
         indices.setdefault(plan[i], []).append(i)
     groups = tuple(
-        _group(arch, fam, kind, tuple(idx), tp, attn_bias, norm) for kind, idx in indices.items()
+        _group(arch, fam, kind, tuple(idx), tp, attn_bias, norm, experts)
+        for kind, idx in indices.items()
     )
     embedding = vocab * h
     head = (0 if tied else vocab * h) + norm
@@ -464,6 +481,7 @@ def _group(
     tp: int,
     attn_bias: bool,
     norm: int,
+    experts: tuple[int, int] | None = None,
 ) -> LayerGroup:
     linears: list[Linear] = []
     vectors = 0
@@ -476,7 +494,7 @@ def _group(
     if kind.ffn == "dense":
         _dense(arch, fam, tp, attn_bias, linears)
     elif kind.ffn == "moe":
-        _moe(arch, fam, tp, linears)
+        _moe(arch, fam, tp, linears, experts)
     both = kind.mixer != "none" and kind.ffn != "none"
     norms = fam.norms if both else fam.block_norms
     if arch.model_type == "falcon":
@@ -645,17 +663,25 @@ def _gated(
     out.append(Linear("down", part.down, width, h, copies, bias, True, _path(prefix, part.down)))
 
 
-def _moe(arch: Architecture, fam: Family, tp: int, out: list[Linear]) -> None:
+def _moe(
+    arch: Architecture,
+    fam: Family,
+    tp: int,
+    out: list[Linear],
+    split: tuple[int, int] | None = None,
+) -> None:
     part = fam.moe
     experts = arch.experts
     assert part is not None and experts is not None
+    width_ranks, expert_ranks = split or (tp, 1)
     h = arch.hidden_size
     width = getattr(arch, part.width_key, None) or arch.intermediate_size
     p = part.prefix
     router = Linear("router", part.router, h, experts, 1, part.router_bias, False)
     out.append(router._replace(path=_path(p, part.router)))
     bias = part.expert_bias or arch.mlp_bias
-    _gated(h, _ceil_div(width, tp), _path(p, part.experts_path), part, bias, out, copies=experts)
+    local = _ceil_div(experts, expert_ranks)
+    _gated(h, _ceil_div(width, width_ranks), _path(p, part.experts_path), part, bias, out, local)
     shared_width = 0
     if part.shared == "qwen2":
         shared_width = arch.shared_expert_intermediate_size or 0

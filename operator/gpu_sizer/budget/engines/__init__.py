@@ -13,11 +13,17 @@ Two memory models, chosen by ``spec.inference.engine``:
 
 ``spec.inference.engineVersion`` picks the release; unset, the newest modeled one. A release that
 is not modeled is sized with the rules of the nearest older modeled release (the oldest if it
-predates them all), and :func:`resolve_release` says so in a note.
+predates them all): an engine's allocation rules hold from the release that introduced them until
+one that changed them, and the modeled releases are those changes. :func:`resolve_release` says
+which release an unlisted version maps to, and why, in a note. A version newer than every
+modeled release may have changed anything: it is sized with the newest rules plus
+:data:`NEWER_RELEASE_MARGIN_BYTES` in every profile or warm-up pass (less KV pool, more footprint:
+the fail-safe side), and the note says so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -28,9 +34,12 @@ from gpu_sizer.budget.engines.common import EnginePlan, ServingFacts, serving_fa
 from gpu_sizer.catalog import GPUClass
 
 __all__ = [
+    "NEWER_RELEASE_MARGIN_BYTES",
     "PRE_ALLOCATING",
     "EnginePlan",
     "ServingFacts",
+    "command_args",
+    "is_newer_than_modeled",
     "is_pre_allocating",
     "modeled_releases",
     "models_pool",
@@ -49,6 +58,12 @@ _RELEASES: Final[dict[Engine, tuple[_Release, ...]]] = {
     Engine.sglang: sglang.RELEASES,
     Engine.tgi: tgi.RELEASES,
 }
+
+
+def command_args(engine_args: dict[str, str]) -> list[str]:
+    """``engine_args`` as a container's ``args``: ``--flag=value``, and a boolean flag alone
+    (vLLM's and SGLang's ``store_true`` flags refuse a value: ``--enforce-eager``)."""
+    return [flag if value == "true" else f"{flag}={value}" for flag, value in engine_args.items()]
 
 
 def is_pre_allocating(inference: Inference | None) -> bool:
@@ -74,8 +89,38 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version.lstrip("v").split("+")[0])[:3])
 
 
+#: Added to every profile or warm-up pass of a release newer than every modeled one (bytes).
+NEWER_RELEASE_MARGIN_BYTES: Final = 1 << 30
+
+#: Why an unlisted version of an engine maps where it does, by the modeled release it maps to
+#: (the engines' release history; each modeled release is where a rule changed).
+_WHY: Final[dict[tuple[Engine, str], str]] = {
+    (Engine.vllm, "0.6.3.post1"): "releases before 0.8.0 run the V0 engine by default",
+    (Engine.vllm, "0.8.5"): "0.8.x run V1 with the whole-device accounting",
+    (Engine.vllm, "0.9.2"): "0.9.x size the pool from memory_profiling, NCCL outside it",
+    (Engine.vllm, "0.10.2"): "0.10.x keep 0.9's accounting and FlashInfer sampler",
+    (Engine.vllm, "0.11.0"): "from 0.11 the sampler warm-up sorts the full vocabulary and "
+    "tensor parallelism adds all-reduce buffers inside the budget; no later modeled release "
+    "changed that before 0.19",
+    (Engine.sglang, "0.4.10"): "0.4.x take SGLang's fixed mem_fraction_static table",
+    (Engine.sglang, "0.5.23"): "0.5.x reserve memory by GPU size and CUDA graph settings",
+    (Engine.tgi, "2.4.1"): "2.x run paged attention with 16-token blocks",
+    (Engine.tgi, "3.3.7"): "3.x run flashinfer with 1-token blocks",
+}
+
+
+def is_newer_than_modeled(inference: Inference) -> bool:
+    """Whether ``inference.engineVersion`` is newer than every modeled release of its engine."""
+    releases = _RELEASES.get(inference.engine)
+    asked = inference.engine_version
+    if not releases or asked is None:
+        return False
+    return _key(asked) > _key(releases[0].version)
+
+
 def resolve_release(inference: Inference) -> tuple[_Release, str | None]:
-    """The modeled release for ``inference.engineVersion``, and a note when it is not exact.
+    """The modeled release for ``inference.engineVersion``, and a note when it is not exact
+    (which release it maps to and why; newer than every modeled release: the margin).
 
     :raises KeyError: the engine is not pre-allocating.
     """
@@ -87,12 +132,22 @@ def resolve_release(inference: Inference) -> tuple[_Release, str | None]:
     for rel in releases:
         if _key(rel.version) == want:
             return rel, None
+    modeled = ", ".join(r.version for r in releases)
+    name = inference.engine.value
+    if want > _key(releases[0].version):
+        return releases[0], (
+            f"{name} engineVersion {asked} is newer than every modeled release (modeled: "
+            f"{modeled}): sized with the rules of {releases[0].version}, the newest, plus "
+            f"{NEWER_RELEASE_MARGIN_BYTES / (1 << 30):.0f} GiB in the profile run for what a "
+            "newer release may allocate that gpu-sizer has not read (an upper bound, fail safe)"
+        )
     older = [r for r in releases if _key(r.version) <= want]
     rel = older[0] if older else releases[-1]
     which = "the nearest older modeled release" if older else "the oldest modeled release"
+    why = _WHY.get((inference.engine, rel.version))
     return rel, (
-        f"{inference.engine.value} engineVersion {asked} is not modeled: sized with the rules of "
-        f"{rel.version}, {which} (modeled: {', '.join(r.version for r in releases)})"
+        f"{name} engineVersion {asked} is not modeled: sized with the rules of "
+        f"{rel.version}, {which}" + (f" ({why})" if why else "") + f" (modeled: {modeled})"
     )
 
 
@@ -109,6 +164,8 @@ def planner(
     inf = spec.inference
     assert inf is not None
     rel, note = resolve_release(inf)
+    if is_newer_than_modeled(inf):
+        facts = dataclasses.replace(facts, margin_bytes=NEWER_RELEASE_MARGIN_BYTES)
     on: Callable[[GPUClass], EnginePlan]
     if isinstance(rel, vllm.VllmRelease):
         on = vllm.planner(spec, facts, rel, headroom)

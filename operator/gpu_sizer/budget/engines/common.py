@@ -40,6 +40,7 @@ from gpu_sizer.budget.activations import (
     inference_activation_bytes,
 )
 from gpu_sizer.budget.kv_cache import (
+    KvGeometry,
     kv_cache_bytes,
     kv_element_bytes,
     kv_geometry,
@@ -100,6 +101,8 @@ class KvDemand:
 
     token_bytes: int
     request_bytes: int
+    #: the layer groups both figures come from (engines that reserve per group read it).
+    geometry: KvGeometry | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,35 @@ class ServingFacts:
     groups: int
     act_bytes: int
     parameter_count: int
+    #: bytes added to every profile/warm-up pass when the release is newer than any modeled one
+    #: (:func:`gpu_sizer.budget.engines.planner` sets it; the notes say so).
+    margin_bytes: int = 0
+    #: vLLM's MXFP4 MoE pads each expert's per-rank intermediate width to a multiple of 256
+    #: (:func:`mxfp4_pad_bytes`): the bytes that padding adds on this GPU.
+    mxfp4_pad_bytes: int = 0
+
+
+#: vLLM ``mxfp4.py`` ``Mxfp4MoEMethod.create_weights`` (0.10-0.19): the intermediate size per
+#: partition is rounded up to a multiple of 256 for its Triton/FlashInfer kernels
+#: (``round_up(intermediate_size_per_partition, 256)``); MXFP4 stores 4 bits and one 8-bit
+#: scale per 32 elements. gpt-oss's 2880 becomes 3072: vllm-project/vllm#33155 and the llm-d
+#: table log 64.38 GiB for gpt-oss-120b (the checkpoint holds 60.8 GiB) and 13.47 for -20b.
+MXFP4_PAD: Final = 256
+
+
+def mxfp4_pad_bytes(lay: Layout) -> int:
+    """Bytes vLLM's MXFP4 expert padding adds to ``lay`` (see :data:`MXFP4_PAD`)."""
+    total = 0.0
+    for group in lay.groups:
+        for lin in group.linears:
+            if lin.copies <= 1 or lin.role not in ("gate", "up", "gate_up", "down"):
+                continue
+            fused = lin.role == "gate_up"
+            width = lin.in_features if lin.role == "down" else lin.out_features // (1 + fused)
+            other = lin.out_features if lin.role == "down" else lin.in_features
+            pad = -(-width // MXFP4_PAD) * MXFP4_PAD - width
+            total += group.count * lin.copies * pad * other * (1 + fused) * 4.25 / 8
+    return int(total)
 
 
 def kv_demand(spec: GPUWorkloadSpec, element_bytes: int) -> KvDemand:
@@ -143,7 +175,7 @@ def kv_demand(spec: GPUWorkloadSpec, element_bytes: int) -> KvDemand:
         state_element_bytes(spec.model),
     )
     request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
-    return KvDemand(geometry.bytes_per_token, request)
+    return KvDemand(geometry.bytes_per_token, request, geometry)
 
 
 def serving_facts(
@@ -188,6 +220,9 @@ def serving_facts(
         groups=(tp > 1) + (inf.pipeline_parallel_size > 1),
         act_bytes=act_bytes,
         parameter_count=parameter_count,
+        mxfp4_pad_bytes=mxfp4_pad_bytes(lay)
+        if model.quantization_method is QuantizationMethod.mxfp4
+        else 0,
     )
 
 
@@ -265,7 +300,7 @@ def profile_activation_bytes(
     inf = spec.inference
     assert arch is not None and inf is not None
     acts = inference_activation_bytes(arch, inf, facts.act_bytes, tokens, rows)
-    return acts + facts.dequant_workspace
+    return acts + facts.dequant_workspace + facts.margin_bytes
 
 
 def graph_pool_bytes(facts: ServingFacts, batch: int) -> int:

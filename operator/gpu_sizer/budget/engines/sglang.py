@@ -25,6 +25,21 @@ Modeled from SGLang 0.5.23 (the wheel's ``sglang/srt`` sources):
   Tokens: ``pool // cell_size`` (page size 1).
 - Post-capture KV sizing (``SGLANG_ENABLE_POST_CAPTURE_KV_SIZING``) is off by default; not
   modeled.
+
+Modeled from SGLang 0.4.10 (``srt/server_args.py`` ``ServerArgs.__post_init__``, 0.4.x): the
+default ``mem_fraction_static`` is a table by parallel size (``tp x pp``): 0.88 alone, 0.87 from
+2 GPUs, 0.85 from 4, 0.81 from 8, 0.79 from 16; on GPUs above 96 GiB it grows to ``min(f + 48 GiB
+x (1 - f) / gpu_mem, (gpu_mem - 18 GiB) / gpu_mem)``. ``chunked_prefill_size`` is 2048 under
+25,000 MiB of GPU memory, else 8192; ``cuda_graph_max_bs`` 8 under 25,000 MiB (80 from TP 4),
+else 160; no prefill CUDA graphs. The pool is carved out the same way
+(``model_runner.py`` ``profile_max_num_token``: free memory after loading less
+``(1 - mem_fraction_static)`` of the free memory measured after the distributed initialization).
+
+**Start-up rule** (both releases, ``model_runner.py`` ``init_memory_pool``): SGLang refuses only
+when the pool holds no token ("Not enough memory. Please try to increase
+--mem-fraction-static"). A pool shorter than ``--context-length`` starts; the scheduler then
+refuses longer prompts (``max_req_input_len = min(context_len - 1, max_total_num_tokens - 1)``),
+which the plan notes say. vLLM's "one full-length request must fit" is not SGLang's rule.
 """
 
 from __future__ import annotations
@@ -60,9 +75,14 @@ class SglangRelease:
     """An SGLang release whose rules are modeled (see the module docstring)."""
 
     version: str
+    #: 0.4.x's fixed ``mem_fraction_static`` table instead of 0.5's reserve by GPU size.
+    fraction_table: bool = False
 
 
-RELEASES: Final[tuple[SglangRelease, ...]] = (SglangRelease("0.5.23"),)
+RELEASES: Final[tuple[SglangRelease, ...]] = (
+    SglangRelease("0.5.23"),
+    SglangRelease("0.4.10", fraction_table=True),
+)
 
 
 def _gpu_defaults(gpu_mib: float, tp: int) -> tuple[int, int]:
@@ -91,8 +111,40 @@ def _prefill_graph_sizes(max_bs: int) -> int:
     return sum(1 for s in sizes if s <= max_bs)
 
 
-def _settings(spec: GPUWorkloadSpec, gpu: GPUClass) -> tuple[int, int, int]:
+def _settings_04(spec: GPUWorkloadSpec, gpu: GPUClass) -> tuple[int, int, int]:
+    """0.4.x's (chunked prefill tokens, decode graph max batch, 0 prefill graphs) on ``gpu``."""
+    inf = spec.inference
+    assert inf is not None
+    small = gpu.memory_bytes / MIB < 25_000
+    chunk = 2048 if small else 8192
+    decode_bs = (8 if inf.tensor_parallel_size < 4 else 80) if small else 160
+    if inf.max_num_batched_tokens is not None:
+        chunk = inf.max_num_batched_tokens
+    decode_bs = min(decode_bs, inf.max_num_seqs)
+    return chunk, 0 if inf.enforce_eager else decode_bs, 0
+
+
+def _fraction_04(spec: GPUWorkloadSpec, gpu: GPUClass) -> float:
+    """0.4.x's default ``mem_fraction_static`` (see the module docstring)."""
+    inf = spec.inference
+    assert inf is not None
+    size = inf.tensor_parallel_size * inf.pipeline_parallel_size
+    fraction = 0.79 if size >= 16 else 0.81 if size >= 8 else 0.85 if size >= 4 else 0.87 \
+        if size >= 2 else 0.88  # fmt: skip
+    gpu_mib = gpu.memory_bytes / MIB
+    if gpu_mib > 96 * 1024:
+        fraction = min(
+            fraction + 48 * 1024 * (1 - fraction) / gpu_mib, (gpu_mib - 18 * 1024) / gpu_mib
+        )
+    return round(fraction, 3)
+
+
+def _settings(
+    spec: GPUWorkloadSpec, gpu: GPUClass, rel: SglangRelease | None = None
+) -> tuple[int, int, int]:
     """(chunked prefill tokens, decode graph max batch, prefill graph count) on ``gpu``."""
+    if rel is not None and rel.fraction_table:
+        return _settings_04(spec, gpu)
     inf = spec.inference
     assert inf is not None
     chunk, decode_bs = _gpu_defaults(gpu.memory_bytes / MIB, inf.tensor_parallel_size)
@@ -104,8 +156,13 @@ def _settings(spec: GPUWorkloadSpec, gpu: GPUClass) -> tuple[int, int, int]:
     return chunk, decode_bs, _prefill_graph_sizes(chunk)
 
 
-def default_mem_fraction_static(spec: GPUWorkloadSpec, gpu: GPUClass) -> float:
-    """SGLang's own ``mem_fraction_static`` default on ``gpu`` (``handle_gpu_memory_settings``)."""
+def default_mem_fraction_static(
+    spec: GPUWorkloadSpec, gpu: GPUClass, rel: SglangRelease | None = None
+) -> float:
+    """SGLang's own ``mem_fraction_static`` default on ``gpu`` (0.5: ``handle_gpu_memory_settings``;
+    0.4: ``ServerArgs.__post_init__``'s table)."""
+    if rel is not None and rel.fraction_table:
+        return _fraction_04(spec, gpu)
     inf = spec.inference
     assert inf is not None
     gpu_mib = gpu.memory_bytes / MIB
@@ -131,12 +188,12 @@ def plan(
     assert inf is not None
     usable = gpu.usable
     quant, marlin_excess, kv_flag, kv, notes = class_inputs(spec, facts, gpu)
-    chunk, decode_bs, prefill_graphs = _settings(spec, gpu)
+    chunk, decode_bs, prefill_graphs = _settings(spec, gpu, rel)
     acts = profile_activation_bytes(spec, facts, chunk, inf.max_num_seqs)
     graphs = graph_pool_bytes(facts, decode_bs) + prefill_graphs * PREFILL_GRAPH_BYTES
     outside = CUDA_CONTEXT_BYTES + facts.groups * COMM_GROUP_BYTES
     pre_load = usable - outside
-    default = default_mem_fraction_static(spec, gpu)
+    default = default_mem_fraction_static(spec, gpu, rel)
     dynamic = acts + graphs + marlin_excess
     if inf.gpu_memory_utilization is not None:
         fraction, chosen = inf.gpu_memory_utilization, False
@@ -156,7 +213,14 @@ def plan(
             f"KV cache under --mem-fraction-static={fraction:g} (raise it above {minimum:.3f})"
         )
         tokens, concurrency = 0, 0.0
-    elif dynamic > pre_load - static:
+    elif kv.token_bytes and tokens < inf.max_model_len:
+        notes = (
+            *notes,
+            f"SGLang {rel.version} starts with a KV pool of {tokens:,} tokens, fewer than "
+            f"--context-length {inf.max_model_len}: it refuses prompts longer than "
+            f"{max(tokens - 1, 0):,} tokens (max_req_input_len)",
+        )
+    if start_error is None and dynamic > pre_load - static:
         runtime_error = (
             f"SGLang {rel.version} runs out of memory under load: activations "
             f"({acts / GIB:.2f} GiB for {chunk} prefill tokens) and CUDA graphs "
@@ -171,6 +235,10 @@ def plan(
         "--mem-fraction-static": f"{fraction:g}",
         **parallel_args(spec, "--tp-size", "--pp-size"),
     }
+    if inf.data_parallel_size > 1:
+        args["--dp-size"] = str(inf.data_parallel_size)
+    if inf.enable_expert_parallel:
+        args["--ep-size"] = str(inf.tensor_parallel_size)
     if kv_flag != KvCacheDtype.auto.value:
         args["--kv-cache-dtype"] = sglang_kv[kv_flag]
     if inf.max_num_batched_tokens is not None:

@@ -23,6 +23,18 @@ Modeled from TGI 3.3.7 (huggingface/text-generation-inference at tag v3.3.7):
   (``vram_maximum``: NVML total x shards x fraction x 0.95 less ``model_vram``, over
   ``token_vram``; skipped for quantized models).
 - No pipeline parallelism (shards are tensor-parallel only).
+
+The pool is the wiggle room's share of the memory left *under the fraction*:
+``num_blocks = free_memory x TGI_WIGGLE_ROOM // block_bytes + batch.num_blocks``, where
+``free_memory = mem_get_info free - (1 - fraction) x total`` is what the fraction leaves after
+everything the process holds (CUDA context, NCCL, weights, the warm-up's cached activations and
+its own KV blocks, which are added back). So ``pool = 0.90 x (fraction x total - held) + warm-up
+blocks``, not ``0.90 x fraction x total - held``: a 15 GiB model gets 1.5 GiB more pool than
+the second form says.
+
+Modeled from TGI 2.4.1 too (the same ``warmup`` arithmetic): ``BLOCK_SIZE`` 16 with the default
+paged attention (256 with flashdecoding), and ``--max-batch-prefill-tokens`` defaulting to
+``max_input_tokens + 50`` (the launcher computes no FLOPs-based default before 3.0).
 """
 
 from __future__ import annotations
@@ -79,27 +91,34 @@ class TgiRelease:
     """A TGI release whose rules are modeled (see the module docstring)."""
 
     version: str
+    #: 2.x: paged attention (16-token blocks) and ``max_input_tokens + 50`` prefill tokens.
+    paged: bool = False
 
 
-RELEASES: Final[tuple[TgiRelease, ...]] = (TgiRelease("3.3.7"),)
+RELEASES: Final[tuple[TgiRelease, ...]] = (TgiRelease("3.3.7"), TgiRelease("2.4.1", paged=True))
 
 
-def block_size(spec: GPUWorkloadSpec) -> int:
-    """Tokens per KV block: 1 (flashinfer) unless the launcher falls back to flashdecoding."""
+def block_size(spec: GPUWorkloadSpec, rel: TgiRelease | None = None) -> int:
+    """Tokens per KV block: 1 (3.x flashinfer) or 16 (2.x paged attention) unless the launcher
+    falls back to flashdecoding (256)."""
     arch = spec.model.architecture
     assert arch is not None
     if arch.head_size not in (64, 128, 256) or arch.model_type == "falcon":
         return 256
-    return 1
+    return 16 if rel is not None and rel.paged else 1
 
 
-def max_batch_prefill_tokens(spec: GPUWorkloadSpec, gpu: GPUClass, fraction: float) -> int:
+def max_batch_prefill_tokens(
+    spec: GPUWorkloadSpec, gpu: GPUClass, fraction: float, rel: TgiRelease | None = None
+) -> int:
     """The launcher's ``--max-batch-prefill-tokens`` default on ``gpu`` (or the spec's value)."""
     inf = spec.inference
     arch = spec.model.architecture
     assert inf is not None and arch is not None
     if inf.max_num_batched_tokens is not None:
         return inf.max_num_batched_tokens
+    if rel is not None and rel.paged:
+        return max(1, inf.max_model_len - 1) + 50
     shards = inf.tensor_parallel_size
     heads, kv_heads, head = arch.num_attention_heads, arch.kv_heads, arch.head_size
     hidden, layers = arch.hidden_size, arch.num_hidden_layers
@@ -142,19 +161,31 @@ def plan(
         facts, 0 if inf.enforce_eager else min(CUDA_GRAPH_MAX_BATCH, inf.max_num_seqs)
     )
     beyond = graphs + marlin_excess
+    inside = CUDA_CONTEXT_BYTES + facts.groups * COMM_GROUP_BYTES + NON_TORCH_BYTES
+    block = block_size(spec, rel)
+
+    def holds(fraction: float) -> tuple[int, int, int, int]:
+        """(prefill tokens, warm-up activations, its KV blocks' bytes, all the process holds)."""
+        prefill = max_batch_prefill_tokens(spec, gpu, fraction, rel)
+        acts = profile_activation_bytes(spec, facts, prefill, inf.max_num_seqs)
+        acts += allocator_reserve_bytes(acts)  # the warm-up's blocks stay reserved when measured
+        warmup_kv = -(-prefill // block) * block * kv.token_bytes
+        return prefill, acts, warmup_kv, inside + facts.weights + quant + acts + warmup_kv
+
     if inf.gpu_memory_utilization is not None:
         fraction, chosen = inf.gpu_memory_utilization, False
     else:
+        # footprint = 0.90 x fraction x usable + 0.10 x held + beyond (see the module docstring)
+        held_at_default = holds(1.0)[3]
         fraction, chosen = choose_fraction(
-            1.0, ((1 - headroom) * usable - beyond) / (WIGGLE_ROOM * usable), 2
+            1.0,
+            ((1 - headroom) * usable - beyond - (1 - WIGGLE_ROOM) * held_at_default)
+            / (WIGGLE_ROOM * usable),
+            2,
         )
-    prefill = max_batch_prefill_tokens(spec, gpu, fraction)
-    acts = profile_activation_bytes(spec, facts, prefill, inf.max_num_seqs)
-    acts += allocator_reserve_bytes(acts)  # the warm-up's blocks stay reserved when measured
-    inside = CUDA_CONTEXT_BYTES + facts.groups * COMM_GROUP_BYTES + NON_TORCH_BYTES
-    budget = int(WIGGLE_ROOM * fraction * usable)
-    pool = budget - inside - facts.weights - quant - acts
-    block = block_size(spec)
+    prefill, acts, warmup_kv, held = holds(fraction)
+    budget = int(fraction * usable)
+    pool = int(WIGGLE_ROOM * (budget - held)) + warmup_kv if budget > held else budget - held
     tokens, concurrency = kv_capacity(pool, kv, block)
     start_error = None
     if inf.pipeline_parallel_size > 1:
@@ -162,8 +193,8 @@ def plan(
     elif pool <= 0:
         start_error = (
             f"TGI {rel.version} refuses to start: not enough memory to handle {prefill} prefill "
-            f"tokens within --cuda-memory-fraction {fraction:g} x {WIGGLE_ROOM} "
-            f"({budget / GIB:.2f} GiB); decrease --max-batch-prefill-tokens"
+            f"tokens within --cuda-memory-fraction {fraction:g} ({budget / GIB:.2f} GiB); "
+            "decrease --max-batch-prefill-tokens"
         )
     elif inf.max_model_len > tokens:
         start_error = (

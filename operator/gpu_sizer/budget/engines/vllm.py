@@ -51,8 +51,52 @@ Modeled from the source of three releases (the wheels' Python files):
   ``non_torch_memory=0.35GiB``), plus :data:`~.common.COMM_GROUP_BYTES` per parallel group
   (NCCL is initialized after the free-memory baseline, so it counts).
 
+**0.8, 0.9 and 0.10 (V1 engine, the default from 0.8.0)** — the same ``gpu_worker.py`` flow
+with an older accounting and defaults:
+
+- 0.9 and 0.10 size the pool from ``memory_profiling`` as 0.11 does, NCCL and the CUDA context
+  outside the budget: vllm-project/vllm#22177 (0.10.0, TP 8) logs 12.22 GiB of KV cache, which
+  that accounting reproduces within 5 % and NCCL inside the budget would put 14 % lower; 0.8
+  subtracts every non-PyTorch byte the device holds after the profile run (``total - free -
+  torch allocated``: the CUDA context and NCCL too) from ``total x gpu_memory_utilization``.
+- CUDA graphs for decode batches ``[1, 2, 4] + range(8, 513, 8)`` (``cuda_graph_sizes`` default
+  512) whatever ``max_num_seqs``; 0.8's OpenAI server defaults ``max_num_batched_tokens`` to
+  2048 on every GPU, the GPU-dependent 8192 came with 0.9.
+- The sampler warm-up (``_dummy_sampler_run``) goes through FlashInfer's top-k/top-p kernels in
+  these releases' images and adds no more than the logits (:func:`~gpu_sizer.budget.activations.
+  logits_bytes`), as vllm-project/vllm#22177 (0.10.0) shows.
+
+**The sampler warm-up in 0.11 and later** (``gpu_model_runner.py`` ``_dummy_sampler_run``: one
+row per request, ``min(max_num_seqs, max_num_batched_tokens)`` of them, with dummy top-k/top-p
+through PyTorch's native ``apply_top_k_top_p``): the 16-bit logits, their float32 copy, the sort's
+values and int64 indices, the softmax, cumulative sum and masks over the full vocabulary, and the
+scattered result, all live at once. It runs after the dummy forward pass has returned, so the
+profile peak is the larger of the forward pass and the sampler (plus the forward's hidden states,
+still referenced). Calibrated on the llm-d-benchmark table of vLLM 0.11 runs on H100 (default
+``max_num_seqs`` 1024, ``config_explorer/empirical-vllm-memory-results.md``): Qwen3-0.6B,
+Qwen3-32B, Llama-3.1-8B, Llama-3.3-70B TP 2, gpt-oss-20b and -120b log a peak activation of
+``1024 x vocab x 38.3 bytes`` within 0.5 % (5.56, 5.64, 4.76, 4.84, 7.38 and 7.38 GiB), whatever
+the model's width: :data:`SAMPLER_BYTES_V1`. 0.19's model runner skips most of that work
+(vllm-project/vllm's comment "the sampler may skip top_k, top_p"); gpt-oss-20b on an A100 under
+0.19.0 (myoceane.fr, "vLLM A100 Gemma 4": 13.72 GiB of weights, 36.56 GiB of KV cache at 0.65)
+leaves 1.1 GiB for 256 rows of 201,088 logits: 22 bytes each, :data:`SAMPLER_BYTES_V19`.
+Tensor parallelism adds 0.42 GiB of non-PyTorch memory inside the budget there (0.55 GiB at TP 2
+against 0.13 GiB at TP 1 in the same table: all-reduce buffers registered on first use).
+
+**Sliding-window and chunked layers under V1** (``kv_cache_interface.py`` ``SlidingWindowSpec``/
+``ChunkedLocalAttentionSpec.max_memory_usage_bytes``): one request reserves
+``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block) + 1`` blocks of a sliding
+layer (``min(chunk + max_num_batched_tokens, max_model_len)`` tokens of a chunked one), not the
+window; the start-up check and the "Maximum concurrency" use that.
+
+**V0 specifics**: the start check compares ``max_model_len`` with the pool's tokens, windows or
+not (``raise_if_cache_size_invalid``), and MLA's 576-element entry (1,152 bytes in 16 bits) is
+padded to a multiple of 256 bytes (``CacheEngine`` ``align_cache``: 1,280).
+
 Releases between and after are sized with the rules of the nearest older modeled release (the
-estimate's notes say so); gpu-sizer does not claim what it has not read.
+estimate's notes say so); gpu-sizer does not claim what it has not read. A release newer than
+every modeled one is sized with the newest rules plus a stated margin (see
+:mod:`gpu_sizer.budget.engines`).
 """
 
 from __future__ import annotations
@@ -63,6 +107,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
+from gpu_sizer.budget.activations import logits_bytes
 from gpu_sizer.budget.engines.common import (
     COMM_GROUP_BYTES,
     CUDA_CONTEXT_BYTES,
@@ -78,6 +123,7 @@ from gpu_sizer.budget.engines.common import (
     parallel_args,
     profile_activation_bytes,
 )
+from gpu_sizer.budget.kv_cache import kv_cache_bytes, mla_aligned, v1_request_bytes
 from gpu_sizer.budget.runtime import allocator_reserve_bytes
 from gpu_sizer.catalog import GPUClass
 
@@ -87,6 +133,16 @@ __all__ = ["BLOCK_SIZE", "DEFAULT_UTILIZATION", "RELEASES", "VllmRelease", "plan
 BLOCK_SIZE: Final = 16
 #: ``--gpu-memory-utilization`` default in every modeled release.
 DEFAULT_UTILIZATION: Final = 0.9
+
+
+#: Bytes per logit element the 0.11 sampler warm-up holds at its peak (see the module docstring).
+SAMPLER_BYTES_V1: Final = 38.3
+#: The same for 0.19 (see the module docstring).
+SAMPLER_BYTES_V19: Final = 22
+#: Non-PyTorch bytes a tensor-parallel group adds inside the budget from 0.11 on.
+TP_INSIDE_BYTES: Final = round(0.42 * GIB)
+#: V0's MLA cache entry alignment (``CacheEngine`` ``align_to_256bytes``).
+MLA_ALIGN_BYTES: Final = 256
 
 
 @dataclass(frozen=True)
@@ -99,15 +155,35 @@ class VllmRelease:
     non_torch_bytes: int
     #: Communication buffers are allocated before the memory snapshot (outside the budget).
     comm_outside_budget: bool
+    #: Every non-PyTorch byte on the device counts inside the budget (0.8: the CUDA context too).
+    context_inside_budget: bool = False
+    #: Sampler warm-up bytes per logit element at its own peak, after the forward pass; 0: the
+    #: logits add to the forward pass (:func:`~gpu_sizer.budget.activations.logits_bytes`).
+    sampler_bytes: float = 0
+    #: Decode CUDA graphs up to ``min(2 x max_num_seqs, 512)`` (0.11+); else up to 512.
+    graphs_follow_seqs: bool = True
+    #: ``max_num_batched_tokens`` defaults by GPU (0.9+); else 2048 (0.8's OpenAI server).
+    device_batch_defaults: bool = True
+    #: Non-PyTorch bytes a tensor-parallel group adds inside the budget.
+    tp_inside_bytes: int = 0
 
 
 RELEASES: Final[tuple[VllmRelease, ...]] = (
-    VllmRelease("0.19.1", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=True),
-    VllmRelease("0.11.0", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=True),
+    VllmRelease("0.19.1", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=True,
+                sampler_bytes=SAMPLER_BYTES_V19, tp_inside_bytes=TP_INSIDE_BYTES),
+    VllmRelease("0.11.0", v1=True, non_torch_bytes=round(0.13 * GIB), comm_outside_budget=True,
+                sampler_bytes=SAMPLER_BYTES_V1, tp_inside_bytes=TP_INSIDE_BYTES),
+    VllmRelease("0.10.2", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=True,
+                graphs_follow_seqs=False),
+    VllmRelease("0.9.2", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=True,
+                graphs_follow_seqs=False),
+    VllmRelease("0.8.5", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=False,
+                context_inside_budget=True, graphs_follow_seqs=False,
+                device_batch_defaults=False),
     VllmRelease(
         "0.6.3.post1", v1=False, non_torch_bytes=round(0.35 * GIB), comm_outside_budget=False
     ),
-)
+)  # fmt: skip
 
 
 def max_num_batched_tokens(spec: GPUWorkloadSpec, gpu: GPUClass, rel: VllmRelease) -> int:
@@ -121,7 +197,8 @@ def max_num_batched_tokens(spec: GPUWorkloadSpec, gpu: GPUClass, rel: VllmReleas
     length, seqs = inf.max_model_len, inf.max_num_seqs
     if rel.v1:
         large = gpu.usable >= 70 * GIB and "a100" not in gpu.name.lower()
-        return min(seqs * length, 8192 if large else 2048)
+        default = 8192 if large and rel.device_batch_defaults else 2048
+        return min(seqs * length, default)
     chunked = length > 32768 and arch.sliding_window is None
     return 512 if chunked else max(length, 2048)
 
@@ -134,7 +211,7 @@ def graph_batch(spec: GPUWorkloadSpec, rel: VllmRelease, batched: int) -> int:
         return 0
     seqs = inf.max_num_seqs
     if rel.v1:
-        return min(2 * seqs, 512, batched)
+        return min(2 * seqs if rel.graphs_follow_seqs else 512, 512, batched)
     padded = seqs if seqs in (1, 2, 4) else -(-seqs // 8) * 8
     return min(padded, 8192)
 
@@ -164,13 +241,23 @@ def planner(
     assert inf is not None
     comm = facts.groups * COMM_GROUP_BYTES
     non_torch = rel.non_torch_bytes + (0 if rel.comm_outside_budget else comm)
-    before_snapshot = CUDA_CONTEXT_BYTES + (comm if rel.comm_outside_budget else 0)
+    if inf.tensor_parallel_size > 1:
+        non_torch += rel.tp_inside_bytes
+    before_snapshot = comm if rel.comm_outside_budget else 0
+    if rel.context_inside_budget:
+        non_torch += CUDA_CONTEXT_BYTES
+    else:
+        before_snapshot += CUDA_CONTEXT_BYTES
     given = inf.gpu_memory_utilization
     base_args = {
         "--max-model-len": str(inf.max_model_len),
         "--max-num-seqs": str(inf.max_num_seqs),
     }
     extra_args = parallel_args(spec, "--tensor-parallel-size", "--pipeline-parallel-size")
+    if inf.data_parallel_size > 1:
+        extra_args["--data-parallel-size"] = str(inf.data_parallel_size)
+    if inf.enable_expert_parallel:
+        extra_args["--enable-expert-parallel"] = "true"
     if inf.max_num_batched_tokens is not None:
         extra_args["--max-num-batched-tokens"] = str(inf.max_num_batched_tokens)
     if inf.enforce_eager:
@@ -178,13 +265,13 @@ def planner(
     by_batch: dict[int, tuple[int, int]] = {}
     plain = not facts.fp8_weights and inf.kv_cache_dtype is KvCacheDtype.auto
     as_stored = ClassInputs(facts.quant, 0, "auto", facts.kv, ())
-    weights = facts.weights
+    weights = facts.weights + facts.mxfp4_pad_bytes
 
     def per_batch(batched: int) -> tuple[int, int]:
         """(activations, CUDA graph pool) for a profile run of ``batched`` tokens."""
         if batched not in by_batch:
             rows = min(inf.max_num_seqs, batched)
-            acts = profile_activation_bytes(spec, facts, batched, rows)
+            acts = profile_bytes(spec, facts, rel, batched, rows)
             if not rel.v1:  # V0 measures the profile run's reserved memory, not allocated
                 acts += allocator_reserve_bytes(acts)
             by_batch[batched] = (acts, graph_pool_bytes(facts, graph_batch(spec, rel, batched)))
@@ -206,6 +293,7 @@ def planner(
             )
         requested = math.ceil(usable * fraction) if rel.v1 else int(usable * fraction)
         pool = requested - (weights + quant + acts + non_torch)
+        kv = reserved_demand(spec, rel, kv, batched)
         start_error = _start_error(
             spec, rel, usable, fraction, requested, before_snapshot, pool, kv
         )
@@ -220,7 +308,7 @@ def planner(
             fraction=fraction,
             fraction_default=DEFAULT_UTILIZATION,
             fraction_chosen=chosen,
-            weights=facts.weights,
+            weights=weights,
             quant=quant,
             activations=acts,
             kv_pool=max(pool, 0),
@@ -236,6 +324,46 @@ def planner(
         )
 
     return on
+
+
+def profile_bytes(
+    spec: GPUWorkloadSpec, facts: ServingFacts, rel: VllmRelease, tokens: int, rows: int
+) -> int:
+    """Peak bytes of ``rel``'s profile run: a dummy forward of ``tokens`` tokens, then the sampler
+    warm-up over ``rows`` requests (see the module docstring). Releases whose warm-up stays within
+    the logits count them with the forward pass; from 0.11 on the warm-up peaks on its own, while
+    the forward's hidden states (``tokens x hiddenSize``) are still held."""
+    forward = profile_activation_bytes(spec, facts, tokens, rows)
+    if not rel.sampler_bytes:
+        return forward
+    arch = spec.model.architecture
+    assert arch is not None
+    act = facts.act_bytes
+    sampler = int(rows * arch.vocab_size * rel.sampler_bytes) + tokens * arch.hidden_size * act
+    without_logits = forward - logits_bytes(arch, rows, act)
+    return max(without_logits, sampler + facts.dequant_workspace + facts.margin_bytes)
+
+
+def reserved_demand(
+    spec: GPUWorkloadSpec, rel: VllmRelease, kv: KvDemand, batched: int
+) -> KvDemand:
+    """``kv`` as ``rel`` reserves it per request: V1's per-layer-group pages
+    (:func:`gpu_sizer.budget.kv_cache.v1_request_bytes`), V0's MLA entries padded to 256 bytes."""
+    inf = spec.inference
+    assert inf is not None
+    geometry = kv.geometry
+    if geometry is None:
+        return kv
+    if not rel.v1:
+        if not any(g.kind == "mla" for g in geometry.groups):
+            return kv
+        padded = mla_aligned(geometry, MLA_ALIGN_BYTES)
+        request, _ = kv_cache_bytes(padded, inf.max_model_len, 1)
+        return KvDemand(padded.bytes_per_token, request, padded)
+    if all(g.kind in ("full", "mla") for g in geometry.groups):
+        return kv  # one page per block of maxModelLen in every layer: the plain figure
+    request = v1_request_bytes(geometry, inf.max_model_len, batched, BLOCK_SIZE)
+    return KvDemand(kv.token_bytes, request, geometry)
 
 
 def _start_error(
@@ -264,14 +392,18 @@ def _start_error(
             f"({pool / GIB:.2f} GiB left for the KV cache)"
         )
     block_bytes = BLOCK_SIZE * max(kv.token_bytes, 1)
-    needed = -(-kv.request_bytes // block_bytes) * block_bytes
-    if needed > pool:
-        if not rel.v1:
+    if not rel.v1:
+        # raise_if_cache_size_invalid: maxModelLen tokens in the pool, sliding window or not
+        stored = pool // block_bytes * BLOCK_SIZE
+        if kv.token_bytes and inf.max_model_len > stored:
             return (
                 f"vLLM {rel.version} refuses to start: the model's max seq len "
                 f"({inf.max_model_len}) is larger than the maximum number of tokens that can be "
-                f"stored in KV cache ({pool // block_bytes * BLOCK_SIZE})"
+                f"stored in KV cache ({stored})"
             )
+        return None
+    needed = -(-kv.request_bytes // block_bytes) * block_bytes
+    if needed > pool:
         return (
             f"vLLM {rel.version} refuses to start: to serve one request of maxModelLen "
             f"{inf.max_model_len} tokens, {needed / GIB:.2f} GiB of KV cache is needed, more than "
