@@ -1,7 +1,7 @@
 """Minimal reproductions of kmock 0.8 behaviours that break real clients (plain kmock only).
 
 ``python hack/kmock_repro.py`` prints one line per finding; gpu-sizer's loopback API server
-works around each (operator/gpu_sizer/controller/emulator_kubectl.py). For reports upstream.
+works around each (testbed/gpu_sizer_testbed/kubectl.py). For reports upstream.
 
 1. Core-group discovery says ``groupVersion: /v1``: kubectl then finds no nodes or namespaces.
 2. Subresources are listed with the main resource's verbs, short names and singular name:

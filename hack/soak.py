@@ -29,7 +29,7 @@ from tests.e2e.conftest import CRDS, NODES, OperatorProcess, gpu_node  # noqa: E
 from tests.e2e.soak import soak  # noqa: E402
 from tests.e2e.test_soak import soak_faults  # noqa: E402
 
-from gpu_sizer.controller.emulator import LoopbackCluster, crd_document  # noqa: E402
+from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document  # noqa: E402
 
 
 async def main() -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_sizer.controller import demo
+from gpu_sizer_testbed import demo
 
 ROOT = Path(__file__).resolve().parents[2]
 

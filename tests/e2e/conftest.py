@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpu_sizer.controller.emulator import (
+from gpu_sizer_testbed.emulator import (
     ApiStatus,
     LoopbackCluster,
     crd_document,

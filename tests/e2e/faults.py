@@ -1,7 +1,7 @@
 """API faults for the end-to-end suite and the soak (issue 13): what a busy or failing API server
 does to an operator.
 
-Install on the loopback emulator (:class:`gpu_sizer.controller.emulator.ApiServerEmulator`
+Install on the loopback emulator (:class:`gpu_sizer_testbed.emulator.ApiServerEmulator`
 calls :meth:`Faults.before` for every request and passes every watch stream through
 :meth:`Faults.watch`)::
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpu_sizer.controller.emulator import LoopbackCluster, crd_document, kueue_resources
 from gpu_sizer.kueue_check import CONTROLLER_NAME
+from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document, kueue_resources
 
 from .conftest import CRDS, GW, NODES, NS, eventually, gpu_node, spec, workload
 

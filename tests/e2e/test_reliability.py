@@ -21,7 +21,7 @@ from typing import Any
 import kmock
 import pytest
 
-from gpu_sizer.controller.emulator import LoopbackCluster
+from gpu_sizer_testbed.emulator import LoopbackCluster
 from tests.e2e.conftest import (
     EVENTS,
     GW,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_sizer.controller.emulator import LoopbackCluster
+from gpu_sizer_testbed.emulator import LoopbackCluster
 from tests.e2e.faults import Faults
 from tests.e2e.soak import soak
 

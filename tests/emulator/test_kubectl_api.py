@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gpu_sizer.controller.emulator import LoopbackCluster, crd_document
+from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document
 
 GW = ("gpusizer.dev", "v1alpha1", "gpuworkloads")
 JOBS = ("batch", "v1", "jobs")

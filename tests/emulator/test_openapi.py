@@ -4,8 +4,8 @@ and what kubectl explain reads."""
 from __future__ import annotations
 
 from gpu_sizer.api import GROUP, KIND, PLURAL, VERSION
-from gpu_sizer.controller.emulator import crd_document
-from gpu_sizer.controller.emulator_openapi import (
+from gpu_sizer_testbed.emulator import crd_document
+from gpu_sizer_testbed.openapi import (
     ServedResource,
     group_version_document,
     index_document,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_sizer.controller.emulator_selectors import InvalidSelector, field_selector, label_selector
+from gpu_sizer_testbed.selector import InvalidSelector, field_selector, label_selector
 
 POD = {
     "metadata": {"name": "p1", "namespace": "ml", "labels": {"app": "probe", "tier": "gpu"}},

@@ -8,7 +8,7 @@ import datetime
 import pytest
 
 from gpu_sizer.api.crd import PRINTER_COLUMNS
-from gpu_sizer.controller.emulator_tables import (
+from gpu_sizer_testbed.tables import (
     InvalidJsonPath,
     builtin_columns,
     crd_columns,

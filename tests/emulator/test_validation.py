@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpu_sizer.controller.emulator import crd_document
-from gpu_sizer.controller.emulator_validation import check
+from gpu_sizer_testbed.emulator import crd_document
+from gpu_sizer_testbed.validation import check
 
 SCHEMA = crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 

@@ -18,7 +18,7 @@ from gpu_sizer.api import GROUP, VERSION
 from gpu_sizer.api.record import parse_record
 from gpu_sizer.calibration import Component, learn, sample_from_record, samples_from
 from gpu_sizer.cli import main
-from gpu_sizer.controller.emulator import LoopbackCluster, crd_document
+from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document
 
 HERE = Path(__file__).parent / "records"
 RECORDS = HERE / "gpumeasurements.yaml"

@@ -1,6 +1,6 @@
 """``gpu-sizer demo``: the whole operator on one machine, no cluster and no GPU needed.
 
-It serves a Kubernetes API on 127.0.0.1 (kmock's emulator, :mod:`gpu_sizer.controller.emulator`),
+It serves a Kubernetes API on 127.0.0.1 (kmock's emulator, :mod:`gpu_sizer_testbed.emulator`),
 installs the GPUWorkload CRD, the namespaces the examples use and fake GPU nodes of a few
 classes (labelled as GPU Feature Discovery would), applies ``examples/``, runs the real
 ``gpu-sizer operator`` process with the local measurement backend, prints a ``kubectl get
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gpu_sizer
 from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.yamlio import load_all, read_text
@@ -434,7 +435,7 @@ def _write_kubeconfig(source: str, target: str | None) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from gpu_sizer.controller.emulator import (
+    from gpu_sizer_testbed.emulator import (
         LoopbackCluster,
         crd_document,
         record_crd_document,
@@ -494,7 +495,8 @@ async def _run(args: argparse.Namespace) -> int:
         # variable in the user's shell (say GPU_SIZER_NAMESPACE) must not reconfigure it.
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SIZER_")}
         env["KUBECONFIG"] = cluster.kubeconfig
-        src = Path(__file__).resolve().parents[2]
+        # The gpu_sizer the demo imported, for the operator's and the probes' processes too.
+        src = Path(gpu_sizer.__file__).resolve().parents[1]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
         probe = [sys.executable, "-m", "gpu_sizer.probe", "--device", device]
         argv = [

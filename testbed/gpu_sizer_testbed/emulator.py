@@ -25,7 +25,7 @@ import kmock
 
 from gpu_sizer.api import GROUP, KIND, PLURAL, SHORT_NAME, SINGULAR, VERSION
 from gpu_sizer.api.record import RECORD_KIND, RECORD_PLURAL, RECORD_SHORT_NAME, RECORD_SINGULAR
-from gpu_sizer.controller.emulator_kubectl import KubectlApi
+from gpu_sizer_testbed.kubectl import KubectlApi
 
 __all__ = [
     "RESOURCES",
@@ -174,27 +174,13 @@ def path_of(
 
 
 def crd_document() -> dict[str, Any]:
-    """The GPUWorkload CRD: the generated file in crds/ when this is a source checkout."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "crds" / "gpuworkloads.gpusizer.dev.yaml"
-        if candidate.exists():
-            from gpu_sizer.yamlio import load, read_text
+    """The GPUWorkload CRD, generated from the API models (the document ``crds/`` holds).
 
-            doc = load(read_text(candidate))
-            if isinstance(doc, dict):
-                return doc
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR},
-            "scope": "Namespaced",
-            "versions": [{"name": VERSION, "served": True, "storage": True}],
-        },
-    }
+    From the models rather than a file, so that an installed wheel serves the same schema as a
+    source checkout."""
+    from gpu_sizer.api.crd import build_crd
+
+    return build_crd()
 
 
 def record_crd_document() -> dict[str, Any]:
@@ -227,7 +213,7 @@ def _conflict(message: str) -> Exception:
 
 class ApiServerEmulator(KubectlApi, kmock.KubernetesEmulator):
     """kmock's emulator plus the object bookkeeping a real API server does on writes, and
-    the API surface real ``kubectl`` needs (:class:`~gpu_sizer.controller.emulator_kubectl.
+    the API surface real ``kubectl`` needs (:class:`~gpu_sizer_testbed.kubectl.
     KubectlApi`).
 
     kmock 0.8 stores objects exactly as sent. Here, before kmock stores a write: a created
@@ -512,8 +498,9 @@ class LoopbackCluster:
 
 
 class ApiStatus(Exception):
-    """An error status from the API server."""
+    """An error status from the API server; ``text`` is the response body (a Status)."""
 
     def __init__(self, status: int, text: str) -> None:
         super().__init__(f"HTTP {status}: {text[:300]}")
         self.status = status
+        self.text = text

@@ -2,16 +2,16 @@
 
 kmock 0.8's ``KubernetesEmulator`` is made for testing operators through a client library;
 ``kubectl`` asks for more. :class:`KubectlApi` is a mixin placed before
-``kmock.KubernetesEmulator`` in :class:`~gpu_sizer.controller.emulator.ApiServerEmulator`'s
+``kmock.KubernetesEmulator`` in :class:`~gpu_sizer_testbed.emulator.ApiServerEmulator`'s
 bases; it overrides kmock's serving methods (kmock's documented way to extend the emulator) so
 that these work against ``gpu-sizer demo --serve``:
 
 - ``kubectl get gpuw -A``: lists carry ``kind: GPUWorkloadList`` and ``apiVersion``
   (kmock's have neither, and kubectl stops at ``Object 'Kind' is missing``), are ordered by
   namespace and name, and honour ``labelSelector`` and ``fieldSelector``
-  (:mod:`~gpu_sizer.controller.emulator_selectors`);
+  (:mod:`~gpu_sizer_testbed.selector`);
 - ``kubectl get`` columns: a ``meta.k8s.io/v1`` Table when asked for, from the CRD's printer
-  columns (:mod:`~gpu_sizer.controller.emulator_tables`);
+  columns (:mod:`~gpu_sizer_testbed.tables`);
 - discovery: the core group's ``groupVersion`` is ``v1`` (kmock says ``/v1``, so kubectl
   sees no nodes or namespaces), and subresources are listed as the API server lists them
   (``gpuworkloads/status`` with verbs get, patch, update and no short names; kmock copies the
@@ -19,8 +19,8 @@ that these work against ``gpu-sizer demo --serve``:
 - namespaces: ``/api/v1/namespaces[/NAME]`` is served (kmock's path parser fails on it with
   ``ValueError``), and a created Namespace is ``Active``;
 - ``kubectl apply`` validation: OpenAPI v3 documents generated from the CRD
-  (:mod:`~gpu_sizer.controller.emulator_openapi`), and writes that carry ``fieldValidation``
-  are checked against the CRD's schema (:mod:`~gpu_sizer.controller.emulator_validation`);
+  (:mod:`~gpu_sizer_testbed.openapi`), and writes that carry ``fieldValidation``
+  are checked against the CRD's schema (:mod:`~gpu_sizer_testbed.validation`);
 - ``kubectl wait`` and ``kubectl get -w``: watches honour the selectors, start without a gap
   (kmock lists the existing objects before it subscribes to changes, so a change in between is
   lost), replay only what changed after the ``resourceVersion`` they start from (kmock replays
@@ -38,19 +38,19 @@ from typing import Any
 import aiohttp.web
 import kmock
 
-from gpu_sizer.controller.emulator_openapi import (
+from gpu_sizer_testbed.openapi import (
     ServedResource,
     group_version_document,
     index_document,
 )
-from gpu_sizer.controller.emulator_protobuf import InvalidProtobuf, decode_object
-from gpu_sizer.controller.emulator_selectors import (
+from gpu_sizer_testbed.protobuf import InvalidProtobuf, decode_object
+from gpu_sizer_testbed.selector import (
     InvalidSelector,
     field_selector,
     label_selector,
 )
-from gpu_sizer.controller.emulator_tables import builtin_columns, crd_columns, table, wants_table
-from gpu_sizer.controller.emulator_validation import check
+from gpu_sizer_testbed.tables import builtin_columns, crd_columns, table, wants_table
+from gpu_sizer_testbed.validation import check
 
 __all__ = ["CRDS", "NAMESPACES", "KubectlApi"]
 
@@ -309,7 +309,7 @@ class KubectlApi:
     def _validate_write(self, request: Any) -> None:
         """A real API server checks custom resources against the CRD's schema; here only
         writes that ask for field validation (kubectl's) are checked, see
-        :mod:`~gpu_sizer.controller.emulator_validation`."""
+        :mod:`~gpu_sizer_testbed.validation`."""
         directive = str(request.params.get("fieldValidation") or "")
         if not directive or request.subresource:
             return
