@@ -5,7 +5,9 @@
 #
 # The wheel is built in a throwaway stage and installed without extras, so the runtime image
 # holds the package and its base dependencies (kopf, kubernetes, pydantic, prometheus-client,
-# aiohttp, cryptography, nvidia-ml-py) but no PyTorch: the probe runs in its own image.
+# aiohttp, cryptography, nvidia-ml-py) but no PyTorch: the probe runs in its own image, and no
+# test machinery: kmock and gpu-sizer-testbed (the demo's and the tests' API servers, testbed/)
+# are neither in the build context nor dependencies of the wheel.
 # Non-root numeric user, nothing written outside /tmp (readOnlyRootFilesystem-friendly).
 ARG PYTHON_IMAGE=python:3.12-slim
 
@@ -25,6 +27,7 @@ COPY --from=build /wheels /wheels
 RUN python -m pip install /wheels/*.whl \
     && rm -rf /wheels \
     && python -c "import sys, gpu_sizer.cli; assert 'torch' not in sys.modules" \
+    && python -c "import importlib.util as u; assert not [m for m in ('kmock', 'gpu_sizer_testbed') if u.find_spec(m)]" \
     && python -m compileall -q "$(python -c 'import gpu_sizer, os; print(os.path.dirname(gpu_sizer.__file__))')"
 ENV HOME=/tmp XDG_CACHE_HOME=/tmp/.cache
 WORKDIR /tmp
