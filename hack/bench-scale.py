@@ -65,11 +65,10 @@ sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))  # tests.architectures: the shared config.json figures
 
 import kmock  # noqa: E402
+from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document  # noqa: E402
 from tests.architectures import LLAMA_3_8B  # noqa: E402
 from tests.e2e.conftest import Kubelet  # noqa: E402
 from tests.e2e.probe_results import GIB, gpu_success  # noqa: E402
-
-from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document  # noqa: E402
 
 GW = ("gpusizer.dev", "v1alpha1", "gpuworkloads")
 MODES = ("Synthetic", "Disabled")

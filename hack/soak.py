@@ -25,11 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))
 
+from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document  # noqa: E402
 from tests.e2e.conftest import CRDS, NODES, OperatorProcess, gpu_node  # noqa: E402
 from tests.e2e.soak import soak  # noqa: E402
 from tests.e2e.test_soak import soak_faults  # noqa: E402
-
-from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document  # noqa: E402
 
 
 async def main() -> int:

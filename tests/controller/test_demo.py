@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from gpu_sizer_testbed import controlplane, demo
 
 ROOT = Path(__file__).resolve().parents[2]

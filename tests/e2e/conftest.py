@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-
 from gpu_sizer_testbed.emulator import (
     ApiStatus,
     LoopbackCluster,
     crd_document,
     record_crd_document,
 )
+
 from tests.architectures import LLAMA_3_2_1B
 from tests.e2e import real_cluster, status_schema
 

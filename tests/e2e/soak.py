@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kmock
-
 from gpu_sizer_testbed.emulator import ApiStatus, LoopbackCluster
+
 from tests.e2e.conftest import GW, NS, Kubelet, OperatorProcess, spec, workload
 from tests.e2e.faults import Faults
 from tests.e2e.probe_results import GIB, gpu_oom, gpu_success

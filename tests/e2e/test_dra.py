@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document, dra_resources
 
 from .conftest import CRDS, GW, NODES, NS, Kubelet, eventually, gpu_node, spec, workload

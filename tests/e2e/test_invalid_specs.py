@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from gpu_sizer_testbed.emulator import LoopbackCluster
+
 from tests.e2e.conftest import EVENTS, GW, NS, condition, eventually, spec, workload
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from gpu_sizer_testbed.emulator import LoopbackCluster
 
 from gpu_sizer.api import parse_spec, spec_hash
 from gpu_sizer.measurement.job import GIB, job_name
-from gpu_sizer_testbed.emulator import LoopbackCluster
 from tests.e2e.conftest import EVENTS, GW, JOBS, NS, Kubelet, eventually, spec, workload
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from gpu_sizer_testbed import controlplane
+
 from tests.e2e import real_cluster
 from tests.e2e.conftest import PATIENCE, ROOT
 

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document, kueue_resources
 
 from gpu_sizer.kueue_check import CONTROLLER_NAME
-from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document, kueue_resources
 
 from .conftest import CRDS, GW, NODES, NS, eventually, gpu_node, spec, workload
 

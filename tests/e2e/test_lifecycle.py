@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
-
 from gpu_sizer_testbed.emulator import LoopbackCluster
+
 from tests.e2e import real_cluster
 from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, spec, workload
 from tests.e2e.probe_results import GIB, gpu_success

@@ -29,9 +29,9 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 import yaml
+from gpu_sizer_testbed.emulator import LoopbackCluster
 
 from gpu_sizer.admission import certs
-from gpu_sizer_testbed.emulator import LoopbackCluster
 
 from .conftest import GW, NS, ROOT, eventually, spec, workload
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from gpu_sizer_testbed import demo
+
 from tests.e2e.conftest import GW, ROOT, Kubelet, condition, eventually, workload
 from tests.e2e.test_lifecycle import phase_is
 

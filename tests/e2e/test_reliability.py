@@ -20,8 +20,8 @@ from typing import Any
 
 import kmock
 import pytest
-
 from gpu_sizer_testbed.emulator import LoopbackCluster
+
 from tests.e2e.conftest import (
     EVENTS,
     GW,

@@ -5,8 +5,8 @@ says which)."""
 from __future__ import annotations
 
 import pytest
-
 from gpu_sizer_testbed.emulator import LoopbackCluster
+
 from tests.e2e.faults import Faults
 from tests.e2e.soak import soak
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-
 from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document
 
 GW = ("gpusizer.dev", "v1alpha1", "gpuworkloads")

@@ -3,7 +3,6 @@ and what kubectl explain reads."""
 
 from __future__ import annotations
 
-from gpu_sizer.api import GROUP, KIND, PLURAL, VERSION
 from gpu_sizer_testbed.emulator import crd_document
 from gpu_sizer_testbed.openapi import (
     ServedResource,
@@ -11,6 +10,8 @@ from gpu_sizer_testbed.openapi import (
     index_document,
     schema_name,
 )
+
+from gpu_sizer.api import GROUP, KIND, PLURAL, VERSION
 
 CRD_SCHEMA = crd_document()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 GPUW = ServedResource(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gpu_sizer_testbed.protobuf import InvalidProtobuf, decode_object
 
 # The request body kubectl v1.37.1 sent for `kubectl create namespace foo` (seen with -v=9).

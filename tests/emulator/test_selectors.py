@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gpu_sizer_testbed.selector import InvalidSelector, field_selector, label_selector
 
 POD = {

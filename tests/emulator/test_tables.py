@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime
 
 import pytest
-
-from gpu_sizer.api.crd import PRINTER_COLUMNS
 from gpu_sizer_testbed.tables import (
     InvalidJsonPath,
     builtin_columns,
@@ -17,6 +15,8 @@ from gpu_sizer_testbed.tables import (
     table,
     wants_table,
 )
+
+from gpu_sizer.api.crd import PRINTER_COLUMNS
 
 NOW = datetime.datetime(2025, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 MS = 0.001

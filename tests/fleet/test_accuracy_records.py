@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
+from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document
 
 from gpu_sizer.accuracy import read_records
 from gpu_sizer.api import GROUP, VERSION
 from gpu_sizer.api.record import parse_record
 from gpu_sizer.calibration import Component, learn, sample_from_record, samples_from
 from gpu_sizer.cli import main
-from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document
 
 HERE = Path(__file__).parent / "records"
 RECORDS = HERE / "gpumeasurements.yaml"
