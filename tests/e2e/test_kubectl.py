@@ -77,12 +77,14 @@ class Demo:
         return done
 
 
-async def _read_until(demo: Demo, marker: str) -> None:
+async def _read_until(demo: Demo, marker: str, patience: float | None = PATIENCE * 3) -> None:
+    """Read the demo's output until a line holds ``marker``; ``patience`` None: as long as the
+    demo runs (it exits by itself when nothing moves for its --stall-seconds)."""
     assert demo.proc.stdout is not None
-    give_up = time.monotonic() + PATIENCE * 3
+    give_up = None if patience is None else time.monotonic() + patience
     while not any(marker in line for line in demo.output):
-        remaining = give_up - time.monotonic()
-        assert remaining > 0, "".join(demo.output[-40:])
+        remaining = None if give_up is None else give_up - time.monotonic()
+        assert remaining is None or remaining > 0, "".join(demo.output[-40:])
         line = await asyncio.wait_for(demo.proc.stdout.readline(), remaining)
         assert line, "the demo exited:\n" + "".join(demo.output[-40:])
         demo.output.append(line.decode(errors="replace"))
@@ -126,7 +128,9 @@ async def demo(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     running = Demo(proc, kubeconfig, tmp_path, [])
     drain: asyncio.Task[None] | None = None
     try:
-        await _read_until(running, "Serving until Ctrl-C")
+        # The demo's start and its two CPU smoke probes (torch imports) take minutes on a loaded
+        # machine, the control plane's start more: no deadline of the test's own here.
+        await _read_until(running, "Serving until Ctrl-C", patience=None)
         drain = asyncio.create_task(_drain(running))  # the demo keeps printing progress
         yield running
     finally:
@@ -141,7 +145,7 @@ async def demo(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
                 await proc.wait()
 
 
-@pytest.mark.timeout(1200)  # the demo's start, a probe run and kubectl calls on a loaded machine
+@pytest.mark.timeout(2400)  # the demo's start, a probe run and kubectl calls on a loaded machine
 async def test_kubectl_walkthrough_against_the_demo(demo: Demo) -> None:
     nodes = await demo.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product")
     assert nodes.returncode == 0, nodes.stderr
