@@ -18,9 +18,11 @@ from typing import Any
 
 import kopf
 from kopf._core.engines.activities import ActivityError  # not re-exported by kopf
+from kopf._core.engines.peering import Identity  # not re-exported by kopf
 
 from gpu_sizer import metrics
 from gpu_sizer.controller.handlers import register
+from gpu_sizer.controller.identity import operator_identity
 from gpu_sizer.controller.kopf_fixes import quiet_toggle_sets
 from gpu_sizer.controller.options import Options
 from gpu_sizer.measurement.backends import Backend, KubernetesJobBackend, LocalProcessBackend
@@ -151,6 +153,7 @@ def run(opts: Options) -> int:
                 clusterwide=opts.all_namespaces,
                 namespaces=list(opts.namespaces),
                 liveness_endpoint=liveness,
+                identity=Identity(operator_identity()),
             )
         )
     except ActivityError as exc:  # a startup activity failed permanently (logged by kopf)
