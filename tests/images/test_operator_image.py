@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,12 @@ from gpu_sizer import __version__
 from tests.images.buildah import Container, Store, Volume, run_leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Distributions and modules of the probe and of the test bed, never the operator's runtime.
-PROBE_AND_TESTBED = {
-    "distributions": ["torch", "diffusers", "transformers", "gpu-sizer-testbed"],
-    "modules": ["torch", "gpu_sizer_testbed"],
+#: Distributions and modules of the probe and of the test bed (kmock's emulator included),
+#: never the operator's runtime.
+NOT_IN_OPERATOR = {
+    "distributions": ["torch", "diffusers", "transformers", "gpu-sizer-testbed", "kmock"],
+    "modules": ["torch", "gpu_sizer_testbed", "kmock", "gpu_sizer.controller.emulator"],
 }
-EMULATOR = {"distributions": ["kmock"], "modules": ["kmock", "gpu_sizer.controller.emulator"]}
-#: The emulator and kmock are moving out of the operator's distribution into gpu-sizer-testbed;
-#: until pyproject.toml stops requiring kmock, the wheel (and so the image) cannot lack it.
-REQUIRES = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-KMOCK_REQUIRED = any(re.match(r"kmock\b", r) for r in REQUIRES)
 FIND_ABSENT = """
 import importlib.metadata as md, importlib.util as iu, json, sys
 want = json.loads(sys.argv[1])
@@ -100,17 +95,7 @@ def absent(operator: Container, tmp_volume: Volume, wanted: dict[str, list[str]]
     return json.loads(proc.stdout)
 
 
-def test_holds_no_torch_and_no_test_bed(operator: Container, tmp_volume: Volume) -> None:
+def test_holds_no_torch_and_no_emulator(operator: Container, tmp_volume: Volume) -> None:
     """The operator's image is its wheel without extras: PyTorch and the libraries that build
-    models belong to the probe image, the loopback test bed to gpu-sizer-testbed."""
-    assert absent(operator, tmp_volume, PROBE_AND_TESTBED) == {"distributions": [], "modules": []}
-
-
-@pytest.mark.xfail(
-    KMOCK_REQUIRED,
-    reason="pyproject.toml still requires kmock: the emulator leaves the operator's wheel with "
-    "the gpu-sizer-testbed move",
-    strict=True,
-)
-def test_holds_no_emulator(operator: Container, tmp_volume: Volume) -> None:
-    assert absent(operator, tmp_volume, EMULATOR) == {"distributions": [], "modules": []}
+    models belong to the probe image, kmock and the loopback test bed to gpu-sizer-testbed."""
+    assert absent(operator, tmp_volume, NOT_IN_OPERATOR) == {"distributions": [], "modules": []}
