@@ -243,6 +243,8 @@ def _llama3_8b_long(loss: str) -> Any:
                     "method": "qlora",
                     "loraRank": 8,
                     "loraTargetModules": ["q_proj", "v_proj"],
+                    # LlamaFactory with unsloth: no PEFT prepare_model_for_kbit_training upcast.
+                    "prepareModelForKbitTraining": False,
                 },
             },
         }
@@ -253,11 +255,12 @@ def test_fused_cross_entropy_makes_65k_tokens_fit_in_80_gb() -> None:
     """LlamaFactory issue 3638: Llama-3-8B QLoRA (q_proj, v_proj; flash attention 2, unsloth,
     whose fused cross-entropy never materialises the logits) at cutoff_len 65,536 "basically
     fills" an A100-80GB and fits. The standard loss would need the fp16 logits, their fp32
-    upcast and fp32 log-softmax: 65,536 x 128,256 x 10 bytes = 78.3 GiB of 121.6 GiB."""
+    upcast and fp32 log-softmax: 65,536 x 128,256 x 10 bytes = 78.3 GiB, over 100 GiB in all
+    (the loss instant: every layer's checkpointed input, the final norm and the loss)."""
     standard = estimate(_llama3_8b_long("standard"))
     tr = _llama3_8b_long("standard").training
     assert round(logits_bytes(arch(LLAMA_3_8B), tr, 2) / GIB, 1) == 78.3
-    assert round(standard.per_gpu.total_bytes / GIB, 1) == 121.6
+    assert standard.per_gpu.total_bytes > 100 * GIB
     a100 = _gpu("a100-80gb", 80.0)
     assert assess(_llama3_8b_long("standard"), [a100]).verdict is Verdict.NoSafeHeadroom
     fused = estimate(_llama3_8b_long("fused"))
