@@ -532,11 +532,17 @@ class TrainingBudget:
 
 def _staged_bytes(spec: GPUWorkloadSpec, h: Holdings) -> int:
     """Checkpoint bytes this rank stages in host memory: a bitsandbytes base is quantized on
-    load from its 16-bit checkpoint; everything else is staged as stored."""
+    load from its 16-bit checkpoint; an unquantized model is staged in its checkpoint dtype
+    or as trained, whichever is larger; everything else as stored."""
     q = spec.model.quantization
     if q is not None and q.method.value.startswith("bitsandbytes"):
         return h.params * max(2, DTYPE_BYTES[spec.model.dtype])
-    return h.weight_bytes + h.quant_overhead
+    stored = h.weight_bytes + h.quant_overhead
+    if q is None:
+        # Loaded in the checkpoint's dtype before the wrapper casts it (DeepSpeed's 16-bit
+        # model is cast from a float32 load: its estimators count 4 bytes per parameter).
+        return max(stored, h.params * DTYPE_BYTES[spec.model.dtype])
+    return stored
 
 
 def phases(spec: GPUWorkloadSpec, h: Holdings, activations: int) -> TrainingBudget:

@@ -37,12 +37,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_sizer.api import Initialization, ParallelStrategy, Training
+from gpu_sizer.api import Initialization, OffloadTarget, ParallelStrategy, Training
 from gpu_sizer.budget.training_precision import Recipe
-from gpu_sizer.budget.training_sharding import Holdings, shard_degree
+from gpu_sizer.budget.training_sharding import (
+    DEEPSPEED_HOST_BUFFER_FACTOR,
+    Holdings,
+    shard_degree,
+)
 
 __all__ = ["LoadPeak", "initialization", "load_peak"]
 
+_DEEPSPEED = frozenset({ParallelStrategy.zero1, ParallelStrategy.zero2, ParallelStrategy.zero3})
 _SHARDED_WEIGHTS = frozenset(
     {
         ParallelStrategy.fsdp_full_shard,
@@ -92,7 +97,10 @@ def load_peak(training: Training, r: Recipe, h: Holdings, staged_bytes: int) -> 
     init = initialization(training)
     fsdp = strategy.value.startswith("fsdp")
     master = 0
-    if strategy in (ParallelStrategy.zero1, ParallelStrategy.zero2):
+    off = training.offload
+    offloaded = off is not None and off.optimizer is not OffloadTarget.None_
+    if strategy in (ParallelStrategy.zero1, ParallelStrategy.zero2) and not offloaded:
+        # With offload_optimizer the fp32 partition is created in host memory instead.
         master = -(-h.trainable // n) * r.master
     # Sharding one unit at a time: the shards made so far, the unit materialised and (FSDP1)
     # its FlatParameter copy, or (ZeRO-3) the module being gathered.
@@ -110,4 +118,8 @@ def load_peak(training: Training, r: Recipe, h: Holdings, staged_bytes: int) -> 
         host = staged_bytes
     else:
         host = 0
+    if strategy in _DEEPSPEED:
+        # DeepSpeed's estimators size the host side of loading with the same 1.5 allowance
+        # (``estimate_zero2_model_states_mem_needs``: params x 4 x GPUs per node x 1.5).
+        host = int(host * DEEPSPEED_HOST_BUFFER_FACTOR)
     return LoadPeak(weights, quant, master, host)
