@@ -39,12 +39,14 @@ from gpu_sizer.api import (
     EstimateStatus,
     FinetuningMethod,
     GPUWorkloadSpec,
+    Initialization,
     MissingComponent,
     Optimizer,
     ParallelStrategy,
     PeakPhase,
     PerGpuBreakdown,
     PhaseEstimate,
+    TrainingFramework,
 )
 from gpu_sizer.budget import engines
 from gpu_sizer.budget.activations import (
@@ -486,6 +488,13 @@ def _training_estimate(
     """The status of a training budget: the larger phase in ``perGpu``, both in ``phases``."""
     assert spec.training is not None
     notes = [*notes, *version_notes(spec.training)]
+    tr = spec.training
+    if tr.framework is TrainingFramework.custom and tr.initialization is Initialization.Auto:
+        notes.append(
+            "framework custom: its loading path is not modelled; the Load phase is taken at its "
+            "worst (every rank materialises the model on its GPU), an upper bound: set "
+            "spec.training.initialization to what the loop does"
+        )
     base = base_overhead_bytes(parallel_groups(spec))
     step, load = tb.step, tb.load
     step_runtime = base + allocator_reserve_bytes(step.transient)

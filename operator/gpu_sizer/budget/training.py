@@ -558,7 +558,9 @@ def phases(spec: GPUWorkloadSpec, h: Holdings, activations: int) -> TrainingBudg
         step, instant = backward, "backward"
     else:
         step, instant = update, "optimizer step"
-    peak = load_peak(tr, r, h, _staged_bytes(spec, h))
+    q = spec.model.quantization
+    bnb = q is not None and q.method.value.startswith("bitsandbytes")
+    peak = load_peak(tr, r, h, _staged_bytes(spec, h), bitsandbytes=bnb)
     load = PhaseBytes(peak.weights, peak.quant, 0, 0, peak.master, 0)
     host = max(peak.host_per_node, tr.parallelism.ranks_per_node * states.host)
     return TrainingBudget(step, load, h.trainable, host, instant, r)
