@@ -26,6 +26,7 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.budget.engines import models_pool
 from gpu_sizer.catalog import GPUClass, headroom_fraction
+from gpu_sizer.measurement.node_scope import derive, node_scope
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 from gpu_sizer.placement import snippets
 from gpu_sizer.sizing import Assessment, Verdict
@@ -716,12 +717,28 @@ def _from_measurement(
     capacity = cls.usable if cls else (m.gpu_memory_bytes or 0)
     floor = wl.spec.placement.min_headroom_fraction
     gpus = base.estimate.gpu_count if base.estimate else 1
+    scope = node_scope(wl.spec)
+    reason = "Measured"
+    if scope is not None and peak:
+        # One node's ranks were measured, not the job: the job's figure is derived.
+        peak, said = derive(wl.spec, scope, peak)
+        m = m.model_copy(
+            update={
+                "measured_ranks": scope.measured_ranks,
+                "job_ranks": scope.job_ranks,
+                "derived_peak_bytes": peak,
+                "scope": said,
+            }
+        )
+        reason = "MeasuredOneNode"
     room = headroom_fraction(capacity, peak) if capacity else -1.0
     what = f"measured peak {_fmt(peak)} per GPU on {m.gpu_class} ({_fmt(capacity)} usable)"
+    if scope is not None and m.scope:
+        what = f"{m.scope}; on {m.gpu_class} ({_fmt(capacity)} usable)"
     if m.reused_from:
         # A shared GPUMeasurement of the same measurement key (gpu_sizer.sharing).
         what = f"reused GPUMeasurement {m.reused_from}: {what}"
-    conds.put(ConditionType.Measured, T, "Measured", what)
+    conds.put(ConditionType.Measured, T, reason, what)
     same_class = est_rec is not None and cls is not None and est_rec.gpu_class == cls.name
     if room >= floor and cls is not None:
         rec = _measured_recommendation(

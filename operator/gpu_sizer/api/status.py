@@ -359,6 +359,20 @@ class MeasurementStatus(_Status):
     peak_allocated_bytes: int | None = Field(None, description="torch.cuda.max_memory_allocated.")
     peak_reserved_bytes: int | None = Field(None, description="torch.cuda.max_memory_reserved.")
     peak_device_used_bytes: int | None = Field(None, description="NVML peak used on the device.")
+    measured_ranks: int | None = Field(
+        None, description="Ranks the Job ran (one node's) when the job spans several nodes."
+    )
+    job_ranks: int | None = Field(
+        None, description="Ranks of the whole job (spec) when only one node's were run."
+    )
+    derived_peak_bytes: int | None = Field(
+        None,
+        description="The job's per-GPU peak derived from the one-node measurement (bytes); the "
+        "peak fields above are what the node measured.",
+    )
+    scope: str | None = Field(
+        None, description="What was measured and what was derived, with figures."
+    )
     out_of_memory: bool = Field(False, description="The probe hit CUDA out-of-memory.")
     model_revision: str | None = Field(None, description="spec.model.revision when measured.")
     reason: str | None = Field(None, description="How the measurement ended, when not success.")
