@@ -128,3 +128,24 @@ def test_tensor_parallelism_stays_within_a_node() -> None:
 @pytest.mark.parametrize("cls", [c for c in DEFAULT_CATALOG if not c.is_mig])
 def test_every_whole_gpu_class_has_a_node_size(cls: Any) -> None:
     assert 1 <= cls.gpus_per_node <= 64
+
+
+def test_host_memory_per_worker_of_the_default_fsdp_load() -> None:
+    """Hugging Face blog "Fine-tuning Llama 2 70B using PyTorch FSDP" (ram-efficient-pytorch-fsdp,
+    accelerate 0.22, transformers 4.32): "If each process/rank within a node loads the Llama-70B
+    model, it would require 70*4*8 GB ~ 2TB of CPU RAM". The Trainer's default path stages the
+    fp32 model once per rank, so each 8-GPU worker needs about 2 TB; with rank 0 loading
+    (``fsdp_cpu_ram_efficient_loading``) one copy on the first worker."""
+    rec = assess(_job(LLAMA_3_70B, 64)).recommendation
+    assert rec is not None and rec.host_memory_bytes_per_worker is not None
+    params = 70_553_706_496  # Llama-3-70B
+    assert rec.host_memory_bytes_per_worker == 8 * 4 * params
+    assert 2.0e12 < rec.host_memory_bytes_per_worker < 2.4e12
+    spec = _job(LLAMA_3_70B, 64)
+    tr = spec.training
+    assert tr is not None
+    rank0 = spec.model_copy(
+        update={"training": tr.model_copy(update={"initialization": "RankZeroCpu"})}
+    )
+    rec0 = assess(rank0).recommendation
+    assert rec0 is not None and rec0.host_memory_bytes_per_worker == 4 * params
