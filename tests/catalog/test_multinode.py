@@ -8,7 +8,7 @@ import pytest
 import yaml
 from tests.architectures import LLAMA_3_8B, LLAMA_3_70B
 
-from gpu_sizer.api import parse_spec
+from gpu_sizer.api import Initialization, parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.cli import main
 from gpu_sizer.inventory import ClassCapacity
@@ -145,7 +145,7 @@ def test_host_memory_per_worker_of_the_default_fsdp_load() -> None:
     tr = spec.training
     assert tr is not None
     rank0 = spec.model_copy(
-        update={"training": tr.model_copy(update={"initialization": "RankZeroCpu"})}
+        update={"training": tr.model_copy(update={"initialization": Initialization.RankZeroCpu})}
     )
     rec0 = assess(rank0).recommendation
     assert rec0 is not None and rec0.host_memory_bytes_per_worker == 4 * params
