@@ -125,6 +125,9 @@ class GPUClass:
     #: The whole-GPU class a MIG slice is cut from (its ``products`` are the node's product label
     #: under the ``mixed`` strategy); empty for a whole GPU.
     parent: str = ""
+    #: GPUs of one node of the class, when the cluster's inventory does not say (8 in the
+    #: HGX/DGX baseboards and the cloud instances of these GPUs; set 4 where nodes have 4).
+    gpus_per_node: int = 8
 
     @property
     def is_mig(self) -> bool:
@@ -506,6 +509,7 @@ class _ClassEntry(BaseModel):
     mig_profile: str | None = Field(None, pattern=r"^[1-9]g\.[0-9]+gb$")
     parent: str | None = None
     usable_bytes: int | None = Field(None, ge=1 << 30, le=1 << 42, strict=True)
+    gpus_per_node: int | None = Field(None, ge=1, le=64, strict=True)
     compute_capability: str | None = Field(
         None, max_length=16, pattern=r"^([0-9]{1,2}\.[0-9]|gfx[0-9a-f]{3,4})$"
     )
@@ -623,6 +627,7 @@ def catalog_to_data(catalog: Sequence[GPUClass]) -> dict[str, Any]:
                 **({"migProfile": c.mig_profile, "parent": c.parent} if c.is_mig else {}),
                 **({"usableBytes": c.usable_bytes} if c.usable_bytes is not None else {}),
                 **({"computeCapability": c.compute_capability} if c.compute_capability else {}),
+                **({"gpusPerNode": c.gpus_per_node} if c.gpus_per_node != 8 else {}),
             }
             for c in catalog
         ],

@@ -589,6 +589,17 @@ def _print_patches(
         patches.append(
             (who, pod_template_patch(rec, container=name, spec_hash=spec_hash, args=args))
         )
+        if rec.launch is not None and (rec.worker_count or 1) > 1:
+            # The patch is one worker's template: say how many workers the launcher starts.
+            launch = rec.launch
+            print(
+                f"{who}: the patch is one worker's pod template ({rec.gpus_per_worker} GPUs); "
+                f"run {rec.worker_count} workers: torchrun {' '.join(launch.torchrun_args)}; "
+                f"PyTorchJob replicas {launch.pytorch_job_replicas}; JobSet parallelism "
+                f"{launch.job_set_parallelism}; LeaderWorkerSet size "
+                f"{launch.leader_worker_set_size}; interconnect {launch.interconnect}",
+                file=err,
+            )
     for i, (who, patch) in enumerate(patches):
         if len(rows) > 1:
             if i:

@@ -50,6 +50,7 @@ from gpu_sizer.placement import MigStrategy
 RequestMode = Literal["single", "mixed", "dra"]
 
 __all__ = [
+    "ClassCapacity",
     "GpuNode",
     "IgnoredNode",
     "Inventory",
@@ -89,6 +90,16 @@ class Offer:
     gpu_class: str
     count: int
     resource: str = RESOURCE_GPU
+
+
+@dataclass(frozen=True, slots=True)
+class ClassCapacity:
+    """What the cluster's nodes offer of one class: GPUs of its largest node, all its GPUs and
+    its nodes."""
+
+    gpus_per_node: int
+    gpus: int
+    nodes: int
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,18 @@ class Inventory:
     def present_classes(self) -> frozenset[str]:
         """Names of catalog classes offered by at least one usable node."""
         return frozenset(c for n in self.nodes for c in n.classes())
+
+    def capacity(self) -> dict[str, ClassCapacity]:
+        """Per present class: GPUs of its largest node, all its GPUs and its nodes (what a job
+        wider than one node can be placed on, :func:`gpu_sizer.workers.bound_problem`)."""
+        out: dict[str, ClassCapacity] = {}
+        for n in self.nodes:
+            for o in n.offers or (Offer(n.gpu_class, n.gpu_count),):
+                have = out.get(o.gpu_class, ClassCapacity(0, 0, 0))
+                out[o.gpu_class] = ClassCapacity(
+                    max(have.gpus_per_node, o.count), have.gpus + o.count, have.nodes + 1
+                )
+        return out
 
     def nodes_of(self, gpu_class: str) -> list[GpuNode]:
         """Usable nodes offering ``gpu_class``."""

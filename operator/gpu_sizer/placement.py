@@ -39,7 +39,9 @@ from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 __all__ = [
     "ANNOTATION_BASIS",
     "ANNOTATION_CLASS",
+    "ANNOTATION_GPUS_PER_WORKER",
     "ANNOTATION_SPEC_HASH",
+    "ANNOTATION_WORKERS",
     "WORKLOAD_LABEL",
     "MigStrategy",
     "for_strategy",
@@ -56,6 +58,9 @@ WORKLOAD_LABEL: Final = "gpusizer.dev/workload"
 ANNOTATION_CLASS: Final = "gpusizer.dev/gpu-class"
 ANNOTATION_BASIS: Final = "gpusizer.dev/basis"
 ANNOTATION_SPEC_HASH: Final = "gpusizer.dev/spec-hash"
+#: A job wider than one node: the workers the launcher starts and each one's GPUs.
+ANNOTATION_WORKERS: Final = "gpusizer.dev/worker-count"
+ANNOTATION_GPUS_PER_WORKER: Final = "gpusizer.dev/gpus-per-worker"
 
 MigStrategy = Literal["single", "mixed"]
 
@@ -152,7 +157,9 @@ def pod_template_patch(
     For ``kubectl patch deployment|statefulset|job NAME --type strategic --patch-file FILE``:
     containers merge by ``name`` (so ``container`` must name the one that uses the GPU), the GPU
     limit is added to that container's limits, and ``nodeAffinity`` is replaced as a whole
-    (``nodeSelectorTerms`` has no merge key). The template is annotated with what was applied.
+    (``nodeSelectorTerms`` has no merge key). The template is annotated with what was applied; for a
+    job of several workers it is one worker's template (its GPUs per worker) and the annotations
+    name the worker count the launcher starts.
     """
     if rec.node_affinity is None or rec.resources is None:
         raise ValueError(
@@ -161,6 +168,10 @@ def pod_template_patch(
     annotations = {ANNOTATION_CLASS: rec.gpu_class, ANNOTATION_BASIS: rec.basis.value}
     if spec_hash:
         annotations[ANNOTATION_SPEC_HASH] = spec_hash
+    if (rec.worker_count or 1) > 1:
+        # A job wider than a node: the template is one worker's; the launcher starts the rest.
+        annotations[ANNOTATION_WORKERS] = str(rec.worker_count)
+        annotations[ANNOTATION_GPUS_PER_WORKER] = str(rec.gpus_per_worker)
     main: dict[str, Any] = {
         "name": container,
         "resources": rec.resources.model_dump(by_alias=True, mode="json"),

@@ -26,9 +26,11 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.budget.engines import models_pool
 from gpu_sizer.catalog import GPUClass, headroom_fraction
+from gpu_sizer.measurement.node_scope import derive, node_scope
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 from gpu_sizer.placement import snippets
 from gpu_sizer.sizing import Assessment, Verdict
+from gpu_sizer.workers import recommendation_fields
 
 __all__ = [
     "Action",
@@ -715,12 +717,28 @@ def _from_measurement(
     capacity = cls.usable if cls else (m.gpu_memory_bytes or 0)
     floor = wl.spec.placement.min_headroom_fraction
     gpus = base.estimate.gpu_count if base.estimate else 1
+    scope = node_scope(wl.spec)
+    reason = "Measured"
+    if scope is not None and peak:
+        # One node's ranks were measured, not the job: the job's figure is derived.
+        peak, said = derive(wl.spec, scope, peak)
+        m = m.model_copy(
+            update={
+                "measured_ranks": scope.measured_ranks,
+                "job_ranks": scope.job_ranks,
+                "derived_peak_bytes": peak,
+                "scope": said,
+            }
+        )
+        reason = "MeasuredOneNode"
     room = headroom_fraction(capacity, peak) if capacity else -1.0
     what = f"measured peak {_fmt(peak)} per GPU on {m.gpu_class} ({_fmt(capacity)} usable)"
+    if scope is not None and m.scope:
+        what = f"{m.scope}; on {m.gpu_class} ({_fmt(capacity)} usable)"
     if m.reused_from:
         # A shared GPUMeasurement of the same measurement key (gpu_sizer.sharing).
         what = f"reused GPUMeasurement {m.reused_from}: {what}"
-    conds.put(ConditionType.Measured, T, "Measured", what)
+    conds.put(ConditionType.Measured, T, reason, what)
     same_class = est_rec is not None and cls is not None and est_rec.gpu_class == cls.name
     if room >= floor and cls is not None:
         rec = _measured_recommendation(
@@ -730,6 +748,8 @@ def _from_measurement(
             present,
             est_rec.cheapest_fitting_class if est_rec else None,
             est_rec.engine_args if est_rec and same_class else None,
+            spec=wl.spec,
+            host=_host(base),
         )
         text = f"{what}: {room:.0%} headroom (at least {floor:.0%} required)"
         conds.put(ConditionType.HeadroomSufficient, T, "MeasuredFits", text)
@@ -770,7 +790,9 @@ def _from_measurement(
                 ),
             }
         )
-    rec = _measured_recommendation(target, gpus, peak, present, target.name)
+    rec = _measured_recommendation(
+        target, gpus, peak, present, target.name, spec=wl.spec, host=_host(base)
+    )
     text = f"{short}; recommendation moved to {target.name}"
     conds.put(ConditionType.HeadroomSufficient, F, "MovedToLargerClass", text)
     return base.model_copy(
@@ -839,6 +861,7 @@ def _lower_fraction(
             present,
             est_rec.cheapest_fitting_class if est_rec else cls.name,
             dict(plan.engine_args),
+            spec=spec,
         )
         text = (
             f"{short}; the engine's fraction lowered from {current:g} to {plan.fraction:g} on "
@@ -1208,6 +1231,11 @@ def _with_result(
     return Plan(status, (Emit("Normal", "Measured", ready.message if ready else ""),))
 
 
+def _host(base: GPUWorkloadStatus) -> int | None:
+    """Host bytes per node of the estimate in ``base`` (training), if any."""
+    return base.estimate.host_bytes_per_node if base.estimate is not None else None
+
+
 def _measured_recommendation(
     cls: GPUClass,
     gpus: int,
@@ -1215,8 +1243,13 @@ def _measured_recommendation(
     present: Collection[str] | None,
     cheapest: str | None,
     engine_args: dict[str, str] | None = None,
+    *,
+    spec: GPUWorkloadSpec | None = None,
+    host: int | None = None,
 ) -> RecommendationStatus:
-    """A recommendation resting on a measured ``peak`` (bytes per GPU) on class ``cls``."""
+    """A recommendation resting on a measured ``peak`` (bytes per GPU) on class ``cls``; with
+    ``spec``, split into workers as the estimate's is (:mod:`gpu_sizer.workers`)."""
+    placed = snippets(cls, gpus) if spec is None else recommendation_fields(spec, cls, host)
     return RecommendationStatus(
         gpu_class=cls.name,
         gpu_count=gpus,
@@ -1226,6 +1259,6 @@ def _measured_recommendation(
         basis=Basis.Measurement,
         present_in_cluster=None if present is None else cls.name in present,
         cheapest_fitting_class=cheapest,
-        **snippets(cls, gpus),
+        **placed,
         engine_args=engine_args,
     )

@@ -11,7 +11,7 @@ the budget tests check with hypothesis).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
@@ -47,7 +47,9 @@ from gpu_sizer.catalog import (
     fits,
     headroom_fraction,
 )
+from gpu_sizer.inventory import ClassCapacity
 from gpu_sizer.placement import snippets
+from gpu_sizer.workers import bound_problem, recommendation_fields
 
 __all__ = ["Assessment", "Fix", "Verdict", "assess", "assess_or_raise"]
 
@@ -146,6 +148,10 @@ class Assessment:
     lower_bound: RecommendationStatus | None = None
 
 
+def _parallel_path(spec: GPUWorkloadSpec) -> str:
+    return "spec.training.parallelism" if spec.training is not None else "spec.inference"
+
+
 def _gib(n: int | float) -> str:
     return f"{n / GIB:.1f} GiB"
 
@@ -163,6 +169,7 @@ def assess(
     *,
     present: Collection[str] | None = None,
     calibration: Calibration | None = None,
+    capacity: Mapping[str, ClassCapacity] | None = None,
 ) -> Assessment:
     """:func:`assess_or_raise`, with any exception the memory model raises turned into the
     verdict ``SizingFailed`` (fail safe: never admitted), whose message names the exception.
@@ -172,7 +179,9 @@ def assess(
     status by the operator.
     """
     try:
-        return assess_or_raise(spec, catalog, present=present, calibration=calibration)
+        return assess_or_raise(
+            spec, catalog, present=present, calibration=calibration, capacity=capacity
+        )
     except Exception as exc:  # the barrier: any bug becomes a verdict
         return _sizing_failed(spec, exc)
 
@@ -210,6 +219,7 @@ def assess_or_raise(
     *,
     present: Collection[str] | None = None,
     calibration: Calibration | None = None,
+    capacity: Mapping[str, ClassCapacity] | None = None,
 ) -> Assessment:
     """Estimate ``spec`` and choose the first allowed class (rank order) with the headroom.
 
@@ -220,7 +230,10 @@ def assess_or_raise(
 
     ``present`` names the classes that have nodes in the cluster (the operator's inventory);
     present classes are preferred, and ``recommendation.cheapestFittingClass`` still names the
-    cheapest catalog class that fits. ``gpuCount`` is only the parallelism the spec declares.
+    cheapest catalog class that fits. ``gpuCount`` is only the parallelism the spec declares;
+    a job wider than a node is split into workers (:mod:`gpu_sizer.workers`), and a class whose
+    nodes cannot hold it (``capacity``: the inventory's GPUs per class; without it the bound of
+    :data:`~gpu_sizer.workers.MAX_JOB_GPUS`) is not chosen.
 
     Verdicts: ``Fits``; ``NoSafeHeadroom`` (no allowed class leaves
     ``spec.placement.minHeadroomFraction`` free; computed fixes attached); ``Incomplete`` (the
@@ -255,6 +268,17 @@ def assess_or_raise(
                 "whole-GPU class, or shard over one GPU",
             )
         allowed = whole
+    bounds = {c.name: bound_problem(spec, c, capacity) for c in allowed}
+    held = [c for c in allowed if bounds[c.name] is None]
+    if not held:
+        widest = max(allowed, key=lambda c: c.gpus_per_node)
+        return Assessment(
+            _capped(estimate(spec))[0],
+            Verdict.NoSafeHeadroom,
+            f"{_parallel_path(spec)}: no allowed class can hold the job: {bounds[widest.name]}; "
+            "reduce the parallel sizes or allow a class the cluster has enough of",
+        )
+    allowed = held
     min_room = spec.placement.min_headroom_fraction
     warnings = _warnings(spec)
     engine = engine_of(spec)
@@ -306,7 +330,7 @@ def assess_or_raise(
         basis=Basis.Estimate,
         present_in_cluster=choice.present_in_cluster,
         cheapest_fitting_class=choice.cheapest.name if choice.cheapest else cls.name,
-        **snippets(cls, est.gpu_count, catalog=catalog),
+        **recommendation_fields(spec, cls, est.host_bytes_per_node, capacity, catalog),
     )
     if est.missing_components:
         message = (

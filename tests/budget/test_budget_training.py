@@ -164,22 +164,35 @@ def test_lora_trains_only_adapters() -> None:
     assert g.master_weight_bytes == 0
 
 
-def test_qlora_base_is_nf4() -> None:
-    spec = parse_spec(
+def _qlora_7b(prepare: bool | None) -> Any:
+    finetuning: dict[str, Any] = {"method": "qlora"}
+    if prepare is not None:
+        finetuning["prepareModelForKbitTraining"] = prepare
+    return parse_spec(
         {
             "model": {"architecture": LLAMA_2_7B, "quantization": {"method": "bitsandbytes-nf4"}},
-            "training": {
-                "microBatchSize": 1,
-                "sequenceLength": 2048,
-                "finetuning": {"method": "qlora"},
-            },
+            "training": {"microBatchSize": 1, "sequenceLength": 2048, "finetuning": finetuning},
         }
     )
-    g = estimate(spec).per_gpu
+
+
+def test_qlora_base_is_nf4() -> None:
+    g = estimate(_qlora_7b(False)).per_gpu
     # 32 layers of 4-bit linears, embeddings/lm_head/norms in bf16, plus PEFT's fp32 adapters.
     linears = 6_738_415_616 - 2 * 32000 * 4096 - 4096 - 32 * 2 * 4096
     assert g.weights_bytes < linears // 2 + 2 * (6_738_415_616 - linears) + 4 * 20_000_000
     assert g.quantization_overhead_bytes > 0
+
+
+def test_prepare_model_for_kbit_training_upcasts_the_unquantized_parameters() -> None:
+    """PEFT ``prepare_model_for_kbit_training`` (what TRL's SFTTrainer calls for a 4-bit model,
+    the default here) casts embeddings, lm_head and norms to float32: 2 more bytes each."""
+    unquantized = 6_738_415_616 - (6_738_415_616 - 2 * 32000 * 4096 - 4096 - 32 * 2 * 4096)
+    plain = estimate(_qlora_7b(False)).per_gpu
+    default = estimate(_qlora_7b(None)).per_gpu
+    assert default.weights_bytes - plain.weights_bytes == 2 * unquantized
+    # The residual stream is float32 too: checkpoints and the recomputed layer are wider.
+    assert default.activation_bytes > plain.activation_bytes
 
 
 def test_ddp_keeps_bucket_copies_of_gradients() -> None:

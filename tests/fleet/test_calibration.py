@@ -136,12 +136,12 @@ def test_apply_scales_the_components_and_the_verdict_follows() -> None:
     assert got.recommendation is not None
     assert got.recommendation.required_bytes_per_gpu == per.total_bytes
     assert "Tensors x1.3 (5 records)" in cal.message
-    # With the default 10 % headroom the calibrated need no longer fits the A6000.
-    strict = assess(_spec(gpuClasses=[A6000]), calibration=apply)
+    # With 15 % headroom the calibrated need no longer fits the A6000; the analytic one does.
+    strict = assess(_spec(gpuClasses=[A6000], minHeadroomFraction=0.15), calibration=apply)
     assert strict.verdict is Verdict.NoSafeHeadroom
-    assert assess(_spec(gpuClasses=[A6000])).verdict is Verdict.Fits
+    assert assess(_spec(gpuClasses=[A6000], minHeadroomFraction=0.15)).verdict is Verdict.Fits
     # Any class allowed: the A6000 is ruled out, the next class (no records: analytic) chosen.
-    moved = assess(_spec(), calibration=apply)
+    moved = assess(_spec(minHeadroomFraction=0.15), calibration=apply)
     assert moved.recommendation is not None and moved.recommendation.gpu_class != A6000
     cal = moved.estimate.calibration
     assert cal is not None and not cal.adjusted and cal.factors == []
@@ -154,7 +154,10 @@ def test_apply_scales_the_components_and_the_verdict_follows() -> None:
     assert moved.estimate.per_gpu == assess(_spec()).estimate.per_gpu
     assert any(f"ruled out {A6000}" in n for n in moved.estimate.notes)
     # Judged again with the factors its status holds: the same decision, whatever was learned.
-    again = assess(_spec(), calibration=Calibration.frozen(CalibrationMode.Apply, cal))
+    again = assess(
+        _spec(minHeadroomFraction=0.15),
+        calibration=Calibration.frozen(CalibrationMode.Apply, cal),
+    )
     assert again.estimate == moved.estimate
     assert again.recommendation == moved.recommendation
 
@@ -191,8 +194,14 @@ def test_off_and_no_factors_leave_the_estimate_alone() -> None:
         parse_mode("sometimes")
 
 
-def test_estimate_command_reports_and_applies(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["estimate", str(EXAMPLE), "--records", str(RECORDS), "-o", "json"]
+def test_estimate_command_reports_and_applies(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"].setdefault("placement", {})["minHeadroomFraction"] = 0.15
+    workload = tmp_path / EXAMPLE.name
+    workload.write_text(yaml.safe_dump(doc))
+    args = ["estimate", str(workload), "--records", str(RECORDS), "-o", "json"]
     assert main(args) == 0
     status = json.loads(capsys.readouterr().out)["status"]
     assert status["recommendation"]["gpuClass"] == A6000

@@ -78,6 +78,7 @@ __all__ = [
     "RopeScaling",
     "Training",
     "TrainingDtype",
+    "TrainingFramework",
     "VisionConfig",
     "spec_to_wire",
 ]
@@ -1330,6 +1331,18 @@ class Finetuning(_Model):
     lora_rank: Annotated[int, Field(ge=1, le=LIMITS["rank"], strict=True)] = Field(
         16, description="LoRA rank r."
     )
+    lora_dropout: Fraction = Field(
+        0.0,
+        description="PEFT LoraConfig.lora_dropout (default 0.0). Above 0 every adapted linear "
+        "keeps its own dropout mask and dropped input for backward.",
+    )
+    prepare_model_for_kbit_training: StrictBool | None = Field(
+        None,
+        description="A quantized base went through PEFT prepare_model_for_kbit_training, which "
+        "casts the unquantized parameters (embeddings, lm_head, norms) to float32, so the "
+        "residual stream runs in float32. Unset: the framework's default (transformers: true, "
+        "as TRL's SFTTrainer calls it for a 4/8-bit model with a peft_config).",
+    )
     lora_target_modules: Annotated[
         list[Identifier], Field(max_length=LENGTHS["loraTargetModules"])
     ] = Field(
@@ -1406,6 +1419,23 @@ class Loss(StrEnum):
     standard = "standard"
     fused = "fused"
     chunked = "chunked"
+
+
+class TrainingFramework(StrEnum):
+    """The training loop that runs the step; decides the loading path and the loss code.
+
+    ``transformers``: Hugging Face ``Trainer`` and the trainers built on it (TRL ``SFTTrainer``,
+    axolotl, LlamaFactory), with accelerate and PEFT. ``accelerate``: a custom loop under
+    ``accelerate``. ``torchtune``: torchtune's recipes. ``deepspeed``: ``deepspeed.initialize``
+    in a custom loop. ``custom``: anything else; its loading path is taken at its worst (every
+    rank materialises the model on its GPU), stated as an upper bound.
+    """
+
+    transformers = "transformers"
+    accelerate = "accelerate"
+    torchtune = "torchtune"
+    deepspeed = "deepspeed"
+    custom = "custom"
 
 
 class Initialization(StrEnum):
@@ -1658,6 +1688,19 @@ class Training(_Model):
         None, description="Optimizer state and parameters offloaded to CPU or NVMe."
     )
     loss: Loss = Field(Loss.standard, description="standard | fused | chunked.")
+    framework: TrainingFramework = Field(
+        TrainingFramework.transformers,
+        description="transformers | accelerate | torchtune | deepspeed | custom: the loop whose "
+        "loading path (initialization Auto) and loss code are modelled.",
+    )
+    framework_version: str | None = Field(
+        None,
+        min_length=1,
+        max_length=32,
+        pattern=r"^v?[0-9]+(\.[0-9]+){0,3}([.+-]?[A-Za-z][A-Za-z0-9]*)?$",
+        description="Release of the framework, e.g. '4.47.1' for transformers (before 4.49 the "
+        "causal-LM loss copies the shifted float32 logits). Unset: the newest modelled.",
+    )
     initialization: Initialization = Field(
         Initialization.Auto,
         description="How ranks get the model before sharding: Auto | GpuPerRank | CpuPerRank | "

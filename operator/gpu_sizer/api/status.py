@@ -34,6 +34,7 @@ __all__ = [
     "ConditionType",
     "EstimateStatus",
     "GPUWorkloadStatus",
+    "LaunchStatus",
     "MeasurementKey",
     "MeasurementStatus",
     "MeasurementUsage",
@@ -358,6 +359,20 @@ class MeasurementStatus(_Status):
     peak_allocated_bytes: int | None = Field(None, description="torch.cuda.max_memory_allocated.")
     peak_reserved_bytes: int | None = Field(None, description="torch.cuda.max_memory_reserved.")
     peak_device_used_bytes: int | None = Field(None, description="NVML peak used on the device.")
+    measured_ranks: int | None = Field(
+        None, description="Ranks the Job ran (one node's) when the job spans several nodes."
+    )
+    job_ranks: int | None = Field(
+        None, description="Ranks of the whole job (spec) when only one node's were run."
+    )
+    derived_peak_bytes: int | None = Field(
+        None,
+        description="The job's per-GPU peak derived from the one-node measurement (bytes); the "
+        "peak fields above are what the node measured.",
+    )
+    scope: str | None = Field(
+        None, description="What was measured and what was derived, with figures."
+    )
     out_of_memory: bool = Field(False, description="The probe hit CUDA out-of-memory.")
     model_revision: str | None = Field(None, description="spec.model.revision when measured.")
     reason: str | None = Field(None, description="How the measurement ended, when not success.")
@@ -463,6 +478,32 @@ class ResourcesSnippet(_Status):
     )
 
 
+class LaunchStatus(_Status):
+    """How the launchers users run express a job of ``workerCount`` x ``gpusPerWorker`` GPUs."""
+
+    torchrun_args: list[str] = Field(
+        default_factory=list,
+        description="torchrun flags of every worker, e.g. [--nnodes=2, --nproc-per-node=8].",
+    )
+    pytorch_job_replicas: dict[
+        str, Annotated[int, Field(description="Pods of this replica type.")]
+    ] = Field(
+        default_factory=dict,
+        description="Kubeflow PyTorchJob pytorchReplicaSpecs replicas (Master 1, Worker the "
+        "rest), each a pod of gpusPerWorker GPUs, nprocPerNode gpusPerWorker.",
+    )
+    job_set_parallelism: int = Field(
+        description="JobSet: one replicatedJob of replicas 1 whose Indexed Job has parallelism "
+        "and completions of this many pods."
+    )
+    leader_worker_set_size: int = Field(
+        description="LeaderWorkerSet leaderWorkerTemplate.size (the leader and its workers)."
+    )
+    interconnect: str = Field(
+        description="The interconnect the figures assume: within a node and between nodes."
+    )
+
+
 class RecommendationStatus(_Status):
     """The GPU class to run on."""
 
@@ -483,6 +524,19 @@ class RecommendationStatus(_Status):
     )
     resources: ResourcesSnippet | None = Field(
         None, description="Ready-to-paste container resources (the GPU limit) per replica."
+    )
+    worker_count: int | None = Field(
+        None, description="Pods (nodes) the job spans; 1 for one pod. gpuCount is the total."
+    )
+    gpus_per_worker: int | None = Field(
+        None, description="GPUs of one worker pod (its nvidia.com/gpu limit in resources)."
+    )
+    host_memory_bytes_per_worker: int | None = Field(
+        None,
+        description="Host memory one worker pod needs for offload and the load phase (bytes).",
+    )
+    launch: LaunchStatus | None = Field(
+        None, description="The same split as launchers express it (torchrun, PyTorchJob, ...)."
     )
     engine_args: dict[str, EngineArgValue] | None = Field(
         None,

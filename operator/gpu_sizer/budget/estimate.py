@@ -39,12 +39,14 @@ from gpu_sizer.api import (
     EstimateStatus,
     FinetuningMethod,
     GPUWorkloadSpec,
+    Initialization,
     MissingComponent,
     Optimizer,
     ParallelStrategy,
     PeakPhase,
     PerGpuBreakdown,
     PhaseEstimate,
+    TrainingFramework,
 )
 from gpu_sizer.budget import engines
 from gpu_sizer.budget.activations import (
@@ -75,12 +77,11 @@ from gpu_sizer.budget.training import (
     autocast_copy_bytes,
     flat_holdings,
     phases,
+    step_activation_bytes,
     trainable_parameter_count,
     training_budget,
 )
-from gpu_sizer.budget.training import activation_bytes as training_activation_bytes
-from gpu_sizer.budget.training_loss import logits_bytes as training_logits_bytes
-from gpu_sizer.budget.training_precision import recipe
+from gpu_sizer.budget.training_hf import version_notes
 from gpu_sizer.budget.weights import (
     dequantization_workspace_bytes,
     flat_weight_bytes,
@@ -442,10 +443,8 @@ def _estimate_from_parameter_count(
     if arch is not None:
         stage = geometry_layout(arch, tp, range(-(-arch.num_hidden_layers // pp)))
         outer = stage_outer_params(stage, pp, arch.word_embed_proj_dim or arch.hidden_size)
-        acts = (
-            training_activation_bytes(arch, tr, stage)
-            + training_logits_bytes(arch, tr, recipe(tr).compute)
-            + autocast_copy_bytes(spec, stage, outer)
+        acts = step_activation_bytes(spec, arch, stage, outer) + autocast_copy_bytes(
+            spec, stage, outer
         )
     tb = phases(spec, flat_holdings(spec, shard), acts)
     return _training_estimate(spec, tb, params, params, notes, missing)
@@ -487,6 +486,15 @@ def _training_estimate(
     missing: list[MissingComponent] | None = None,
 ) -> EstimateStatus:
     """The status of a training budget: the larger phase in ``perGpu``, both in ``phases``."""
+    assert spec.training is not None
+    notes = [*notes, *version_notes(spec.training)]
+    tr = spec.training
+    if tr.framework is TrainingFramework.custom and tr.initialization is Initialization.Auto:
+        notes.append(
+            "framework custom: its loading path is not modelled; the Load phase is taken at its "
+            "worst (every rank materialises the model on its GPU), an upper bound: set "
+            "spec.training.initialization to what the loop does"
+        )
     base = base_overhead_bytes(parallel_groups(spec))
     step, load = tb.step, tb.load
     step_runtime = base + allocator_reserve_bytes(step.transient)

@@ -57,6 +57,12 @@ from gpu_sizer.api import (
     Training,
 )
 from gpu_sizer.budget.params import LayerGroup, Layout, Linear
+from gpu_sizer.budget.training_hf import (
+    kbit_upcast,
+    loss_shift_copy,
+    recomputed_layer_bytes,
+    stream_bytes,
+)
 from gpu_sizer.budget.training_load import load_peak
 from gpu_sizer.budget.training_loss import logits_bytes
 from gpu_sizer.budget.training_precision import (
@@ -71,7 +77,11 @@ from gpu_sizer.budget.training_sharding import (
     deepspeed_options,
     sharded_states,
 )
-from gpu_sizer.budget.weights import dequantization_workspace_bytes, weight_bytes
+from gpu_sizer.budget.weights import (
+    dequantization_workspace_bytes,
+    high_precision_bytes,
+    weight_bytes,
+)
 
 __all__ = [
     "PhaseBytes",
@@ -83,6 +93,7 @@ __all__ = [
     "holdings",
     "layer_activation_bytes",
     "phases",
+    "step_activation_bytes",
     "trainable_parameter_count",
     "training_budget",
 ]
@@ -273,10 +284,112 @@ def layer_activation_bytes(arch: Architecture, tr: Training, group: LayerGroup) 
     return tokens * per_token
 
 
+def _inter_width(group: LayerGroup) -> int:
+    """Feed-forward width of one token on this rank (per routed expert for MoE)."""
+    ups = [lin for lin in group.linears if lin.role in _UP_ROLES]
+    fused = any(lin.role == "gate_up" for lin in ups)
+    widest = max((lin.out_features for lin in ups), default=0)
+    return widest // 2 if fused else widest
+
+
+def _backward_grad_bytes(group: LayerGroup, tokens: int, hidden: int, stream: int, c: int) -> int:
+    """The backward's own working set in one layer: three feed-forward-wide gradients (the
+    product's, the activation's, up's) and the gradients of the layer's output and input."""
+    return tokens * (3 * c * _inter_width(group) + 2 * stream * hidden)
+
+
+def _layer_instant_bytes(
+    spec: GPUWorkloadSpec, arch: Architecture, group: LayerGroup, stream: int
+) -> int:
+    """One layer of ``group`` with autograd on (saved tensors and backward gradients)."""
+    tr = spec.training
+    assert tr is not None
+    par = tr.parallelism
+    tokens = (tr.sequence_length // par.context_parallel_size) * tr.micro_batch_size
+    c = recipe(tr).compute
+    ft = tr.finetuning
+    hf_layer = (
+        ft.method is not FinetuningMethod.full
+        and group.kind.mixer == "attention"
+        and group.kind.ffn == "dense"
+        and tr.flash_attention
+        and not par.sequence_parallel
+    )
+    if hf_layer:
+        q = spec.model.quantization
+        return recomputed_layer_bytes(
+            group,
+            tokens,
+            arch.hidden_size,
+            stream=stream,
+            compute=c,
+            adapted=_roles(ft.lora_target_modules),
+            dropout=ft.lora_dropout > 0,
+            quantized=q is not None and q.method.value.startswith("bitsandbytes"),
+        )
+    saved = layer_activation_bytes(arch, tr, group) * (2 if c == 4 else 1)
+    return saved + _backward_grad_bytes(group, tokens, arch.hidden_size, stream, c)
+
+
+def step_activation_bytes(
+    spec: GPUWorkloadSpec, arch: Architecture, lay: Layout, outer: int
+) -> int:
+    """Activation bytes at a step's activation peak on the most loaded GPU (see
+    :mod:`gpu_sizer.budget.training_hf` for the code paths).
+
+    Two instants, whose larger is the peak: the **loss instant** at the end of the forward
+    (every layer's saved tensors or, under checkpointing, every layer's input; the final norm;
+    the loss's working set, :func:`~gpu_sizer.budget.training_loss.logits_bytes`; the 16-bit
+    copy of an upcast lm_head) and the **layer instant** in the backward of the largest layer
+    (the same stored tensors, the loss's freed, plus that layer re-run with its gradients,
+    :func:`_layer_instant_bytes`). Pipeline parallelism keeps ``min(pp, gradient accumulation
+    steps)`` micro-batches' stored tensors on the first stage (Korthikanti et al. 2022,
+    section 4.2.3). Korthikanti's per-layer counts (:func:`layer_activation_bytes`) size the
+    layers the Hugging Face path does not cover (full fine-tuning, MoE, MLA, Mamba, eager
+    attention); float32 compute doubles them.
+
+    :param arch: the model's architecture (``spec.model.architecture`` or the geometry used
+        for a family without a parameter layout).
+    :param lay: the tensor-parallel rank's layout of the stage's decoder layers.
+    :param outer: the stage's parameters outside the layers.
+    """
+    tr = spec.training
+    assert tr is not None
+    par = tr.parallelism
+    t = par.tensor_parallel_size
+    tokens = (tr.sequence_length // par.context_parallel_size) * tr.micro_batch_size
+    in_flight = min(par.pipeline_parallel_size, tr.gradient_accumulation_steps)
+    c = recipe(tr).compute
+    stream = stream_bytes(spec, c)
+    h = arch.hidden_size
+    per_group = [(g, _layer_instant_bytes(spec, arch, g, stream)) for g in lay.groups]
+    if tr.activation_checkpointing:
+        split = t if par.sequence_parallel else 1
+        stored = in_flight * lay.layers * (tokens * stream * h // split)
+        layer = max((b for _, b in per_group), default=0)
+    else:
+        scale = 2 if c == 4 else 1
+        stored = (
+            in_flight
+            * scale
+            * sum(g.count * layer_activation_bytes(arch, tr, g) for g, _ in per_group)
+        )
+        layer = max(
+            (_backward_grad_bytes(g, tokens, h, stream, c) for g, _ in per_group), default=0
+        )
+    head_outer = min(outer, lay.vocab * lay.hidden)
+    upcast_head = c * head_outer if kbit_upcast(spec) and head_outer else 0
+    final_norm = tokens * (3 * stream * h + (c * h if stream > c else 0))
+    loss = final_norm + logits_bytes(arch, tr, c, shift_copy=loss_shift_copy(tr)) + upcast_head
+    return stored + max(loss, layer)
+
+
 def activation_bytes(arch: Architecture, tr: Training, lay: Layout) -> int:
-    """Activation bytes of ``lay``'s layers (a tensor-parallel rank's pipeline stage) with the
-    in-flight micro-batches: each layer group's :func:`layer_activation_bytes` times its layers,
-    or under full checkpointing each layer's input plus the largest layer recomputed."""
+    """Korthikanti et al.'s stored activation bytes of ``lay``'s layers (a tensor-parallel
+    rank's pipeline stage) with the in-flight micro-batches: each layer group's
+    :func:`layer_activation_bytes` times its layers, or under full checkpointing each layer's
+    input plus the largest layer recomputed (the paper's model; the estimate uses
+    :func:`step_activation_bytes`)."""
     par = tr.parallelism
     t = par.tensor_parallel_size
     tokens = (tr.sequence_length // par.context_parallel_size) * tr.micro_batch_size
@@ -343,10 +456,16 @@ def holdings(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> Holdings:
         unit_trainable = _group_adapters(group, ft.lora_rank, targets)[0] if group else 0
         root_trainable = 0
         base, quant = weight_bytes(lay, model, outer)
-        stored = base + trainable * r.param
-        unit_base = weight_bytes(_one_layer(lay, group), model, 0)[0] if group else 0
-        unit_bytes = unit_base + unit_trainable * r.param
         root_bytes = weight_bytes(replace(lay, groups=()), model, outer)[0]
+        unit_base = weight_bytes(_one_layer(lay, group), model, 0)[0] if group else 0
+        if kbit_upcast(spec):
+            # prepare_model_for_kbit_training: unquantized parameters become float32.
+            wider = 4 - high_precision_bytes(model)
+            base += wider * (outer + vectors)
+            root_bytes += wider * outer
+            unit_base += wider * (group.vectors if group else 0)
+        stored = base + trainable * r.param
+        unit_bytes = unit_base + unit_trainable * r.param
         small = trainable if largest < ADAM8_MIN_SIZE else 0
     largest_linear = max(
         (lin.in_features * lin.out_features * lin.copies for lin in lay.linears), default=0
@@ -413,11 +532,17 @@ class TrainingBudget:
 
 def _staged_bytes(spec: GPUWorkloadSpec, h: Holdings) -> int:
     """Checkpoint bytes this rank stages in host memory: a bitsandbytes base is quantized on
-    load from its 16-bit checkpoint; everything else is staged as stored."""
+    load from its 16-bit checkpoint; an unquantized model is staged in its checkpoint dtype
+    or as trained, whichever is larger; everything else as stored."""
     q = spec.model.quantization
     if q is not None and q.method.value.startswith("bitsandbytes"):
         return h.params * max(2, DTYPE_BYTES[spec.model.dtype])
-    return h.weight_bytes + h.quant_overhead
+    stored = h.weight_bytes + h.quant_overhead
+    if q is None:
+        # Loaded in the checkpoint's dtype before the wrapper casts it (DeepSpeed's 16-bit
+        # model is cast from a float32 load: its estimators count 4 bytes per parameter).
+        return max(stored, h.params * DTYPE_BYTES[spec.model.dtype])
+    return stored
 
 
 def phases(spec: GPUWorkloadSpec, h: Holdings, activations: int) -> TrainingBudget:
@@ -433,7 +558,9 @@ def phases(spec: GPUWorkloadSpec, h: Holdings, activations: int) -> TrainingBudg
         step, instant = backward, "backward"
     else:
         step, instant = update, "optimizer step"
-    peak = load_peak(tr, r, h, _staged_bytes(spec, h))
+    q = spec.model.quantization
+    bnb = q is not None and q.method.value.startswith("bitsandbytes")
+    peak = load_peak(tr, r, h, _staged_bytes(spec, h), bitsandbytes=bnb)
     load = PhaseBytes(peak.weights, peak.quant, 0, 0, peak.master, 0)
     host = max(peak.host_per_node, tr.parallelism.ranks_per_node * states.host)
     return TrainingBudget(step, load, h.trainable, host, instant, r)
@@ -450,12 +577,7 @@ def training_budget(spec: GPUWorkloadSpec, lay: Layout, outer: int) -> TrainingB
     arch = spec.model.architecture
     assert arch is not None
     h = holdings(spec, lay, outer)
-    r = recipe(tr)
-    acts = (
-        activation_bytes(arch, tr, lay)
-        + logits_bytes(arch, tr, r.compute)
-        + autocast_copy_bytes(spec, lay, outer)
-    )
+    acts = step_activation_bytes(spec, arch, lay, outer) + autocast_copy_bytes(spec, lay, outer)
     if tr.finetuning.method is not FinetuningMethod.full:
         acts += dequantization_workspace_bytes(lay, spec.model.quantization, training=True)
     return phases(spec, h, acts)

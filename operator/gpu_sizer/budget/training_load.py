@@ -37,12 +37,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_sizer.api import Initialization, ParallelStrategy, Training
+from gpu_sizer.api import (
+    Initialization,
+    OffloadTarget,
+    ParallelStrategy,
+    Training,
+    TrainingFramework,
+)
 from gpu_sizer.budget.training_precision import Recipe
-from gpu_sizer.budget.training_sharding import Holdings, shard_degree
+from gpu_sizer.budget.training_sharding import (
+    DEEPSPEED_HOST_BUFFER_FACTOR,
+    Holdings,
+    shard_degree,
+)
 
 __all__ = ["LoadPeak", "initialization", "load_peak"]
 
+_DEEPSPEED = frozenset({ParallelStrategy.zero1, ParallelStrategy.zero2, ParallelStrategy.zero3})
 _SHARDED_WEIGHTS = frozenset(
     {
         ParallelStrategy.fsdp_full_shard,
@@ -69,30 +80,58 @@ class LoadPeak:
         return self.weights + self.quant + self.master
 
 
-def initialization(training: Training) -> Initialization:
-    """The spec's initialization, ``Auto`` resolved: ``MetaDevice`` under ``zero3``,
-    ``CpuPerRank`` otherwise (Hugging Face ``from_pretrained`` materialises the model in host
-    memory; the Trainer, accelerate's FSDP or DeepSpeed then move it to the GPU)."""
+def initialization(training: Training, *, bitsandbytes: bool = False) -> Initialization:
+    """The spec's initialization, ``Auto`` resolved to the framework's default loading path.
+
+    - a bitsandbytes base under ``transformers``/``accelerate``: ``GpuPerRank``. bitsandbytes
+      quantizes on the GPU, and ``Bnb4BitHfQuantizer.update_device_map`` (``Bnb8Bit`` alike)
+      sets ``device_map = {"": torch.cuda.current_device()}`` when none is given, so every rank
+      holds the whole quantized model before FSDP or DeepSpeed shards it (accelerate's
+      ``fsdp_cpu_ram_efficient_loading`` is ``RankZeroCpu``);
+    - ``zero3`` under ``transformers``: ``MetaDevice`` (``from_pretrained`` runs inside
+      ``deepspeed.zero.Init`` when the Trainer's DeepSpeed config is ZeRO-3);
+    - ``custom``: ``GpuPerRank``, the worst case, as an upper bound (a note says so);
+    - otherwise ``CpuPerRank``: ``from_pretrained`` materialises the model in host memory and
+      the Trainer leaves it there for the wrapper (``place_model_on_device`` is false under
+      FSDP and DeepSpeed); FSDP1 with ``device_id`` moves one unit at a time
+      (``_move_module_to_device`` skips nested FSDP instances), FSDP2's ``fully_shard`` and
+      ZeRO-1/2 likewise take it from host memory; torchtune's recipes build on the meta
+      device and every rank reads the full state dict into host memory
+      (``load_from_full_model_state_dict``); a custom accelerate or DeepSpeed loop without
+      ``zero.Init`` builds on the CPU.
+    """
     init = training.initialization
     if init is not Initialization.Auto:
         return init
-    if training.parallelism.strategy is ParallelStrategy.zero3:
+    fw = training.framework
+    hf = fw in (TrainingFramework.transformers, TrainingFramework.accelerate)
+    if fw is TrainingFramework.custom or (hf and bitsandbytes):
+        return Initialization.GpuPerRank
+    if fw is TrainingFramework.transformers and (
+        training.parallelism.strategy is ParallelStrategy.zero3
+    ):
         return Initialization.MetaDevice
     return Initialization.CpuPerRank
 
 
-def load_peak(training: Training, r: Recipe, h: Holdings, staged_bytes: int) -> LoadPeak:
+def load_peak(
+    training: Training, r: Recipe, h: Holdings, staged_bytes: int, *, bitsandbytes: bool = False
+) -> LoadPeak:
     """The ``Load`` phase's per-GPU model bytes and host bytes per node.
 
     :param staged_bytes: bytes of this rank's part of the checkpoint as staged in host memory.
+    :param bitsandbytes: the base is quantized by bitsandbytes on load.
     """
     par = training.parallelism
     strategy = par.strategy
     n = shard_degree(training)
-    init = initialization(training)
+    init = initialization(training, bitsandbytes=bitsandbytes)
     fsdp = strategy.value.startswith("fsdp")
     master = 0
-    if strategy in (ParallelStrategy.zero1, ParallelStrategy.zero2):
+    off = training.offload
+    offloaded = off is not None and off.optimizer is not OffloadTarget.None_
+    if strategy in (ParallelStrategy.zero1, ParallelStrategy.zero2) and not offloaded:
+        # With offload_optimizer the fp32 partition is created in host memory instead.
         master = -(-h.trainable // n) * r.master
     # Sharding one unit at a time: the shards made so far, the unit materialised and (FSDP1)
     # its FlatParameter copy, or (ZeRO-3) the module being gathered.
@@ -110,4 +149,8 @@ def load_peak(training: Training, r: Recipe, h: Holdings, staged_bytes: int) -> 
         host = staged_bytes
     else:
         host = 0
+    if strategy in _DEEPSPEED:
+        # DeepSpeed's estimators size the host side of loading with the same 1.5 allowance
+        # (``estimate_zero2_model_states_mem_needs``: params x 4 x GPUs per node x 1.5).
+        host = int(host * DEEPSPEED_HOST_BUFFER_FACTOR)
     return LoadPeak(weights, quant, master, host)

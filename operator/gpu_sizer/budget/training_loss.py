@@ -7,7 +7,12 @@ computed:
 - ``standard`` (Hugging Face ``transformers`` ``ForCausalLMLoss``: ``logits = logits.float()``
   then ``F.cross_entropy``): the lm_head output in the compute dtype, its float32 upcast, and the
   float32 log-softmax that ``log_softmax`` saves for backward, T x V x (c + 4 + 4) bytes for a
-  c-byte compute dtype; fp32 training has no separate upcast (T x V x 8).
+  c-byte compute dtype; fp32 training has no separate upcast (T x V x 8). Before transformers
+  4.49 the loss also made a contiguous float32 copy of the shifted logits (``shift_logits =
+  logits[..., :-1, :].contiguous()``; PR 35646 pads the labels instead), 4 bytes more: all
+  four exist when ``log_softmax`` runs, the forward's end. The backward's own peak over the
+  logits (the saved log-softmax, the incoming gradient and ``_log_softmax_backward_data``'s
+  output, 12 bytes) does not exceed it.
 - ``chunked`` (torchtune ``CEWithChunkedOutputLoss``, ``num_output_chunks`` = 8, with
   ``compute_cross_entropy`` compiled as its docstring recommends, so that only the per-row
   log-sum-exp is saved): the lm_head output in the compute dtype for every token, and the
@@ -45,10 +50,13 @@ def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
     return min(tokens, 1 << max(0, rows - 1).bit_length())
 
 
-def logits_bytes(arch: Architecture, tr: Training, compute: int) -> int:
+def logits_bytes(
+    arch: Architecture, tr: Training, compute: int, *, shift_copy: bool = False
+) -> int:
     """Loss working set of one micro-batch (bytes; see the module docstring).
 
     :param compute: bytes of an element in the compute dtype (2, or 4 for fp32 training).
+    :param shift_copy: the standard loss copies the shifted float32 logits (transformers < 4.49).
     """
     par = tr.parallelism
     vocab = -(-arch.vocab_size // par.tensor_parallel_size)
@@ -61,4 +69,4 @@ def logits_bytes(arch: Architecture, tr: Training, compute: int) -> int:
     if tr.loss is Loss.chunked:
         chunk = -(-tokens // CHUNKED_LOSS_CHUNKS) * vocab * (upcast + 4)
         return tokens * vocab * compute + chunk
-    return tokens * vocab * (compute + upcast + 4)
+    return tokens * vocab * (compute + upcast + 4 + (4 if shift_copy else 0))

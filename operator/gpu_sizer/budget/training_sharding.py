@@ -63,12 +63,15 @@ Per strategy:
   gets an fp32 gradient copy (``_prepare_fp32_grad_for_sub_group``).
 
 Offload (``spec.training.offload``): DeepSpeed ``offload_optimizer`` keeps the fp32 master
-partition, its gradient and the optimizer state in host memory (ZeRO-1/2 also a 16-bit partition
-buffer, ``param_buffer_of_bit16_for_cpu_offload_groups``) and runs the step on the CPU
-(DeepSpeedCPUAdam updates in place); ZeRO-1 still holds every 16-bit gradient on the GPU until
-the reduction, ZeRO-2 streams its partition's gradients out through a buffer of the largest
-parameter (``temp_grad_buffer_for_gpu_offload``); ZeRO-3 moves ``grad_partitions_flat_buffer``
-to host memory. ``offload_param`` (ZeRO-3) keeps the 16-bit partitions in host memory. NVMe
+partition, its fp32 gradient and the optimizer state in host memory and runs the step on the
+CPU (DeepSpeedCPUAdam updates in place); ``offload_param`` adds the 16-bit parameter partition.
+Host bytes follow DeepSpeed's own estimators (``estimate_zero2_model_states_mem_needs``:
+16 bytes per parameter with Adam; ``estimate_zero3_model_states_mem_needs``: 16, or 18 with
+parameter offload), times their ``additional_buffer_factor`` of 1.5 for pinned buffers, per
+rank's partition and summed over the node's ranks. ZeRO-1 still holds every 16-bit gradient on
+the GPU until the reduction, ZeRO-2 streams its partition's gradients out through a buffer of
+the largest parameter (``temp_grad_buffer_for_gpu_offload``); ZeRO-3 moves
+``grad_partitions_flat_buffer`` to host memory. NVMe
 (ZeRO-Infinity) keeps them on disk behind pinned host buffers (``offload_config.py``: parameters
 ``buffer_count`` 5 x ``buffer_size`` 1e8 elements plus up to ``max_in_cpu`` 1e9 elements;
 optimizer ``buffer_count`` 4 sub-group-sized fp32 buffers). FSDP's ``CPUOffload`` /
@@ -95,6 +98,7 @@ from gpu_sizer.budget.runtime import allocator_reserve_bytes
 from gpu_sizer.budget.training_precision import Recipe, optimizer_step_workspace_bytes
 
 __all__ = [
+    "DEEPSPEED_HOST_BUFFER_FACTOR",
     "Holdings",
     "PhaseBytes",
     "ShardedStates",
@@ -111,6 +115,11 @@ _FSDP = frozenset(
         ParallelStrategy.fsdp_hybrid_shard,
     }
 )
+#: DeepSpeed's ``additional_buffer_factor`` (``estimate_zero2_model_states_mem_needs`` in
+#: ``stage_1_and_2.py``, ``estimate_zero3_model_states_mem_needs`` in ``stage3.py``): the host
+#: memory of offloaded states is 1.5 x what they hold, for the pinned staging buffers and the
+#: temporaries of the CPU optimizer step.
+DEEPSPEED_HOST_BUFFER_FACTOR = 1.5
 #: NVMe swap buffers (DeepSpeedZeroOffloadParamConfig / OptimizerConfig defaults).
 _NVME_PARAM_BUFFERS = 5 * 100_000_000
 _NVME_PARAM_MAX_IN_CPU = 1_000_000_000
@@ -330,7 +339,7 @@ def _zero12(training: Training, r: Recipe, h: Holdings, n: int, stage: int) -> S
     host = 0
     off = training.offload
     if off is not None and off.optimizer is not OffloadTarget.None_:
-        host = _optimizer_host(off, master + opt + fp32_grad + part * r.param, part)
+        host = _optimizer_host(off, master + opt + part * 4, part)
         if stage == 2:
             grads_backward = h.largest_trainable_module * r.grad
         master = opt = fp32_grad = workspace = 0
@@ -343,10 +352,13 @@ def _zero12(training: Training, r: Recipe, h: Holdings, n: int, stage: int) -> S
 
 
 def _optimizer_host(off: Offload, cpu_bytes: int, part: int) -> int:
+    """Host bytes of one rank's offloaded optimizer: ``cpu_bytes`` (fp32 master partition,
+    optimizer state, fp32 gradient partition) with DeepSpeed's buffer allowance, or the pinned
+    swap buffers of NVMe offload."""
     if off.optimizer is OffloadTarget.Nvme:
         sub = min(part, DEEPSPEED_DEFAULTS["subGroupSize"])
         return _NVME_OPTIMIZER_BUFFERS * sub * 4
-    return cpu_bytes
+    return int(cpu_bytes * DEEPSPEED_HOST_BUFFER_FACTOR)
 
 
 def _zero3(training: Training, r: Recipe, h: Holdings, n: int) -> ShardedStates:
@@ -373,14 +385,14 @@ def _zero3(training: Training, r: Recipe, h: Holdings, n: int) -> ShardedStates:
     host = 0
     off = training.offload
     if off is not None and off.optimizer is not OffloadTarget.None_:
-        host += _optimizer_host(off, master + opt + fp32_grad + grad_partition, part)
+        host += _optimizer_host(off, master + opt + part * 4, part)
         master = opt = fp32_grad = workspace = grad_partition = 0
     if off is not None and off.parameters is not OffloadTarget.None_:
         if off.parameters is OffloadTarget.Nvme:
             elements = _NVME_PARAM_BUFFERS + min(_NVME_PARAM_MAX_IN_CPU, _cdiv(h.params, n))
             host += int(elements * h.bytes_per_param)
         else:
-            host += partition
+            host += int(partition * DEEPSPEED_HOST_BUFFER_FACTOR)
         partition = 0
     backward = PhaseBytes(
         partition + persistent + gathered, quant, grad_partition + module_grad, opt, master, bucket

@@ -1227,6 +1227,7 @@ class Reconciler:
                 self.config.catalog,
                 present=present,
                 calibration=self._calibration_for(prev, hash_),
+                capacity=self.inventory().capacity() if parsed.gpu_count > 1 else None,
             )
             weights = host = 0
             if assessment.estimate is not None:

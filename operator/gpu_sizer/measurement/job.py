@@ -18,6 +18,7 @@ from typing import Any, Final
 from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementMode, spec_to_wire
 from gpu_sizer.api.record import KEY_LABEL, key_label
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.measurement.node_scope import node_scope
 from gpu_sizer.placement import MigStrategy, gpu_resource, node_affinity
 
 __all__ = [
@@ -175,8 +176,9 @@ def _distributed(spec: GPUWorkloadSpec) -> bool:
 
 def job_gpu_count(spec: GPUWorkloadSpec, gpus: int) -> int:
     """GPUs the measurement Job requests: ``gpus`` (the replica's), except that training is
-    measured on one node, so at most ``parallelism.gpusPerNode`` (default 8); the probe reports
-    a replica larger than a node as ``Unsupported``."""
+    measured on one node, so at most ``parallelism.gpusPerNode`` (default 8): a job wider than
+    a node runs one node's ranks (:mod:`gpu_sizer.measurement.node_scope`), and one whose model
+    replica alone exceeds a node is reported by the probe as ``Unsupported``."""
     if spec.training is None:
         return gpus
     par = spec.training.parallelism
@@ -238,7 +240,10 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
     }
     if req.measurement_key:
         labels[KEY_LABEL] = key_label(req.measurement_key)
-    spec_json = json.dumps(spec_to_wire(spec), separators=(",", ":"), sort_keys=True)
+    # A job wider than one node is measured as the part one node shows (node_scope).
+    scope = node_scope(spec)
+    probed = scope.spec if scope is not None else spec
+    spec_json = json.dumps(spec_to_wire(probed), separators=(",", ":"), sort_keys=True)
     command = [
         "python",
         "-m",
