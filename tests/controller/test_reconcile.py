@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from gpu_sizer.api import GPUWorkloadStatus, Phase, parse_spec, spec_hash
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
+from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
 from gpu_sizer.measurement.result import NvmlInfo, ProbeResult
 from gpu_sizer.reconcile import (
     Config,
@@ -174,6 +175,23 @@ def test_unschedulable_waits_then_keeps_the_estimate() -> None:
     assert late.status.phase is Phase.Estimated
     assert cond(late.status, "Measured").reason == "Unschedulable"  # l4 nodes exist: capacity
     assert late.status.recommendation is not None and late.status.recommendation.basis == "Estimate"
+
+
+def test_a_job_that_never_gets_a_pod_ends_on_the_unschedulable_timeout() -> None:
+    """Pods refused by a ResourceQuota (no pod, no scheduler condition): the same timeout ends
+    the wait, the Job is deleted and the message says why, instead of the Job's deadline."""
+    measuring = start(raw()).status
+    doc = {
+        "metadata": {"name": "j", "creationTimestamp": "2026-01-01T11:00:00Z"},
+        "spec": {"activeDeadlineSeconds": 930},
+        "status": {"startTime": "2026-01-01T11:00:00Z"},
+    }
+    now = datetime.datetime(2026, 1, 1, 11, 10, 1, tzinfo=datetime.UTC)
+    late = observe(raw(), measuring, classify(doc, [], now))
+    assert late.status.phase is Phase.Estimated
+    measured = cond(late.status, "Measured")
+    assert measured.reason == "Unschedulable" and "no pod for 601 s" in measured.message
+    assert any(isinstance(a, DeleteJob) for a in late.actions)
 
 
 def test_host_oom_retries_once_with_twice_the_memory() -> None:

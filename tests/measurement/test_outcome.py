@@ -184,3 +184,110 @@ def test_plausible_results_pass_and_oom_may_exceed_the_device() -> None:
     assert implausibilities(oom) == []
     cpu = ProbeResult(status="Succeeded", mode="Synthetic", device="cpu", peak_rss_bytes=1 << 30)
     assert implausibilities(cpu) == []
+
+
+def _created(obj: dict[str, Any], when: str) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj.get("metadata", {}), "creationTimestamp": when}}
+
+
+def test_a_job_without_a_pod_is_unschedulable_since_it_started() -> None:
+    """No pod at all (its creations refused by a ResourceQuota or a webhook): aged from the
+    Job's start, so that --unschedulable-timeout ends the wait, not activeDeadlineSeconds."""
+    started = {
+        **_created(JOB, "2026-01-01T11:50:00Z"),
+        "status": {"startTime": "2026-01-01T11:55:00Z"},
+    }
+    out = classify(started, [], NOW)
+    assert out.kind is OutcomeKind.Unschedulable and out.seconds_unschedulable == 300.0
+    assert "no pod for 300 s" in out.message and "FailedCreate" in out.message
+    assert not out.finished
+    # Without a start time (a Job controller that has not seen it yet): from its creation.
+    fresh = classify(_created(JOB, "2026-01-01T11:59:30Z"), [], NOW)
+    assert fresh.kind is OutcomeKind.Unschedulable and fresh.seconds_unschedulable == 30.0
+
+
+def test_a_resumed_job_is_aged_from_its_resumption() -> None:
+    """A Job that waited suspended (Kueue) for an hour and was resumed a minute ago."""
+    resumed = {
+        **_created(JOB, "2026-01-01T11:00:00Z"),
+        "status": {
+            "conditions": [
+                {
+                    "type": "Suspended",
+                    "status": "False",
+                    "reason": "JobResumed",
+                    "lastTransitionTime": "2026-01-01T11:59:00Z",
+                }
+            ]
+        },
+    }
+    out = classify(resumed, [], NOW)
+    assert out.kind is OutcomeKind.Unschedulable and out.seconds_unschedulable == 60.0
+    suspended = {**resumed, "spec": {**resumed["spec"], "suspend": True}, "status": {}}
+    assert classify(suspended, [], NOW).kind is OutcomeKind.Pending
+
+
+def test_an_unbound_pod_without_a_scheduler_verdict_is_unschedulable_since_its_creation() -> None:
+    """No scheduler wrote PodScheduled=False (none runs, or none for its schedulerName)."""
+    unbound = _created(pod({"phase": "Pending"}, node=None), "2026-01-01T11:58:30Z")
+    out = classify(JOB, [unbound], NOW)
+    assert out.kind is OutcomeKind.Unschedulable and out.seconds_unschedulable == 90.0
+    assert "not bound to a node for 90 s" in out.message and "default-scheduler" in out.message
+    gated = {
+        **unbound,
+        "spec": {"schedulerName": "volcano"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+            ],
+        },
+    }
+    out = classify(JOB, [gated], NOW)
+    assert out.kind is OutcomeKind.Unschedulable and "reason SchedulingGated" in out.message
+    assert "schedulerName volcano" in out.message
+    # Bound and waiting for the kubelet (image pull, volumes): the Job's deadline governs.
+    bound = _created(pod({"phase": "Pending"}), "2026-01-01T11:00:00Z")
+    assert classify(JOB, [bound], NOW).kind is OutcomeKind.Pending
+
+
+def test_an_evicted_pod_whose_container_was_killed_is_evicted_before_the_job_fails() -> None:
+    """The kubelet kills an evicted pod's container (exit code 137, no result); the pod's
+    reason decides even while the Job's Failed condition is still on its way."""
+    evicted = pod(
+        {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: memory.",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 137, "reason": "Error"}}}],
+        }
+    )
+    for ended in (JOB, job(("Failed", "BackoffLimitExceeded"))):
+        out = classify(ended, [evicted], NOW)
+        assert out.kind is OutcomeKind.Evicted and "low on resource" in out.message
+    # A result written before the eviction still counts.
+    done = pod(
+        {
+            **evicted["status"],
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": RESULT}}}],
+        }
+    )
+    assert classify(JOB, [done], NOW).kind is OutcomeKind.Succeeded
+
+
+def test_the_job_controllers_failure_target_decides_before_its_pod_is_gone() -> None:
+    """Past activeDeadlineSeconds the Job controller sets FailureTarget (reason
+    DeadlineExceeded), stops the pod (exit code 143) and sets Failed only once it is gone: the
+    stopped pod is not a crash of the probe."""
+    target = job(("FailureTarget", "DeadlineExceeded"))
+    stopped = terminated(exitCode=143, reason="Error")
+    out = classify(target, [stopped], NOW)
+    assert out.kind is OutcomeKind.DeadlineExceeded and "930 s" in out.message
+    # Decided as soon as the verdict is in, the pod still being stopped.
+    running = classify(target, [pod({"phase": "Running"})], NOW)
+    assert running.kind is OutcomeKind.DeadlineExceeded
+    # SuccessCriteriaMet comes before Complete in the same way.
+    met = job(("SuccessCriteriaMet", "CompletionsReached"))
+    assert classify(met, [terminated(exitCode=0, message=RESULT)], NOW).kind is (
+        OutcomeKind.Succeeded
+    )

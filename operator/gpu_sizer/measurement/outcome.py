@@ -1,10 +1,22 @@
 """How a measurement Job ended (or why it has not), from the Job and its pods. Pure.
 
 Inputs are the objects as the API returns them (plain dicts). Field meanings: Kubernetes API
-reference ("Job v1 batch" conditions ``Complete`` / ``Failed`` with reason ``DeadlineExceeded``;
-"Pod v1 core" ``status.containerStatuses[].state``, ``PodScheduled`` condition reason
-``Unschedulable``, pod ``status.reason: Evicted``), and the kubelet's image pull reasons
-(``ErrImagePull``, ``ImagePullBackOff``, ``InvalidImageName``, ``ErrImageNeverPull``).
+reference ("Job v1 batch" conditions ``Complete`` / ``Failed`` with reason ``DeadlineExceeded``,
+preceded since 1.31 by ``SuccessCriteriaMet`` / ``FailureTarget`` while the Job controller
+stops the remaining pods, Kubernetes docs "Jobs: Job termination and cleanup";
+``status.startTime`` reset when a suspended Job resumes; "Pod v1 core"
+``status.containerStatuses[].state``, ``spec.nodeName`` set by the scheduler's binding,
+``PodScheduled`` condition reason ``Unschedulable``, pod ``status.reason: Evicted``), and the
+kubelet's image pull reasons (``ErrImagePull``, ``ImagePullBackOff``, ``InvalidImageName``,
+``ErrImageNeverPull``).
+
+A measurement that cannot start is :attr:`OutcomeKind.Unschedulable` however it shows: the
+scheduler's ``PodScheduled=False`` condition (aged from its transition), a pod no scheduler has
+bound or judged (aged from the pod's creation: a scheduler that is missing, stuck or not the
+one ``schedulerName`` names writes no condition), or a Job that has no pod at all (aged from the
+Job's start: the Job controller's pod creations are refused, by a ResourceQuota or an
+admission webhook, and only the Job's ``FailedCreate`` Events say so). The operator's
+``--unschedulable-timeout`` then ends the wait instead of the Job's ``activeDeadlineSeconds``.
 """
 
 from __future__ import annotations
@@ -85,6 +97,19 @@ def _cond(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     return None
 
 
+def _failed(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Job controller's failure verdict: ``Failed``, or ``FailureTarget``, which it sets
+    first (Kubernetes 1.31+) with the same reason (``DeadlineExceeded``,
+    ``BackoffLimitExceeded``) and keeps while it stops the pods; ``Failed`` follows once they
+    are gone. A pod it stopped that way (exit code 143) must not decide the outcome."""
+    return _cond(job, "Failed") or _cond(job, "FailureTarget")
+
+
+def _succeeded(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``Complete``, or ``SuccessCriteriaMet``, which the Job controller sets first (1.31+)."""
+    return _cond(job, "Complete") or _cond(job, "SuccessCriteriaMet")
+
+
 def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
@@ -146,7 +171,7 @@ def classify(
     pod = ordered[-1] if ordered else None
     node = ((pod.get("spec") or {}).get("nodeName") if pod else None) or None
     term = _terminated(pod) if pod is not None else None
-    ended = _cond(job, "Failed") or _cond(job, "Complete")
+    ended = _failed(job) or _succeeded(job)
     if ended is not None and term is None:
         since = parse_time(ended.get("lastTransitionTime"))
         waited = (now - since).total_seconds() if since is not None else None
@@ -159,11 +184,14 @@ def classify(
             )
     if pod is not None:
         pstatus = pod.get("status") or {}
+        evicted = pstatus.get("reason") == "Evicted"
         if term is not None:
             outcome = _from_terminated(term, node)
-            if outcome.kind is not OutcomeKind.Failed or not _cond(job, "Failed"):
+            # The kubelet kills an evicted pod's container (exit code 137 and no result): the
+            # pod's reason says why, whether or not the Job's Failed condition is in yet.
+            if outcome.kind is not OutcomeKind.Failed or not (evicted or _failed(job)):
                 return outcome
-        if pstatus.get("reason") == "Evicted":
+        if evicted:
             return Outcome(
                 OutcomeKind.Evicted,
                 f"pod evicted: {pstatus.get('message') or 'no message'}",
@@ -172,7 +200,7 @@ def classify(
         pull = _waiting_reason(pod)
         if pull is not None:
             return Outcome(OutcomeKind.ImagePullFailed, f"{pull[0]}: {pull[1]}", node_name=node)
-    failed = _cond(job, "Failed")
+    failed = _failed(job)
     if failed is not None:
         if failed.get("reason") == "DeadlineExceeded":
             return Outcome(
@@ -188,7 +216,7 @@ def classify(
             f"Job failed ({failed.get('reason')}): {failed.get('message') or 'no message'}",
             node_name=node,
         )
-    if _cond(job, "Complete") is not None:
+    if _succeeded(job) is not None:
         return Outcome(
             OutcomeKind.Failed,
             "the Job completed but its pod (and the result) is gone",
@@ -204,7 +232,7 @@ def classify(
             queued=True,
         )
     if pod is None:
-        return Outcome(OutcomeKind.Pending, "waiting for the Job's pod")
+        return _without_pod(job, now)
     for c in _conditions(pod):
         if (c.get("type"), c.get("status"), c.get("reason")) == (
             "PodScheduled",
@@ -219,4 +247,60 @@ def classify(
             )
     if (pod.get("status") or {}).get("phase") == "Running":
         return Outcome(OutcomeKind.Running, f"running on {node}", node_name=node)
+    if node is None:
+        return _unbound(pod, now)
     return Outcome(OutcomeKind.Pending, "pod pending", node_name=node)
+
+
+def _age(since: datetime | None, now: datetime) -> float:
+    return max(0.0, (now - since).total_seconds()) if since is not None else 0.0
+
+
+def _without_pod(job: Mapping[str, Any], now: datetime) -> Outcome:
+    """A running (not suspended) Job with no pod: unschedulable since the Job started, or since
+    it was created when it shows no start (``status.startTime`` is reset when a suspended Job
+    resumes, so a Job that waited in Kueue is aged from its admission, not its creation)."""
+    status = job.get("status") or {}
+    since = parse_time(status.get("startTime")) or parse_time(
+        (job.get("metadata") or {}).get("creationTimestamp")
+    )
+    for c in _conditions(job):
+        if c.get("type") == "Suspended" and c.get("status") == "False":
+            resumed = parse_time(c.get("lastTransitionTime"))
+            if resumed is not None and (since is None or resumed > since):
+                since = resumed
+    if since is None:
+        return Outcome(OutcomeKind.Pending, "waiting for the Job's pod")
+    seconds = _age(since, now)
+    return Outcome(
+        OutcomeKind.Unschedulable,
+        f"the Job has had no pod for {seconds:.0f} s (the Job controller's pod creations "
+        "refused, by a ResourceQuota or an admission webhook, or no Job controller running; "
+        "kubectl describe job shows its FailedCreate events)",
+        seconds_unschedulable=seconds,
+    )
+
+
+def _unbound(pod: Mapping[str, Any], now: datetime) -> Outcome:
+    """A pending pod no scheduler has bound to a node, without the scheduler's
+    ``PodScheduled=False, Unschedulable`` verdict: aged from its creation."""
+    meta = pod.get("metadata") or {}
+    since = parse_time(meta.get("creationTimestamp"))
+    if since is None:
+        return Outcome(OutcomeKind.Pending, "pod pending")
+    seconds = _age(since, now)
+    scheduler = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+    why = next(
+        (
+            f"PodScheduled={c.get('status')}, reason {c.get('reason')}"
+            for c in _conditions(pod)
+            if c.get("type") == "PodScheduled" and c.get("reason")
+        ),
+        "no scheduling decision",
+    )
+    return Outcome(
+        OutcomeKind.Unschedulable,
+        f"pod {meta.get('name') or '?'} not bound to a node for {seconds:.0f} s ({why}; "
+        f"schedulerName {scheduler})",
+        seconds_unschedulable=seconds,
+    )
