@@ -977,7 +977,13 @@ def _plan_outcome(
     cls = _by_name(config, m.gpu_class)
     job = m.job_name or ""
     kind = outcome.kind
-    if kind in (OutcomeKind.Pending, OutcomeKind.Running):
+    waiting = (
+        kind is OutcomeKind.Unschedulable
+        and outcome.seconds_unschedulable < config.unschedulable_timeout_seconds
+    )
+    if kind in (OutcomeKind.Pending, OutcomeKind.Running) or waiting:
+        # Not yet unschedulable past the timeout: waiting for a node is waiting, as pending is
+        # (a Job Kueue just admitted has no pod for a moment: Queued gives way to Measuring).
         measured = next((c for c in prev.conditions if c.type == "Measured"), None)
         queued_before = measured is not None and measured.reason == "Queued"
         if outcome.queued != queued_before:
@@ -1004,8 +1010,6 @@ def _plan_outcome(
             )
         return Plan(prev)
     if kind is OutcomeKind.Unschedulable:
-        if outcome.seconds_unschedulable < config.unschedulable_timeout_seconds:
-            return Plan(prev)
         waited = f"{outcome.seconds_unschedulable:.0f} s ({outcome.message})"
         if present is not None and m.gpu_class in present:
             # Nodes of the class exist but are full, tainted or cordoned: waiting longer is the

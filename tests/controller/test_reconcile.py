@@ -423,3 +423,16 @@ def test_deciding_again_while_measuring_keeps_an_incomplete_estimate_incomplete(
         cond(again, "Estimated").last_transition_time
         == cond(measuring, "Estimated").last_transition_time
     )
+
+
+def test_a_queued_measurement_admitted_without_a_pod_yet_says_measuring() -> None:
+    """Kueue resumed the Job, whose pod is not there yet (unschedulable for 0 s): no longer
+    Queued, and not ended either."""
+    measuring = start(raw()).status
+    queued = observe(raw(), measuring, Outcome(OutcomeKind.Pending, "in Kueue", queued=True))
+    assert cond(queued.status, "Measured").reason == "Queued"
+    admitted = observe(
+        raw(), queued.status, Outcome(OutcomeKind.Unschedulable, "no pod yet"), now="T3"
+    )
+    assert cond(admitted.status, "Measured").reason == "Measuring"
+    assert admitted.status.phase is Phase.Measuring and admitted.actions == ()

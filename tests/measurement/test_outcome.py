@@ -291,3 +291,20 @@ def test_the_job_controllers_failure_target_decides_before_its_pod_is_gone() -> 
     assert classify(met, [terminated(exitCode=0, message=RESULT)], NOW).kind is (
         OutcomeKind.Succeeded
     )
+
+
+def test_a_container_stopped_by_a_signal_waits_for_the_jobs_verdict() -> None:
+    """The Job controller's FailureTarget and the pod it stopped come through separate
+    watches: a container ended by SIGTERM or SIGKILL without a result a moment ago waits for the
+    Job's verdict; once that is in, or after the grace period, it decides."""
+    stopped = terminated(exitCode=143, reason="Error", finishedAt="2026-01-01T11:59:55Z")
+    early = classify(JOB, [stopped], NOW)
+    assert early.kind is OutcomeKind.Pending and early.wait_seconds == 10.0
+    assert "exit code 143" in early.message
+    verdict = classify(job(("FailureTarget", "DeadlineExceeded")), [stopped], NOW)
+    assert verdict.kind is OutcomeKind.DeadlineExceeded
+    late = datetime.datetime(2026, 1, 1, 12, 0, 10, tzinfo=datetime.UTC)
+    assert classify(JOB, [stopped], late).kind is OutcomeKind.Failed
+    # A crash of the probe itself (exit code 1) is its outcome at once.
+    crash = terminated(exitCode=1, reason="Error", finishedAt="2026-01-01T11:59:55Z")
+    assert classify(JOB, [crash], NOW).kind is OutcomeKind.Failed

@@ -1565,13 +1565,17 @@ class Reconciler:
         unrecorded = old.get("jobName") if old.get("specHash") == hash_ else None
         to_delete = {a.name for a in plan.actions if isinstance(a, DeleteJob)}
         later: list[JobView] = []
+        now = datetime.datetime.now(datetime.UTC)
         for job in self.backend.jobs(namespace, name):
             if job.deleting or job.owner_uid is None:
                 continue  # going already; or not a GPUWorkload's Job: never ours to delete
             # A Job of an earlier GPUWorkload of this name (deleted and re-created) is an
             # orphan, as the garbage collector also knows.
             orphan = job.owner_uid != uid
-            unwanted = job.name in to_delete or (job.name != kept and not job.finished)
+            # Finished by its pod's end too: the Job controller's Complete comes after the pod's
+            # result, and a finished Job stays for its logs (ttlSecondsAfterFinished).
+            finished = job.finished or self.backend.observe(namespace, job, now).finished
+            unwanted = job.name in to_delete or (job.name != kept and not finished)
             if orphan:
                 await self._delete(key, job)
             elif unwanted and job.name == unrecorded:

@@ -110,6 +110,33 @@ def _succeeded(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return _cond(job, "Complete") or _cond(job, "SuccessCriteriaMet")
 
 
+#: Exit codes of a container stopped by a signal: SIGTERM (the kubelet stopping it) and SIGKILL.
+SIGNAL_EXIT_CODES = frozenset({128 + 15, 128 + 9})
+
+
+def _stopped_without_verdict(
+    term: Mapping[str, Any], outcome: Outcome, now: datetime
+) -> Outcome | None:
+    """A probe container stopped by a signal, without a result, is someone else's decision:
+    the Job controller's (past activeDeadlineSeconds it sets FailureTarget, then stops the pod)
+    or a deletion's. Jobs and pods come through separate watches, so the pod's end can arrive
+    before the Job's verdict: it is waited for during :data:`POD_RESULT_GRACE_SECONDS` after the
+    container finished, then the pod's end is taken as the outcome."""
+    if outcome.kind is not OutcomeKind.Failed or term.get("exitCode") not in SIGNAL_EXIT_CODES:
+        return None
+    finished = parse_time(term.get("finishedAt"))
+    waited = (now - finished).total_seconds() if finished is not None else None
+    if waited is None or waited >= POD_RESULT_GRACE_SECONDS:
+        return None
+    return Outcome(
+        OutcomeKind.Pending,
+        f"the probe container was stopped (exit code {term.get('exitCode')}); waiting for the "
+        "Job's verdict",
+        node_name=outcome.node_name,
+        wait_seconds=POD_RESULT_GRACE_SECONDS - max(0.0, waited),
+    )
+
+
 def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         term = (cs.get("state") or {}).get("terminated")
@@ -190,7 +217,8 @@ def classify(
             # The kubelet kills an evicted pod's container (exit code 137 and no result): the
             # pod's reason says why, whether or not the Job's Failed condition is in yet.
             if outcome.kind is not OutcomeKind.Failed or not (evicted or _failed(job)):
-                return outcome
+                stopped = _stopped_without_verdict(term, outcome, now)
+                return stopped if stopped is not None and not evicted else outcome
         if evicted:
             return Outcome(
                 OutcomeKind.Evicted,
