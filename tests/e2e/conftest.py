@@ -1,37 +1,54 @@
 """End-to-end harness: the real operator process against a Kubernetes API on loopback.
 
-The API is kmock's KubernetesEmulator (``gpu_sizer.controller.emulator.LoopbackCluster``); the
-operator is ``gpu-sizer operator -A --standalone`` in a subprocess with a kubeconfig pointing at
-it. There is no kubelet, scheduler or Job controller: :class:`Kubelet` plays them, writing the pod
-and Job status a real cluster would. Every status the operator wrote is collected (from kmock's
-object histories) for the schema test in ``test_zz_status_schema.py``.
+The operator is ``gpu-sizer operator --standalone`` in a subprocess with a kubeconfig pointing at
+the API. Which API, per test (the ``cluster`` fixture):
 
-With ``GPU_SIZER_E2E_KUBECONFIG`` set, the same fixtures run against a real cluster instead
-(``real_cluster.py``; hack/e2e-real-cluster.md says what runs and what is skipped there).
+- **The real control plane** (:mod:`tests.e2e.envtest`): with ``KUBEBUILDER_ASSETS`` set (as
+  ``.ci/run`` sets it), every test not marked ``emulated_api`` runs on the session's
+  kube-apiserver, Job controller, garbage collector and scheduler, in namespaces of its own, with
+  its GPU Nodes registered as objects; :class:`~tests.e2e.kubelets.RealKubelet` plays only the
+  kubelet (pod status through ``pods/status``).
+- **kmock's emulator** (``gpu_sizer_testbed.emulator.LoopbackCluster``): tests marked
+  ``emulated_api`` (they inject API faults, or store what a real server refuses), and every test
+  when no control plane is there. :class:`~tests.e2e.kubelets.Kubelet` plays the kubelet,
+  scheduler and Job controller there.
+- **A real cluster** with ``GPU_SIZER_E2E_KUBECONFIG`` (``real_cluster.py``;
+  hack/e2e-real-cluster.md says what runs and what is skipped there).
+
+Every status the operator wrote is collected (from kmock's object histories, or a watch) for the
+schema test in ``test_zz_status_schema.py``. The terminal summary counts the tests that ran on
+each backend.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from gpu_sizer_testbed.controlplane import ControlPlane
 from gpu_sizer_testbed.emulator import (
-    ApiStatus,
     LoopbackCluster,
     crd_document,
     record_crd_document,
 )
 
+from gpu_sizer.api.crd import CRD_NAME, RECORD_CRD_NAME
 from tests.architectures import LLAMA_3_2_1B
-from tests.e2e import real_cluster, status_schema
+from tests.conftest import Kubectl
+from tests.e2e import envtest, real_cluster, status_schema
+from tests.e2e.kubelets import Kubelet, RealKubelet
+from tests.e2e.waiting import PATIENCE, eventually
+
+__all__ = ["PATIENCE", "Kubelet", "RealKubelet", "eventually"]
 
 pytestmark = pytest.mark.e2e
 
@@ -48,8 +65,13 @@ MIB = 1 << 20
 
 #: Every status object written during the suite (appended per test by the cluster fixture).
 WRITTEN_STATUSES: list[dict[str, Any]] = []
-
-T = TypeVar("T")
+#: The operator's unschedulable timeout in tests that want a Job to stay unscheduled and end
+#: there (a class no node has, a full node), and have no other Job that must be scheduled.
+QUICK_UNSCHEDULABLE = ("--unschedulable-timeout", "1.5")
+#: The same in tests that also have Jobs that must run: long enough for the scheduler (or, on
+#: the emulator, the test playing it) to bind their pods on a loaded machine, since a pod left
+#: unbound that long counts as unschedulable too.
+SCHEDULING_GRACE = ("--unschedulable-timeout", "10")
 
 
 def spec(params: int | None = None, **extra: Any) -> dict[str, Any]:
@@ -70,6 +92,17 @@ def spec(params: int | None = None, **extra: Any) -> dict[str, Any]:
     for key, value in extra.items():
         doc[key] = {**doc.get(key, {}), **value}
     return doc
+
+
+#: The fields :func:`invalid_spec` gets wrong, as the operator's messages name them.
+INVALID_FIELDS = ("spec.measurement.concurrencyLevels[0]", "spec.measurement.concurrencyLevels[1]")
+
+
+def invalid_spec() -> dict[str, Any]:
+    """A spec the CRD's schema and CEL rules accept but the operator's validation refuses (as
+    the admission webhook would at apply): two concurrency levels above ``maxNumSeqs`` (4). A
+    real API server stores it when no webhook runs, so the operator must mark it Stalled."""
+    return spec(measurement={"concurrencyLevels": [64, 128]})
 
 
 def workload(name: str, body: dict[str, Any], namespace: str = NS) -> dict[str, Any]:
@@ -97,24 +130,25 @@ def gpu_node(name: str, product: str, memory_mib: int, count: int = 8) -> dict[s
     }
 
 
-#: How long a test waits for the operator to reach a state. Generous on purpose: the machines
-#: that run this suite are shared and loaded (2 cores, several test runs at once), and a wait
-#: returns as soon as its condition holds, so a long deadline costs nothing when all is well.
-PATIENCE = 120.0
-
-
-async def eventually(
-    fn: Callable[[], Awaitable[T | None]], timeout: float = PATIENCE, what: str = "condition"
-) -> T:
-    """Poll ``fn`` every 0.1 s until it returns something truthy; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await fn()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+def busy_pod(node: str, gpus: int, name: str = "busy", namespace: str = "other-team") -> dict:
+    """Another team's pod holding ``gpus`` GPUs of ``node`` (bound there, not scheduled): the
+    node's class is present, but a measurement pod finds no room on it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "server",
+                    "image": "vllm/vllm-openai:v0.11.0",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+    }
 
 
 async def logged(proc: OperatorProcess, text: str, lines: int = 2000) -> bool:
@@ -132,9 +166,11 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
 class OperatorProcess:
     """``gpu-sizer operator`` as a subprocess; its log goes to a file shown on failure."""
 
-    def __init__(self, cluster: LoopbackCluster, log: Path, args: list[str]) -> None:
+    def __init__(self, cluster: Any, log: Path, args: list[str]) -> None:
         env = dict(os.environ)
-        env["KUBECONFIG"] = cluster.kubeconfig
+        # One injectable point: a backend may run the operator under other credentials than
+        # its own (a ServiceAccount token), as an installed operator runs.
+        env["KUBECONFIG"] = getattr(cluster, "operator_kubeconfig", cluster.kubeconfig)
         env["PYTHONPATH"] = str(ROOT / "operator") + os.pathsep + env.get("PYTHONPATH", "")
         for key in list(env):
             if key.startswith("GPU_SIZER_"):
@@ -145,15 +181,18 @@ class OperatorProcess:
             "-m",
             "gpu_sizer.cli",
             "operator",
-            *getattr(cluster, "operator_scope", ["-A"]),  # real cluster: the test's namespace
+            *getattr(cluster, "operator_scope", ["-A"]),  # real API: the test's namespaces
             "--standalone",
             "--metrics-port",
             "0",
             "--health-port",
             "0",
             "--no-webhook",
+            # The chart's default: a pod waits this long for a node (tests that want the timer
+            # pass QUICK_UNSCHEDULABLE or SCHEDULING_GRACE), since a pod not yet bound, or a
+            # Job without one yet, is on that timer too.
             "--unschedulable-timeout",
-            "1.5",
+            "600",
             # Most tests apply one spec many times and count its Jobs: they run without shared
             # measurement records; the tests of sharing (test_shared_records.py) turn them on.
             *([] if "--measurement-sharing" in args else ["--measurement-sharing", "Disabled"]),
@@ -181,20 +220,74 @@ class OperatorProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-@pytest.fixture
-async def cluster() -> AsyncIterator[LoopbackCluster]:
+def default_nodes() -> list[dict[str, Any]]:
+    """The GPU nodes every test's cluster starts with: one L4, one A100 80 GB."""
+    return [
+        gpu_node("l4-1", "NVIDIA-L4", 23034),
+        gpu_node("a100-1", "NVIDIA-A100-SXM4-80GB", 81920),
+    ]
+
+
+@pytest.fixture(scope="session")
+def e2e_plane(control_plane: ControlPlane, kubectl: Kubectl) -> ControlPlane:
+    """The session's control plane with the CRDs applied (server-side, as users apply them)."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    # Established, then served: right after the apply a CRD has no conditions yet (kubectl wait
+    # fails on that instead of waiting), and once Established its resources answer 429
+    # "storage is (re)initializing" for a moment.
+    deadline = time.monotonic() + PATIENCE
+    for name in (CRD_NAME, RECORD_CRD_NAME):
+        while not _established(json.loads(kubectl("get", f"crd/{name}", "-o", "json").stdout)):
+            assert time.monotonic() < deadline, f"CRD {name} never Established"
+            time.sleep(0.2)
+    while kubectl("get", "gpuworkloads,gpumeasurements", "-A", check=False).returncode:
+        assert time.monotonic() < deadline, "the CRDs' resources were never served"
+        time.sleep(0.2)
+    return control_plane
+
+
+def _established(crd: dict[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+@contextlib.asynccontextmanager
+async def open_cluster(
+    request: pytest.FixtureRequest,
+    *,
+    extra: dict[Any, Any] | None = None,
+    nodes: list[dict[str, Any]] | None = None,
+    controllers: tuple[str, ...] = (),
+) -> AsyncIterator[Any]:
+    """The test's cluster on the backend its markers and the environment choose (module
+    docstring), with ``nodes`` (default :func:`default_nodes`). ``extra``: resources for the
+    emulator (``kueue_resources()``, ...), which a real API server serves itself or from CRDs
+    the test applies; ``controllers``: kube-controller-manager controllers the test needs
+    besides the Job controller (the emulator is used when the control plane runs without
+    them)."""
+    nodes = default_nodes() if nodes is None else nodes
     kubeconfig = real_cluster.kubeconfig_from_env()
     if kubeconfig is not None:  # GPU_SIZER_E2E_KUBECONFIG: a real cluster (real_cluster.py)
         mode = real_cluster.operator_mode_from_env()
+        request.node.user_properties.append(("e2e_backend", "cluster"))
         async with real_cluster.RealCluster(kubeconfig, NS, mode) as real:
             yield real
             _check_statuses(real.written_statuses)
         return
-    async with LoopbackCluster() as c:
+    markers = {m.name for m in request.node.iter_markers()}
+    if envtest.emulator_reason(markers, controllers=controllers) is None:
+        plane = request.getfixturevalue("e2e_plane")
+        request.node.user_properties.append(("e2e_backend", "envtest"))
+        async with envtest.EnvtestCluster(plane, NS, nodes) as real:
+            yield real
+            _check_statuses(real.written_statuses)
+        return
+    request.node.user_properties.append(("e2e_backend", "emulator"))
+    async with LoopbackCluster(extra=extra) as c:
         await c.create(CRDS, crd_document())
         await c.create(CRDS, record_crd_document())
-        await c.create(NODES, gpu_node("l4-1", "NVIDIA-L4", 23034))
-        await c.create(NODES, gpu_node("a100-1", "NVIDIA-A100-SXM4-80GB", 81920))
+        for node in nodes:
+            await c.create(NODES, node)
         yield c
         written = [
             _plain(version.get("status"))
@@ -204,6 +297,26 @@ async def cluster() -> AsyncIterator[LoopbackCluster]:
             if version is not None and version.get("status")
         ]
         _check_statuses(written)
+
+
+@pytest.fixture
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    async with open_cluster(request) as c:
+        yield c
+
+
+def on_control_plane(cluster: Any) -> bool:
+    """Whether ``cluster`` is the envtest control plane (real API server, Job controller and
+    scheduler; the harness plays the kubelet)."""
+    return isinstance(cluster, envtest.EnvtestCluster)
+
+
+def real_namespace(cluster: Any, namespace: str = NS) -> str:
+    """The namespace the API server holds a test's objects of ``namespace`` in (metric labels
+    and operator messages name it; the emulator keeps the test's own names)."""
+    if isinstance(cluster, real_cluster.RealCluster):
+        return cluster.real_namespace(namespace)
+    return namespace
 
 
 def _check_statuses(written: list[dict[str, Any]]) -> None:
@@ -252,191 +365,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return rep
 
 
-class Kubelet:
-    """Plays the scheduler, kubelet and Job controller for measurement Jobs."""
-
-    def __init__(self, cluster: LoopbackCluster) -> None:
-        self.c = cluster
-
-    async def jobs(self, namespace: str = NS) -> list[dict[str, Any]]:
-        return await self.c.list(JOBS, namespace, {"app.kubernetes.io/managed-by": "gpu-sizer"})
-
-    async def wait_job(
-        self, namespace: str = NS, *, not_named: set[str] | None = None, timeout: float = PATIENCE
-    ) -> dict[str, Any]:
-        async def find() -> dict[str, Any] | None:
-            for job in await self.jobs(namespace):
-                if not not_named or job["metadata"]["name"] not in not_named:
-                    return job
-            return None
-
-        return await eventually(find, timeout, "a measurement Job")
-
-    async def _pod(
-        self, job: dict[str, Any], status: dict[str, Any], node: str | None
-    ) -> dict[str, Any]:
-        meta = job["metadata"]
-        tmpl = job["spec"]["template"]
-        name = f"{meta['name']}-x{int(time.monotonic() * 1000) % 100000}"
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": meta["namespace"],
-                "labels": {
-                    **tmpl["metadata"]["labels"],
-                    "batch.kubernetes.io/job-name": meta["name"],
-                    "batch.kubernetes.io/controller-uid": meta.get("uid", ""),
-                },
-                "annotations": dict(tmpl["metadata"].get("annotations") or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": meta["name"],
-                        "uid": meta.get("uid", ""),
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {**tmpl["spec"], **({"nodeName": node} if node else {})},
-            "status": status,
-        }
-        return await self.c.create(PODS, pod)
-
-    async def succeed(
-        self,
-        job: dict[str, Any],
-        message: str,
-        node: str = "a100-1",
-        exit_code: int = 0,
-        job_status: bool = True,
-    ) -> None:
-        """The pod ran and terminated with ``message`` in its termination message."""
-        term = {
-            "exitCode": exit_code,
-            "reason": "Completed" if exit_code == 0 else "Error",
-            "message": message,
-        }
-        await self._pod(
-            job,
-            {
-                "phase": "Succeeded" if exit_code == 0 else "Failed",
-                "containerStatuses": [{"name": "probe", "state": {"terminated": term}}],
-            },
-            node,
-        )
-        if not job_status:  # the Job is gone; only its pod reports late
-            return
-        cond = "Complete" if exit_code == 0 else "Failed"
-        await self.job_condition(
-            job, cond, "Completed" if exit_code == 0 else "BackoffLimitExceeded"
-        )
-
-    async def job_condition(
-        self, job: dict[str, Any], type_: str, reason: str, message: str = ""
-    ) -> None:
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        condition = {
-            "type": type_,
-            "status": "True",
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": now,
-        }
-        try:
-            await self.c.patch(
-                JOBS,
-                job["metadata"]["namespace"],
-                job["metadata"]["name"],
-                {"status": {"conditions": [condition]}},
-                subresource="status",
-            )
-        except ApiStatus as exc:
-            # The operator may act on the pod's final state before the Job controller writes
-            # the Job's condition, and delete the Job (an OOM moved to a larger class, an
-            # evicted pod retried): the Job controller then finds it gone, as here.
-            if exc.status != 404:
-                raise
-
-    async def running(self, job: dict[str, Any], node: str = "a100-1") -> None:
-        await self._pod(
-            job,
-            {
-                "phase": "Running",
-                "containerStatuses": [{"name": "probe", "state": {"running": {}}}],
-            },
-            node,
-        )
-
-    async def unschedulable(self, job: dict[str, Any], since: str) -> None:
-        await self._pod(
-            job,
-            {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": "0/2 nodes are available: 2 node(s) didn't match "
-                        "Pod's node affinity/selector.",
-                        "lastTransitionTime": since,
-                    }
-                ],
-            },
-            None,
-        )
-
-    async def image_pull_failure(self, job: dict[str, Any]) -> None:
-        await self._pod(
-            job,
-            {
-                "phase": "Pending",
-                "containerStatuses": [
-                    {
-                        "name": "probe",
-                        "state": {
-                            "waiting": {
-                                "reason": "ImagePullBackOff",
-                                "message": 'Back-off pulling image "nope:1"',
-                            }
-                        },
-                    }
-                ],
-            },
-            "a100-1",
-        )
-
-    async def oom_killed(self, job: dict[str, Any]) -> None:
-        term = {"exitCode": 137, "reason": "OOMKilled"}
-        await self._pod(
-            job,
-            {
-                "phase": "Failed",
-                "containerStatuses": [{"name": "probe", "state": {"terminated": term}}],
-            },
-            "a100-1",
-        )
-        await self.job_condition(job, "Failed", "BackoffLimitExceeded")
-
-    async def evicted(self, job: dict[str, Any]) -> None:
-        await self._pod(
-            job,
-            {
-                "phase": "Failed",
-                "reason": "Evicted",
-                "message": "The node was low on resource: memory.",
-            },
-            "a100-1",
-        )
-        await self.job_condition(job, "Failed", "BackoffLimitExceeded")
-
-
 @pytest.fixture
-def kubelet(cluster: LoopbackCluster) -> Kubelet:
-    return Kubelet(cluster)
+def kubelet(cluster: Any) -> Kubelet:
+    return RealKubelet(cluster) if on_control_plane(cluster) else Kubelet(cluster)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many e2e tests ran on each backend (the count the CI log and the docs quote)."""
+    ran: dict[str, set[str]] = {}
+    for key in ("passed", "failed"):
+        for report in terminalreporter.stats.get(key, []):
+            if getattr(report, "when", "") != "call":
+                continue
+            for name, value in getattr(report, "user_properties", []):
+                if name == "e2e_backend":
+                    ran.setdefault(str(value), set()).add(report.nodeid)
+    if ran:
+        counts = ", ".join(f"{len(ids)} on {backend}" for backend, ids in sorted(ran.items()))
+        terminalreporter.write_line(f"e2e backends: {counts}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

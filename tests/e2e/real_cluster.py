@@ -7,21 +7,24 @@ emulator on loopback (``conftest.py``), unchanged. With it:
   official ``kubernetes`` client's kubeconfig loader (client certificates, tokens, exec plugins),
   and offers the same helper methods the tests call on ``LoopbackCluster`` (``create``, ``get``,
   ``list``, ``patch``, ``change_spec``, ``delete``, ``request``, ``kubeconfig``).
-* Each test gets a fresh namespace (``gse2e-<random>-ml-team``), created before and deleted after
-  the test, so the suite stays isolated on a shared cluster. The tests keep naming their logical
-  namespace ``ml-team`` (``conftest.NS``): the client maps that name to the test's namespace on
-  the way in (paths and ``metadata.namespace`` of sent objects) and back on the way out
+* Each test gets fresh namespaces (``gse2e-<random>-ml-team``, ``gse2e-<random>-team-b``, ...),
+  created when first written to and deleted after the test, so the suite stays isolated on a
+  shared cluster. The tests keep naming their logical namespaces (``ml-team``, ``conftest.NS``;
+  ``team-b``): the client maps every namespace but the system ones to the test's on the way in
+  (paths and ``metadata.namespace`` of sent objects) and back on the way out
   (``metadata.namespace`` of returned objects), so assertions read the same in both modes.
-  Other namespaces pass through unmapped.
 * The operator: ``GPU_SIZER_E2E_OPERATOR=local`` (default) starts ``gpu-sizer operator`` from this
-  tree with that kubeconfig and ``--namespace <test namespace>``; ``installed`` means an operator
-  already serving the cluster (the Helm chart's) handles the test namespaces, and the suite starts
-  none (flags a test passes to ``start_operator`` are then ignored: the chart's own apply).
+  tree with :attr:`RealCluster.operator_kubeconfig` (that kubeconfig unless a test or fixture
+  sets another, such as a ServiceAccount token's) and ``--namespace 'gse2e-<random>-*'`` (kopf's
+  namespace glob: the test's namespaces only); ``installed`` means an operator already serving the
+  cluster (the Helm chart's) handles the test namespaces, and the suite starts none (flags a test
+  passes to ``start_operator`` are then ignored: the chart's own apply).
 * Nodes are the cluster's: a test marked ``gpu_classes("nvidia-l4", ...)`` is skipped when no node
   carries a GPU Feature Discovery product label of that class (``gpu_sizer.catalog``'s default
   catalog).
-* Every status of a GPUWorkload in the test namespace is recorded from a watch (the equivalent of
-  kmock's object histories) for ``test_zz_status_schema.py``.
+* Every version of a GPUWorkload or measurement Job in the test's namespaces is recorded from
+  watches (the equivalent of kmock's object histories, :attr:`RealCluster.history`): the
+  statuses for ``test_zz_status_schema.py``, the Jobs ever created for the tests that count them.
 * Tests marked ``emulated_kubelet`` (they write pod/Job status or create Nodes, which a real
   kubelet, Job controller or GFD owns), ``emulated_api`` (they inject faults through kmock) or, with
   the installed operator, ``local_operator`` (they kill, restart or read the log of the operator
@@ -39,7 +42,7 @@ import json
 import os
 import ssl
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -59,13 +62,22 @@ ENV_OPERATOR = "GPU_SIZER_E2E_OPERATOR"
 ENV_KMOCK = "GPU_SIZER_E2E_API_IS_KMOCK"
 OPERATOR_MODES = ("local", "installed")
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: How every namespace the suite creates begins: ``gse2e-<random>-<logical name>``.
+NAMESPACE_PREFIX = "gse2e-"
 #: Label on every namespace the suite creates (find leftovers: ``kubectl get ns -l ...``).
 NAMESPACE_LABEL = "gpusizer.dev/e2e"
 #: Seconds allowed to connect to the API server before the session is ended with the reason.
 CONNECT_TIMEOUT = 10.0
 
 GW = (GROUP, "v1alpha1", PLURAL)
+JOBS = ("batch", "v1", "jobs")
 CRD_NAME = f"{PLURAL}.{GROUP}"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+#: Namespaces every cluster has: never mapped to a test's own.
+SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+
+#: Called with each object a watch sees.
+Handler = Callable[[tuple[str, str, str], dict[str, Any]], Awaitable[None]]
 
 #: Why each marker skips in real-cluster mode.
 SKIP_REASONS = {
@@ -174,17 +186,27 @@ class RealCluster:
     def __init__(self, kubeconfig: str, logical_namespace: str, operator: str = "local") -> None:
         self.kubeconfig = kubeconfig
         self.logical_namespace = logical_namespace
-        suffix = uuid.uuid4().hex[:6]
-        self.namespace = f"gse2e-{suffix}-{logical_namespace}"[:63].rstrip("-")
+        #: Every namespace this test writes to is ``<prefix><its logical name>``.
+        self.prefix = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:6]}-"
+        self.namespace = self.real_namespace(logical_namespace)
         self.installed_operator = operator == "installed"
         self.kmock = os.environ.get(ENV_KMOCK, "") == "1"
-        #: What the suite's operator serves instead of ``-A``: only this test's namespace.
-        self.operator_scope = ["-A"] if self.kmock else ["--namespace", self.namespace]
+        #: The kubeconfig the suite's operator runs with: the test's own credentials unless a
+        #: fixture puts another here first (a ServiceAccount token's, to run it as installed).
+        self.operator_kubeconfig = kubeconfig
+        #: What the suite's operator serves instead of ``-A``: only this test's namespaces.
+        self.operator_scope = ["-A"] if self.kmock else ["--namespace", f"{self.prefix}*"]
         self.written_statuses: list[dict[str, Any]] = []
+        #: (plural, logical namespace, name) -> every version the watches saw, in order.
+        self.history: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        #: (plural, logical namespace, name, uid) of each object, when the watches first saw it.
+        self.arrivals: list[tuple[str, str, str, str]] = []
         self.gpu_classes: dict[str, list[str]] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._watch: asyncio.Task[None] | None = None
-        self._namespace_created = False
+        self._watches: list[asyncio.Task[None]] = []
+        self._entered = False
+        #: Real names of the namespaces this test created.
+        self._created_namespaces: list[str] = []
 
     # ------------------------------------------------------------------ connection
 
@@ -220,6 +242,9 @@ class RealCluster:
         self._session = self._connect()
         try:
             await self._check_reachable()
+            self._entered = True
+            await self._ensure_namespace(self.namespace)
+            await self._prepare()
             self.gpu_classes = await present_classes(self)
             missing = [c for c in REQUIRED_CLASSES if c not in self.gpu_classes]
             if missing:
@@ -228,25 +253,46 @@ class RealCluster:
                     f"label {PRODUCT_LABEL}); the cluster has: "
                     f"{sorted(self.gpu_classes) or 'no labelled GPU nodes'}"
                 )
-            if not self.kmock:
-                await self._create_namespace()
-            self._watch = asyncio.create_task(self._record_statuses())
+            self._watches += [
+                self._task(self._watch(GW, None, self._keep)),
+                self._task(self._watch(JOBS, {MANAGED_BY_LABEL: "gpu-sizer"}, self._keep)),
+            ]
         except BaseException:
             await self._close()
             raise
         return self
 
-    async def _create_namespace(self) -> None:
-        await self.request(
-            "POST",
-            "/api/v1/namespaces",
-            {
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": self.namespace, "labels": {NAMESPACE_LABEL: "true"}},
-            },
-        )
-        self._namespace_created = True
+    async def _prepare(self) -> None:
+        """What a backend sets up before the test's GPU classes are read (nothing here: a real
+        cluster's nodes are its own)."""
+
+    @staticmethod
+    def _task(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        return asyncio.create_task(coro)
+
+    async def _ensure_namespace(self, namespace: str | None) -> None:
+        """Create one of this test's namespaces the first time it is written to."""
+        if (
+            self.kmock
+            or not namespace
+            or not namespace.startswith(self.prefix)
+            or namespace in self._created_namespaces
+        ):
+            return
+        try:
+            await self.request(
+                "POST",
+                "/api/v1/namespaces",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": {NAMESPACE_LABEL: "true"}},
+                },
+            )
+        except ApiStatus as exc:
+            if exc.status != 409:
+                raise
+        self._created_namespaces.append(namespace)
 
     async def _check_reachable(self) -> None:
         try:
@@ -275,45 +321,67 @@ class RealCluster:
         await self._close()
 
     async def _close(self) -> None:
-        entered = self._watch is not None
-        if self._watch is not None:
-            self._watch.cancel()
+        # A watch ends only when cancelled: one that died took the record (and, on the control
+        # plane, the kubelet's part) with it, and the test's checks of them would mean nothing.
+        died = [t.exception() for t in self._watches if t.done() and not t.cancelled()]
+        for task in self._watches:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watch
-        if entered:
-            # The operator is already stopped (its fixture ends first): release kopf's finalizer
-            # so that the namespace does not stay Terminating, then delete the namespace (the
-            # API server and garbage collector remove everything in it).
-            for obj in await self.list(GW, self.logical_namespace):
+                await task
+        try:
+            if self._entered:
+                await self._clean_up()
+        finally:
+            if self._session is not None:
+                await self._session.close()
+        assert not died, f"a watch of the test's objects died: {died!r}"
+
+    async def _clean_up(self) -> None:
+        """The operator is already stopped (its fixture ends first): release kopf's finalizers
+        so that the namespaces do not stay Terminating, then delete the namespaces (the API
+        server and garbage collector remove everything in them)."""
+        for namespace in self._created_namespaces:
+            for obj in await self.list(GW, namespace):
                 if (obj.get("metadata") or {}).get("finalizers"):
                     with contextlib.suppress(ApiStatus):
                         await self.patch(
                             GW,
-                            self.logical_namespace,
+                            namespace,
                             obj["metadata"]["name"],
                             {"metadata": {"finalizers": None}},
                         )
-            if self._namespace_created:
-                await self.delete(("", "v1", "namespaces"), None, self.namespace)
-        if self._session is not None:
-            await self._session.close()
+        for namespace in self._created_namespaces:
+            await self.delete(("", "v1", "namespaces"), None, namespace)
 
-    async def _record_statuses(self) -> None:
-        """Watch the test namespace's GPUWorkloads; keep every status the API server stored.
+    async def _watch(
+        self, resource: tuple[str, str, str], labels: Mapping[str, str] | None, handle: Handler
+    ) -> None:
+        """List and watch ``resource`` in every namespace; ``handle`` each object seen (as the
+        API server sent it: real namespaces).
 
         A dropped connection or an ERROR event (410 Gone) lists again and watches from there.
         """
         while True:
             with contextlib.suppress(aiohttp.ClientError, ApiStatus, ValueError):
-                await self._watch_once()
+                await self._watch_once(resource, labels, handle)
             await asyncio.sleep(0.2)
 
-    async def _watch_once(self) -> None:
-        path = path_of(GW, self.namespace)
-        listing = await self.request("GET", path)
-        version = (listing.get("metadata") or {}).get("resourceVersion") or ""
-        params = {"watch": "true", "resourceVersion": version}
+    async def _watch_once(
+        self, resource: tuple[str, str, str], labels: Mapping[str, str] | None, handle: Handler
+    ) -> None:
+        path = path_of(resource)
+        params = (
+            {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else {}
+        )
         assert self._session is not None
+        async with self._session.get(self.host + path, params=params) as resp:
+            if resp.status >= 400:
+                raise ApiStatus(resp.status, await resp.text())
+            listing = json.loads(await resp.text())
+        for item in listing.get("items") or []:
+            await handle(resource, item)
+        version = (listing.get("metadata") or {}).get("resourceVersion") or ""
+        params = {**params, "watch": "true", "resourceVersion": version}
         async with self._session.get(
             self.host + path, params=params, timeout=aiohttp.ClientTimeout(sock_read=None)
         ) as resp:
@@ -321,23 +389,51 @@ class RealCluster:
                 if not line.strip():
                     continue
                 event = json.loads(line)
-                status = (event.get("object") or {}).get("status")
-                if event.get("type") in ("ADDED", "MODIFIED") and status:
-                    if not self.written_statuses or self.written_statuses[-1] != status:
-                        self.written_statuses.append(status)
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    await handle(resource, event.get("object") or {})
                 elif event.get("type") == "ERROR":
                     return
 
+    async def _keep(self, resource: tuple[str, str, str], obj: dict[str, Any]) -> None:
+        """Record a version of a GPUWorkload or Job of this test (:attr:`history`)."""
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        if not namespace.startswith(self.prefix):
+            return
+        key = (resource[2], self._logical(namespace), str(meta.get("name")))
+        versions = self.history.setdefault(key, [])
+        if versions and versions[-1].get("metadata", {}).get("resourceVersion") == meta.get(
+            "resourceVersion"
+        ):
+            return  # listed again after a reconnect
+        if all(v["metadata"].get("uid") != meta.get("uid") for v in versions):
+            self.arrivals.append((*key, str(meta.get("uid"))))
+        versions.append(obj)
+        status = obj.get("status")
+        new = not self.written_statuses or self.written_statuses[-1] != status
+        if resource == GW and status and new:
+            self.written_statuses.append(status)
+
     # ------------------------------------------------------------------ namespace mapping
 
+    def real_namespace(self, namespace: str) -> str:
+        """The namespace this test's objects of logical namespace ``namespace`` live in (system
+        namespaces, and names already mapped, this test's or another's, are their own)."""
+        if namespace in SYSTEM_NAMESPACES or namespace.startswith(NAMESPACE_PREFIX):
+            return namespace
+        return f"{self.prefix}{namespace}"[:63].rstrip("-")
+
+    def _logical(self, namespace: str) -> str:
+        return namespace[len(self.prefix) :] if namespace.startswith(self.prefix) else namespace
+
     def _ns_in(self, namespace: str | None) -> str | None:
-        return self.namespace if namespace == self.logical_namespace else namespace
+        return self.real_namespace(namespace) if namespace else namespace
 
     def _ns_out(self, doc: Any) -> Any:
         if isinstance(doc, dict):
             meta = doc.get("metadata")
-            if isinstance(meta, dict) and meta.get("namespace") == self.namespace:
-                meta["namespace"] = self.logical_namespace
+            if isinstance(meta, dict) and isinstance(meta.get("namespace"), str):
+                meta["namespace"] = self._logical(meta["namespace"])
             for item in doc.get("items") or []:
                 self._ns_out(item)
         return doc
@@ -345,16 +441,24 @@ class RealCluster:
     # ------------------------------------------------------------------ the helpers tests call
 
     async def request(
-        self, method: str, path: str, body: Any = None, *, timeout: float | None = None, **kw: Any
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout: float | None = None,
+        content_type: str | None = None,
+        **kw: Any,
     ) -> Any:
-        """One API call; returns the decoded JSON body (namespaces mapped back).
+        """One API call; returns the decoded JSON body (namespaces mapped back). A PATCH is a
+        JSON merge patch unless ``content_type`` says otherwise.
 
         :raises ApiStatus: the server answered with an error status.
         """
         assert self._session is not None
         headers = {}
         if body is not None:
-            headers["Content-Type"] = (
+            headers["Content-Type"] = content_type or (
                 "application/merge-patch+json" if method == "PATCH" else "application/json"
             )
         if timeout is not None:
@@ -378,6 +482,7 @@ class RealCluster:
         namespace = self._ns_in(meta.get("namespace"))
         if namespace:
             meta["namespace"] = namespace
+            await self._ensure_namespace(namespace)
         return await self.request("POST", path_of(resource, namespace), doc)
 
     async def get(
@@ -421,10 +526,17 @@ class RealCluster:
         patch: Mapping[str, Any],
         *,
         subresource: str | None = None,
+        strategic: bool = False,
     ) -> Any:
-        """Merge-patch an object (or its subresource)."""
+        """Merge-patch an object (or its subresource); ``strategic``: a strategic merge patch
+        (built-in kinds only: lists such as a pod's conditions merge by their key)."""
         path = path_of(resource, self._ns_in(namespace), name)
-        return await self.request("PATCH", path + (f"/{subresource}" if subresource else ""), patch)
+        return await self.request(
+            "PATCH",
+            path + (f"/{subresource}" if subresource else ""),
+            patch,
+            content_type="application/strategic-merge-patch+json" if strategic else None,
+        )
 
     async def change_spec(
         self,

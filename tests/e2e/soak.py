@@ -34,7 +34,15 @@ from typing import Any
 import kmock
 from gpu_sizer_testbed.emulator import ApiStatus, LoopbackCluster
 
-from tests.e2e.conftest import GW, NS, Kubelet, OperatorProcess, spec, workload
+from tests.e2e.conftest import (
+    GW,
+    NS,
+    SCHEDULING_GRACE,
+    Kubelet,
+    OperatorProcess,
+    spec,
+    workload,
+)
 from tests.e2e.faults import Faults
 from tests.e2e.probe_results import GIB, gpu_oom, gpu_success
 
@@ -194,7 +202,7 @@ async def soak(
     cluster.emulator.faults = faults
     player = _Kubelet(Kubelet(cluster))
     playing = asyncio.create_task(player.run())
-    op = start("-v")
+    op = start("-v", *SCHEDULING_GRACE)
     began = time.monotonic()
     changed = [n for n in names if _kind(n) == "changed"]
     try:
@@ -211,7 +219,7 @@ async def soak(
             ):
                 if op.proc.poll() is not None:
                     report.exits += 1
-                    op = start("-v")
+                    op = start("-v", *SCHEDULING_GRACE)
                 await asyncio.sleep(0.2)
             await asyncio.sleep(rnd.uniform(0.0, 1.0))
             op.kill()
@@ -221,7 +229,7 @@ async def soak(
             seqs = 8 if round_ % 2 == 0 else 4
             for name in changed:
                 await cluster.change_spec(GW, NS, name, {"inference": {"maxNumSeqs": seqs}})
-            op = start("-v")
+            op = start("-v", *SCHEDULING_GRACE)
         report.faulty_seconds = time.monotonic() - began
         faults.enabled = False
         report.injected = Counter(faults.injected)
@@ -232,7 +240,7 @@ async def soak(
         while problems and time.monotonic() < deadline:
             if op.proc.poll() is not None:
                 report.exits += 1
-                op = start("-v")
+                op = start("-v", *SCHEDULING_GRACE)
             await asyncio.sleep(0.5)
             problems = await _unsettled(cluster, names)
         report.settle_seconds = time.monotonic() - settled_at
@@ -337,7 +345,7 @@ async def _restart_writes(
     op.stop()
     offset = op.log.stat().st_size
     before = _requests(cluster, "gpuworkloads", kmock.action.UPDATE, "status")
-    again = start("-v")
+    again = start("-v", *SCHEDULING_GRACE)
 
     def decided() -> set[str]:
         text = again.log.read_bytes()[offset:].decode(errors="replace")

@@ -1,7 +1,14 @@
-"""DRA end to end: the emulator serves ``resource.k8s.io/v1`` ResourceSlices shaped as NVIDIA's
+"""DRA end to end: the API serves ``resource.k8s.io/v1`` ResourceSlices shaped as NVIDIA's
 driver publishes them (tests/fixtures/dra-resourceslices.yaml); the operator builds its inventory
 from them (the 80/40 GB node GFD labels cannot show) and its measurement Job claims a device
-through a ResourceClaimTemplate it creates, owned by the GPUWorkload."""
+through a ResourceClaimTemplate it creates, owned by the GPUWorkload.
+
+On the control plane (which serves ``resource.k8s.io/v1`` itself since Kubernetes 1.34) the
+claim goes the whole way: the resource claim controller makes the pod's ResourceClaim from the
+template, the scheduler allocates it a device of the DeviceClass that NVIDIA's driver installs
+(``gpu.nvidia.com``) matching the template's selector, and binds the pod to the node whose slice
+has that device. The test plays the driver (its slices and DeviceClass) and the kubelet. Without
+the resource claim controller in the control plane it runs on the emulator."""
 
 from __future__ import annotations
 
@@ -11,30 +18,50 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document, dra_resources
+from gpu_sizer_testbed.emulator import LoopbackCluster, dra_resources
 
-from .conftest import CRDS, GW, NODES, NS, Kubelet, eventually, gpu_node, spec, workload
+from .conftest import GW, NODES, NS, Kubelet, eventually, gpu_node, open_cluster, spec, workload
 from .probe_results import GIB, gpu_success
+from .real_cluster import RealCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.emulated_api, pytest.mark.emulated_kubelet]
+# Plays NVIDIA's DRA driver (slices, DeviceClass) and the kubelet.
+pytestmark = [pytest.mark.e2e, pytest.mark.emulated_kubelet]
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dra-resourceslices.yaml"
 SLICES = ("resource.k8s.io", "v1", "resourceslices")
 TEMPLATES = ("resource.k8s.io", "v1", "resourceclaimtemplates")
+DEVICE_CLASSES = ("resource.k8s.io", "v1", "deviceclasses")
+#: The DeviceClass for whole GPUs that NVIDIA's DRA driver installs (NVIDIA/k8s-dra-driver-gpu,
+#: its Helm chart: the driver's devices whose ``type`` attribute is ``gpu``).
+GPU_DEVICE_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                }
+            }
+        ]
+    },
+}
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[LoopbackCluster]:
-    """The loopback cluster, serving resource.k8s.io/v1 besides the usual resources."""
-    async with LoopbackCluster(extra=dra_resources("v1")) as c:
-        await c.create(CRDS, crd_document())
-        await c.create(NODES, gpu_node("l4-1", "NVIDIA-L4", 23034))
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """One L4 node, and resource.k8s.io/v1 besides the usual resources."""
+    async with open_cluster(
+        request,
+        extra=dra_resources("v1"),
+        nodes=[gpu_node("l4-1", "NVIDIA-L4", 23034)],
+        controllers=("resourceclaim-controller",),
+    ) as c:
+        if isinstance(c, RealCluster):
+            await c.create(DEVICE_CLASSES, GPU_DEVICE_CLASS)
         yield c
-
-
-@pytest.fixture
-def kubelet(cluster: LoopbackCluster) -> Kubelet:
-    return Kubelet(cluster)
 
 
 async def test_slices_feed_the_inventory_and_the_job_claims_a_device(
@@ -64,6 +91,7 @@ async def test_slices_feed_the_inventory_and_the_job_claims_a_device(
     assert exactly["deviceClassName"] == "gpu.nvidia.com" and exactly["count"] == 1
     selector = exactly["selectors"][0]["cel"]["expression"]
     assert "'NVIDIA A100-SXM4-40GB'" in selector
+    # The scheduler bound it to the node whose slice has the 40 GB card (checked there).
     await kubelet.succeed(job, gpu_success(8 * GIB, total=40 * GIB), node="mixed-80-40")
 
     async def ready() -> dict[str, Any] | None:

@@ -10,7 +10,11 @@ import pytest
 from tests.e2e.conftest import (
     GW,
     NS,
+    PODS,
+    QUICK_UNSCHEDULABLE,
+    SCHEDULING_GRACE,
     Kubelet,
+    busy_pod,
     condition,
     eventually,
     gpu_node,
@@ -71,9 +75,12 @@ async def _gone(kubelet: Kubelet, name: str) -> bool:
 
 @pytest.mark.emulated_kubelet
 async def test_deadline_exceeded(cluster, start_operator, kubelet: Kubelet) -> None:
-    await cluster.create(GW, workload("slow", spec()))
+    # The shortest timeout the API allows: on the control plane the real Job controller ends
+    # the Job activeDeadlineSeconds (timeout + 30 s grace) after its start.
+    await cluster.create(GW, workload("slow", spec(measurement={"timeoutSeconds": 30})))
     start_operator()
     job = await kubelet.wait_job()
+    assert job["spec"]["activeDeadlineSeconds"] == 60
     await kubelet.running(job, node="l4-1")
     await kubelet.job_condition(
         job, "Failed", "DeadlineExceeded", "Job was active longer than specified deadline"
@@ -86,8 +93,10 @@ async def test_deadline_exceeded(cluster, start_operator, kubelet: Kubelet) -> N
 
 @pytest.mark.emulated_kubelet
 async def test_unschedulable_keeps_the_estimate(cluster, start_operator, kubelet: Kubelet) -> None:
+    # Another team holds every GPU of the only L4 node: the class is there, the room is not.
+    await cluster.create(PODS, busy_pod("l4-1", 8))
     await cluster.create(GW, workload("nowhere", spec()))
-    start_operator()
+    start_operator(*QUICK_UNSCHEDULABLE)
     job = await kubelet.wait_job()
     since = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=5)).strftime(
         "%Y-%m-%dT%H:%M:%SZ"
@@ -205,7 +214,8 @@ async def test_no_node_then_a_node_of_the_class_joins(
     await cluster.create(
         GW, workload("later", spec(placement={"gpuClasses": ["nvidia-h100-80gb"]}))
     )
-    start_operator()
+    # The second Job must be scheduled before its pod counts as unschedulable too.
+    start_operator(*SCHEDULING_GRACE)
     first = await kubelet.wait_job()
     since = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=5)).strftime(
         "%Y-%m-%dT%H:%M:%SZ"

@@ -19,13 +19,16 @@ from tests.e2e.conftest import (
     Kubelet,
     condition,
     eventually,
+    real_namespace,
     spec,
     workload,
 )
 from tests.e2e.probe_results import GIB, gpu_success
+from tests.e2e.real_cluster import RealCluster
 from tests.e2e.test_metrics import fetch, free_port
 
 L4_TOTAL = 23034 << 20
+QUOTAS = ("", "v1", "resourcequotas")
 
 
 def _finished(job: dict[str, Any]) -> bool:
@@ -203,25 +206,52 @@ class _RefuseJobs:
         return events
 
 
-@pytest.mark.emulated_api
 async def test_a_job_refused_by_quota_is_queued_not_failed(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
-    quota = _RefuseJobs()
-    cluster.emulator.faults = quota
+    """A ResourceQuota refuses the Job: the workload waits its turn (Queued), retried every
+    --quota-retry-seconds, and is measured once the quota allows it."""
+    quota: _RefuseJobs | None = None
+    if isinstance(cluster, RealCluster):  # the API server's own ResourceQuota admission
+        await cluster.create(QUOTAS, _object_count_quota())
+        await eventually(lambda: _quota_counted(cluster), what="the quota's usage counted")
+    else:
+        quota = _RefuseJobs()
+        cluster.emulator.faults = quota
     await cluster.create(GW, workload("quota", spec()))
     start_operator("--quota-retry-seconds", "1")
     measured = await _until(
         cluster, "quota", lambda m: m.get("reason") == "Queued", "queued by quota"
     )
     assert "ResourceQuota" in measured["message"] and "exceeded quota" in measured["message"]
+    assert "gpu-quota" in measured["message"]
     obj = await cluster.get(GW, NS, "quota")
     assert obj["status"]["phase"] == "Estimated"
-    assert quota.refused >= 1
-    quota.refusing = False
+    if quota is None:
+        await cluster.delete(QUOTAS, NS, "gpu-quota")
+    else:
+        assert quota.refused >= 1
+        quota.refusing = False
     job = await _job_of(kubelet, "quota")
     await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
     await eventually(lambda: _ready(cluster, "quota"), 60, "Ready after the quota frees")
+
+
+def _object_count_quota() -> dict[str, Any]:
+    """No Jobs in the namespace (an object-count quota: Kubernetes docs, "Resource Quotas")."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gpu-quota", "namespace": NS},
+        "spec": {"hard": {"count/jobs.batch": "0"}},
+    }
+
+
+async def _quota_counted(cluster) -> bool:
+    """The quota controller has counted the namespace's usage: until then its admission
+    refuses every Job with "status unknown for quota", not "exceeded quota"."""
+    found = await cluster.get(QUOTAS, NS, "gpu-quota")
+    return bool(((found or {}).get("status") or {}).get("used"))
 
 
 def _policy(tmp_path, text: str) -> str:
@@ -324,16 +354,18 @@ async def test_a_namespace_out_of_gpu_seconds_waits_until_the_budget_frees_even_
 
     await eventually(budget_event, what="a MeasurementBudgetExhausted Event")
 
+    namespace = real_namespace(cluster)  # the label is the API server's namespace
+
     async def gauged() -> str | None:
         text = await fetch(f"http://127.0.0.1:{port}/metrics")
-        line = f'gpusizer_measurement_gpu_seconds_today{{namespace="{NS}"}} '
+        line = f'gpusizer_measurement_gpu_seconds_today{{namespace="{namespace}"}} '
         return text if text and line in text else None
 
     text = await eventually(gauged, what="the GPU-seconds-today gauge")
     used = next(
         float(line.split()[-1])
         for line in text.splitlines()
-        if line.startswith(f'gpusizer_measurement_gpu_seconds_today{{namespace="{NS}"}}')
+        if line.startswith(f'gpusizer_measurement_gpu_seconds_today{{namespace="{namespace}"}}')
     )
     assert used == usage["gpuSeconds"]
     # Another namespace has its own budget.

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from gpu_sizer_testbed.emulator import LoopbackCluster
 
-from tests.e2e.conftest import EVENTS, GW, NS, condition, eventually, spec, workload
+from tests.e2e.conftest import EVENTS, GW, NS, condition, eventually, invalid_spec, spec, workload
 
 
 async def _stalled(cluster: LoopbackCluster, name: str) -> Any:
@@ -43,14 +43,11 @@ async def _stalled_or_ready(cluster: LoopbackCluster, name: str) -> Any:
     return obj if condition(obj, "Ready").get("status") == "True" else None
 
 
-@pytest.mark.emulated_api  # stores a spec the CRD schema refuses (dtype float7)
 @pytest.mark.local_operator  # restarts the operator process the suite starts
 async def test_restarts_post_no_new_events_for_an_unchanged_verdict(
     cluster: LoopbackCluster, start_operator
 ) -> None:
-    bad = spec()
-    bad["model"]["dtype"] = "float7"
-    await cluster.create(GW, workload("broken", bad))
+    await cluster.create(GW, workload("broken", invalid_spec()))
     huge = spec(params=10**13)  # no GPU class fits: rejected with NoSafeHeadroom
     await cluster.create(GW, workload("huge", huge))
     for restart in range(3):

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from gpu_sizer_testbed.emulator import LoopbackCluster
 
 from gpu_sizer.api import parse_spec, spec_hash
 from gpu_sizer.measurement.job import GIB, job_name
-from tests.e2e.conftest import EVENTS, GW, JOBS, NS, Kubelet, eventually, spec, workload
+from tests.e2e.conftest import (
+    EVENTS,
+    GW,
+    JOBS,
+    NS,
+    Kubelet,
+    eventually,
+    real_namespace,
+    spec,
+    workload,
+)
+from tests.e2e.real_cluster import RealCluster
 
 
 async def _job_of(cluster: LoopbackCluster, name: str) -> Any:
@@ -46,7 +56,6 @@ async def _two_jobs(kubelet: Kubelet) -> list[dict[str, Any]] | None:
     return jobs if len(jobs) == 2 else None
 
 
-@pytest.mark.emulated_api  # plants a Job with a fake owner uid, which a real cluster's GC removes
 async def test_a_job_of_our_name_owned_by_another_object_is_reported_not_adopted(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -54,8 +63,27 @@ async def test_a_job_of_our_name_owned_by_another_object_is_reported_not_adopted
     created = await cluster.create(GW, workload("victim", body))
     uid = created["metadata"]["uid"]
     name = job_name(
-        "victim", spec_hash(parse_spec(body)), "nvidia-l4", 4 * GIB, namespace=NS, uid=uid
+        "victim",
+        spec_hash(parse_spec(body)),
+        "nvidia-l4",
+        4 * GIB,
+        namespace=real_namespace(cluster),  # the digest covers the API server's namespace
+        uid=uid,
     )
+    # Another controller's object that owns a Job of that name (a ConfigMap stands in for it:
+    # on a real API server an owner must exist, or the garbage collector deletes the Job; the
+    # emulator has neither ConfigMaps nor a garbage collector).
+    owner_uid = "another-uid"
+    if isinstance(cluster, RealCluster):
+        owner = await cluster.create(
+            ("", "v1", "configmaps"),
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "someone-else", "namespace": NS},
+            },
+        )
+        owner_uid = owner["metadata"]["uid"]
     squatter = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -67,15 +95,23 @@ async def test_a_job_of_our_name_owned_by_another_object_is_reported_not_adopted
             # deleted by the garbage collector and by the operator alike).
             "ownerReferences": [
                 {
-                    "apiVersion": "example.com/v1",
-                    "kind": "Pipeline",
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
                     "name": "someone-else",
-                    "uid": "another-uid",
+                    "uid": owner_uid,
                     "controller": True,
                 }
             ],
         },
-        "spec": {"template": {"spec": {"containers": []}}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "step", "image": "pipeline-step"}],
+                }
+            },
+        },
     }
     await cluster.create(JOBS, squatter)
     proc = start_operator()
@@ -85,7 +121,7 @@ async def test_a_job_of_our_name_owned_by_another_object_is_reported_not_adopted
         return [e for e in events if e.get("reason") == "JobNameConflict"]
 
     (event, *_) = await eventually(conflict_event, what="a JobNameConflict Event")
-    assert name in event["message"] and "another-uid" in event["message"]
+    assert name in event["message"] and owner_uid in event["message"]
     assert event["type"] == "Warning"
     # Not adopted: the status never names the other object's Job.
     assert await _job_of(cluster, "victim") is None

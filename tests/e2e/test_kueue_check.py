@@ -1,22 +1,30 @@
-"""Kueue AdmissionCheck end to end (``--kueue-admission-check``): the emulator serves
+"""Kueue AdmissionCheck end to end (``--kueue-admission-check``): the API serves
 ``kueue.x-k8s.io/v1beta1`` AdmissionChecks, ResourceFlavors and Workloads shaped as Kueue's API
 (kubernetes-sigs/kueue apis/kueue/v1beta1/admissioncheck_types.go, workload_types.go); the test
 plays Kueue (adds the check as Pending, reserves quota on a flavor) and the operator sets the
-check from the GPUWorkload the pod set names."""
+check from the GPUWorkload the pod set names.
+
+On a real API server the three kinds come from CRDs the test applies (:func:`kueue_crds`): Kueue's
+group, version, kinds, scope and status subresource, with open schemas (Kueue's own generated
+schemas are Kueue's to ship; what the operator reads and writes is checked here, not Kueue's
+validation). The emulator serves the same kinds from ``kueue_resources()``."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document, kueue_resources
+from gpu_sizer_testbed.emulator import LoopbackCluster, kueue_resources
 
 from gpu_sizer.kueue_check import CONTROLLER_NAME
 
-from .conftest import CRDS, GW, NODES, NS, eventually, gpu_node, spec, workload
+from .conftest import CRDS, GW, NS, eventually, open_cluster, spec, workload
+from .real_cluster import RealCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.emulated_api, pytest.mark.emulated_kubelet]
+# Plays Kueue, which a real cluster with Kueue runs itself.
+pytestmark = [pytest.mark.e2e, pytest.mark.emulated_kubelet]
 
 CHECKS = ("kueue.x-k8s.io", "v1beta1", "admissionchecks")
 FLAVORS = ("kueue.x-k8s.io", "v1beta1", "resourceflavors")
@@ -24,12 +32,79 @@ WORKLOADS = ("kueue.x-k8s.io", "v1beta1", "workloads")
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[LoopbackCluster]:
-    async with LoopbackCluster(extra=kueue_resources("v1beta1")) as c:
-        await c.create(CRDS, crd_document())
-        await c.create(NODES, gpu_node("l4-1", "NVIDIA-L4", 23034))
-        await c.create(NODES, gpu_node("a100-1", "NVIDIA-A100-SXM4-80GB", 81920))
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The test's cluster serving Kueue's kinds: from :func:`kueue_crds` on a real API server
+    (deleted with the test's other cluster-wide objects), ``kueue_resources()`` on the
+    emulator."""
+    async with open_cluster(request, extra=kueue_resources("v1beta1")) as c:
+        if isinstance(c, RealCluster):
+            for crd in kueue_crds():
+                await c.create(CRDS, crd)
+            for group, version, plural in kueue_resources("v1beta1"):
+                await eventually(
+                    lambda g=group, v=version, p=plural: _served(c, (g, v, p)),
+                    what=f"{plural}.{group} served",
+                )
         yield c
+
+
+def kueue_crds(version: str = "v1beta1") -> list[dict[str, Any]]:
+    """CRDs for Kueue's kinds as ``kueue_resources()`` describes them: group, version, kind,
+    scope and subresources, each with an open schema."""
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    crds = []
+    for (group, ver, plural), info in kueue_resources(version).items():
+        crds.append(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{plural}.{group}"},
+                "spec": {
+                    "group": group,
+                    "names": {
+                        "kind": info["kind"],
+                        "plural": plural,
+                        "singular": info["singular"],
+                        "listKind": f"{info['kind']}List",
+                    },
+                    "scope": "Namespaced" if info["namespaced"] else "Cluster",
+                    "versions": [
+                        {
+                            "name": ver,
+                            "served": True,
+                            "storage": True,
+                            "schema": copy.deepcopy(schema),
+                            "subresources": {s: {} for s in info.get("subresources", ())},
+                        }
+                    ],
+                },
+            }
+        )
+    return crds
+
+
+async def _served(cluster: RealCluster, resource: tuple[str, str, str]) -> bool:
+    """Listed without an error: a new CRD's resources answer 404, then 429 ("storage is
+    (re)initializing"), for a moment after it is created."""
+    try:
+        await cluster.list(resource)
+    except Exception:  # ApiStatus 404 / 429: not yet
+        return False
+    return True
+
+
+async def create_kueue_workload(cluster: Any, doc: dict[str, Any]) -> None:
+    """Create a Workload, then write its status through the status subresource, as Kueue
+    does (a real API server drops a status sent in the create)."""
+    body = {k: v for k, v in doc.items() if k != "status"}
+    await cluster.create(WORKLOADS, body)
+    await cluster.patch(
+        WORKLOADS,
+        doc["metadata"]["namespace"],
+        doc["metadata"]["name"],
+        {"status": doc["status"]},
+        subresource="status",
+    )
 
 
 def flavor(name: str, product: str) -> dict[str, Any]:
@@ -154,9 +229,9 @@ async def test_admission_check_follows_the_gpu_workload_and_the_flavor(
             ),
         ),
     )
-    await cluster.create(WORKLOADS, kueue_workload("job-small", "small", "a100"))
-    await cluster.create(WORKLOADS, kueue_workload("job-huge", "huge", "a100"))
-    await cluster.create(WORKLOADS, kueue_workload("job-missing", "nobody", "a100"))
+    await create_kueue_workload(cluster, kueue_workload("job-small", "small", "a100"))
+    await create_kueue_workload(cluster, kueue_workload("job-huge", "huge", "a100"))
+    await create_kueue_workload(cluster, kueue_workload("job-missing", "nobody", "a100"))
     start_operator("--kueue-admission-check")
 
     async def active() -> bool:

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import GW, NS, Kubelet, eventually, spec, workload
+from tests.e2e.conftest import GW, NS, Kubelet, eventually, real_namespace, spec, workload
 from tests.e2e.probe_results import GIB, gpu_success
 from tests.e2e.test_lifecycle import phase_is
 
@@ -35,11 +35,12 @@ async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -
     job = await kubelet.wait_job()
     await kubelet.succeed(job, gpu_success(10 * GIB, total=23034 << 20), node="l4-1")
     await eventually(lambda: phase_is(cluster, "metered", "Ready"))
+    namespace = real_namespace(cluster)  # the label is the API server's namespace
 
     async def counted() -> str | None:  # counted right after the status write lands
         text = await fetch(f"http://127.0.0.1:{metrics}/metrics")
         # The running gauge follows the Job's own event, which may come after the pod's result.
-        settled = 'gpusizer_measurement_jobs_running{namespace="ml-team"} 0.0'
+        settled = f'gpusizer_measurement_jobs_running{{namespace="{namespace}"}} 0.0'
         return (
             text
             if text and "gpusizer_measurement_outcomes_total{" in text and settled in text
@@ -52,7 +53,7 @@ async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
-    me = (("name", "metered"), ("namespace", "ml-team"))
+    me = (("name", "metered"), ("namespace", namespace))
 
     def value(metric: str, *labels: tuple[str, str]) -> float | None:
         return samples.get((metric, tuple(sorted((*me, *labels)))))
@@ -70,7 +71,7 @@ async def test_metrics_and_liveness(cluster, start_operator, kubelet: Kubelet) -
     assert samples[count] == 1
     # GPU-seconds charged to the namespace (1 GPU x the Job's run time); nothing queued or
     # running once it is Ready.
-    ns = (("namespace", "ml-team"),)
+    ns = (("namespace", namespace),)
     assert samples[("gpusizer_measurement_gpu_seconds_total", ns)] >= 0
     assert samples[("gpusizer_measurement_queue_length", ns)] == 0
     assert samples[("gpusizer_measurement_jobs_running", ns)] == 0

@@ -1,11 +1,13 @@
-"""The GPU_SIZER_E2E_KUBECONFIG switch, tested without a cluster.
+"""The GPU_SIZER_E2E_KUBECONFIG switch, tested without a cluster of one's own.
 
-The real-cluster backend (``real_cluster.py``) speaks the Kubernetes REST API, and so does the
-loopback emulator: pointing the switch at the emulator's kubeconfig runs the real-cluster code
-path (fresh namespace per test, namespaced operator, node-derived GPU classes, watch-recorded
-statuses, mode skips) for every scenario that does not need the emulated kubelet. What this cannot
-show is a real API server's own semantics (CRD validation, pruning, garbage collection, the real
-Job controller): hack/e2e-real-cluster.md says how to run the suite on kind for those.
+The real-cluster backend (``real_cluster.py``) speaks the Kubernetes REST API: pointing the switch
+at the test's own API (the envtest control plane when ``KUBEBUILDER_ASSETS`` is set, else the
+loopback emulator) runs the real-cluster code path (fresh namespaces per test, namespaced
+operator, node-derived GPU classes, watch-recorded statuses, mode skips) for every scenario that
+does not play the kubelet. On the control plane that is a real API server, Job controller,
+garbage collector and scheduler, with the outer test's Nodes (whose pods nothing runs); what
+neither shows is a real kubelet's timeline: hack/e2e-real-cluster.md says how to run the suite
+on kind for that.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.e2e import real_cluster
-from tests.e2e.conftest import ROOT
+from tests.e2e.conftest import ROOT, on_control_plane
+from tests.e2e.envtest import AuditTail
 
 REAL = real_cluster.kubeconfig_from_env() is not None
 not_nested = pytest.mark.skipif(REAL, reason="already running in real-cluster mode")
@@ -87,14 +91,16 @@ def test_gpu_classes_come_from_gfd_product_labels() -> None:
     }
 
 
-def _pytest_env(kubeconfig: str) -> dict[str, str]:
+def _pytest_env(kubeconfig: str, *, kmock: bool = True) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "operator"), str(ROOT)]))
     for key in [k for k in env if k.startswith("PYTEST_XDIST_")]:  # a plain, one-process run
         del env[key]
     env[real_cluster.ENV_KUBECONFIG] = kubeconfig
     env.pop(real_cluster.ENV_OPERATOR, None)
-    # kmock 0.8 answers 500 to every /api/v1/namespaces request (see real_cluster.ENV_KMOCK).
-    env[real_cluster.ENV_KMOCK] = "1"
+    env.pop(real_cluster.ENV_KMOCK, None)
+    if kmock:
+        # kmock 0.8 answers 500 to every /api/v1/namespaces request (see real_cluster.ENV_KMOCK).
+        env[real_cluster.ENV_KMOCK] = "1"
     return env
 
 
@@ -133,9 +139,10 @@ def test_unreachable_cluster_ends_the_session_fast(tmp_path: Path) -> None:
     assert not re.search(r"\d+ (passed|failed)", out), "no test ran"
 
 
-async def _run_suite(kubeconfig: str, *args: str, operator: str | None = None) -> str:
-    """pytest in real-cluster mode in a subprocess (this loop keeps serving the emulator)."""
-    env = _pytest_env(kubeconfig)
+async def _run_suite(cluster: Any, *args: str, operator: str | None = None) -> str:
+    """pytest in real-cluster mode against ``cluster`` in a subprocess (this loop keeps serving
+    the emulator, or the control plane's kubelet)."""
+    env = _pytest_env(cluster.kubeconfig, kmock=not isinstance(cluster, real_cluster.RealCluster))
     if operator:
         env[real_cluster.ENV_OPERATOR] = operator
     # Per-test timeout as in the outer suite (pyproject's 300 s): a loaded machine is slow.
@@ -172,29 +179,37 @@ def _passed(out: str) -> set[str]:
 
 @not_nested
 @pytest.mark.timeout(NESTED_SECONDS + 60)
-async def test_real_cluster_backend_against_the_emulator(cluster) -> None:
-    """The whole suite in real-cluster mode, with the emulator as "the cluster"."""
-    out = await _run_suite(
-        cluster.kubeconfig, "tests/e2e", "--ignore", "tests/e2e/test_real_cluster_mode.py"
-    )
+async def test_real_cluster_mode_end_to_end(cluster) -> None:
+    """The whole suite in real-cluster mode, with the test's own API as "the cluster"."""
+    audit = AuditTail(cluster.plane.audit_log) if on_control_plane(cluster) else None
+    out = await _run_suite(cluster, "tests/e2e", "--ignore", "tests/e2e/test_real_cluster_mode.py")
     passed = _passed(out)
     assert passed >= BOTH_MODES, sorted(BOTH_MODES - passed)
     assert "real-cluster mode: the test plays kubelet" in out
     assert "real-cluster mode: the test injects API faults" in out
     # Every GPUWorkload of the run lived in a namespace the backend made, never in ml-team.
-    objects = cluster.emulator.objects
-    namespaces = {key[1] for key in objects if getattr(key[0], "plural", "") == "gpuworkloads"}
-    assert namespaces and all(ns.startswith("gse2e-") for ns in namespaces), namespaces
+    if audit is not None:
+        namespaces = {
+            (event.get("objectRef") or {}).get("namespace")
+            for event in audit.events()
+            if event.get("verb") == "create"
+            and (event.get("objectRef") or {}).get("resource") == "gpuworkloads"
+        }
+    else:
+        objects = cluster.emulator.objects
+        namespaces = {key[1] for key in objects if getattr(key[0], "plural", "") == "gpuworkloads"}
+    assert namespaces and all(str(ns).startswith("gse2e-") for ns in namespaces), namespaces
 
 
 @not_nested
 @pytest.mark.timeout(NESTED_SECONDS + 60)
-async def test_installed_operator_mode_against_the_emulator(cluster, start_operator) -> None:
+async def test_installed_operator_mode_end_to_end(cluster, start_operator) -> None:
     """GPU_SIZER_E2E_OPERATOR=installed: the suite starts no operator; one serving every
     namespace (here started by this test, as the chart's would be) handles its workloads."""
+    cluster.operator_scope = ["-A"]  # every namespace, as the chart's operator serves
     start_operator("--unschedulable-timeout", "600")
     out = await _run_suite(
-        cluster.kubeconfig,
+        cluster,
         "tests/e2e/test_cluster_semantics.py",
         "tests/e2e/test_lifecycle.py",
         operator="installed",

@@ -18,7 +18,6 @@ import subprocess
 import sys
 from typing import Any
 
-import kmock
 import pytest
 from gpu_sizer_testbed.emulator import LoopbackCluster
 
@@ -29,20 +28,24 @@ from tests.e2e.conftest import (
     NODES,
     NS,
     ROOT,
+    SCHEDULING_GRACE,
     Kubelet,
     condition,
     eventually,
     gpu_node,
+    invalid_spec,
     spec,
     workload,
 )
 from tests.e2e.faults import Faults
+from tests.e2e.history import job_creations, status_writes
 from tests.e2e.probe_results import GIB, gpu_oom, gpu_success
+from tests.e2e.refusals import StatusWritesRefused
 from tests.e2e.test_lifecycle import phase_is
 
-pytestmark = [pytest.mark.emulated_api, pytest.mark.local_operator]
-
-ABSENT = {"gpuClasses": ["nvidia-h100-80gb"]}  # no node of this class in the loopback cluster
+#: Each test says what it needs: ``emulated_api`` where it injects API faults (the emulator),
+#: ``local_operator`` where it kills, signals or reads the log of the operator it started.
+ABSENT = {"gpuClasses": ["nvidia-h100-80gb"]}  # no node of this class in the test's cluster
 #: Earlier versions polled each measuring workload on a timer of this many seconds; the flag is
 #: ignored now (watch events drive everything), and kept here so that these scenarios reproduce
 #: the races a timer acting on a stale view ran into.
@@ -54,19 +57,6 @@ UNCAPPED = ("--max-concurrent-measurements", "0")
 def _ago(seconds: float) -> str:
     when = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _job_creations(cluster: LoopbackCluster, workload_name: str) -> list[str]:
-    """Names of the Jobs the operator POSTed for ``workload_name`` (the emulator's history)."""
-    names = []
-    for request in cluster.emulator:
-        resource = getattr(request, "resource", None)
-        if getattr(resource, "plural", None) != "jobs" or request.action != kmock.action.CREATE:
-            continue
-        meta = (request.data or {}).get("metadata") or {}
-        if (meta.get("annotations") or {}).get("gpusizer.dev/workload-name") == workload_name:
-            names.append(meta.get("name"))
-    return names
 
 
 def _live(jobs: list[dict[str, Any]], workload_name: str) -> list[str]:
@@ -107,18 +97,11 @@ async def caught_up(cluster: LoopbackCluster, op: Any, name: str, timeout: float
     await eventually(seen, timeout, f"a decision on {name} at resourceVersion {wanted} or later")
 
 
-def _status_versions(cluster: LoopbackCluster, name: str) -> int:
-    """How many stored versions of the workload carried a status (writes of the status)."""
-    for (resource, ns, obj_name), obj in list(cluster.emulator.objects.items()):
-        if getattr(resource, "plural", None) == "gpuworkloads" and (ns, obj_name) == (NS, name):
-            statuses = [v.get("status") for v in obj.history if v is not None]
-            return sum(1 for a, b in zip([None, *statuses], statuses, strict=False) if a != b)
-    return 0
-
-
 # --- item 2: decisions rest on confirmed state, not on the last event seen ----------------------
 
 
+@pytest.mark.emulated_api  # delays watch events
+@pytest.mark.local_operator  # reads its log
 async def test_delayed_watch_events_never_bring_back_a_job_the_operator_deleted(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -130,7 +113,7 @@ async def test_delayed_watch_events_never_bring_back_a_job_the_operator_deleted(
     cluster.emulator.faults = Faults(watch_delay=delays)
     await cluster.create(GW, workload("nowhere", spec(placement=ABSENT)))
     await cluster.create(GW, workload("oom", spec()))
-    op = start_operator(*POLL, "-v")
+    op = start_operator(*POLL, *SCHEDULING_GRACE, "-v")
     nowhere = await eventually(lambda: _job_for(kubelet, "nowhere"), 60, "nowhere's Job")
     oom = await eventually(lambda: _job_for(kubelet, "oom"), 60, "oom's Job")
     await kubelet.unschedulable(nowhere, _ago(5))
@@ -140,6 +123,7 @@ async def test_delayed_watch_events_never_bring_back_a_job_the_operator_deleted(
     second = await eventually(
         lambda: _job_for(kubelet, "oom", not_named=oom["metadata"]["name"]), 60, "larger class"
     )
+    await kubelet.running(second)  # on the A100 (not left without a pod, unschedulable)
     # Each decision's own writes and deletions come back late: wait until the workloads' watch
     # (the slowest) has caught up with all of them.
     for name in ("nowhere", "oom"):
@@ -147,8 +131,11 @@ async def test_delayed_watch_events_never_bring_back_a_job_the_operator_deleted(
     jobs = await kubelet.jobs()
     assert _live(jobs, "nowhere") == []
     assert _live(jobs, "oom") == [second["metadata"]["name"]]
-    assert _job_creations(cluster, "nowhere") == [nowhere["metadata"]["name"]]
-    assert _job_creations(cluster, "oom") == [oom["metadata"]["name"], second["metadata"]["name"]]
+    assert await job_creations(cluster, "nowhere") == [nowhere["metadata"]["name"]]
+    assert await job_creations(cluster, "oom") == [
+        oom["metadata"]["name"],
+        second["metadata"]["name"],
+    ]
     for name in ("nowhere", "oom"):
         assert "JobRecreated" not in await _reason(cluster, name)
 
@@ -167,6 +154,7 @@ async def _job_for(kubelet: Kubelet, name: str, not_named: str | None = None) ->
 
 
 @pytest.mark.emulated_kubelet
+@pytest.mark.local_operator  # reads its log
 async def test_the_old_jobs_pod_never_decides_a_new_job_of_the_same_name(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -177,6 +165,7 @@ async def test_the_old_jobs_pod_never_decides_a_new_job_of_the_same_name(
     op = start_operator(*POLL, "-v")
     old = await kubelet.wait_job()
     await kubelet.running(old, node="l4-1")
+    kubelet.hold(old)  # its pod, stopped by the Job's deletion, reports below
     await cluster.change_spec(GW, NS, "abba", {"inference": {"maxNumSeqs": 8}})
     b_job = await kubelet.wait_job(not_named={old["metadata"]["name"]})
     await cluster.change_spec(GW, NS, "abba", {"inference": {"maxNumSeqs": 4}})
@@ -215,6 +204,7 @@ async def _measuring_with(cluster: LoopbackCluster, name: str, job: dict[str, An
 # --- item 4: every write is retried until it lands ---------------------------------------------
 
 
+@pytest.mark.emulated_api  # 409 and 500 on status writes
 async def test_status_writes_land_despite_conflicts_and_server_errors(
     cluster: LoopbackCluster, start_operator
 ) -> None:
@@ -242,6 +232,7 @@ async def test_status_writes_land_despite_conflicts_and_server_errors(
 
 
 @pytest.mark.emulated_kubelet
+@pytest.mark.local_operator  # restarts it and reads its log
 async def test_a_restart_rewrites_no_status_and_moves_no_transition_time(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -249,10 +240,8 @@ async def test_a_restart_rewrites_no_status_and_moves_no_transition_time(
     await cluster.create(GW, workload("waiting", spec(placement=ABSENT)))
     await cluster.create(GW, workload("huge", spec(params=10**13)))
     await cluster.create(GW, workload("disabled", spec(measurement={"mode": "Disabled"})))
-    broken = spec()
-    broken["model"]["dtype"] = "float7"
-    await cluster.create(GW, workload("broken", broken))
-    op = start_operator("-v")
+    await cluster.create(GW, workload("broken", invalid_spec()))
+    op = start_operator("-v", *SCHEDULING_GRACE)
     measured = await eventually(lambda: _job_for(kubelet, "measured"), 60)
     waiting = await eventually(lambda: _job_for(kubelet, "waiting"), 60)
     await kubelet.succeed(measured, gpu_success(9 * GIB, total=23034 << 20), node="l4-1")
@@ -264,10 +253,10 @@ async def test_a_restart_rewrites_no_status_and_moves_no_transition_time(
         await eventually(lambda n=name: _has_status(cluster, n), 60, f"{name}'s status")
         await caught_up(cluster, op, name)
     before = {n: await cluster.get(GW, NS, n) for n in names}
-    writes = {n: _status_versions(cluster, n) for n in names}
+    writes = {n: await status_writes(cluster, n) for n in names}
     op.stop()
     offset = op.log.stat().st_size
-    op = start_operator("-v")
+    op = start_operator("-v", *SCHEDULING_GRACE)
 
     def decisions(name: str) -> list[str]:
         text = op.log.read_bytes()[offset:].decode(errors="replace")
@@ -293,7 +282,7 @@ async def test_a_restart_rewrites_no_status_and_moves_no_transition_time(
         assert (
             after["metadata"]["resourceVersion"] == before[name]["metadata"]["resourceVersion"]
         ), name
-        assert _status_versions(cluster, name) == writes[name], name
+        assert await status_writes(cluster, name) == writes[name], name
 
 
 async def _has_status(cluster: LoopbackCluster, name: str) -> bool:
@@ -323,7 +312,16 @@ def _planted(name: str, owner_name: str, owner_uid: str) -> dict[str, Any]:
                 }
             ],
         },
-        "spec": {"template": {"spec": {"containers": []}}},
+        # Suspended: no pods (a killed operator's Job would have one; these are about the Jobs).
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "probe", "image": "gpu-sizer-probe"}],
+                }
+            },
+        },
     }
 
 
@@ -333,7 +331,8 @@ async def test_jobs_no_workload_wants_are_deleted(
     created = await cluster.create(GW, workload("keeper", spec()))
     uid = created["metadata"]["uid"]
     # A Job of this workload it does not want (left by a killed operator mid-decision), and one
-    # of a workload that no longer exists (its namesake was deleted and never re-created).
+    # of a workload that no longer exists (its namesake was deleted and never re-created; on a
+    # real API server the garbage collector deletes that one too, whoever comes first).
     await cluster.create(JOBS, _planted("gpusizer-keeper-stray", "keeper", uid))
     await cluster.create(JOBS, _planted("gpusizer-ghost-0000000000", "ghost", "ghost-uid"))
     start_operator()
@@ -357,23 +356,25 @@ async def test_a_job_whose_outcome_is_not_recorded_yet_is_never_deleted(
     start_operator()
     first = await kubelet.wait_job()
     await eventually(lambda: _measuring_with(cluster, "oom", first), 60, "measuring on the L4")
-    faults = Faults(patch_error=1.0, resources={"gpuworkloads"}, status_only=True)
-    cluster.emulator.faults = faults
+    refused = await StatusWritesRefused(cluster).start()
     await kubelet.succeed(first, gpu_oom(), node="l4-1")
     second = await eventually(
         lambda: _job_for(kubelet, "oom", not_named=first["metadata"]["name"]), 60, "larger class"
     )
 
     async def refused_twice() -> bool:
-        return faults.injected["500 patch gpuworkloads"] >= 2
+        return refused.refused >= 2
 
     await eventually(refused_twice, 60, "the status write refused and retried")
     names = [j["metadata"]["name"] for j in await kubelet.jobs()]
     assert first["metadata"]["name"] in names, "deleted before its outcome was recorded"
-    faults.enabled = False
+    await refused.stop()
     await eventually(lambda: _measuring_with(cluster, "oom", second), 60, "on the A100")
     await eventually(lambda: _gone(kubelet, first["metadata"]["name"]), 60, "L4 Job deleted")
-    assert _job_creations(cluster, "oom") == [first["metadata"]["name"], second["metadata"]["name"]]
+    assert await job_creations(cluster, "oom") == [
+        first["metadata"]["name"],
+        second["metadata"]["name"],
+    ]
 
 
 async def test_a_started_measurement_keeps_its_slot_when_its_status_write_fails(
@@ -382,27 +383,27 @@ async def test_a_started_measurement_keeps_its_slot_when_its_status_write_fails(
     """With a measurement cap, a Job created by a decision whose status write then failed was
     counted against the cap, its own workload queued again, the Job deleted as unwanted and
     created once more later (the soak found it): the Job must be adopted, never re-created."""
-    faults = Faults(patch_error=1.0, resources={"gpuworkloads"}, status_only=True)
     await cluster.create(GW, workload("capped", spec()))
-    cluster.emulator.faults = faults
+    refused = await StatusWritesRefused(cluster).start()
     start_operator("--max-concurrent-measurements", "1")
     job = await kubelet.wait_job(timeout=60)
 
     async def refused_twice() -> bool:
-        return faults.injected["500 patch gpuworkloads"] >= 3
+        return refused.refused >= 3
 
     await eventually(refused_twice, 60, "the status write refused and retried")
     assert [j["metadata"]["uid"] for j in await kubelet.jobs()] == [job["metadata"]["uid"]]
-    faults.enabled = False
+    await refused.stop()
     await eventually(lambda: _measuring_with(cluster, "capped", job), 60, "Measuring, that Job")
     assert [j["metadata"]["uid"] for j in await kubelet.jobs()] == [job["metadata"]["uid"]]
-    assert _job_creations(cluster, "capped") == [job["metadata"]["name"]]
+    assert await job_creations(cluster, "capped") == [job["metadata"]["name"]]
 
 
 async def _gone(kubelet: Kubelet, job_name: str) -> bool:
     return job_name not in [j["metadata"]["name"] for j in await kubelet.jobs()]
 
 
+@pytest.mark.local_operator  # kills it
 async def test_kills_at_any_moment_leave_at_most_one_live_job_per_workload(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -439,6 +440,8 @@ async def _some_jobs(kubelet: Kubelet) -> bool:
 # --- item 7: watch failures and stopping ------------------------------------------------------
 
 
+@pytest.mark.emulated_api  # HTTP 410 on the watch requests
+@pytest.mark.local_operator  # restarts it
 @pytest.mark.parametrize("plural", ["jobs", "pods"])
 async def test_http_410_on_a_watch_exits_promptly_and_a_restart_carries_on(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet, plural: str
@@ -464,6 +467,7 @@ async def _exited(op: Any) -> bool:
     return op.proc.poll() is not None
 
 
+@pytest.mark.local_operator  # signals it
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_sigterm_stops_it_promptly_whatever_is_pending(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet, signum: signal.Signals
@@ -479,12 +483,11 @@ async def test_sigterm_stops_it_promptly_whatever_is_pending(
         job = await eventually(lambda n=name: _job_for(kubelet, n), 60)
         await kubelet.unschedulable(job, _ago(1))
     await eventually(lambda: phase_is(cluster, names[-1], "Measuring"), 60)
-    faults = Faults(patch_error=1.0, resources={"gpuworkloads"}, status_only=True)
-    cluster.emulator.faults = faults
+    refused = await StatusWritesRefused(cluster).start()
     await cluster.change_spec(GW, NS, names[0], {"inference": {"maxNumSeqs": 6}})
 
     async def retrying() -> bool:
-        return faults.injected["500 patch gpuworkloads"] >= 2
+        return refused.refused >= 2
 
     await eventually(retrying, 60, "a status write failing and being retried")
     op.proc.send_signal(signum)
@@ -508,12 +511,12 @@ def test_no_kubeconfig_is_one_line(tmp_path) -> None:
     assert str(tmp_path / "missing") in lines[0] and "KUBECONFIG" in lines[0]
 
 
+@pytest.mark.emulated_kubelet  # registers a Node
+@pytest.mark.local_operator  # reads its log
 async def test_log_lines_name_their_object_and_warnings_are_not_repeated(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:
-    broken = spec()
-    broken["model"]["dtype"] = "float7"
-    await cluster.create(GW, workload("broken", broken))
+    await cluster.create(GW, workload("broken", invalid_spec()))
     node = gpu_node("odd-1", "NVIDIA-L4", 81920)  # memory label disagrees with the product
     await cluster.create(NODES, node)
     op = start_operator("-v")

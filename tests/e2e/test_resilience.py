@@ -7,8 +7,21 @@ from typing import Any
 import kmock
 import pytest
 
-from tests.e2e.conftest import GW, NS, Kubelet, condition, eventually, logged, spec, workload
+from tests.e2e.conftest import (
+    GW,
+    INVALID_FIELDS,
+    NS,
+    Kubelet,
+    condition,
+    eventually,
+    invalid_spec,
+    logged,
+    spec,
+    workload,
+)
+from tests.e2e.history import versions
 from tests.e2e.probe_results import GIB, gpu_success
+from tests.e2e.refusals import StatusWritesRefused
 from tests.e2e.test_lifecycle import phase_is
 
 
@@ -17,6 +30,7 @@ async def test_spec_change_mid_measurement(cluster, start_operator, kubelet: Kub
     await cluster.create(GW, workload("change", spec()))
     start_operator()
     old = await kubelet.wait_job()
+    kubelet.hold(old)  # its pod reports its (late) end below, after the Job is gone
     old_hash = old["metadata"]["labels"]["gpusizer.dev/spec-hash"]
     await cluster.change_spec(GW, NS, "change", {"inference": {"maxNumSeqs": 8}})
     new = await kubelet.wait_job(not_named={old["metadata"]["name"]})
@@ -40,11 +54,10 @@ async def test_spec_change_mid_measurement(cluster, start_operator, kubelet: Kub
     ready = await eventually(lambda: phase_is(cluster, "change", "Ready"))
     assert ready["status"]["measurement"]["specHash"] == ready["status"]["specHash"]
     assert ready["status"]["measurement"]["peakDeviceUsedBytes"] == 9 * GIB
-    # No status written on the way recorded the old Job's 70 GiB (the emulator keeps them all).
+    # No status written on the way recorded the old Job's 70 GiB (every stored version).
     peaks = [
         ((v.get("status") or {}).get("measurement") or {}).get("peakDeviceUsedBytes")
-        for v in cluster.emulator.objects[kmock.resource(*GW), NS, "change"].history
-        if v is not None
+        for v in await versions(cluster, GW, "change")
     ]
     assert 70 * GIB not in peaks, peaks
 
@@ -106,43 +119,38 @@ async def test_operator_killed_mid_measurement_adopts_the_job(
     assert only["metadata"]["uid"] == job["metadata"]["uid"]
 
 
-@pytest.mark.emulated_api
+@pytest.mark.local_operator  # kills it
 async def test_killed_between_job_creation_and_status_write(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
     """The Job exists but the status does not say so: the restarted operator adopts it by its
     deterministic name (409 on create) instead of making a second one."""
     await cluster.create(GW, workload("crash", spec()))
-    # Fail every status write of the first operator, so it dies with the Job created but the
-    # status unwritten; kmock still stores intercepted writes, so we stop them at the source.
-    blocked = cluster.emulator[
-        "patch",
-        kmock.resource("gpusizer.dev", "v1alpha1", "gpuworkloads"),
-        kmock.subresource("status"),
-    ]
-    blocked << kmock.KubernetesError(status=503, reason="ServiceUnavailable", message="injected")
+    # Refuse every status write of the first operator, so that it dies with the Job created
+    # but the status unwritten.
+    refused = await StatusWritesRefused(cluster).start()
     op = start_operator()
     job = await kubelet.wait_job()
+    await eventually(_async(lambda: refused.refused >= 1), what="a status write refused")
     op.kill()
-    cluster.emulator.clear() if hasattr(cluster.emulator, "clear") else None
+    await refused.stop()
     start_operator()
     await eventually(lambda: phase_is(cluster, "crash", "Measuring"))
     assert [j["metadata"]["name"] for j in await kubelet.jobs()] == [job["metadata"]["name"]]
 
 
-@pytest.mark.emulated_api
 async def test_invalid_stored_object_is_stalled_and_others_are_served(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
-    bad = spec()
-    bad["inference"]["maxNumSeqs"] = 0
-    bad["model"]["dtype"] = "float7"
-    await cluster.create(GW, workload("broken", bad))
+    """Stored without the webhook (the CRD's schema and rules accept it, the operator's
+    validation does not): Stalled naming every wrong field, the others served, fixed once the
+    spec is."""
+    await cluster.create(GW, workload("broken", invalid_spec()))
     await cluster.create(GW, workload("fine", spec(measurement={"mode": "Disabled"})))
     start_operator()
     stalled = await eventually(lambda: _stalled(cluster, "broken"))
     msg = condition(stalled, "Stalled")["message"]
-    assert "spec.inference.maxNumSeqs" in msg and "spec.model.dtype" in msg
+    assert all(field in msg for field in INVALID_FIELDS), msg
     assert condition(stalled, "Ready")["status"] == "False"
     await eventually(lambda: phase_is(cluster, "fine", "Ready"))
 
@@ -152,9 +160,7 @@ async def test_invalid_stored_object_is_stalled_and_others_are_served(
 
     await eventually(posted, what="an InvalidSpec Event")
     # Fixing the object un-stalls it.
-    await cluster.change_spec(
-        GW, NS, "broken", {"inference": {"maxNumSeqs": 4}, "model": {"dtype": "bfloat16"}}
-    )
+    await cluster.change_spec(GW, NS, "broken", {"measurement": {"concurrencyLevels": [1, 4]}})
     await eventually(lambda: phase_is(cluster, "broken", "Measuring"))
 
 

@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     condition,
     eventually,
     logged,
+    real_namespace,
     spec,
     workload,
 )
@@ -93,7 +94,7 @@ async def test_two_namespaces_with_the_same_spec_share_one_job_and_one_record(
     assert record["metadata"]["labels"][KEY_LABEL] == job["metadata"]["labels"][KEY_LABEL]
     assert record["metadata"]["labels"]["gpusizer.dev/engine"] == "vllm"
     assert record["metadata"]["labels"]["gpusizer.dev/workload-kind"] == "Inference"
-    assert record["spec"]["result"]["sourceNamespace"] == producer
+    assert record["spec"]["result"]["sourceNamespace"] == real_namespace(cluster, producer)
     assert record["spec"]["result"]["peakDeviceUsedBytes"] == 9 * GIB
     assert record["spec"]["estimate"]["perGpu"]["totalBytes"] > 0
     assert "reusedFrom" not in first["measurement"]
