@@ -176,6 +176,36 @@ class Kubelet:
             None,
         )
 
+    async def unbound(self, job: dict[str, Any], scheduler: str) -> None:
+        """The pod waits for ``scheduler``, which never binds it nor says why (no
+        ``PodScheduled`` condition): here, a pod created unbound with that ``schedulerName``."""
+        meta = job["metadata"]
+        tmpl = job["spec"]["template"]
+        await self.c.create(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{meta['name']}-unbound",
+                    "namespace": meta["namespace"],
+                    "labels": {**tmpl["metadata"]["labels"], CONTROLLER_UID: meta.get("uid", "")},
+                    "annotations": dict(tmpl["metadata"].get("annotations") or {}),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": meta["name"],
+                            "uid": meta.get("uid", ""),
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {**tmpl["spec"], "schedulerName": scheduler},
+                "status": {"phase": "Pending"},
+            },
+        )
+
     async def image_pull_failure(self, job: dict[str, Any]) -> None:
         await self._pod(
             job,
@@ -404,6 +434,15 @@ class RealKubelet(Kubelet):
             return None
 
         await eventually(judged, PATIENCE, f"the scheduler to find no node for {meta['name']}")
+
+    async def unbound(self, job: dict[str, Any], scheduler: str) -> None:
+        """The Job controller's pod, left unbound by ``scheduler`` (which the test made its
+        ``schedulerName`` and which does not run): the default scheduler ignores it, so it has
+        no ``PodScheduled`` condition."""
+        pod = await self.pod(job, bound=False)
+        assert pod["spec"].get("schedulerName") == scheduler, pod["spec"].get("schedulerName")
+        assert not pod["spec"].get("nodeName")
+        assert not (pod.get("status") or {}).get("conditions"), pod.get("status")
 
     async def image_pull_failure(self, job: dict[str, Any]) -> None:
         pod = await self._bound(job, None)

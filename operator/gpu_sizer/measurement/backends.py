@@ -363,7 +363,8 @@ def _count_live(jobs: Iterable[tuple[str, JobView]]) -> dict[str, int]:
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the outcome classifier and the controller read of a Job or pod (keeps the watch
-    caches small): identity, owners, labels and annotations, node, deadline, status."""
+    caches small): identity, owners, labels and annotations, node and scheduler, deadline,
+    status."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     return {
@@ -379,6 +380,7 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
         },
         "spec": {
             "nodeName": spec.get("nodeName"),
+            "schedulerName": spec.get("schedulerName"),
             "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
             "suspend": spec.get("suspend"),
         },
