@@ -367,7 +367,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.fixture
 def kubelet(cluster: Any) -> Kubelet:
-    return RealKubelet(cluster) if on_control_plane(cluster) else Kubelet(cluster)
+    """The emulator's kubelet, scheduler and Job controller; on a real API server (the control
+    plane, or a cluster) the kubelet's part only, waiting for the cluster's own Job controller
+    and scheduler (on a real cluster the tests that report pod status are skipped)."""
+    real = isinstance(cluster, real_cluster.RealCluster) and not cluster.kmock
+    return RealKubelet(cluster) if real else Kubelet(cluster)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

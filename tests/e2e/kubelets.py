@@ -272,7 +272,7 @@ class RealKubelet(Kubelet):
     def hold(self, job: dict[str, Any]) -> None:
         """The pods of ``job`` stay Terminating when deleted until the test reports how they
         ended (a late result of a replaced Job, a container stopped by SIGTERM)."""
-        self.c.held_jobs.add(job["metadata"]["uid"])
+        self.c.held_jobs.add(job["metadata"]["uid"])  # the control plane's (EnvtestCluster)
 
     async def pod(self, job: dict[str, Any], *, bound: bool = True) -> dict[str, Any]:
         """The newest pod the Job controller made for ``job`` (matched by the Job's uid), once
@@ -325,6 +325,9 @@ class RealKubelet(Kubelet):
     ) -> None:
         """Write the pod's status as its kubelet: phase, the probe container's state, the
         pod's conditions (strategic merge: the scheduler's ``PodScheduled`` stays)."""
+        assert hasattr(self.c, "held_jobs"), (
+            "a real cluster's kubelet owns pod status: mark the test emulated_kubelet"
+        )
         now = _now()
         why = {} if ready else {"reason": "PodCompleted" if phase != "Pending" else "Waiting"}
         status = {

@@ -84,6 +84,8 @@ SKIP_REASONS = {
     "emulated_kubelet": "real-cluster mode: the test plays kubelet, Job controller or GPU Feature "
     "Discovery (writes pod/Job status or creates Nodes), which the cluster's own components own, "
     "or needs measurement pods that no kubelet runs",
+    "audit_log": "real-cluster mode: the test counts the API server's answers in its audit "
+    "log, which only the envtest control plane (KUBEBUILDER_ASSETS) exposes",
     "emulated_api": "real-cluster mode: the test injects API faults or stores objects through "
     "kmock's emulator",
 }

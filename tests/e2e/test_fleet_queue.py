@@ -206,6 +206,7 @@ class _RefuseJobs:
         return events
 
 
+@pytest.mark.emulated_kubelet  # reports the measurement pod's end
 async def test_a_job_refused_by_quota_is_queued_not_failed(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:

@@ -377,6 +377,7 @@ async def test_a_job_whose_outcome_is_not_recorded_yet_is_never_deleted(
     ]
 
 
+@pytest.mark.audit_log  # counts the refused status writes
 async def test_a_started_measurement_keeps_its_slot_when_its_status_write_fails(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet
 ) -> None:
@@ -468,6 +469,7 @@ async def _exited(op: Any) -> bool:
 
 
 @pytest.mark.local_operator  # signals it
+@pytest.mark.audit_log  # counts the refused status writes
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_sigterm_stops_it_promptly_whatever_is_pending(
     cluster: LoopbackCluster, start_operator, kubelet: Kubelet, signum: signal.Signals

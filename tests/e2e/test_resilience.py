@@ -120,6 +120,7 @@ async def test_operator_killed_mid_measurement_adopts_the_job(
 
 
 @pytest.mark.local_operator  # kills it
+@pytest.mark.audit_log  # counts the refused status writes
 async def test_killed_between_job_creation_and_status_write(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.e2e.conftest import (
     EVENTS,
     GW,
@@ -20,7 +22,7 @@ from tests.e2e.conftest import (
     spec,
     workload,
 )
-from tests.e2e.real_cluster import RealCluster
+from tests.e2e.real_cluster import ApiStatus, RealCluster
 from tests.e2e.test_lifecycle import phase_is
 
 QUOTAS = ("", "v1", "resourcequotas")
@@ -91,59 +93,13 @@ async def test_a_pod_no_scheduler_binds_ends_on_the_unschedulable_timeout(
     cluster with a GPU scheduler does), which is down: the pod stays unbound and carries no
     PodScheduled condition; the default scheduler leaves it alone."""
     if isinstance(cluster, RealCluster):
-        await cluster.create(
-            MUTATING_POLICIES,
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingAdmissionPolicy",
-                "metadata": {"name": "e2e-gpu-scheduler"},
-                "spec": {
-                    "matchConstraints": {
-                        "resourceRules": [
-                            {
-                                "apiGroups": [""],
-                                "apiVersions": ["v1"],
-                                "operations": ["CREATE"],
-                                "resources": ["pods"],
-                            }
-                        ]
-                    },
-                    "failurePolicy": "Fail",
-                    "reinvocationPolicy": "Never",
-                    "mutations": [
-                        {
-                            "patchType": "ApplyConfiguration",
-                            "applyConfiguration": {
-                                "expression": "Object{spec: Object.spec{schedulerName: "
-                                f'"{SCHEDULER}"}}}}'
-                            },
-                        }
-                    ],
-                },
-            },
-        )
-        await cluster.create(
-            MUTATING_BINDINGS,
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "MutatingAdmissionPolicyBinding",
-                "metadata": {"name": "e2e-gpu-scheduler"},
-                "spec": {
-                    "policyName": "e2e-gpu-scheduler",
-                    "matchResources": {
-                        "namespaceSelector": {
-                            "matchExpressions": [
-                                {
-                                    "key": "kubernetes.io/metadata.name",
-                                    "operator": "In",
-                                    "values": [real_namespace(cluster)],
-                                }
-                            ]
-                        }
-                    },
-                },
-            },
-        )
+        try:
+            await cluster.create(MUTATING_POLICIES, _scheduler_policy())
+        except ApiStatus as exc:
+            if exc.status != 404:
+                raise
+            pytest.skip("the cluster serves no admissionregistration.k8s.io/v1 admission policies")
+        await cluster.create(MUTATING_BINDINGS, _scheduler_binding(real_namespace(cluster)))
         await eventually(lambda: _sent_to_the_gpu_scheduler(cluster), what="the policy in force")
     await cluster.create(GW, workload("unbound", spec()))
     # Time for the test (the emulator's Job controller) to create the pod before a Job without
@@ -154,6 +110,61 @@ async def test_a_pod_no_scheduler_binds_ends_on_the_unschedulable_timeout(
     measured = await _kept_the_estimate(cluster, kubelet, "unbound", job)
     assert "not bound to a node for" in measured["message"], measured
     assert f"schedulerName {SCHEDULER}" in measured["message"], measured
+
+
+def _scheduler_policy() -> dict[str, Any]:
+    """Every pod created goes to :data:`SCHEDULER` (a MutatingAdmissionPolicy, Kubernetes 1.36:
+    an apply configuration in CEL)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": "e2e-gpu-scheduler"},
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {
+                        "expression": f'Object{{spec: Object.spec{{schedulerName: "{SCHEDULER}"}}}}'
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _scheduler_binding(namespace: str) -> dict[str, Any]:
+    """:func:`_scheduler_policy` for ``namespace`` only."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": "e2e-gpu-scheduler"},
+        "spec": {
+            "policyName": "e2e-gpu-scheduler",
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": [namespace],
+                        }
+                    ]
+                }
+            },
+        },
+    }
 
 
 async def _sent_to_the_gpu_scheduler(cluster: RealCluster) -> bool:
