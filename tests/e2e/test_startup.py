@@ -10,7 +10,8 @@ from tests.e2e.conftest import ROOT
 
 
 def test_webhook_without_certificates_or_flags_exits_with_the_reason(cluster) -> None:
-    env = dict(os.environ, KUBECONFIG=cluster.kubeconfig, PYTHONPATH=str(ROOT / "operator"))
+    kubeconfig = getattr(cluster, "operator_kubeconfig", cluster.kubeconfig)
+    env = dict(os.environ, KUBECONFIG=kubeconfig, PYTHONPATH=str(ROOT / "operator"))
     env.pop("POD_NAMESPACE", None)
     argv = [sys.executable, "-m", "gpu_sizer.cli", "operator", "-A", "--standalone"]
     argv += ["--metrics-port", "0", "--health-port", "0"]
