@@ -303,8 +303,8 @@ def _read_docs(
     Like ``kubectl apply -f``, each document is handled on its own: a document of another kind
     (a ConfigMap next to the workload) is skipped with a warning and does not change the exit
     status; a Namespace (the workloads' own, created by the same ``kubectl apply -f``) is
-    skipped without one. Input that holds no document at all (an empty file, a directory without YAML files)
-    is an error, so that a CI gate pointed at a wrong path cannot pass.
+    skipped without one. Input that holds no document at all (an empty file, a directory
+    without YAML files) is an error, so that a CI gate pointed at a wrong path cannot pass.
     """
     from gpu_sizer.api import KIND
     from gpu_sizer.api.workload import is_near_kind

@@ -362,7 +362,11 @@ def test_pod_webhook_sees_only_labelled_pods_and_never_blocks(
     docs = render(values)
     (hook,) = pod_webhooks(docs)
     assert hook["objectSelector"] == {
-        "matchExpressions": [{"key": "gpusizer.dev/workload", "operator": "Exists"}]
+        "matchExpressions": [
+            {"key": "gpusizer.dev/workload", "operator": "Exists"},
+            # The operator's own measurement pods (labelled with their workload too).
+            {"key": "app.kubernetes.io/managed-by", "operator": "NotIn", "values": ["gpu-sizer"]},
+        ]
     }
     assert hook["failurePolicy"] == "Ignore"
     assert hook["rules"] == [
@@ -383,9 +387,9 @@ def test_pod_webhook_sees_only_labelled_pods_and_never_blocks(
         if e["key"] == "kubernetes.io/metadata.name"
     ]
     assert {NAMESPACE, "kube-system"} <= set(excluded[0]["values"])
-    # An unlabelled pod matches no selector expression: the API server never calls the webhook.
+    # An unlabelled pod fails the Exists expression: the API server never calls the webhook.
     unlabelled: dict[str, str] = {"app": "web"}
-    assert not all(e["key"] in unlabelled for e in hook["objectSelector"]["matchExpressions"])
+    assert hook["objectSelector"]["matchExpressions"][0]["key"] not in unlabelled
     assert not pod_webhooks(render({**values, "webhook": {"pods": {"enabled": False}}}))
 
 
