@@ -146,6 +146,26 @@ def helm_install(
     return [doc for doc in yaml.safe_load_all(answer["manifest"]) if doc]
 
 
+def helm_upgrade(
+    kubeconfig: Path,
+    values: Mapping[str, Any],
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> list[Manifest]:
+    """``helm upgrade RELEASE charts/gpu-sizer -n NAMESPACE --reset-values`` with ``values``."""
+    import helm_python as helm
+
+    with (
+        helm.Chart.load(CHART) as chart,
+        helm.Config(kubeconfig_path=str(kubeconfig), namespace=namespace) as config,
+    ):
+        answer = config.upgrade(
+            chart, release, dict(values), namespace=namespace, reset_values=True, timeout=120
+        )
+    return [doc for doc in yaml.safe_load_all(answer["manifest"]) if doc]
+
+
 def one(manifests: Sequence[Manifest], kind: str, name: str | None = None) -> Manifest:
     found = [
         m
@@ -277,9 +297,12 @@ class Install:
     admin: Kubectl
     #: kubectl under the chart's ServiceAccount token (what the operator runs with).
     as_operator: Kubectl
+    #: The chart values installed (out-of-cluster ones included).
+    values: dict[str, Any]
     manifests: list[Manifest]
     webhook_port: int
     operator: OperatorProcess
+    workdir: Path
     namespace: str = NAMESPACE
     #: Namespaces the tests created (each test its own).
     namespaces: list[str] = field(default_factory=list)
@@ -301,7 +324,7 @@ class Install:
         return [
             f"{e.get('verb')} {e.get('requestURI')}"
             for e in self.plane.audit_events(self.username)
-            if (e.get("responseStatus") or {}).get("code") == 403 and _audit_time(e) >= since
+            if (e.get("responseStatus") or {}).get("code") == 403 and audit_time(e) >= since
         ]
 
     def restart_operator(self) -> None:
@@ -309,8 +332,35 @@ class Install:
         self.operator.start()
         eventually(self.operator.healthy, what="the restarted operator's /healthz")
 
+    def upgrade(self, values: Mapping[str, Any]) -> None:
+        """``helm upgrade`` the release to ``values`` (complete, as with ``--reset-values``) and
+        restart the operator with the upgraded Deployment's command line, as a rollout would."""
+        self.manifests = helm_upgrade(self.plane.admin_kubeconfig, values)
+        self.values = dict(values)
+        self.operator.stop()
+        self.operator.argv, self.operator.env = self._command()
+        self.operator.start()
+        eventually(self.operator.healthy, what="the upgraded operator's /healthz")
 
-def _audit_time(event: Mapping[str, Any]) -> float:
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        deployment = one(self.manifests, "Deployment")
+        config_map = next(
+            v["configMap"]["name"]
+            for v in deployment["spec"]["template"]["spec"]["volumes"]
+            if "configMap" in v
+        )
+        data = self.admin.json("configmap", config_map, "-n", self.namespace)["data"]
+        return operator_command(
+            deployment,
+            data,
+            self.workdir,
+            kubeconfig=self.as_operator.kubeconfig,
+            health_port=self.operator.health_port,
+        )
+
+
+def audit_time(event: Mapping[str, Any]) -> float:
+    """When the API server received the audited request (seconds since the epoch)."""
     import datetime as dt
 
     stamp = str(event.get("requestReceivedTimestamp") or "")
@@ -335,35 +385,27 @@ def installed(plane: ControlPlane, kubectl: str, workdir: Path, **values: Any) -
     operator; stop it on leaving."""
     admin = Kubectl(kubectl, plane.admin_kubeconfig)
     port = free_port()
-    manifests = helm_install(plane.admin_kubeconfig, values_out_of_cluster(port, **values))
-    deployment = one(manifests, "Deployment")
+    chosen = values_out_of_cluster(port, **values)
+    manifests = helm_install(plane.admin_kubeconfig, chosen)
     sa = one(manifests, "ServiceAccount")["metadata"]["name"]
     token_config = service_account_kubeconfig(admin, plane, sa, workdir / "operator.kubeconfig")
-    config_map = next(
-        v["configMap"]["name"]
-        for v in deployment["spec"]["template"]["spec"]["volumes"]
-        if "configMap" in v
-    )
-    data = admin.json("configmap", config_map, "-n", NAMESPACE)["data"]
-    health = free_port()
-    argv, env = operator_command(
-        deployment, data, workdir, kubeconfig=token_config, health_port=health
-    )
-    operator = OperatorProcess(argv, env, workdir / "operator.log", health)
     install = Install(
         plane=plane,
         admin=admin,
         as_operator=Kubectl(kubectl, token_config),
+        values=chosen,
         manifests=manifests,
         webhook_port=port,
-        operator=operator,
+        operator=OperatorProcess([], {}, workdir / "operator.log", free_port()),
+        workdir=workdir,
     )
-    operator.start()
+    install.operator.argv, install.operator.env = install._command()
+    install.operator.start()
     try:
-        eventually(operator.healthy, what="the operator's /healthz")
+        eventually(install.operator.healthy, what="the operator's /healthz")
         yield install
     finally:
-        operator.stop()
+        install.operator.stop()
 
 
 # --------------------------------------------------------------------------- cluster pieces
@@ -392,6 +434,10 @@ def gpu_node(name: str, product: str, memory_mib: int, count: int = 8) -> Manife
     }
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def probe_success(
     peak_bytes: int, *, device_name: str, total_bytes: int, spec_hash: str | None = None
 ) -> str:
@@ -407,8 +453,8 @@ def probe_success(
         peak_reserved_bytes=peak_bytes - GIB,
         peak_device_used_bytes=peak_bytes,
         nvml=NvmlInfo(available=True, device_name=device_name, total_bytes=total_bytes),
-        started_at="2026-12-01T00:00:00Z",
-        completed_at="2026-12-01T00:01:00Z",
+        started_at=_now(),
+        completed_at=_now(),
     ).model_dump_json(by_alias=True, exclude_none=True)
 
 
