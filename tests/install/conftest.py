@@ -86,7 +86,6 @@ def _namespace(install: Install, labels: dict[str, str]) -> Iterator[str]:
     install.admin.apply(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
     )
-    install.namespaces.append(name)
     yield name
     install.admin("delete", "namespace", name, "--wait=false", check=False)
 

@@ -24,14 +24,13 @@ import json
 import os
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -304,8 +303,6 @@ class Install:
     operator: OperatorProcess
     workdir: Path
     namespace: str = NAMESPACE
-    #: Namespaces the tests created (each test its own).
-    namespaces: list[str] = field(default_factory=list)
     #: The operator's log from its start until its watches delivered (the fixture fills it).
     startup_log: str = ""
 
@@ -521,9 +518,3 @@ def kubelet_finishes(admin: Kubectl, namespace: str, job: str, message: str) -> 
         json.dumps({"status": status}),
     )
     return pod
-
-
-def tls_context_for(ca_pem: bytes) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    context.load_verify_locations(cadata=ca_pem.decode())
-    return context
