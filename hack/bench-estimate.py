@@ -124,9 +124,11 @@ def main() -> None:
     fitting: list[tuple[str, Any]] = []
     rejected: list[tuple[str, Any]] = []
     for path in sorted((ROOT / "examples").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        verdict = assess(parse_workload(doc)).verdict
-        (fitting if verdict is Verdict.Fits else rejected).append((path.name, doc))
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "GPUWorkload":  # 00-namespaces.yaml
+                continue
+            verdict = assess(parse_workload(doc)).verdict
+            (fitting if verdict is Verdict.Fits else rejected).append((path.name, doc))
     print(
         f"python {platform.python_version()}, pydantic, one core; "
         f"{len(fitting)} fitting examples, {len(rejected)} with no safe headroom"

@@ -302,8 +302,9 @@ def _read_docs(
 
     Like ``kubectl apply -f``, each document is handled on its own: a document of another kind
     (a ConfigMap next to the workload) is skipped with a warning and does not change the exit
-    status. Input that holds no document at all (an empty file, a directory without YAML files)
-    is an error, so that a CI gate pointed at a wrong path cannot pass.
+    status; a Namespace (the workloads' own, created by the same ``kubectl apply -f``) is
+    skipped without one. Input that holds no document at all (an empty file, a directory
+    without YAML files) is an error, so that a CI gate pointed at a wrong path cannot pass.
     """
     from gpu_sizer.api import KIND
     from gpu_sizer.api.workload import is_near_kind
@@ -361,6 +362,10 @@ def _read_docs(
                             f"{source}: {doc.name}: kind {kind}: did you mean {near[0]}?", file=err
                         )
                         failed = True
+                        continue
+                    # The namespaces a directory for `kubectl apply -f` creates for its
+                    # workloads (examples/00-namespaces.yaml) belong there: no warning.
+                    if kind == "Namespace":
                         continue
                     # A misspelt GPUWorkload (GpuWorkload) is a typo to report, not another kind.
                     if isinstance(kind, str) and kind not in accepted and not is_near_kind(kind):

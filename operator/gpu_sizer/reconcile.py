@@ -477,7 +477,10 @@ def _plan_spec(
         if assessment.verdict is not Verdict.Fits:
             actions.append(Emit("Warning", str(assessment.verdict), assessment.message))
         elif not (prev and prev.phase is Phase.Ready and same_hash):
-            actions.append(Emit("Normal", "EstimateOnly", base.conditions[-1].message or ""))
+            # The Ready condition says why (the estimate's message); the last condition is
+            # Stalled, whose message is empty when nothing is stalled.
+            ready = next(c for c in base.conditions if c.type == ConditionType.Ready)
+            actions.append(Emit("Normal", "EstimateOnly", ready.message or ""))
         return _quiet_if_unchanged(Plan(status, tuple(actions)), prev)
 
     measured = prev.measurement if prev and same_hash else None

@@ -86,6 +86,86 @@ def test_rotate_keeps_renews_the_leaf_or_renews_the_ca_keeping_the_old_one() -> 
     cert(fresh.tls_crt).verify_directly_issued_by(cas[0])
 
 
+def test_serving_names_add_url_hosts_and_a_loopback_listen_address() -> None:
+    assert certs.serving_names("svc", "ns") == certs.service_dns_names("svc", "ns")
+    assert certs.serving_names("svc", "ns", ["127.0.0.1", " ", "gpu.example.com"]) == [
+        *certs.service_dns_names("svc", "ns"),
+        "127.0.0.1",
+        "gpu.example.com",
+    ]
+    # Listening on loopback: reached only by that address, so it is covered by itself.
+    assert certs.serving_names("svc", "ns", listen="127.0.0.1")[-1] == "127.0.0.1"
+    assert certs.serving_names("svc", "ns", listen="::1")[-1] == "::1"
+    assert (
+        certs.serving_names("svc", "ns", ["127.0.0.1"], listen="127.0.0.1").count("127.0.0.1") == 1
+    )
+    # A pod's 0.0.0.0 (or any non-loopback address) is not a name anyone connects to.
+    assert certs.serving_names("svc", "ns", listen="0.0.0.0") == certs.service_dns_names(
+        "svc", "ns"
+    )
+
+
+def test_an_ip_address_becomes_an_ip_san_that_tls_verification_accepts() -> None:
+    """TLS clients match an address only against IP SANs (RFC 6125 1.7.2; Go's crypto/x509,
+    which the API server's webhook client uses, as Python's ssl does): a DNS-only certificate
+    fails for ``url: https://127.0.0.1:PORT``, this one passes."""
+    names = certs.serving_names("gpu-sizer-webhook", "gpu-sizer", ["127.0.0.1"])
+    bundle = certs.generate_bundle(names, NOW)
+    sans = (
+        cert(bundle.tls_crt).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    )
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert "127.0.0.1" not in sans.get_values_for_type(x509.DNSName)
+    dns_only = certs.generate_bundle(NAMES, NOW)
+    assert handshake(bundle, "127.0.0.1") is None
+    assert "IP address mismatch" in str(handshake(dns_only, "127.0.0.1"))
+
+
+def test_a_certificate_without_the_ip_san_is_reissued_from_the_same_ca() -> None:
+    """An older release's Secret holds a DNS-only certificate: the new SAN list re-issues the
+    serving certificate (same CA: the caBundle stays valid); the same list keeps it."""
+    old = certs.generate_bundle(NAMES, NOW)
+    names = [*NAMES, "127.0.0.1"]
+    new = certs.rotate(old, names, NOW)
+    assert new.ca_crt == old.ca_crt and new.tls_crt != old.tls_crt
+    cert(new.tls_crt).verify_directly_issued_by(cert(old.ca_crt))
+    assert certs.rotate(new, names, NOW) is new
+    assert certs.rotate(new, list(reversed(names)), NOW) is new
+
+
+def handshake(bundle: certs.CertBundle, host: str) -> Exception | None:
+    """Serve ``bundle`` on 127.0.0.1 and connect verifying ``host``: the error, or None."""
+    import socket
+    import tempfile
+    import threading
+
+    with tempfile.TemporaryDirectory() as tmp:
+        crt, key, ca = certs.write_files(bundle, Path(tmp))
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ctx.load_cert_chain(crt, key)
+        client_ctx = ssl.create_default_context(cafile=str(ca))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with contextlib.suppress(OSError), server_ctx.wrap_socket(conn, server_side=True):
+                pass
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+                client_ctx.wrap_socket(raw, server_hostname=host),
+            ):
+                return None
+        except ssl.SSLCertVerificationError as exc:
+            return exc
+        finally:
+            thread.join(10)
+
+
 def test_ca_bundle_patch_pins_each_webhook_name() -> None:
     ca = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     value = base64.b64encode(ca).decode()

@@ -16,12 +16,13 @@ import yaml
 
 from gpu_sizer.cli import main
 from tests.architectures import LLAMA_3_8B
+from tests.example_files import WORKLOAD_FILES
 
 from .conftest import Webhook, admission_review
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = WORKLOAD_FILES
 
 CRAFTED: dict[str, dict[str, Any]] = {
     "too-many-seqs": {

@@ -211,6 +211,32 @@ def test_workload_problems_by_mode(workload: Any, error: str | None, expected: s
         assert warn.pod is not None and valid(warn.pod)
 
 
+def test_the_operators_own_measurement_pods_are_left_alone() -> None:
+    """A measurement Job's pods carry gpusizer.dev/workload (the Job's labels): while the
+    workload is Measuring, Enforce would deny the very pod that measures it (seen on a real API
+    server), and a re-measurement on another class would be re-placed onto the recommendation.
+    The job manifest's labels are exactly what the webhook is given."""
+    from gpu_sizer.api import parse_spec
+    from gpu_sizer.measurement.job import JobRequest, job_manifest
+
+    spec = parse_spec(
+        {"model": {"parameterCount": 10**9}, "inference": {"maxModelLen": 2048, "maxNumSeqs": 4}}
+    )
+    job = job_manifest(
+        spec,
+        JobRequest(
+            name="gpusizer-llama-0c12a1e74a", namespace=NS, workload="llama",
+            workload_uid="u", spec_hash="abc", gpu_class=BY_NAME["nvidia-a100-80gb"],
+            gpus=1, image="probe:1", memory_bytes=1 << 30,
+        ),
+    )  # fmt: skip
+    probe = {"apiVersion": "v1", "kind": "Pod", **job["spec"]["template"]}
+    assert probe["metadata"]["labels"]["gpusizer.dev/workload"] == "llama"
+    for workload in (gpuw("Measuring"), gpuw("Rejected"), None):
+        answer = review(probe, workload)
+        assert answer.allowed and answer.pod is None and not answer.warnings, workload
+
+
 def test_mig_slice_recommendation_uses_the_single_strategy_labels() -> None:
     answer = review(pod(), gpuw(gpu_class="nvidia-a100-80gb-mig-3g.40gb"))
     assert answer.pod is not None

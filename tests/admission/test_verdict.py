@@ -198,3 +198,12 @@ def test_denials_are_bounded_in_the_answer_and_in_the_log() -> None:
     DenialLogFilter().filter(record)
     assert record.levelname == "INFO"
     assert len(record.getMessage()) == len("Admission denied: ") + MAX_LOGGED_DENIAL_CHARS
+    # A labelled pod denied under podEnforcement Enforce is a denial too, not an operator fault
+    # (kopf logged it at ERROR on a real API server); a handler crash keeps its ERROR.
+    for message, level in (
+        ("Webhook 'mutate-pod' failed permanently: pod denied by gpu-sizer", "INFO"),
+        ("Webhook 'mutate-pod' failed with an exception. Will retry.", "ERROR"),
+    ):
+        record = logging.LogRecord("kopf.objects", logging.ERROR, __file__, 1, message, (), None)
+        DenialLogFilter().filter(record)
+        assert record.levelname == level, message

@@ -19,6 +19,7 @@ import yaml
 from api_docs import inference_doc
 from test_api_crd import CASES, _set
 from tests.conftest import Kubectl
+from tests.example_files import WORKLOAD_FILES
 
 from gpu_sizer.api import InvalidWorkload, parse_workload, spec_hash
 from gpu_sizer.api.crd import CRD_NAME, RECORD_CRD_NAME
@@ -26,7 +27,7 @@ from gpu_sizer.reconcile import estimated_status
 from gpu_sizer.sizing import assess
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = WORKLOAD_FILES
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ KUEUE = "Kueue admission check"
 CLUSTER = "cluster"
 RELEASE_NS = "release namespace"
 GET_LIST_WATCH = "get, list, watch"
+LIST_WATCH = "list, watch"
 
 Row = tuple[str, str, str, frozenset[str], str, str]
 
@@ -36,23 +37,17 @@ def row(scope: str, group: str, resource: str, verbs: str, names: str, when: str
 # "when" names the configurations the rule belongs to (see CONDITIONS below).
 RBAC_TABLE: list[Row] = [
     row(CLUSTER, "gpusizer.dev", "gpuworkloads", "get, list, watch, patch", "", ALWAYS),
-    row(CLUSTER, "gpusizer.dev", "gpuworkloads/status", "get, patch, update", "", ALWAYS),
+    row(CLUSTER, "gpusizer.dev", "gpuworkloads/status", "patch", "", ALWAYS),
     row(
-        CLUSTER,
-        "gpusizer.dev",
-        "gpumeasurements",
-        "get, list, watch, create, patch, delete",
-        "",
-        ALWAYS,
+        CLUSTER, "gpusizer.dev", "gpumeasurements", "list, watch, create, patch, delete", "", ALWAYS
     ),
     row(CLUSTER, "batch", "jobs", "get, list, watch, create, delete", "", ALL_NS),
-    row(CLUSTER, "", "pods", GET_LIST_WATCH, "", ALL_NS),
+    row(CLUSTER, "", "pods", LIST_WATCH, "", ALL_NS),
     row(WATCHED_NS, "batch", "jobs", "get, list, watch, create, delete", "", LISTED_NS),
-    row(WATCHED_NS, "", "pods", GET_LIST_WATCH, "", LISTED_NS),
-    row(CLUSTER, "", "events", "create, patch", "", ALWAYS),
-    row(CLUSTER, "events.k8s.io", "events", "create, patch", "", ALWAYS),
-    row(CLUSTER, "", "nodes", GET_LIST_WATCH, "", ALWAYS),
-    row(CLUSTER, "resource.k8s.io", "resourceslices", GET_LIST_WATCH, "", ALWAYS),
+    row(WATCHED_NS, "", "pods", LIST_WATCH, "", LISTED_NS),
+    row(CLUSTER, "", "events", "create", "", ALWAYS),
+    row(CLUSTER, "", "nodes", LIST_WATCH, "", ALWAYS),
+    row(CLUSTER, "resource.k8s.io", "resourceslices", LIST_WATCH, "", ALWAYS),
     row(CLUSTER, "resource.k8s.io", "resourceclaimtemplates", "get, create, delete", "", ALL_NS),
     row(
         WATCHED_NS,
@@ -62,8 +57,9 @@ RBAC_TABLE: list[Row] = [
         "",
         LISTED_NS,
     ),
-    row(CLUSTER, "", "namespaces", GET_LIST_WATCH, "", ALWAYS),
-    row(CLUSTER, "apiextensions.k8s.io", "customresourcedefinitions", GET_LIST_WATCH, "", ALWAYS),
+    row(CLUSTER, "", "namespaces", "get", "", ALWAYS),
+    row(CLUSTER, "", "namespaces", LIST_WATCH, "", LISTED_NS),
+    row(CLUSTER, "apiextensions.k8s.io", "customresourcedefinitions", LIST_WATCH, "", ALWAYS),
     row(
         CLUSTER,
         "admissionregistration.k8s.io",
@@ -88,7 +84,7 @@ RBAC_TABLE: list[Row] = [
     row(CLUSTER, "kueue.x-k8s.io", "workloads/status", "patch", "", KUEUE),
     row(CLUSTER, "kueue.x-k8s.io", "admissionchecks/status", "patch", "", KUEUE),
     row(RELEASE_NS, "", "secrets", "create", "", SELF_SIGNED),
-    row(RELEASE_NS, "", "secrets", "get, update, patch", "<fullname>-webhook-tls", SELF_SIGNED),
+    row(RELEASE_NS, "", "secrets", "get, update", "<fullname>-webhook-tls", SELF_SIGNED),
 ]
 
 # Which "when" conditions hold for each test configuration.

@@ -82,7 +82,9 @@ def test_values_validate_against_schema(chart: Any, values_file: Path) -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        {"replicaCount": 0},
+        {"replicaCount": -1},
+        {"webhook": {"url": "http://127.0.0.1:9443"}},
+        {"webhook": {"url": "https://127.0.0.1:9443/validate-gpuworkload"}},
         {"webhok": {"enabled": False}},
         {"webhook": {"failurePolicy": "Deny"}},
         {"webhook": {"timeoutSeconds": 31}},
@@ -360,7 +362,11 @@ def test_pod_webhook_sees_only_labelled_pods_and_never_blocks(
     docs = render(values)
     (hook,) = pod_webhooks(docs)
     assert hook["objectSelector"] == {
-        "matchExpressions": [{"key": "gpusizer.dev/workload", "operator": "Exists"}]
+        "matchExpressions": [
+            {"key": "gpusizer.dev/workload", "operator": "Exists"},
+            # The operator's own measurement pods (labelled with their workload too).
+            {"key": "app.kubernetes.io/managed-by", "operator": "NotIn", "values": ["gpu-sizer"]},
+        ]
     }
     assert hook["failurePolicy"] == "Ignore"
     assert hook["rules"] == [
@@ -381,9 +387,9 @@ def test_pod_webhook_sees_only_labelled_pods_and_never_blocks(
         if e["key"] == "kubernetes.io/metadata.name"
     ]
     assert {NAMESPACE, "kube-system"} <= set(excluded[0]["values"])
-    # An unlabelled pod matches no selector expression: the API server never calls the webhook.
+    # An unlabelled pod fails the Exists expression: the API server never calls the webhook.
     unlabelled: dict[str, str] = {"app": "web"}
-    assert not all(e["key"] in unlabelled for e in hook["objectSelector"]["matchExpressions"])
+    assert hook["objectSelector"]["matchExpressions"][0]["key"] not in unlabelled
     assert not pod_webhooks(render({**values, "webhook": {"pods": {"enabled": False}}}))
 
 
@@ -428,6 +434,48 @@ def test_webhook_values_are_applied(render: Render) -> None:
         assert expr["values"] == [NAMESPACE, "kube-system", "monitoring"]
     for hook in webhooks(render()).values():
         assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] == 10
+
+
+OUT_OF_CLUSTER = load_values(Path(__file__).parent / "values" / "out-of-cluster.yaml")
+
+
+def test_webhook_url_replaces_the_service_in_every_client_config(render: Render) -> None:
+    """webhook.url: every webhook (the pod webhook too) is called at URL + its own path, the
+    self-signed certificate covers URL's host, and no operator pod runs (replicaCount 0)."""
+    docs = render(OUT_OF_CLUSTER)
+    kinds = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+    hooks = [h for kind in kinds for h in one(docs, kind)["webhooks"]]
+    assert {h["name"]: h["clientConfig"] for h in hooks} == {
+        "validate.gpuworkloads.gpusizer.dev": {
+            "url": "https://127.0.0.1:9555/validate-gpuworkload"
+        },
+        "mutate.gpuworkloads.gpusizer.dev": {"url": "https://127.0.0.1:9555/mutate-gpuworkload"},
+        "mutate.pods.gpusizer.dev": {"url": "https://127.0.0.1:9555/mutate-pod"},
+    }
+    # Everything else as with the Service: only the client config differs.
+    plain = render()
+    default = {h["name"]: h for kind in kinds for h in one(plain, kind)["webhooks"]}
+    for hook in hooks:
+        assert {k: v for k, v in hook.items() if k != "clientConfig"} == {
+            k: v for k, v in default[hook["name"]].items() if k != "clientConfig"
+        }
+    assert flag(docs, "webhook-cert-san") == "127.0.0.1"
+    assert flag(docs, "webhook-port") == "9555"
+    assert one(docs, "Deployment")["spec"]["replicas"] == 0
+    assert flag(render(), "webhook-cert-san") is None
+    # cert-manager mode: the Certificate covers the URL's host (an IP address or a DNS name).
+    by_ip = render(
+        {
+            **OUT_OF_CLUSTER,
+            "webhook": {**OUT_OF_CLUSTER["webhook"], "certManager": {"enabled": True}},
+        }
+    )
+    assert one(by_ip, "Certificate")["spec"]["ipAddresses"] == ["127.0.0.1"]
+    by_name = render(
+        {"webhook": {"url": "https://gpu-sizer.example.com", "certManager": {"enabled": True}}}
+    )
+    assert "gpu-sizer.example.com" in one(by_name, "Certificate")["spec"]["dnsNames"]
+    assert "ipAddresses" not in one(by_name, "Certificate")["spec"]
 
 
 def test_release_namespace_is_always_excluded(render: Render) -> None:

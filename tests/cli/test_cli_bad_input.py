@@ -121,6 +121,20 @@ def test_other_kinds_are_skipped_with_a_warning(
     assert skipped == [f"Warning: {path}: settings: kind ConfigMap is not a GPUWorkload; skipped"]
 
 
+def test_namespaces_of_the_workloads_are_skipped_quietly(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A directory made for `kubectl apply -f` (examples/) carries its workloads' Namespaces:
+    no warning for them; alone they are still no GPUWorkload (exit 2, a CI gate cannot pass)."""
+    ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: inference}\n"
+    (tmp_path / "00-namespaces.yaml").write_text(ns)
+    (tmp_path / "w.yaml").write_text(FITS.read_text())
+    code, out, err = run(capsys, "estimate", str(tmp_path))
+    assert code == 0 and "llama-3-8b-chat" in out and "Namespace" not in err
+    code, _, err = run(capsys, "estimate", str(tmp_path / "00-namespaces.yaml"))
+    assert code == 2 and "No GPUWorkload documents found." in err
+
+
 def test_only_other_kinds_is_an_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "cm.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n")

@@ -220,6 +220,12 @@ def test_disabled_measurement_is_ready_on_the_estimate() -> None:
         isinstance(a, StartJob) for a in plan.actions
     )
     assert cond(plan.status, "Ready").reason == "EstimateOnly"
+    # The Event says why it is Ready (the Ready condition's message), not the last condition's
+    # (Stalled, empty when nothing is stalled).
+    (event,) = [a for a in plan.actions if isinstance(a, Emit)]
+    assert (event.type_, event.reason) == ("Normal", "EstimateOnly")
+    assert event.message == cond(plan.status, "Ready").message
+    assert event.message.startswith("ready on the estimate alone (measurement disabled): ")
 
 
 def test_invalid_spec_stalls_with_field_paths() -> None:

@@ -13,13 +13,14 @@ import jsonschema
 import pytest
 import yaml
 from tests import architectures
+from tests.example_files import WORKLOAD_FILES
 
 from gpu_sizer.api import parse_workload
 from gpu_sizer.api.crd import VALIDATION_RULES, build_crd
 from gpu_sizer.sizing import Verdict, assess
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = WORKLOAD_FILES
 
 #: file -> (verdict, GPUs per replica). Classes are left to the memory model.
 EXPECTED: dict[str, tuple[Verdict, int]] = {

@@ -14,11 +14,12 @@ import yaml
 from gpu_sizer.api import parse_workload, spec_hash
 from gpu_sizer.reconcile import estimated_status
 from gpu_sizer.sizing import Verdict, assess
+from tests.example_files import WORKLOAD_FILES
 
 from .test_argocd_health import run_health
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = WORKLOAD_FILES
 
 
 def with_status(doc: dict[str, Any], generation: int) -> dict[str, Any]:

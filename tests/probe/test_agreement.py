@@ -33,12 +33,13 @@ from gpu_sizer.probe.model import (
     parameter_count,
     rank_architecture,
 )
+from tests.example_files import WORKLOAD_FILES
 
-from .conftest import ROOT, TINY_LLAMA
+from .conftest import TINY_LLAMA
 from .reference_models import REFERENCE
 from .test_synthetic import NEW_FAMILIES
 
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = WORKLOAD_FILES
 META = torch.device("meta")
 
 

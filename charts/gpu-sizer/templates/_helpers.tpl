@@ -97,3 +97,26 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- toYaml $policy }}
 {{- end }}
+
+{{- /*
+A webhook's clientConfig: through the webhook Service, or at webhook.url (an operator the API
+server reaches by address, e.g. one run outside the cluster). Called with (list $ "path").
+*/}}
+{{- define "gpu-sizer.webhookClientConfig" -}}
+{{- $root := index . 0 }}
+{{- $path := index . 1 }}
+{{- if $root.Values.webhook.url }}
+url: {{ printf "%s/%s" (trimSuffix "/" $root.Values.webhook.url) $path | quote }}
+{{- else }}
+service:
+  name: {{ include "gpu-sizer.webhookServiceName" $root }}
+  namespace: {{ $root.Release.Namespace }}
+  path: /{{ $path }}
+  port: 443
+{{- end }}
+{{- end }}
+
+{{/* The host of webhook.url (an IP address or a DNS name), empty without one. */}}
+{{- define "gpu-sizer.webhookUrlHost" -}}
+{{- with .Values.webhook.url }}{{ (urlParse .).hostname }}{{- end }}
+{{- end }}

@@ -4,7 +4,12 @@ Used only when the chart does not mount cert-manager's certificate (no ``--webho
 The operator then owns the chain:
 
 * a CA (ECDSA P-256, valid :data:`CA_VALIDITY`) and a serving certificate for the webhook
-  Service's DNS names (valid :data:`SERVING_VALIDITY`), generated with ``cryptography``;
+  Service's DNS names (valid :data:`SERVING_VALIDITY`), generated with ``cryptography``, plus
+  the hosts an API server reaches the webhook at by ``url`` instead (``--webhook-cert-san``, and
+  the listen address when it is a loopback one): an out-of-cluster operator behind
+  ``url: https://127.0.0.1:PORT/...`` needs the IP in the certificate, since TLS clients match an
+  IP address only against IP subject alternative names (RFC 6125, section 1.7.2; Go's
+  ``crypto/x509`` ``VerifyHostname``, which the API server's webhook client uses);
 * both stored in the Secret ``--webhook-tls-secret`` in the operator's namespace (type
   ``kubernetes.io/tls``: ``tls.crt``, ``tls.key``, plus ``ca.crt`` and ``ca.key``), so that
   restarts and several replicas share one chain instead of racing to patch the caBundle;
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,6 +50,7 @@ __all__ = [
     "patch_ca_bundles",
     "rotate",
     "service_dns_names",
+    "serving_names",
     "sync_secret",
     "write_files",
 ]
@@ -99,6 +106,44 @@ def service_dns_names(service: str, namespace: str) -> list[str]:
         f"{service}.{namespace}.svc",
         f"{service}.{namespace}.svc.cluster.local",
     ]
+
+
+def serving_names(
+    service: str, namespace: str, extra: Sequence[str] = (), listen: str | None = None
+) -> list[str]:
+    """Every name the serving certificate covers: the Service's DNS names, then ``extra`` (IP
+    addresses or DNS names of ``url`` client configs, ``--webhook-cert-san``), then ``listen``
+    when it is a loopback address (a server listening there is reached only by that address).
+    Duplicates are dropped, order kept."""
+    names = [*service_dns_names(service, namespace), *(n.strip() for n in extra if n.strip())]
+    if listen and _is_loopback(listen):
+        names.append(listen)
+    return list(dict.fromkeys(names))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _general_name(name: str) -> x509.GeneralName:
+    """An IP address SAN for an IP literal, a DNS name SAN otherwise."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name.strip("[]")))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def _san_strings(cert: x509.Certificate) -> list[str]:
+    """The certificate's DNS and IP subject alternative names as strings, sorted."""
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    ips = [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+    return sorted([*sans.get_values_for_type(x509.DNSName), *ips])
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -165,7 +210,7 @@ def _new_serving(
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(min(now + SERVING_VALIDITY, ca.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in dns_names]), False)
+        .add_extension(x509.SubjectAlternativeName([_general_name(n) for n in dns_names]), False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.public_key()),  # type: ignore[arg-type]
@@ -177,7 +222,8 @@ def _new_serving(
 
 
 def generate_bundle(dns_names: Sequence[str], now: dt.datetime) -> CertBundle:
-    """A fresh CA and a serving certificate for ``dns_names`` (the first is the subject CN)."""
+    """A fresh CA and a serving certificate for ``dns_names`` (the first is the subject CN; an
+    IP literal among them becomes an IP address SAN)."""
     ca_crt, ca_key = _new_ca(now)
     tls_crt, tls_key = _new_serving(ca_crt, ca_key, dns_names, now)
     return CertBundle(ca_crt, ca_key, tls_crt, tls_key)
@@ -195,7 +241,8 @@ def rotate(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.datetime
 
     * no bundle: a fresh chain;
     * CA due: a new CA, old CA kept after it in ``ca_crt`` until it expires, new serving cert;
-    * serving certificate due, or issued for other names: a new one from the same CA.
+    * serving certificate due, or issued for other names (DNS or IP: a certificate an older
+      release wrote without the IP SAN is re-issued): a new one from the same CA.
     """
     if bundle is None:
         return generate_bundle(dns_names, now)
@@ -206,11 +253,8 @@ def rotate(bundle: CertBundle | None, dns_names: Sequence[str], now: dt.datetime
         ]
         old = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in still_valid)
         return replace(fresh, ca_crt=fresh.ca_crt + old)
-    serving = _first_cert(bundle.tls_crt)
-    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    if needs_rotation(bundle.tls_crt, now) or sorted(sans.get_values_for_type(x509.DNSName)) != (
-        sorted(dns_names)
-    ):
+    wanted = sorted(str(_general_name(n).value) for n in dns_names)
+    if needs_rotation(bundle.tls_crt, now) or _san_strings(_first_cert(bundle.tls_crt)) != wanted:
         tls_crt, tls_key = _new_serving(bundle.ca_crt, bundle.ca_key, dns_names, now)
         return replace(bundle, tls_crt=tls_crt, tls_key=tls_key)
     return bundle
@@ -353,9 +397,14 @@ def ensure_bundle(
     service: str,
     config_name: str | None,
     directory: Path,
+    extra_names: Sequence[str] = (),
+    listen: str | None = None,
     now: dt.datetime | None = None,
 ) -> CertBundle:
     """Sync the Secret, write the files for the server, patch the caBundles. Idempotent.
+
+    The certificate covers :func:`serving_names` (``service``, ``extra_names``, a loopback
+    ``listen``).
 
     Called at startup and then periodically; cheap when nothing is due (one Secret read, one
     read per webhook configuration, files rewritten only when their content differs).
@@ -367,7 +416,7 @@ def ensure_bundle(
         client.CoreV1Api(api_client),
         namespace,
         secret_name,
-        service_dns_names(service, namespace),
+        serving_names(service, namespace, extra_names, listen),
         now,
     )
     on_disk = directory / "tls.crt"

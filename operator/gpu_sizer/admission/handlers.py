@@ -34,7 +34,12 @@ from gpu_sizer.admission.namespaces import (
     describe,
     kubernetes_fetcher,
 )
-from gpu_sizer.admission.pods import WorkloadFetcher, kubernetes_workload_fetcher, review_pod
+from gpu_sizer.admission.pods import (
+    WorkloadFetcher,
+    is_measurement_pod,
+    kubernetes_workload_fetcher,
+    review_pod,
+)
 from gpu_sizer.admission.policy import EffectivePolicy, Policy
 from gpu_sizer.admission.verdict import Answer, Outcome, bounded, defaulted_spec, review
 from gpu_sizer.api import GROUP, PLURAL, VERSION
@@ -85,14 +90,22 @@ class DenialLogFilter(logging.Filter):
     The logged denial is cut at :data:`MAX_LOGGED_DENIAL_CHARS` (the user gets all of it).
     """
 
-    _prefix = "Webhook 'validate-gpuworkload' failed permanently: "
+    #: The handlers that deny: GPUWorkload specs, and labelled pods under podEnforcement Enforce.
+    _prefixes = tuple(
+        f"Webhook '{hook}' failed permanently: " for hook in ("validate-gpuworkload", "mutate-pod")
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.ERROR and record.getMessage().startswith(self._prefix):
-            denial = record.getMessage().removeprefix(self._prefix)
-            record.msg = "Admission denied: " + bounded(denial, MAX_LOGGED_DENIAL_CHARS)
-            record.args = ()
-            record.levelno, record.levelname = logging.INFO, "INFO"
+        if record.levelno != logging.ERROR:
+            return True
+        message = record.getMessage()
+        for prefix in self._prefixes:
+            if message.startswith(prefix):
+                denial = message.removeprefix(prefix)
+                record.msg = "Admission denied: " + bounded(denial, MAX_LOGGED_DENIAL_CHARS)
+                record.args = ()
+                record.levelno, record.levelname = logging.INFO, "INFO"
+                break
         return True
 
 
@@ -206,8 +219,8 @@ async def mutate_pod(
 
     labels = body.get("metadata", {}).get("labels") or {}
     name = labels.get(WORKLOAD_LABEL)
-    if operation != "CREATE" or subresource or not name:
-        return
+    if operation != "CREATE" or subresource or not name or is_measurement_pod(labels):
+        return  # the operator's own measurement pods are never placed nor refused (.pods)
     namespace = str(body.get("metadata", {}).get("namespace") or "")
     config = _config
     try:

@@ -17,6 +17,15 @@ Vertical Pod Autoscaler's admission controller for CPU and memory:
 - Annotations saying what was applied: ``gpusizer.dev/gpu-class``, ``gpusizer.dev/basis``,
   ``gpusizer.dev/spec-hash``.
 
+The operator's own measurement pods carry the label too (a measurement Job's pods are labelled
+with their workload) and are left alone (:func:`is_measurement_pod`): they run on the class being
+measured, which is not the recommendation yet, and they must run before the workload can be
+Ready, so enforcing on them would deny every measurement in an ``Enforce`` namespace. The chart's
+objectSelector keeps them away from the webhook (``app.kubernetes.io/managed-by NotIn
+[gpu-sizer]``); the handler checks again for configurations made by hand. A tenant who sets that
+label on a pod escapes the webhook, as one who leaves out ``gpusizer.dev/workload`` does: opting
+in is the pod's own choice.
+
 Problems (namespace policy ``podEnforcement``, :class:`~.policy.PodEnforcement`): the
 GPUWorkload is missing or could not be read, is ``Rejected``, is not ``Ready`` for its current
 spec, or the pod's own GPU request or product node selector contradicts the recommendation.
@@ -37,6 +46,7 @@ from pydantic import ValidationError
 from gpu_sizer.admission.policy import PodEnforcement
 from gpu_sizer.api import RecommendationStatus
 from gpu_sizer.catalog import GPUClass
+from gpu_sizer.measurement.job import LABEL_MANAGED_BY, MANAGED_BY
 from gpu_sizer.placement import (
     ANNOTATION_BASIS,
     ANNOTATION_CLASS,
@@ -50,6 +60,7 @@ __all__ = [
     "ANNOTATION_CONTAINER",
     "PodAnswer",
     "WorkloadFetcher",
+    "is_measurement_pod",
     "kubernetes_workload_fetcher",
     "review_pod",
 ]
@@ -230,6 +241,13 @@ def _resource(cls: GPUClass, rec: RecommendationStatus) -> str:
     return next(iter(limits or {}), None) or gpu_resource(cls)
 
 
+def is_measurement_pod(labels: Mapping[str, Any]) -> bool:
+    """Whether a pod with these labels is one of the operator's measurement pods
+    (``app.kubernetes.io/managed-by: gpu-sizer``, as :func:`gpu_sizer.measurement.job_manifest`
+    labels them)."""
+    return labels.get(LABEL_MANAGED_BY) == MANAGED_BY
+
+
 def review_pod(
     pod: Mapping[str, Any],
     namespace: str,
@@ -243,6 +261,8 @@ def review_pod(
     its label names (``None``: not found), ``lookup_error`` why it could not be read."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
+    if is_measurement_pod(labels):
+        return PodAnswer(True, "")
     name = str(labels.get(WORKLOAD_LABEL) or "")
     ref = f"{namespace}/{name}"
     problems: list[str] = []

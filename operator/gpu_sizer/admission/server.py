@@ -537,10 +537,11 @@ def configure(
 
     ``options`` is the parsed argparse namespace (attributes ``no_webhook``, ``webhook_port``,
     ``webhook_listen``, ``webhook_cert_dir``, ``webhook_tls_secret``, ``webhook_config_name``,
-    ``webhook_service``, ``policy``, ``default_headroom``, ``catalog``). ``catalog`` overrides
-    the GPU catalog (else ``--catalog`` is loaded, else the built-in catalog is used).
-    Self-signed mode reads the operator's namespace from ``POD_NAMESPACE`` and provisions the
-    certificate before returning (blocking API calls: call it from the startup handler, once).
+    ``webhook_service``, ``webhook_cert_san``, ``policy``, ``default_headroom``, ``catalog``).
+    ``catalog`` overrides the GPU catalog (else ``--catalog`` is loaded, else the built-in
+    catalog is used). Self-signed mode reads the operator's namespace from ``POD_NAMESPACE``
+    and provisions the certificate before returning (blocking API calls: call it from the
+    startup handler, once).
     kopf's managed webhook configuration is switched off: the chart owns those objects.
 
     Returns the server, or ``None`` with ``--no-webhook``.
@@ -621,6 +622,8 @@ def configure(
             service=service,
             config_name=_opt(options, "webhook_config_name"),
             directory=directory,
+            extra_names=tuple(_opt(options, "webhook_cert_san", ())),
+            listen=_opt(options, "webhook_listen", "0.0.0.0"),
         )
         refresh()
     server = AdmissionServer(

@@ -104,6 +104,9 @@ def _operator(args: argparse.Namespace) -> int:
     )
     if not args.verbose:  # kopf logs every successful timer run at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    from gpu_sizer.controller import log_levels
+
+    log_levels.install()  # a retried HTTP 429 (the server's flow control) is not an ERROR
     try:
         opts = options_from(args)
     except (ValueError, OSError) as exc:

@@ -77,6 +77,9 @@ class Options:
     webhook_tls_secret: str | None = None
     webhook_config_name: str | None = None
     webhook_service: str | None = None
+    #: Extra subject alternative names (IP addresses or DNS names) of the self-signed serving
+    #: certificate: the hosts of ``url`` webhook client configs.
+    webhook_cert_san: tuple[str, ...] = ()
     pod_namespace: str | None = None
     catalog: tuple[GPUClass, ...] = field(default=DEFAULT_CATALOG)
 
@@ -253,6 +256,17 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--webhook-tls-secret", default=_env("webhook-tls-secret", None))
     p.add_argument("--webhook-config-name", default=_env("webhook-config-name", None))
     p.add_argument("--webhook-service", default=_env("webhook-service", None))
+    p.add_argument(
+        "--webhook-cert-san",
+        action="append",
+        default=[n for n in str(_env("webhook-cert-san", "")).split(",") if n],
+        metavar="HOST",
+        help="self-signed mode: also issue the serving certificate for HOST (an IP address or a "
+        "DNS name; repeatable), for webhook configurations that reach the operator by `url` "
+        "rather than through the Service, e.g. 127.0.0.1 for an operator run outside the "
+        "cluster (a loopback --webhook-listen address is added by itself); env "
+        "GPU_SIZER_WEBHOOK_CERT_SAN, comma-separated",
+    )
     p.add_argument("--no-webhook", action="store_true", default=_bool_env("no-webhook"))
 
 
@@ -394,6 +408,7 @@ def options_from(
         webhook_tls_secret=args.webhook_tls_secret,
         webhook_config_name=args.webhook_config_name,
         webhook_service=args.webhook_service,
+        webhook_cert_san=tuple(args.webhook_cert_san),
         pod_namespace=os.environ.get("POD_NAMESPACE"),
         catalog=catalog,
     )

@@ -180,6 +180,7 @@ def configure_admission(settings: kopf.OperatorSettings, opts: Options, logger: 
         webhook_tls_secret=opts.webhook_tls_secret,
         webhook_config_name=opts.webhook_config_name,
         webhook_service=opts.webhook_service,
+        webhook_cert_san=opts.webhook_cert_san,
         policy=opts.policy_file,
         catalog=opts.catalog_file,
         default_headroom=opts.default_headroom,
