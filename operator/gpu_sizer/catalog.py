@@ -36,13 +36,18 @@ The catalog can be overridden by a YAML file (the Helm chart mounts one at
       - name: my-h100-nvl-mig-3g  # or add a class: memoryBytes and products are required
         displayName: H100 NVL MIG 3g.47gb
         memoryBytes: 48318382080    # NVML total
-        usableBytes: 47781511168    # cudaMemGetInfo total (default: memoryBytes less 768 MiB)
+        usableBytes: 47781511168    # cudaMemGetInfo total (default: see below)
         computeCapability: "9.0"
         products: [NVIDIA-H100-NVL-MIG-3g.47gb]
         interconnect: none
         vendor: nvidia
         migProfile: 3g.47gb       # a MIG slice: its profile and whole-GPU class
         parent: nvidia-h100-nvl
+
+A class without ``usableBytes`` derives it as a built-in class does: ``memoryBytes`` less the gap
+the built-in class of one of its product labels measures, else less :data:`DERIVED_RESERVE_BYTES`
+(its ``source`` says which); a ``memoryBytes`` override moves the usable figure by the class's own
+gap; ``usableBytes`` above ``memoryBytes`` is refused.
 
 MIG: every profile of the A100 40/80 GB, H100 80 GB and H200 is a class of its own
 (:data:`MIG_CLASSES`, e.g. ``nvidia-a100-80gb-mig-1g.10gb``), ranked after every whole GPU, so a
@@ -539,6 +544,7 @@ def load_catalog(data: Any, defaults: Sequence[GPUClass] = DEFAULT_CATALOG) -> t
     except ValidationError as exc:
         raise InvalidCatalog(problems_from(exc, model=_CatalogFile)) from None
     merged: dict[str, GPUClass] = {} if parsed.replace_defaults else {c.name: c for c in defaults}
+    gaps = _measured_gaps(defaults)
     problems: list[Problem] = []
     seen: set[str] = set()
     for i, entry in enumerate(parsed.classes):
@@ -558,7 +564,13 @@ def load_catalog(data: Any, defaults: Sequence[GPUClass] = DEFAULT_CATALOG) -> t
                     for f in missing
                 )
                 continue
-            merged[entry.name] = GPUClass(
+            if "usable_bytes" not in updates:
+                usable, why = _derived_usable(updates["memory_bytes"], updates["products"], gaps)
+                updates["usable_bytes"] = usable
+                said = "DERIVED_RESERVE_BYTES" if usable is None else why
+                if said not in updates.get("source", ""):
+                    updates["source"] = _with_reason(updates.get("source", ""), why)
+            cls = GPUClass(
                 name=entry.name,
                 display_name=updates.pop("display_name", entry.name),
                 memory_bytes=updates.pop("memory_bytes"),
@@ -567,7 +579,38 @@ def load_catalog(data: Any, defaults: Sequence[GPUClass] = DEFAULT_CATALOG) -> t
                 **updates,
             )
         else:
-            merged[entry.name] = replace(base, **updates)
+            if "memory_bytes" in updates and "usable_bytes" not in updates:
+                # the override moves the usable figure with it: the class's own gap between
+                # NVML's total and cudaMemGetInfo's (an L4 set to 1 GiB is not 22 GiB usable)
+                gap = base.memory_bytes - base.usable
+                updates["usable_bytes"] = max(updates["memory_bytes"] - gap, 0)
+                updates["source"] = _with_reason(
+                    updates.get("source", base.source),
+                    f"usable moved with the memoryBytes override: less the class's "
+                    f"{gap // MIB} MiB between NVML's and cudaMemGetInfo's totals",
+                )
+            cls = replace(base, **updates)
+        if cls.usable_bytes is not None and cls.usable_bytes > cls.memory_bytes:
+            problems.append(
+                Problem(
+                    f"classes[{i}].usableBytes",
+                    f"{cls.usable_bytes} bytes ({cls.usable_bytes / GIB:.2f} GiB) is above "
+                    f"memoryBytes {cls.memory_bytes} ({cls.memory_bytes / GIB:.2f} GiB): a process "
+                    "cannot allocate more than the device has; give cudaMemGetInfo's total "
+                    "(torch.cuda.mem_get_info()[1]), at most NVML's",
+                )
+            )
+            continue
+        if cls.usable <= 0:
+            problems.append(
+                Problem(
+                    f"classes[{i}].memoryBytes",
+                    f"{cls.memory_bytes} bytes leave no usable memory once the class's driver "
+                    "reserve is taken; give usableBytes",
+                )
+            )
+            continue
+        merged[entry.name] = cls
     owner: dict[str, str] = {}
     for cls in merged.values():
         for product in cls.products:
@@ -585,6 +628,46 @@ def load_catalog(data: Any, defaults: Sequence[GPUClass] = DEFAULT_CATALOG) -> t
     if not merged:
         raise InvalidCatalog([Problem("classes", "the catalog has no GPU classes")])
     return tuple(sorted(merged.values(), key=lambda c: (c.rank, c.memory_bytes, c.name)))
+
+
+def _measured_gaps(classes: Sequence[GPUClass]) -> dict[str, int]:
+    """NVML total less cudaMemGetInfo total (bytes) of each product label whose class has a
+    published usable figure."""
+    return {
+        product: c.memory_bytes - c.usable_bytes
+        for c in classes
+        if c.usable_bytes is not None and not c.is_mig
+        for product in c.products
+    }
+
+
+def _derived_usable(
+    memory: int, products: Sequence[str], gaps: dict[str, int]
+) -> tuple[int | None, str]:
+    """Usable bytes of a catalog class that gives only ``memoryBytes``, and how they were derived:
+    the gap the default class of one of its products measures (the same figures a built-in class
+    uses), else ``None``: :data:`DERIVED_RESERVE_BYTES` less, as for a built-in class without a
+    published figure (:attr:`GPUClass.usable`)."""
+    known = [gaps[p] for p in products if p in gaps]
+    if known:
+        gap = max(known)
+        return memory - gap, (
+            f"usable derived from memoryBytes less {gap // MIB} MiB, the gap the built-in class "
+            "of its product label measures (no usableBytes given)"
+        )
+    return None, _DERIVED_REASON
+
+
+#: What a class without ``usableBytes`` and without a built-in class for its products says.
+_DERIVED_REASON: Final = (
+    f"usable: NVML total less DERIVED_RESERVE_BYTES ({DERIVED_RESERVE_BYTES // MIB} MiB; no "
+    "usableBytes given and no built-in class measures its product labels): give usableBytes, "
+    "torch.cuda.mem_get_info()[1] on the GPU, for the exact figure"
+)
+
+
+def _with_reason(source: str, reason: str) -> str:
+    return f"{source}; {reason}" if source else reason
 
 
 def to_snake(camel: str) -> str:

@@ -333,3 +333,58 @@ def test_catalog_file_sets_usable_and_compute_capability() -> None:
     assert mig.usable == 40 * GIB - DERIVED_RESERVE_BYTES and mig.native_fp8  # unknown: no limit
     with pytest.raises(InvalidCatalog):
         load_catalog({"classes": [{"name": "nvidia-l4", "computeCapability": "eight"}]})
+
+
+# --- one derivation of usable memory for every class ------------------------------------------
+
+
+def test_a_memory_override_moves_the_usable_figure() -> None:
+    """An L4 overridden to 1 GiB keeps its own gap between NVML's and cudaMemGetInfo's totals,
+    not its old 22.03 GiB usable: it no longer fits Llama-3-8B (16 GB of weights alone)."""
+    (l4,) = [c for c in load_catalog({"classes": [{"name": "nvidia-l4", "memoryBytes": 1 << 30}]})
+             if c.name == "nvidia-l4"]  # fmt: skip
+    base = BY_NAME["nvidia-l4"]
+    assert l4.usable == (1 << 30) - (base.memory_bytes - base.usable)
+    assert "memoryBytes override" in l4.source
+    assert not fits(l4, 15 * GIB, 0.0)
+    from tests.architectures import LLAMA_3_8B
+
+    from gpu_sizer.api import parse_spec
+    from gpu_sizer.sizing import Verdict, assess
+
+    spec = parse_spec({"model": {"architecture": LLAMA_3_8B},
+                       "inference": {"engine": "vllm", "maxModelLen": 4096, "maxNumSeqs": 8},
+                       "placement": {"gpuClasses": ["nvidia-l4"]}})  # fmt: skip
+    catalog = load_catalog({"classes": [{"name": "nvidia-l4", "memoryBytes": 1 << 30}]})
+    assert assess(spec, catalog).verdict is Verdict.NoSafeHeadroom
+    assert assess(spec).verdict is Verdict.Fits
+
+
+def test_a_new_class_of_a_known_product_uses_that_products_measured_gap() -> None:
+    data = {
+        "replaceDefaults": True,
+        "classes": [{"name": "my-l4", "memoryBytes": 23034 << 20, "products": ["NVIDIA-L4"]}],
+    }
+    (mine,) = load_catalog(data)
+    assert mine.usable == BY_NAME["nvidia-l4"].usable  # 22.03 GiB, not NVML's total less 768 MiB
+    assert "gap the built-in class" in mine.source
+
+
+def test_a_new_class_of_an_unknown_product_says_its_usable_figure_is_derived() -> None:
+    data = {"classes": [{"name": "new-gpu", "memoryBytes": 40 * GIB, "products": ["NEW-GPU"]}]}
+    new = next(c for c in load_catalog(data) if c.name == "new-gpu")
+    assert new.usable == 40 * GIB - DERIVED_RESERVE_BYTES
+    assert "give usableBytes" in new.source
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [{"name": "nvidia-l4", "usableBytes": 30 * GIB},
+     {"name": "x", "memoryBytes": 20 * GIB, "usableBytes": 21 * GIB, "products": ["X"]}],
+)  # fmt: skip
+def test_usable_above_total_is_refused(entry: dict[str, Any]) -> None:
+    with pytest.raises(InvalidCatalog) as err:
+        load_catalog({"classes": [entry]})
+    (problem,) = err.value.problems
+    assert problem.path == "classes[0].usableBytes"
+    assert "above memoryBytes" in problem.message

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
+from gpu_sizer.api.family_keys import unused_keys
 from gpu_sizer.api.spec import KNOWN_MODEL_TYPES, LIMITS, Architecture, VisionConfig
 
 __all__ = ["UnsupportedConfig", "config_bound_problems", "model_from_hf_config", "model_type_of"]
@@ -258,7 +259,19 @@ def model_from_hf_config(
             config["tie_word_embeddings"] = bool(text.get("tie_word_embeddings", False))
     model: dict[str, Any] = {}
     if model_type in KNOWN_MODEL_TYPES:
-        model["architecture"] = _architecture(model_type, outer, config)
+        arch = _architecture(model_type, outer, config)
+        unused = unused_keys(model_type, arch)
+        for key in unused:
+            # config.json keys the family's transformers config class does not read (a
+            # checkpoint's leftovers): the modeling code ignores them, and so does the spec,
+            # which would refuse them (gpu_sizer.api.family_keys)
+            del arch[key]
+        if unused and warnings is not None:
+            warnings.append(
+                f"config.json keys that {model_type} does not read were left out: "
+                + ", ".join(unused)
+            )
+        model["architecture"] = arch
     else:
         gap = _generic_gap(outer, config)
         if gap is None:

@@ -29,6 +29,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel, to_snake
 
+from gpu_sizer.api.family_keys import FAMILY_KEYS, family_key_problems
+
 __all__ = [
     "DEEPSPEED_DEFAULTS",
     "DTYPE_BYTES",
@@ -799,6 +801,14 @@ class Architecture(_Model):
         problems = _Problems()
         if self.model_type not in KNOWN_MODEL_TYPES:
             self._check_generic(problems)
+        else:
+            keys = {
+                to_camel(name): getattr(self, name)
+                for name in type(self).model_fields
+                if to_camel(name) in FAMILY_KEYS
+            }
+            for wire, message in family_key_problems(self.model_type, keys):
+                problems.add(wire, message)
         if self.num_attention_heads % self.kv_heads != 0:
             problems.add(
                 "numKeyValueHeads",
