@@ -36,6 +36,7 @@ from gpu_sizer.api import Dtype, GPUWorkloadSpec, KvCacheDtype
 from gpu_sizer.budget.engines import EnginePlan
 from gpu_sizer.budget.estimate import engine_planner, engine_plans
 from gpu_sizer.catalog import GPUClass
+from gpu_sizer.fraction_fix import fraction_fix
 
 __all__ = [
     "FixCandidate",
@@ -161,16 +162,39 @@ def _largest_serving(
     return best
 
 
+def _flag_name(plan: EnginePlan) -> str:
+    """The engine flag the fraction is (``--mem-fraction-static`` for SGLang)."""
+    return next(k for k in plan.engine_args if "fraction" in k or "utilization" in k)
+
+
+def _larger_class(
+    spec: GPUWorkloadSpec, allowed: Sequence[GPUClass], catalog: Sequence[GPUClass]
+) -> EnginePlan | None:
+    """The cheapest catalog class outside ``spec.placement.gpuClasses`` that serves the spec as
+    it is (``None`` when the spec allows every class, or none serves)."""
+    if not spec.placement.gpu_classes:
+        return None
+    named = {c.name for c in allowed}
+    others = [c for c in catalog if c.name not in named and (spec.gpu_count == 1 or not c.is_mig)]
+    return _first_serving(spec, others)
+
+
 def fix_candidates(
-    spec: GPUWorkloadSpec, allowed: Sequence[GPUClass], largest: EnginePlan
+    spec: GPUWorkloadSpec,
+    allowed: Sequence[GPUClass],
+    largest: EnginePlan,
+    catalog: Sequence[GPUClass] = (),
 ) -> list[FixCandidate]:
     """Computed changes that make an unserved spec fit, each re-planned on every allowed class.
 
     ``largest`` is the plan on the largest allowed class (what "not enough alone" is measured
-    against). Candidates: the engine's fraction (the largest that honours the headroom, when the
-    spec set one) or, the other side of that contradiction, ``minHeadroomFraction`` (what the
-    spec's fraction leaves), ``targetConcurrency`` (what the best class holds), ``maxModelLen``
-    (largest that serves, by bisection), an FP8 KV cache, a larger tensor-parallel size.
+    against). Candidates: the engine's fraction (the serving value nearest the one it would run
+    with, above the engine's default where the memory allows, :mod:`gpu_sizer.fraction_fix`) or,
+    the other side of a contradiction between a set fraction and the policy,
+    ``minHeadroomFraction`` (what the spec's fraction leaves), ``targetConcurrency`` (what the
+    best class holds), ``maxModelLen`` (largest that serves, by bisection), an FP8 KV cache, a
+    catalog class the spec's ``gpuClasses`` leaves out (``catalog``), a larger tensor-parallel
+    size. The caller orders them by what they cost (:func:`gpu_sizer.fix_cost.fix_cost`).
     """
     inf = spec.inference
     arch = spec.model.architecture
@@ -180,19 +204,19 @@ def fix_candidates(
     def add(path: str, value: Any, changed: GPUWorkloadSpec, what: str) -> None:
         out.append((path, value, _first_serving(changed, allowed), what))
 
-    if inf.gpu_memory_utilization is not None:
-        auto = _first_serving(_with(spec, gpu_memory_utilization=None), allowed)
-        if auto is not None and auto.fraction != inf.gpu_memory_utilization:
-            out.append(
-                (
-                    "spec.inference.gpuMemoryUtilization",
-                    auto.fraction,
-                    auto,
-                    f"gpuMemoryUtilization {auto.fraction:g}",
-                )
-            )
     room = spec.placement.min_headroom_fraction
     plans = class_plans(spec, allowed)
+    flag = fraction_fix(spec, allowed, plans)
+    if flag is not None:
+        out.append(
+            (
+                "spec.inference.gpuMemoryUtilization",
+                flag.fraction,
+                flag,
+                f"gpuMemoryUtilization {flag.fraction:g} ({_flag_name(flag)}, "
+                f"{flag.headroom:.0%} headroom)",
+            )
+        )
     if inf.gpu_memory_utilization is not None:
         # The fraction is the user's: the other side of the contradiction is the policy.
         held = [
@@ -257,6 +281,12 @@ def fix_candidates(
             "fp8",
             _with(spec, kv_cache_dtype=KvCacheDtype.fp8),
             "kvCacheDtype fp8",
+        )
+    larger = _larger_class(spec, allowed, catalog)
+    if larger is not None:
+        names = [*spec.placement.gpu_classes, larger.gpu.name]
+        out.append(
+            ("spec.placement.gpuClasses", names, larger, f"gpuClasses add {larger.gpu.name}")
         )
     for tp in range(inf.tensor_parallel_size + 1, MAX_TENSOR_PARALLEL + 1):
         if arch.num_attention_heads % tp or (arch.kv_heads % tp and tp % arch.kv_heads):

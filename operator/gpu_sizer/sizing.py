@@ -47,6 +47,7 @@ from gpu_sizer.catalog import (
     fits,
     headroom_fraction,
 )
+from gpu_sizer.fix_cost import fix_cost
 from gpu_sizer.inventory import ClassCapacity
 from gpu_sizer.placement import snippets
 from gpu_sizer.workers import bound_problem, recommendation_fields
@@ -443,7 +444,7 @@ def _assess_pool(
     if choice is None:
         largest = on(max(allowed, key=lambda c: (c.usable, -c.rank)))
         est, capped = _capped(plan_estimate(spec, largest))
-        fixes = [] if capped else _pool_fixes(spec, allowed, largest)
+        fixes = [] if capped else _pool_fixes(spec, allowed, largest, catalog)
         scope = "allowed class" if named else "class in the catalog"
         message = (
             f"on the largest {scope}, {largest.gpu.name} x{est.gpu_count}: "
@@ -504,10 +505,15 @@ def _incomplete_text(est: EstimateStatus) -> str:
 
 
 def _pool_fixes(
-    spec: GPUWorkloadSpec, allowed: Sequence[GPUClass], largest: EnginePlan
+    spec: GPUWorkloadSpec,
+    allowed: Sequence[GPUClass],
+    largest: EnginePlan,
+    catalog: Sequence[GPUClass] = (),
 ) -> list[Fix]:
+    """The computed fixes of an unserved pre-allocating spec, cheapest first
+    (:func:`gpu_sizer.fix_cost.fix_cost`)."""
     out = []
-    for path, value, plan, what in pool_verdict.fix_candidates(spec, allowed, largest):
+    for path, value, plan, what in pool_verdict.fix_candidates(spec, allowed, largest, catalog):
         if plan is not None:
             where = (
                 f"{plan.gpu.name} x{spec.gpu_count}: KV pool {_gib(plan.kv_pool)}, "
@@ -527,7 +533,7 @@ def _pool_fixes(
                 f"{what} ({where})",
             )
         )
-    return out
+    return sorted(out, key=lambda f: fix_cost(f.field))
 
 
 def _over_cap(model: BaseModel) -> bool:
@@ -803,7 +809,8 @@ def _fixes(
                     )
                     break
                 dp *= 2
-    return out
+    # cheapest first (gpu_sizer.fix_cost); image and video fixes returned above keep theirs
+    return sorted(out, key=lambda f: fix_cost(f.field))
 
 
 def _with_strategy(spec: GPUWorkloadSpec, strategy: ParallelStrategy, dp: int) -> GPUWorkloadSpec:

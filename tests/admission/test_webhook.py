@@ -277,8 +277,8 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
         "the largest allowed class, nvidia-l4 (22.0 GiB usable), is 112.6 GiB short; 10% "
         "headroom required (spec.placement.minHeadroomFraction).\n"
         "Fits with any of: maxNumSeqs 2 (19.2 GiB per GPU, nvidia-l4 x1). Not enough alone: "
-        "maxModelLen 512 (23.0 GiB per GPU, still too big for nvidia-l4); kvCacheDtype fp8 "
-        "(102.6 GiB per GPU, still too big for nvidia-l4)."
+        "kvCacheDtype fp8 (102.6 GiB per GPU, still too big for nvidia-l4); maxModelLen 512 "
+        "(23.0 GiB per GPU, still too big for nvidia-l4)."
     )
     # vLLM on the same L4: its pool, not maxNumSeqs x maxModelLen, against targetConcurrency.
     pool = inference(engine="vllm", maxModelLen=8192, maxNumSeqs=64, targetConcurrency=16)
@@ -291,8 +291,9 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
         "spec.inference.targetConcurrency 16 requests of maxModelLen tokens.\n"
         "Fits with any of: targetConcurrency 3 (nvidia-l4 x1: KV pool 3.6 GiB, 3.6 x "
         "maxModelLen); maxModelLen 1792 (nvidia-l4 x1: KV pool 3.6 GiB, 16.6 x maxModelLen); "
-        "tensorParallelSize 2 (nvidia-l4 x2: KV pool 8.9 GiB). Not enough alone: kvCacheDtype "
-        "fp8 (still not enough on nvidia-l4)."
+        "gpuClasses add nvidia-rtx-a6000 (nvidia-rtx-a6000 x1: KV pool 26.3 GiB, 26.3 x "
+        "maxModelLen); tensorParallelSize 2 (nvidia-l4 x2: KV pool 8.9 GiB). Not enough alone: "
+        "kvCacheDtype fp8 (still not enough on nvidia-l4)."
     )
     training = {
         "model": {"revision": "x", "parameterCount": 70_000_000_000},

@@ -91,6 +91,7 @@ from gpu_sizer.catalog import GPUClass
 
 __all__ = [
     "engine_planner",
+    "engine_planner_at_fraction",
     "engine_plans",
     "estimate",
     "expert_split",
@@ -168,6 +169,20 @@ def engine_planner(spec: GPUWorkloadSpec, headroom: float) -> Callable[[GPUClass
     pre-allocating engine (:func:`gpu_sizer.budget.engines.is_pre_allocating`).
     """
     return engines.planner(spec, _serving_facts(spec), headroom)
+
+
+def engine_planner_at_fraction(
+    spec: GPUWorkloadSpec, fraction: float, headroom: float
+) -> Callable[[GPUClass], EnginePlan]:
+    """:func:`engine_planner` with ``spec.inference.gpuMemoryUtilization`` set to ``fraction``.
+    The class-independent figures do not depend on the fraction: they are the spec's own (the
+    fix search plans many fractions of one spec)."""
+    inf = spec.inference
+    assert inf is not None
+    changed = spec.model_copy(
+        update={"inference": inf.model_copy(update={"gpu_memory_utilization": fraction})}
+    )
+    return engines.planner(changed, _serving_facts(spec), headroom)
 
 
 #: Serving facts by (model, inference), both frozen: the verdict plans the same spec on many
