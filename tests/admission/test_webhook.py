@@ -286,12 +286,12 @@ async def test_reject_messages_in_full(webhook: Webhook) -> None:
     resp = await webhook.validate(admission_review(workload(pool)))
     assert resp["status"]["message"] == (
         "on the largest allowed class, nvidia-l4 x1: vllm 0.19.1 at --gpu-memory-utilization "
-        "0.86 holds 19.7 GiB of 22.0 GiB usable (KV pool 3.6 GiB = 29,760 tokens, 3.63 x "
-        "maxModelLen 8192; weights 15.0 GiB, activations 0.2 GiB, runtime 0.9 GiB): fewer than "
+        "0.86 holds 19.7 GiB of 22.0 GiB usable (KV pool 3.5 GiB = 28,832 tokens, 3.52 x "
+        "maxModelLen 8192; weights 15.0 GiB, activations 0.2 GiB, runtime 1.0 GiB): fewer than "
         "spec.inference.targetConcurrency 16 requests of maxModelLen tokens.\n"
-        "Fits with any of: targetConcurrency 3 (nvidia-l4 x1: KV pool 3.6 GiB, 3.6 x "
-        "maxModelLen); maxModelLen 1792 (nvidia-l4 x1: KV pool 3.6 GiB, 16.6 x maxModelLen); "
-        "gpuClasses add nvidia-rtx-a6000 (nvidia-rtx-a6000 x1: KV pool 26.3 GiB, 26.3 x "
+        "Fits with any of: targetConcurrency 3 (nvidia-l4 x1: KV pool 3.5 GiB, 3.5 x "
+        "maxModelLen); maxModelLen 1792 (nvidia-l4 x1: KV pool 3.5 GiB, 16.1 x maxModelLen); "
+        "gpuClasses add nvidia-rtx-a6000 (nvidia-rtx-a6000 x1: KV pool 26.1 GiB, 26.1 x "
         "maxModelLen); tensorParallelSize 2 (nvidia-l4 x2: KV pool 8.9 GiB). Not enough alone: "
         "kvCacheDtype fp8 (still not enough on nvidia-l4)."
     )

@@ -19,8 +19,15 @@ from typing import Any
 from gpu_sizer.api import GPUWorkloadSpec, parse_spec
 from gpu_sizer.api.hf import model_from_hf_config
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
-from tests.api.test_hf_quantization import FP8_DYNAMIC
-from tests.architectures import LLAMA_3_8B
+from tests.api.test_hf_quantization import FP8_DYNAMIC, W8A8_INT8
+from tests.architectures import (
+    GEMMA2_9B,
+    LLAMA_2_7B,
+    LLAMA_3_8B,
+    MIXTRAL_8X7B,
+    QWEN2_7B,
+    QWEN15_MOE_A27B,
+)
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -42,6 +49,26 @@ RTX3090 = GPUClass(
 H20_141 = GPUClass(
     "h20-141gb", "H20 141GB", 143771 * MIB, ("NVIDIA-H20",), "sxm",
     usable_bytes=round(139.8 * GIB), compute_capability="9.0",
+)  # fmt: skip
+
+#: llm-d-incubation/llm-d-planner's H100 (``accuracy/results/v0.19.0`` logs: total_memory=79.19GiB).
+H100_PLANNER = GPUClass(
+    "h100-llmd-planner", "H100 80GB HBM3", 81559 * MIB, ("NVIDIA-H100-80GB-HBM3",), "sxm",
+    usable_bytes=round(79.19 * GIB), compute_capability="9.0",
+)  # fmt: skip
+#: The A10G of huggingface/text-generation-inference#653 (EKS, driver 470: nvidia-smi 22731 MiB,
+#: the same reporter's #563); usable as NVML's total less the A10 class's own gap (0.50 GiB).
+A10G_653 = GPUClass(
+    "a10g-653", "NVIDIA A10G", 22731 * MIB, ("NVIDIA-A10G",), "PCIe Gen4 x16, no NVLink",
+    usable_bytes=22731 * MIB - (BY_NAME["nvidia-a10g"].memory_bytes
+                                - BY_NAME["nvidia-a10g"].usable),
+    compute_capability="8.6",
+)  # fmt: skip
+#: The RTX 4090s of vllm-project/vllm#13061 (V0 logs 0.98 x total = 23.08 GiB: 23.55 GiB).
+RTX4090_13061 = GPUClass(
+    "rtx-4090-13061", "GeForce RTX 4090", 24564 * MIB, ("NVIDIA-GeForce-RTX-4090",),
+    "PCIe Gen4 x16, no NVLink (no peer-to-peer)", usable_bytes=round(23.55 * GIB),
+    compute_capability="8.9",
 )  # fmt: skip
 
 LLAMA_31_8B = {**LLAMA_3_8B, "maxPositionEmbeddings": 131072,
@@ -89,6 +116,18 @@ QWEN3_235B_HF = {"model_type": "qwen3_moe", "num_hidden_layers": 94, "hidden_siz
                                          "weight_block_size": [128, 128]}}  # fmt: skip
 
 
+#: Qwen/Qwen2.5-7B-Instruct config.json (the Qwen2-7B shape, 32,768 positions).
+QWEN25_7B = {**QWEN2_7B, "maxPositionEmbeddings": 32768}
+#: Qwen/Qwen2.5-72B-Instruct config.json.
+QWEN25_72B = {**QWEN2_7B, "numHiddenLayers": 80, "hiddenSize": 8192,
+              "intermediateSize": 29568, "numAttentionHeads": 64, "numKeyValueHeads": 8,
+              "maxPositionEmbeddings": 32768}  # fmt: skip
+#: deepseek-ai/DeepSeek-R1-Distill-Qwen-14B config.json (Qwen2.5-14B's shape).
+QWEN25_14B = {**QWEN2_7B, "numHiddenLayers": 48, "hiddenSize": 5120,
+              "intermediateSize": 13824, "numAttentionHeads": 40, "numKeyValueHeads": 8,
+              "maxPositionEmbeddings": 131072}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Figure:
     """One published run: ``kv_gib`` the KV pool the engine logged (``None``: not logged),
@@ -101,9 +140,16 @@ class Figure:
     kv_gib: float | None = None
     refused: bool = False
     moe_or_multi_gpu: bool = False
-    #: aiconfigurator's (model id, system, backend version), when it has the model and GPU.
+    #: aiconfigurator's (model id, system, backend version, quantization modes), when it has
+    #: the model and GPU; the modes are ``estimate_kv_cache``'s ``gemm_quant_mode`` /
+    #: ``moe_quant_mode`` / ``kvcache_quant_mode`` for the checkpoint the run served.
     peer: tuple[str, str, str] | None = None
+    peer_quant: dict[str, str] = field(default_factory=dict)
     tags: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def engine(self) -> str:
+        return str(self.spec["inference"].get("engine", "vllm"))
 
     def parsed(self) -> GPUWorkloadSpec:
         return parse_spec(copy.deepcopy(self.spec))
@@ -127,20 +173,50 @@ _LLMD = "llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md 
 _LLMD_ARGS = {"engineVersion": "0.11.0", "gpuMemoryUtilization": 0.9, "maxNumSeqs": 1024}
 _LLAMA70_FP8 = model_from_hf_config({**LLAMA_33_70B_HF, "quantization_config": FP8_DYNAMIC},
                                     serving=True)  # fmt: skip
+#: aiconfigurator quantization modes of an FP8 checkpoint (per-channel or per-tensor weights,
+#: FP8 GEMMs) and of a block-wise FP8 one (128 x 128 blocks, DeepSeek-style).
+_FP8 = {"gemm_quant_mode": "fp8"}
+_FP8_BLOCK = {"gemm_quant_mode": "fp8_block", "moe_quant_mode": "fp8_block"}
+_MXFP4 = {"moe_quant_mode": "w4a16_mxfp4"}
+_PLANNER = (
+    "llm-d-incubation/llm-d-planner accuracy/results/v0.19.0 (vLLM 0.19.0, H100, "
+    "--max-model-len 8192 --gpu-memory-utilization 0.95, default max_num_seqs 1024): "
+)
+_PLANNER_ARGS = {"engineVersion": "0.19.0", "gpuMemoryUtilization": 0.95, "maxNumSeqs": 1024,
+                 "maxModelLen": 8192}  # fmt: skip
+_H100_PEER = ("h100_sxm", "0.24.0")
+
+
+def _mistral_w8a8() -> dict[str, Any]:
+    config = json.loads((CONFIGS / "mistral-small-3.1-24b-instruct-2503.json").read_text())
+    return model_from_hf_config({**config, "quantization_config": W8A8_INT8}, serving=True)
+
+
+def _sglang(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["inference"]["engine"] = "sglang"
+    return doc
+
+
+def _tgi(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["inference"]["engine"] = "tgi"
+    return doc
+
 
 FIGURES: tuple[Figure, ...] = (
     Figure("llmd-gpt-oss-20b", _LLMD, _serve(_hf("gpt-oss-20b"), maxModelLen=16000, **_LLMD_ARGS),
-           H100_LLMD, kv_gib=50.28, moe_or_multi_gpu=True),
+           H100_LLMD, kv_gib=50.28, moe_or_multi_gpu=True,
+           peer=("openai/gpt-oss-20b", "h100_sxm", "0.24.0"), peer_quant=_MXFP4),
     Figure("llmd-gpt-oss-120b", _LLMD,
            _serve(_hf("gpt-oss-120b"), maxModelLen=16000, **_LLMD_ARGS), H100_LLMD, kv_gib=3.33,
-           moe_or_multi_gpu=True),
+           moe_or_multi_gpu=True,
+           peer=("openai/gpt-oss-120b", "h100_sxm", "0.24.0"), peer_quant=_MXFP4),
     Figure("llmd-llama-3.3-70b-fp8-tp2", _LLMD,
            _serve(_LLAMA70_FP8, maxModelLen=16000, tensorParallelSize=2, **_LLMD_ARGS),
            H100_LLMD, kv_gib=32.0, moe_or_multi_gpu=True,
-           peer=("meta-llama/Meta-Llama-3.1-70B", "h100_sxm", "0.24.0")),
+           peer=("meta-llama/Meta-Llama-3.1-70B", "h100_sxm", "0.24.0"), peer_quant=_FP8),
     Figure("llmd-llama-3.3-70b-fp8-tp1", _LLMD,
            _serve(_LLAMA70_FP8, maxModelLen=16000, **_LLMD_ARGS), H100_LLMD, refused=True,
-           peer=("meta-llama/Meta-Llama-3.1-70B", "h100_sxm", "0.24.0")),
+           peer=("meta-llama/Meta-Llama-3.1-70B", "h100_sxm", "0.24.0"), peer_quant=_FP8),
     Figure("llmd-llama-3.1-8b", _LLMD,
            _serve(_model(LLAMA_31_8B), maxModelLen=16000, **_LLMD_ARGS), H100_LLMD, kv_gib=51.38,
            peer=("meta-llama/Meta-Llama-3.1-8B", "h100_sxm", "0.24.0")),
@@ -164,19 +240,22 @@ FIGURES: tuple[Figure, ...] = (
            "--max-num-batched-tokens 1024: 'Available KV cache memory: 1.71 GiB', refused)",
            _serve(_hf("gpt-oss-120b"), maxModelLen=131072, maxNumSeqs=1024,
                   maxNumBatchedTokens=1024, gpuMemoryUtilization=0.95, engineVersion="0.11.0"),
-           BY_NAME["nvidia-h100-80gb"], kv_gib=1.71, refused=True, moe_or_multi_gpu=True),
+           BY_NAME["nvidia-h100-80gb"], kv_gib=1.71, refused=True, moe_or_multi_gpu=True,
+           peer=("openai/gpt-oss-120b", "h100_sxm", "0.24.0"), peer_quant=_MXFP4),
     Figure("vllm-23278-gpt-oss-120b",
            "vllm-project/vllm#23278 (2025-08-20, vLLM 0.10.1, H100, defaults: 'Model loading "
            "took 65.9651 GiB', 'Available KV cache memory: -2.14 GiB', refused)",
            _serve(_hf("gpt-oss-120b"), maxModelLen=131072, maxNumSeqs=1024,
                   gpuMemoryUtilization=0.9, engineVersion="0.10.1"),
-           BY_NAME["nvidia-h100-80gb"], refused=True, moe_or_multi_gpu=True),
+           BY_NAME["nvidia-h100-80gb"], refused=True, moe_or_multi_gpu=True,
+           peer=("openai/gpt-oss-120b", "h100_sxm", "0.24.0"), peer_quant=_MXFP4),
     Figure("vllm-33155-gpt-oss-120b",
            "vllm-project/vllm#33155 (vLLM 0.14.1, one H100, defaults: 'Model loading took 64.38 "
            "GiB', out of memory at start)",
            _serve(_hf("gpt-oss-120b"), maxModelLen=131072, maxNumSeqs=1024,
                   gpuMemoryUtilization=0.9, engineVersion="0.14.1"),
-           BY_NAME["nvidia-h100-80gb"], refused=True, moe_or_multi_gpu=True),
+           BY_NAME["nvidia-h100-80gb"], refused=True, moe_or_multi_gpu=True,
+           peer=("openai/gpt-oss-120b", "h100_sxm", "0.24.0"), peer_quant=_MXFP4),
     Figure("recipes-12-qwen3-coder-480b-dp8-ep-0.90",
            "vllm-project/recipes#12 (v0.10.1.dev, 8x H20 141 GB, -dp=8 --enable-expert-parallel: "
            "'62.00 GiB KV cache is needed, ... available KV cache memory (48.66 GiB)', refused)",
@@ -232,7 +311,8 @@ FIGURES: tuple[Figure, ...] = (
            "--gpu-memory-utilization 0.65: 'Available KV cache memory: 36.56 GiB')",
            _serve(_hf("gpt-oss-20b"), maxModelLen=131072, maxNumSeqs=256,
                   gpuMemoryUtilization=0.65, engineVersion="0.19.0"),
-           BY_NAME["nvidia-a100-80gb"], kv_gib=36.56, moe_or_multi_gpu=True),
+           BY_NAME["nvidia-a100-80gb"], kv_gib=36.56, moe_or_multi_gpu=True,
+           peer=("openai/gpt-oss-20b", "a100_sxm", "0.14.0"), peer_quant=_MXFP4),
     Figure("vllm-17469-qwen3-30b-a3b-4xa10",
            "vllm-project/vllm#17469 (0.8.5, 4x A10 24 GB, TP 4, max-model-len 1024, max-num-seqs "
            "1: out of memory capturing CUDA graphs; started only with --enforce-eager)",
@@ -240,4 +320,103 @@ FIGURES: tuple[Figure, ...] = (
                      gpuMemoryUtilization=0.9, engineVersion="0.8.5"),
             "placement": {"gpuClasses": ["nvidia-a10g"], "minHeadroomFraction": 0.1}},
            BY_NAME["nvidia-a10g"], refused=True, moe_or_multi_gpu=True),
+    # --- llm-d-planner's vLLM 0.19.0 sweep on one H100 node (tags "calibration": the runs the
+    # 0.19 constants were fitted on; every other run checks them) ---
+    Figure("planner-llama-3.1-8b-tp1", _PLANNER + "'Available KV cache memory: 58.11 GiB'",
+           _serve(_model(LLAMA_31_8B), **_PLANNER_ARGS), H100_PLANNER, kv_gib=58.11,
+           peer=("meta-llama/Meta-Llama-3.1-8B", *_H100_PEER), tags=("calibration",)),
+    Figure("planner-llama-3.1-8b-tp2", _PLANNER + "-tp 2: 63.76 GiB",
+           _serve(_model(LLAMA_31_8B), tensorParallelSize=2, **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=63.76, moe_or_multi_gpu=True,
+           peer=("meta-llama/Meta-Llama-3.1-8B", *_H100_PEER), tags=("calibration",)),
+    Figure("planner-llama-3.1-8b-tp4", _PLANNER + "-tp 4: 67.44 GiB",
+           _serve(_model(LLAMA_31_8B), tensorParallelSize=4, **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=67.44, moe_or_multi_gpu=True,
+           peer=("meta-llama/Meta-Llama-3.1-8B", *_H100_PEER), tags=("calibration",)),
+    Figure("planner-llama-3.1-8b-pp2", _PLANNER + "-pp 2: 66.54 GiB",
+           _serve(_model(LLAMA_31_8B), pipelineParallelSize=2, **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=66.54, moe_or_multi_gpu=True),
+    Figure("planner-llama-3.1-8b-kv-fp8", _PLANNER + "--kv-cache-dtype fp8: 58.11 GiB, "
+           "952,032 tokens",
+           _serve(_model(LLAMA_31_8B), kvCacheDtype="fp8", **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=58.11, peer=("meta-llama/Meta-Llama-3.1-8B", *_H100_PEER),
+           peer_quant={"kvcache_quant_mode": "fp8"}),
+    Figure("planner-qwen2.5-7b-tp4", _PLANNER + "Qwen2.5-7B-Instruct -tp 4: 67.34 GiB",
+           _serve(_model(QWEN25_7B), tensorParallelSize=4, **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=67.34, moe_or_multi_gpu=True),
+    Figure("planner-qwen2.5-72b-tp2", _PLANNER + "Qwen2.5-72B-Instruct -tp 2: 3.04 GiB",
+           _serve(_model(QWEN25_72B), tensorParallelSize=2, **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=3.04, moe_or_multi_gpu=True),
+    Figure("planner-llama-3.3-70b-fp8-tp4", _PLANNER + "RedHatAI Llama-3.3-70B FP8-dynamic "
+           "(compressed-tensors) -tp 4: 54.09 GiB",
+           _serve(_LLAMA70_FP8, tensorParallelSize=4, **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=54.09, moe_or_multi_gpu=True,
+           peer=("meta-llama/Meta-Llama-3.1-70B", *_H100_PEER), peer_quant=_FP8),
+    Figure("planner-mixtral-8x7b-tp2", _PLANNER + "Mixtral-8x7B-Instruct -tp 2: 28.44 GiB",
+           _serve(_model(MIXTRAL_8X7B), tensorParallelSize=2, **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=28.44, moe_or_multi_gpu=True,
+           peer=("mistralai/Mixtral-8x7B-v0.1", *_H100_PEER)),
+    Figure("planner-llama-4-scout-tp4", _PLANNER + "Llama-4-Scout-17B-16E -tp 4: 'Model loading "
+           "took 53.12 GiB' (2.5 GiB of it the 10M-position RoPE cache), 16.75 GiB",
+           _serve(_hf("llama-4-scout-17b-16e-instruct"), tensorParallelSize=4, **_PLANNER_ARGS),
+           H100_PLANNER, kv_gib=16.75, moe_or_multi_gpu=True,
+           peer=("meta-llama/Llama-4-Scout-17B-16E-Instruct", *_H100_PEER)),
+    Figure("planner-gpt-oss-20b-tp2", _PLANNER + "gpt-oss-20b -tp 2 --gpu-memory-utilization "
+           "0.9: 59.32 GiB",
+           _serve(_hf("gpt-oss-20b"), tensorParallelSize=2,
+                  **{**_PLANNER_ARGS, "gpuMemoryUtilization": 0.9}),
+           H100_PLANNER, kv_gib=59.32, moe_or_multi_gpu=True,
+           peer=("openai/gpt-oss-20b", *_H100_PEER), peer_quant=_MXFP4),
+    Figure("planner-qwen3-30b-a3b", _PLANNER + "Qwen3-30B-A3B: 15.41 GiB",
+           _serve(_hf("qwen3-30b-a3b"), **_PLANNER_ARGS), H100_PLANNER, kv_gib=15.41,
+           moe_or_multi_gpu=True, peer=("Qwen/Qwen3-30B-A3B", *_H100_PEER)),
+    Figure("planner-qwen1.5-moe", _PLANNER + "Qwen1.5-MoE-A2.7B: 45.83 GiB",
+           _serve(_model(QWEN15_MOE_A27B), **_PLANNER_ARGS), H100_PLANNER, kv_gib=45.83,
+           moe_or_multi_gpu=True),
+    Figure("planner-deepseek-v2-lite", _PLANNER + "DeepSeek-V2-Lite-Chat (MLA, MoE): 43.61 GiB",
+           _serve(_hf("deepseek-v2-lite"), **_PLANNER_ARGS), H100_PLANNER, kv_gib=43.61,
+           moe_or_multi_gpu=True),
+    Figure("planner-gemma-2-9b", _PLANNER + "gemma-2-9b-it (sliding window): 54.12 GiB",
+           _serve(_model(GEMMA2_9B), **_PLANNER_ARGS), H100_PLANNER, kv_gib=54.12),
+    Figure("planner-gemma-3-27b", _PLANNER + "gemma-3-27b-it (vision, 5 of 6 layers sliding): "
+           "19.53 GiB",
+           _serve(_hf("gemma-3-27b-it"), **_PLANNER_ARGS), H100_PLANNER, kv_gib=19.53),
+    Figure("planner-mistral-small-w8a8-tp2", _PLANNER + "RedHatAI Mistral-Small-3.1-24B W8A8 "
+           "(compressed-tensors) -tp 2: 59.02 GiB",
+           _serve(_mistral_w8a8(), tensorParallelSize=2, **_PLANNER_ARGS), H100_PLANNER,
+           kv_gib=59.02, moe_or_multi_gpu=True),
+    # --- vLLM and SGLang side by side: vllm-project/vllm#21348 (2025-07-22, 4x H100) ---
+    Figure("vllm-21348-qwen3-235b-fp8-tp4",
+           "vllm-project/vllm#21348 (vLLM of July 2025, 0.9.x, `vllm serve Qwen3-235B-A22B-FP8 "
+           "--tensor-parallel-size 4`: 'Available KV cache memory: 8.11 GiB', 178,880 tokens)",
+           _serve(model_from_hf_config(QWEN3_235B_HF, serving=True), maxModelLen=40960,
+                  maxNumSeqs=1024, tensorParallelSize=4, gpuMemoryUtilization=0.9,
+                  engineVersion="0.9.2"),
+           BY_NAME["nvidia-h100-80gb"], kv_gib=8.11, moe_or_multi_gpu=True,
+           peer=("Qwen/Qwen3-235B-A22B-FP8", *_H100_PEER), peer_quant=_FP8_BLOCK),
+    Figure("sglang-21348-qwen3-235b-fp8-tp4",
+           "vllm-project/vllm#21348 (SGLang of July 2025, 0.4.9, `--tp 4 --mem-fraction-static "
+           "0.93`: 'KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: 8.23 GB')",
+           _sglang(_serve(model_from_hf_config(QWEN3_235B_HF, serving=True), maxModelLen=40960,
+                          maxNumSeqs=1024, tensorParallelSize=4, gpuMemoryUtilization=0.93,
+                          engineVersion="0.4.9")),
+           BY_NAME["nvidia-h100-80gb"], kv_gib=16.46, moe_or_multi_gpu=True,
+           peer=("Qwen/Qwen3-235B-A22B-FP8", "h100_sxm", "0.5.14"), peer_quant=_FP8_BLOCK),
+    # --- TGI: huggingface/text-generation-inference#653 (2023-07-19, the image between 0.9.3
+    # and 0.9.4 that first sized the blocks from free memory) ---
+    Figure("tgi-653-llama-2-7b-a10g",
+           "huggingface/text-generation-inference#653 (Llama-2-7b-hf on one A10G, "
+           "MAX_INPUT_LENGTH 4095, MAX_BATCH_PREFILL_TOKENS 4096, MAX_TOTAL_TOKENS 4096: "
+           "'overwrites the max batch total tokens to 16224', 16,224 x 0.5 MiB)",
+           _tgi(_serve(_model(LLAMA_2_7B, dtype="float16"), maxModelLen=4096, maxNumSeqs=128,
+                       maxNumBatchedTokens=4096, engineVersion="0.9.4")),
+           A10G_653, kv_gib=16224 * 0.5 / 1024),
+    # --- V0 on two PCIe RTX 4090s: vllm-project/vllm#13061 (vLLM 0.7.x, 2025-02) ---
+    Figure("vllm-13061-r1-distill-qwen-14b-tp2",
+           "vllm-project/vllm#13061 (V0, 2x RTX 4090, --tensor_parallel_size 2 "
+           "--gpu_memory_utilization 0.98, max_model_len 131072: KV cache 8.69 GiB, 'max seq "
+           "len (131072) is larger than the maximum number of tokens ... (81536)', refused)",
+           _serve(_model(QWEN25_14B), maxModelLen=131072, maxNumSeqs=256, tensorParallelSize=2,
+                  gpuMemoryUtilization=0.98, engineVersion="0.7.2"),
+           RTX4090_13061, kv_gib=8.69, refused=True, moe_or_multi_gpu=True),
 )  # fmt: skip

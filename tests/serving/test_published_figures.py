@@ -18,6 +18,14 @@ from tests.serving.figures import FIGURES, GIB, Figure
 TOLERANCE: dict[str, float] = {
     # V0 profile run on a 24 GB Ampere: the 20k-token unchunked prefill's reserved memory
     "vllm-10517-llama-3.1-8b-20k": 0.10,
+    # vLLM 0.10 in the vllm/vllm-openai image, whose FlashInfer sampler warms up lighter than the
+    # PyTorch path the plan takes for 0.8-0.10 (fail safe: the notes give the difference, and
+    # tests/budget/test_engines.py checks the pool with it within 5 %)
+    "vllm-22177-qwen3-coder-30b-bf16-tp8": 0.10,
+    "vllm-22177-qwen3-coder-30b-fp8-tp8": 0.10,
+    # vLLM 0.9 without FlashInfer (the native sampler path the plan takes): 8.60 GiB planned;
+    # the other 0.49 GiB the run held is not identified (+6 %)
+    "vllm-21348-qwen3-235b-fp8-tp4": 0.07,
     # DP8 x EP: the MoE activations gathered over 8 ranks are planned unchunked (safe side)
     "recipes-12-qwen3-coder-480b-dp8-ep-0.90": 0.16,
     "recipes-12-qwen3-coder-480b-dp8-ep-0.95": 0.16,
@@ -30,11 +38,14 @@ def _plan(figure: Figure):  # type: ignore[no-untyped-def]
 
 
 def test_the_runs_are_half_moe_or_multi_gpu() -> None:
-    """23 runs, 26 checked quantities (16 logged pools, 10 refusals); the issue asks for 30."""
-    assert len(FIGURES) >= 23
+    """44 runs (30 MoE or multi-GPU), 48 checked quantities (37 logged pools, 11 refusals), on
+    vLLM (V0, 0.8-0.10, 0.11, 0.19), SGLang and TGI; the issue asks for 30, half MoE or
+    multi-GPU."""
+    assert len(FIGURES) >= 44
     assert sum(f.moe_or_multi_gpu for f in FIGURES) * 2 >= len(FIGURES)
     figures = sum((f.kv_gib is not None) + f.refused for f in FIGURES)
-    assert figures >= 26
+    assert figures >= 48
+    assert {f.engine for f in FIGURES} == {"vllm", "sglang", "tgi"}
 
 
 @pytest.mark.parametrize("figure", [f for f in FIGURES if f.refused], ids=lambda f: f.id)

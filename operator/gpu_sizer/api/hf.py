@@ -217,11 +217,37 @@ def _generic_gap(outer: dict[str, Any], config: dict[str, Any]) -> str | None:
         return f"its {', '.join(towers)} (an encoder whose activations are not sized)"
     state = [k for k in _STATE_KEYS if config.get(k) is not None]
     if state:
-        return f"its state-space or linear-attention layers ({state[0]})"
+        return (
+            f"its state-space or linear-attention layers ({state[0]}: Gated DeltaNet, KDA or "
+            "Mamba), which hold a recurrent state per sequence rather than a KV cache per token "
+            "(vLLM's MambaSpec, v1/kv_cache_interface.py, whose pages it sizes together with "
+            "the attention layers'); gpu-sizer sizes that state only for nemotron_h and jamba"
+        )
     kinds = set(config.get("layer_types") or ()) - _ATTENTION_LAYERS
     if kinds:
         return f"its {sorted(kinds)} layers (layer_types)"
     return None
+
+
+#: config.json keys counting multi-token-prediction (MTP) layers: DeepSeek-V3/R1, GLM-4.5,
+#: Qwen3-Next, Nemotron.
+_MTP_KEYS: Final = ("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers")
+
+
+def _note_mtp(config: dict[str, Any], warnings: list[str] | None) -> None:
+    """Say what becomes of a checkpoint's MTP layers: vLLM's target model skips their weights
+    (``deepseek_v2.py`` ``load_weights``: ``get_spec_layer_idx_from_weight_name`` ... continue)
+    and loads them only as a speculative drafter (``--speculative-config`` with method
+    ``deepseek_mtp`` / ``mtp``), which gpu-sizer does not size."""
+    layers = next((config[k] for k in _MTP_KEYS if isinstance(config.get(k), int)), 0)
+    if layers and warnings is not None:
+        warnings.append(
+            f"config.json has {layers} multi-token-prediction (MTP) layer(s): they are not "
+            "counted, as vLLM and SGLang do not load them unless speculative decoding uses them "
+            "as a drafter (--speculative-config); gpu-sizer does not size speculative decoding, "
+            "so a server started with it needs more than this estimate (its draft layers' "
+            "weights and KV cache)"
+        )
 
 
 def model_type_of(config: dict[str, Any]) -> str:
@@ -258,6 +284,7 @@ def model_from_hf_config(
         if model_type == "mistral3":
             config["tie_word_embeddings"] = bool(text.get("tie_word_embeddings", False))
     model: dict[str, Any] = {}
+    _note_mtp(config, warnings)
     if model_type in KNOWN_MODEL_TYPES:
         arch = _architecture(model_type, outer, config)
         unused = unused_keys(model_type, arch)

@@ -14,7 +14,9 @@ Two memory models, chosen by ``spec.inference.engine``:
 ``spec.inference.engineVersion`` picks the release; unset, the newest modeled one. A release that
 is not modeled is sized with the rules of the nearest older modeled release (the oldest if it
 predates them all): an engine's allocation rules hold from the release that introduced them until
-one that changed them, and the modeled releases are those changes. :func:`resolve_release` says
+one that changed them, and the modeled releases are those changes. An earlier patch of a modeled
+series (vLLM 0.19.0 beside the modeled 0.19.1, SGLang 0.4.9 beside 0.4.10) takes its series'
+rules: patch releases do not change how the engines allocate. :func:`resolve_release` says
 which release an unlisted version maps to, and why, in a note. A version newer than every
 modeled release may have changed anything: it is sized with the newest rules plus
 :data:`NEWER_RELEASE_MARGIN_BYTES` in every profile or warm-up pass (less KV pool, more footprint:
@@ -97,15 +99,20 @@ NEWER_RELEASE_MARGIN_BYTES: Final = 1 << 30
 _WHY: Final[dict[tuple[Engine, str], str]] = {
     (Engine.vllm, "0.6.3.post1"): "releases before 0.8.0 run the V0 engine by default",
     (Engine.vllm, "0.8.5"): "0.8.x run V1 with the whole-device accounting",
-    (Engine.vllm, "0.9.2"): "0.9.x size the pool from memory_profiling, NCCL outside it",
-    (Engine.vllm, "0.10.2"): "0.10.x keep 0.9's accounting and FlashInfer sampler",
-    (Engine.vllm, "0.11.0"): "from 0.11 the sampler warm-up sorts the full vocabulary and "
+    (Engine.vllm, "0.9.2"): "0.9.x size the pool from memory_profiling, NCCL inside the budget",
+    (Engine.vllm, "0.10.2"): "0.10.x keep 0.9's accounting",
+    (Engine.vllm, "0.11.0"): "from 0.11 NCCL is set up before the memory snapshot and "
     "tensor parallelism adds all-reduce buffers inside the budget; no later modeled release "
     "changed that before 0.19",
+    (Engine.vllm, "0.19.1"): "0.19.x warm the sampler up with a lighter native path",
     (Engine.sglang, "0.4.10"): "0.4.x take SGLang's fixed mem_fraction_static table",
     (Engine.sglang, "0.5.23"): "0.5.x reserve memory by GPU size and CUDA graph settings",
-    (Engine.tgi, "2.4.1"): "2.x run paged attention with 16-token blocks",
-    (Engine.tgi, "3.3.7"): "3.x run flashinfer with 1-token blocks",
+    (Engine.tgi, "1.4.0"): "0.9.4 to 1.4.1 size the blocks from all the free memory after warm-up",
+    (Engine.tgi, "1.4.5"): "1.4.2 to 1.4.5 keep 5 % of it free",
+    (Engine.tgi, "2.0.4"): "2.0 to 2.2 capture CUDA graphs and prefill max_input_tokens + 50",
+    (Engine.tgi, "2.3.1"): "2.3 default to flashinfer's 1-token blocks",
+    (Engine.tgi, "2.4.1"): "2.4 keep 10 % free and prefill at most 4096 tokens",
+    (Engine.tgi, "3.3.7"): "3.x default the prefill tokens from the GPU's FLOPs",
 }
 
 
@@ -142,8 +149,15 @@ def resolve_release(inference: Inference) -> tuple[_Release, str | None]:
             "newer release may allocate that gpu-sizer has not read (an upper bound, fail safe)"
         )
     older = [r for r in releases if _key(r.version) <= want]
-    rel = older[0] if older else releases[-1]
-    which = "the nearest older modeled release" if older else "the oldest modeled release"
+    series = [r for r in releases if _key(r.version)[:2] == want[:2]]
+    if series and not any(r in series for r in older):
+        # an earlier patch of a modeled series (0.19.0 for 0.19.1): patch releases keep their
+        # series' allocation rules, and the series' own rules are nearer than an older series'
+        rel, which = series[-1], f"the modeled release of the {want[0]}.{want[1]} series"
+    elif older:
+        rel, which = older[0], "the nearest older modeled release"
+    else:
+        rel, which = releases[-1], "the oldest modeled release"
     why = _WHY.get((inference.engine, rel.version))
     return rel, (
         f"{name} engineVersion {asked} is not modeled: sized with the rules of "

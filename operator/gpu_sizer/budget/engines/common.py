@@ -34,7 +34,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from gpu_sizer.api import DTYPE_BYTES, Engine, GPUWorkloadSpec, KvCacheDtype, QuantizationMethod
+from gpu_sizer.api import (
+    DTYPE_BYTES,
+    Architecture,
+    Engine,
+    GPUWorkloadSpec,
+    Inference,
+    KvCacheDtype,
+    QuantizationMethod,
+)
 from gpu_sizer.budget.activations import (
     activation_token_elements,
     inference_activation_bytes,
@@ -57,17 +65,22 @@ __all__ = [
     "GIB",
     "MARLIN_MOE_EXCESS_FACTOR",
     "MIB",
+    "PCIE_COMM_GROUP_BYTES",
     "ClassInputs",
     "EnginePlan",
     "KvDemand",
     "ServingFacts",
     "choose_fraction",
     "class_inputs",
+    "comm_group_bytes",
+    "communication_groups",
     "fp8_weight_only",
     "graph_pool_bytes",
     "kv_capacity",
     "kv_demand",
+    "pcie_only",
     "profile_activation_bytes",
+    "rope_cache_bytes",
     "serving_facts",
 ]
 
@@ -75,18 +88,40 @@ GIB: Final = 1 << 30
 MIB: Final = 1 << 20
 
 #: Non-PyTorch memory of one tensor- or pipeline-parallel group per GPU (NCCL communicators and
-#: all-reduce buffers); calibrated on vllm-project/vllm#10511 (see the module docstring).
+#: all-reduce buffers) on NVLink / NVSwitch systems; calibrated on vllm-project/vllm#10511 (see the
+#: module docstring).
 COMM_GROUP_BYTES: Final = round(1.79 * GIB)
+#: The same on GPUs joined by PCIe only. vLLM turns its custom all-reduce off there for more than
+#: two GPUs (``custom_all_reduce.py``: "not supported on more than two PCIe-only GPUs") and NCCL
+#: has no NVLink SHARP buffers to allocate, so a group costs NCCL's per-channel staging buffers:
+#: vllm-project/vllm#22177 (vLLM 0.10.0 docker image, 8 PCIe Ampere 24 GB GPUs, TP 8, whose
+#: communicators are inside the budget) leaves 0.06 GiB for them; rounded up to 0.25 GiB.
+PCIE_COMM_GROUP_BYTES: Final = round(0.25 * GIB)
+
+
+def pcie_only(gpu: GPUClass) -> bool:
+    """Whether ``gpu``'s GPUs are joined by PCIe only, as its catalog ``interconnect`` says ("no
+    NVLink", "pcie"). A class that may be SXM/HGX or has NVLink bridges is not: the larger figure
+    (:data:`COMM_GROUP_BYTES`) is the safe side when the text cannot tell."""
+    text = gpu.interconnect.lower()
+    return "no nvlink" in text or text.strip() == "pcie"
+
+
+def comm_group_bytes(gpu: GPUClass) -> int:
+    """Non-PyTorch bytes one communication group holds per GPU of ``gpu``."""
+    return PCIE_COMM_GROUP_BYTES if pcie_only(gpu) else COMM_GROUP_BYTES
+
 
 #: Memory beyond vLLM's budget on GPUs without FP8 tensor cores when FP8 MoE experts run through
 #: the fused Marlin MoE kernels, as a multiple of the expert weight bytes on the GPU. One public
 #: report, vllm-project/vllm#22177 (Qwen3-Coder-30B-A3B, 8 Ampere GPUs of 24,564 MiB, expert
 #: parallel): the BF16 checkpoint at --gpu-memory-utilization 0.85 held 22,457 MiB per GPU, the FP8
-#: one OOMed at 0.85 and held 24,003 MiB at 0.70, about 5 GiB more beyond the budget than BF16 with
-#: 3.4 GiB of FP8 experts per GPU. The source we read (vLLM 0.11.0 ``marlin_utils_fp8.py``) frees
-#: the FP8 originals after repacking, so the cause is not identified: a planning constant from
-#: that report, applied to FP8 MoE experts on such GPUs only.
-MARLIN_MOE_EXCESS_FACTOR: Final = 1.3
+#: one OOMed at 0.85 and held 24,003 MiB at 0.70: with 0.10's accounting (communicators inside
+#: the budget) the FP8 run holds 5.75 GiB beyond its budget more than the BF16 one, with 3.4 GiB
+#: of FP8 experts per GPU. The source we read (vLLM 0.11.0 ``marlin_utils_fp8.py``) frees the FP8
+#: originals after repacking, so the cause is not identified: a planning constant from that
+#: report, applied to FP8 MoE experts on such GPUs only.
+MARLIN_MOE_EXCESS_FACTOR: Final = 1.7
 
 
 @dataclass(frozen=True)
@@ -114,7 +149,8 @@ class ServingFacts:
     what a captured CUDA graph holds per token); ``kv``: the KV demand with the spec's
     ``kvCacheDtype``, ``kv16``: with the model's 16-bit dtype (engines fall back to it where the GPU
     has no FP8 KV cache); ``marlin_scale_bytes``/``fp8_expert_bytes``: for the FP8 weight-only path
-    (:func:`fp8_weight_only`); ``groups``: tensor/pipeline-parallel groups the process joins.
+    (:func:`fp8_weight_only`); ``groups``: communicator groups the process joins
+    (:func:`communication_groups`).
     """
 
     weights: int
@@ -135,6 +171,8 @@ class ServingFacts:
     #: vLLM's MXFP4 MoE pads each expert's per-rank intermediate width to a multiple of 256
     #: (:func:`mxfp4_pad_bytes`): the bytes that padding adds on this GPU.
     mxfp4_pad_bytes: int = 0
+    #: the rotary embedding's cos/sin cache (:func:`rope_cache_bytes`).
+    rope_cache_bytes: int = 0
 
 
 #: vLLM ``mxfp4.py`` ``Mxfp4MoEMethod.create_weights`` (0.10-0.19): the intermediate size per
@@ -158,6 +196,40 @@ def mxfp4_pad_bytes(lay: Layout) -> int:
             pad = -(-width // MXFP4_PAD) * MXFP4_PAD - width
             total += group.count * lin.copies * pad * other * (1 + fused) * 4.25 / 8
     return int(total)
+
+
+#: RoPE scaling types whose vLLM/SGLang cos/sin cache covers ``maxPositionEmbeddings x factor``
+#: positions (``LinearScalingRotaryEmbedding``, ``DynamicNTKScalingRotaryEmbedding``,
+#: ``YaRNScalingRotaryEmbedding``, ``DeepseekScalingRotaryEmbedding``); the others (none,
+#: ``llama3``, ``longrope``'s short cache) cover ``maxPositionEmbeddings``.
+_SCALED_ROPE_CACHE: Final = frozenset({"linear", "dynamic", "yarn", "deepseek_yarn"})
+
+
+def rope_cache_bytes(arch: Architecture, act_bytes: int) -> int:
+    """The rotary embedding's cos/sin cache the serving engine keeps on every GPU (bytes).
+
+    vLLM ``rotary_embedding.py`` ``RotaryEmbedding.__init__`` (0.9 to 0.19; SGLang's copy of it
+    likewise) computes ``cos_sin_cache`` for every position up to ``max_position_embeddings``
+    (times the scaling factor for the types in :data:`_SCALED_ROPE_CACHE`; YaRN's from the
+    original length, ``original_max_position x scaling_factor``), ``rotary_dim``
+    values each, casts it to the model dtype and registers it as a buffer: it is allocated while
+    the model is built, so vLLM's "Model loading took" includes it. One instance is shared by
+    every layer (``get_rope`` caches them). Small for most models (Llama-3.1: 32 MiB), 2.5 GiB
+    for Llama 4's 10M positions (llm-d-planner's vLLM 0.19.0 log of Llama-4-Scout at TP 4:
+    53.12 GiB loaded for 50.68 GiB of parameters). ``rotary_dim`` is the head size (a partial
+    rotary factor would shrink it: an upper bound), MLA's ``qkRopeHeadDim``.
+    """
+    positions = arch.max_position_embeddings
+    scaling = arch.rope_scaling
+    kind = (scaling.rope_type or "linear") if scaling is not None else None
+    if scaling is not None and kind in _SCALED_ROPE_CACHE:
+        if kind in ("yarn", "deepseek_yarn") and scaling.original_max_position_embeddings:
+            # get_rope builds YaRN caches from the original length (YaRNScalingRotaryEmbedding,
+            # DeepseekScalingRotaryEmbedding: original_max_position x scaling_factor)
+            positions = scaling.original_max_position_embeddings
+        positions = int(positions * scaling.factor)
+    dim = arch.qk_rope_head_dim if arch.kv_lora_rank is not None else arch.head_size
+    return positions * (dim or arch.head_size) * act_bytes
 
 
 def kv_demand(spec: GPUWorkloadSpec, element_bytes: int) -> KvDemand:
@@ -217,12 +289,13 @@ def serving_facts(
         fp8_weights=fp8,
         marlin_scale_bytes=scales,
         fp8_expert_bytes=experts,
-        groups=(tp > 1) + (inf.pipeline_parallel_size > 1),
+        groups=communication_groups(inf),
         act_bytes=act_bytes,
         parameter_count=parameter_count,
         mxfp4_pad_bytes=mxfp4_pad_bytes(lay)
         if model.quantization_method is QuantizationMethod.mxfp4
         else 0,
+        rope_cache_bytes=rope_cache_bytes(arch, act_bytes),
     )
 
 
@@ -250,9 +323,22 @@ def generic_serving_facts(spec: GPUWorkloadSpec, weights: int, quant: int) -> Se
         fp8_weights=model.quantization_method is QuantizationMethod.fp8,
         marlin_scale_bytes=0,
         fp8_expert_bytes=0,
-        groups=(inf.tensor_parallel_size > 1) + (inf.pipeline_parallel_size > 1),
+        groups=communication_groups(inf),
         act_bytes=act_bytes,
         parameter_count=spec.model.parameter_count,
+        rope_cache_bytes=rope_cache_bytes(arch, act_bytes),
+    )
+
+
+def communication_groups(inf: Inference) -> int:
+    """Communicator groups of more than one rank a serving process joins: tensor parallel,
+    pipeline parallel, and the data-parallel group of an engine run with ``dataParallelSize``
+    above 1 (vLLM's DP group, and the expert-parallel group over tensor x data ranks that its MoE
+    layers all-to-all over)."""
+    return (
+        (inf.tensor_parallel_size > 1)
+        + (inf.pipeline_parallel_size > 1)
+        + (inf.data_parallel_size > 1)
     )
 
 

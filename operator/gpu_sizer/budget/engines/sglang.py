@@ -49,7 +49,6 @@ from typing import Final
 
 from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
 from gpu_sizer.budget.engines.common import (
-    COMM_GROUP_BYTES,
     CUDA_CONTEXT_BYTES,
     GIB,
     MIB,
@@ -57,6 +56,7 @@ from gpu_sizer.budget.engines.common import (
     ServingFacts,
     choose_fraction,
     class_inputs,
+    comm_group_bytes,
     graph_pool_bytes,
     kv_capacity,
     parallel_args,
@@ -191,7 +191,7 @@ def plan(
     chunk, decode_bs, prefill_graphs = _settings(spec, gpu, rel)
     acts = profile_activation_bytes(spec, facts, chunk, inf.max_num_seqs)
     graphs = graph_pool_bytes(facts, decode_bs) + prefill_graphs * PREFILL_GRAPH_BYTES
-    outside = CUDA_CONTEXT_BYTES + facts.groups * COMM_GROUP_BYTES
+    outside = CUDA_CONTEXT_BYTES + facts.groups * comm_group_bytes(gpu)
     pre_load = usable - outside
     default = default_mem_fraction_static(spec, gpu, rel)
     dynamic = acts + graphs + marlin_excess
@@ -202,12 +202,13 @@ def plan(
             default, ((1 - headroom) * usable - outside - dynamic) / pre_load, 3
         )
     static = int(pre_load * fraction)
-    pool = static - facts.weights - quant
+    weights = facts.weights + facts.rope_cache_bytes  # the cos/sin cache is built with the model
+    pool = static - weights - quant
     tokens, concurrency = kv_capacity(pool, kv, 1)
     start_error = None
     runtime_error = None
     if pool <= 0:
-        minimum = (facts.weights + quant) / pre_load
+        minimum = (weights + quant) / pre_load
         start_error = (
             f"SGLang {rel.version} refuses to start: loaded weights leave no GPU memory for the "
             f"KV cache under --mem-fraction-static={fraction:g} (raise it above {minimum:.3f})"
@@ -252,7 +253,7 @@ def plan(
         fraction=fraction,
         fraction_default=default,
         fraction_chosen=chosen,
-        weights=facts.weights,
+        weights=weights,
         quant=quant,
         activations=acts,
         kv_pool=max(pool, 0),

@@ -32,9 +32,21 @@ its own KV blocks, which are added back). So ``pool = 0.90 x (fraction x total -
 blocks``, not ``0.90 x fraction x total - held``: a 15 GiB model gets 1.5 GiB more pool than
 the second form says.
 
-Modeled from TGI 2.4.1 too (the same ``warmup`` arithmetic): ``BLOCK_SIZE`` 16 with the default
-paged attention (256 with flashdecoding), and ``--max-batch-prefill-tokens`` defaulting to
-``max_input_tokens + 50`` (the launcher computes no FLOPs-based default before 3.0).
+Earlier releases (the tags' ``flash_causal_lm.py`` ``warmup``, ``models/globals.py`` and
+``launcher/src/main.rs``), where the rules changed:
+
+- 2.4.1: the same ``warmup`` arithmetic with ``TGI_WIGGLE_ROOM`` 0.90; the launcher's
+  ``resolve_attention`` already defaults to flashinfer (1-token blocks), and
+  ``--max-batch-prefill-tokens`` defaults to ``min(4096, max_position_embeddings)``.
+- 2.3.1: ``TGI_WIGGLE_ROOM`` 0.95, flashinfer by default, prefill ``max_input_tokens + 50``.
+- 2.0.4 (2.0 to 2.2): ``free_memory x 0.95`` hard-coded, paged attention (16-token blocks),
+  prefill ``max_input_tokens + 50``, CUDA graphs 1..32 by default.
+- 1.4.5 (1.4.2 to 1.4.5): ``x 0.95``, paged attention, prefill 4096, CUDA graphs only with
+  ``ENABLE_CUDA_GRAPHS=true``.
+- 1.4.0 (0.9.4, which first sized the KV cache from the free memory after warm-up, to 1.4.1):
+  ``num_blocks = free_memory // block_bytes + warm-up blocks`` with no wiggle room, paged
+  attention, prefill 4096, no CUDA graphs (huggingface/text-generation-inference#653: Llama-2-7b
+  on an A10G "overwrites the max batch total tokens to 16224").
 """
 
 from __future__ import annotations
@@ -44,13 +56,13 @@ from typing import Final
 
 from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
 from gpu_sizer.budget.engines.common import (
-    COMM_GROUP_BYTES,
     CUDA_CONTEXT_BYTES,
     GIB,
     EnginePlan,
     ServingFacts,
     choose_fraction,
     class_inputs,
+    comm_group_bytes,
     graph_pool_bytes,
     kv_capacity,
     profile_activation_bytes,
@@ -91,16 +103,34 @@ class TgiRelease:
     """A TGI release whose rules are modeled (see the module docstring)."""
 
     version: str
-    #: 2.x: paged attention (16-token blocks) and ``max_input_tokens + 50`` prefill tokens.
+    #: Paged attention with 16-token blocks by default (before 2.3); else flashinfer (1 token).
     paged: bool = False
+    #: The share of the free memory the KV blocks take (``TGI_WIGGLE_ROOM``; 0.95 hard-coded in
+    #: 1.4.2-2.2; none before).
+    wiggle: float = WIGGLE_ROOM
+    #: ``--max-batch-prefill-tokens`` default: "flops" (3.x), "4096" (``min(4096,
+    #: max_position_embeddings)``, 2.4), "input" (``max_input_tokens + 50``, 2.0-2.3),
+    #: "fixed" (4096 whatever the model, 0.9-1.4).
+    prefill_default: str = "flops"
+    #: CUDA graphs captured by default (``--cuda-graphs`` 1,2,4,8,16,32 from 2.0; 1.4 only
+    #: with ENABLE_CUDA_GRAPHS, none before).
+    cuda_graphs: bool = True
 
 
-RELEASES: Final[tuple[TgiRelease, ...]] = (TgiRelease("3.3.7"), TgiRelease("2.4.1", paged=True))
+RELEASES: Final[tuple[TgiRelease, ...]] = (
+    TgiRelease("3.3.7"),
+    TgiRelease("2.4.1", prefill_default="4096"),
+    TgiRelease("2.3.1", wiggle=0.95, prefill_default="input"),
+    TgiRelease("2.0.4", paged=True, wiggle=0.95, prefill_default="input"),
+    TgiRelease("1.4.5", paged=True, wiggle=0.95, prefill_default="fixed", cuda_graphs=False),
+    TgiRelease("1.4.0", paged=True, wiggle=1.0, prefill_default="fixed", cuda_graphs=False),
+)
 
 
 def block_size(spec: GPUWorkloadSpec, rel: TgiRelease | None = None) -> int:
-    """Tokens per KV block: 1 (3.x flashinfer) or 16 (2.x paged attention) unless the launcher
-    falls back to flashdecoding (256)."""
+    """Tokens per KV block: 1 (flashinfer, the launcher's default from 2.3) or 16 (paged
+    attention before) unless the launcher falls back to flashdecoding (256: head sizes other than
+    64/128/256, falcon)."""
     arch = spec.model.architecture
     assert arch is not None
     if arch.head_size not in (64, 128, 256) or arch.model_type == "falcon":
@@ -117,8 +147,12 @@ def max_batch_prefill_tokens(
     assert inf is not None and arch is not None
     if inf.max_num_batched_tokens is not None:
         return inf.max_num_batched_tokens
-    if rel is not None and rel.paged:
+    if rel is not None and rel.prefill_default == "input":
         return max(1, inf.max_model_len - 1) + 50
+    if rel is not None and rel.prefill_default == "4096":
+        return min(4096, arch.max_position_embeddings)
+    if rel is not None and rel.prefill_default == "fixed":
+        return 4096
     shards = inf.tensor_parallel_size
     heads, kv_heads, head = arch.num_attention_heads, arch.kv_heads, arch.head_size
     hidden, layers = arch.hidden_size, arch.num_hidden_layers
@@ -157,11 +191,10 @@ def plan(
     assert inf is not None
     usable = gpu.usable
     quant, marlin_excess, kv_flag, kv, notes = class_inputs(spec, facts, gpu)
-    graphs = graph_pool_bytes(
-        facts, 0 if inf.enforce_eager else min(CUDA_GRAPH_MAX_BATCH, inf.max_num_seqs)
-    )
+    eager = inf.enforce_eager or not rel.cuda_graphs
+    graphs = graph_pool_bytes(facts, 0 if eager else min(CUDA_GRAPH_MAX_BATCH, inf.max_num_seqs))
     beyond = graphs + marlin_excess
-    inside = CUDA_CONTEXT_BYTES + facts.groups * COMM_GROUP_BYTES + NON_TORCH_BYTES
+    inside = CUDA_CONTEXT_BYTES + facts.groups * comm_group_bytes(gpu) + NON_TORCH_BYTES
     block = block_size(spec, rel)
 
     def holds(fraction: float) -> tuple[int, int, int, int]:
@@ -179,13 +212,13 @@ def plan(
         held_at_default = holds(1.0)[3]
         fraction, chosen = choose_fraction(
             1.0,
-            ((1 - headroom) * usable - beyond - (1 - WIGGLE_ROOM) * held_at_default)
-            / (WIGGLE_ROOM * usable),
+            ((1 - headroom) * usable - beyond - (1 - rel.wiggle) * held_at_default)
+            / (rel.wiggle * usable),
             2,
         )
     prefill, acts, warmup_kv, held = holds(fraction)
     budget = int(fraction * usable)
-    pool = int(WIGGLE_ROOM * (budget - held)) + warmup_kv if budget > held else budget - held
+    pool = int(rel.wiggle * (budget - held)) + warmup_kv if budget > held else budget - held
     tokens, concurrency = kv_capacity(pool, kv, block)
     start_error = None
     if inf.pipeline_parallel_size > 1:
@@ -203,8 +236,11 @@ def plan(
         )
     if start_error is not None:
         tokens, concurrency = 0, 0.0
+    old_names = int(rel.version.split(".")[0]) < 2  # 1.x: --max-input-length
     args = {
-        "--max-input-tokens": str(max(1, inf.max_model_len - 1)),
+        "--max-input-length" if old_names else "--max-input-tokens": str(
+            max(1, inf.max_model_len - 1)
+        ),
         "--max-total-tokens": str(inf.max_model_len),
         "--max-batch-prefill-tokens": str(prefill),
         "--cuda-memory-fraction": f"{fraction:g}",

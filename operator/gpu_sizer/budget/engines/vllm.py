@@ -1,6 +1,7 @@
 """vLLM: the KV cache pool it carves out of ``--gpu-memory-utilization``, by release. Pure.
 
-Modeled from the source of three releases (the wheels' Python files):
+Modeled from the source of the releases listed (the wheels' Python files), and calibrated where
+the source leaves a quantity to the runtime (the figures named):
 
 **0.11.0 and 0.19.1 (V1 engine)** — ``vllm/v1/worker/gpu_worker.py``:
 
@@ -54,17 +55,25 @@ Modeled from the source of three releases (the wheels' Python files):
 **0.8, 0.9 and 0.10 (V1 engine, the default from 0.8.0)** — the same ``gpu_worker.py`` flow
 with an older accounting and defaults:
 
-- 0.9 and 0.10 size the pool from ``memory_profiling`` as 0.11 does, NCCL and the CUDA context
-  outside the budget: vllm-project/vllm#22177 (0.10.0, TP 8) logs 12.22 GiB of KV cache, which
-  that accounting reproduces within 5 % and NCCL inside the budget would put 14 % lower; 0.8
-  subtracts every non-PyTorch byte the device holds after the profile run (``total - free -
-  torch allocated``: the CUDA context and NCCL too) from ``total x gpu_memory_utilization``.
+- 0.9 and 0.10 size the pool from ``memory_profiling`` as 0.11 does, but ``init_device`` takes
+  the memory snapshot *before* ``init_worker_distributed_environment`` (0.9.2 and 0.10.0
+  ``gpu_worker.py``): the CUDA context is outside the budget, the NCCL communicators and
+  all-reduce buffers inside it (:func:`~gpu_sizer.budget.engines.common.comm_group_bytes`: 1.79
+  GiB per group on NVLink systems, 0.25 on PCIe-only ones). vllm-project/vllm#21348
+  (Qwen3-235B-A22B-FP8, 4x H100, TP 4, July 2025: 8.11 GiB) and #22177 (0.10.0, TP 8 on PCIe
+  GPUs: 12.22 GiB) are both reproduced that way. 0.8 subtracts every non-PyTorch byte the
+  device holds after the profile run (``total - free - torch allocated``: the CUDA context and
+  NCCL too) from ``total x gpu_memory_utilization``.
 - CUDA graphs for decode batches ``[1, 2, 4] + range(8, 513, 8)`` (``cuda_graph_sizes`` default
   512) whatever ``max_num_seqs``; 0.8's OpenAI server defaults ``max_num_batched_tokens`` to
   2048 on every GPU, the GPU-dependent 8192 came with 0.9.
-- The sampler warm-up (``_dummy_sampler_run``) goes through FlashInfer's top-k/top-p kernels in
-  these releases' images and adds no more than the logits (:func:`~gpu_sizer.budget.activations.
-  logits_bytes`), as vllm-project/vllm#22177 (0.10.0) shows.
+- The sampler warm-up (``_dummy_sampler_run``) goes through FlashInfer's top-k/top-p kernels only
+  where FlashInfer is installed (``topk_topp_sampler.py``: ``is_flashinfer_available``, else
+  "Falling back to the PyTorch-native implementation"): the vllm/vllm-openai images ship it, the
+  wheel does not depend on it (0.9.2 and 0.10.0 METADATA). The plan takes PyTorch's native path,
+  the larger warm-up (:data:`SAMPLER_BYTES_V1`, the code 0.11 runs), and the notes give what
+  an image with FlashInfer saves: #21348 matches the native path within 6 %, #22177 (the docker
+  image) the FlashInfer one.
 
 **The sampler warm-up in 0.11 and later** (``gpu_model_runner.py`` ``_dummy_sampler_run``: one
 row per request, ``min(max_num_seqs, max_num_batched_tokens)`` of them, with dummy top-k/top-p
@@ -76,12 +85,17 @@ still referenced). Calibrated on the llm-d-benchmark table of vLLM 0.11 runs on 
 ``max_num_seqs`` 1024, ``config_explorer/empirical-vllm-memory-results.md``): Qwen3-0.6B,
 Qwen3-32B, Llama-3.1-8B, Llama-3.3-70B TP 2, gpt-oss-20b and -120b log a peak activation of
 ``1024 x vocab x 38.3 bytes`` within 0.5 % (5.56, 5.64, 4.76, 4.84, 7.38 and 7.38 GiB), whatever
-the model's width: :data:`SAMPLER_BYTES_V1`. 0.19's model runner skips most of that work
-(vllm-project/vllm's comment "the sampler may skip top_k, top_p"); gpt-oss-20b on an A100 under
-0.19.0 (myoceane.fr, "vLLM A100 Gemma 4": 13.72 GiB of weights, 36.56 GiB of KV cache at 0.65)
-leaves 1.1 GiB for 256 rows of 201,088 logits: 22 bytes each, :data:`SAMPLER_BYTES_V19`.
-Tensor parallelism adds 0.42 GiB of non-PyTorch memory inside the budget there (0.55 GiB at TP 2
-against 0.13 GiB at TP 1 in the same table: all-reduce buffers registered on first use).
+the model's width: :data:`SAMPLER_BYTES_V1`. Tensor parallelism adds 0.42 GiB of non-PyTorch
+memory inside the budget there (0.55 GiB at TP 2 against 0.13 GiB at TP 1 in the same table:
+all-reduce buffers registered on first use).
+
+**0.19** (FlashInfer sampling "available but disabled by default"): the native warm-up peaks at
+``rows x vocab x 15.45`` bytes, :data:`SAMPLER_BYTES_V19`, the largest of the llm-d-planner
+sweep of vLLM 0.19.0 on H100 (``accuracy/results/v0.19.0``: Llama-3.1-8B 1.89 GiB, Qwen2.5-7B and
+Qwen3-8B 2.21, Gemma 2 3.62-3.66 for 1024 rows); its debug lines split the non-KV memory: 0.24-0.27
+GiB of non-PyTorch memory inside the budget at TP 1 (:attr:`VllmRelease.non_torch_bytes`),
+2.06-2.21 GiB at TP 2 and 4 (:data:`TP_INSIDE_BYTES_V19` on top), and 1.0-1.5 GiB of
+communicators in the snapshot, outside it (planned as :data:`~.common.COMM_GROUP_BYTES`).
 
 **Sliding-window and chunked layers under V1** (``kv_cache_interface.py`` ``SlidingWindowSpec``/
 ``ChunkedLocalAttentionSpec.max_memory_usage_bytes``): one request reserves
@@ -101,6 +115,7 @@ every modeled one is sized with the newest rules plus a stated margin (see
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,7 +124,6 @@ from typing import Final
 from gpu_sizer.api import GPUWorkloadSpec, KvCacheDtype
 from gpu_sizer.budget.activations import logits_bytes
 from gpu_sizer.budget.engines.common import (
-    COMM_GROUP_BYTES,
     CUDA_CONTEXT_BYTES,
     GIB,
     ClassInputs,
@@ -118,6 +132,7 @@ from gpu_sizer.budget.engines.common import (
     ServingFacts,
     choose_fraction,
     class_inputs,
+    comm_group_bytes,
     graph_pool_bytes,
     kv_capacity,
     parallel_args,
@@ -138,9 +153,15 @@ DEFAULT_UTILIZATION: Final = 0.9
 #: Bytes per logit element the 0.11 sampler warm-up holds at its peak (see the module docstring).
 SAMPLER_BYTES_V1: Final = 38.3
 #: The same for 0.19 (see the module docstring).
-SAMPLER_BYTES_V19: Final = 22
-#: Non-PyTorch bytes a tensor-parallel group adds inside the budget from 0.11 on.
+SAMPLER_BYTES_V19: Final = 15.45
+#: Non-PyTorch bytes a tensor-parallel group adds inside the budget in 0.11.
 TP_INSIDE_BYTES: Final = round(0.42 * GIB)
+#: The same in 0.19: 2.07 to 2.21 GiB at TP 2 and 4 against 0.25 GiB at TP 1 (see the module
+#: docstring); the largest difference.
+TP_INSIDE_BYTES_V19: Final = round(1.96 * GIB)
+#: Bytes per logit element of FlashInfer's top-k/top-p sampling kernels in the warm-up (0.8 to
+#: 0.10 images that ship FlashInfer): the 16-bit logits and their float32 copy; for the note.
+FLASHINFER_SAMPLER_BYTES: Final = 6
 #: V0's MLA cache entry alignment (``CacheEngine`` ``align_to_256bytes``).
 MLA_ALIGN_BYTES: Final = 256
 
@@ -166,20 +187,26 @@ class VllmRelease:
     device_batch_defaults: bool = True
     #: Non-PyTorch bytes a tensor-parallel group adds inside the budget.
     tp_inside_bytes: int = 0
+    #: The sampler runs through FlashInfer only when the image ships it (0.8 to 0.10); the plan
+    #: takes PyTorch's path (the larger warm-up) and the notes give the other.
+    flashinfer_sampler_optional: bool = False
 
 
 RELEASES: Final[tuple[VllmRelease, ...]] = (
-    VllmRelease("0.19.1", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=True,
-                sampler_bytes=SAMPLER_BYTES_V19, tp_inside_bytes=TP_INSIDE_BYTES),
+    VllmRelease("0.19.1", v1=True, non_torch_bytes=round(0.27 * GIB), comm_outside_budget=True,
+                sampler_bytes=SAMPLER_BYTES_V19, tp_inside_bytes=TP_INSIDE_BYTES_V19),
     VllmRelease("0.11.0", v1=True, non_torch_bytes=round(0.13 * GIB), comm_outside_budget=True,
                 sampler_bytes=SAMPLER_BYTES_V1, tp_inside_bytes=TP_INSIDE_BYTES),
-    VllmRelease("0.10.2", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=True,
-                graphs_follow_seqs=False),
-    VllmRelease("0.9.2", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=True,
-                graphs_follow_seqs=False),
+    VllmRelease("0.10.2", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=False,
+                sampler_bytes=SAMPLER_BYTES_V1, graphs_follow_seqs=False,
+                flashinfer_sampler_optional=True),
+    VllmRelease("0.9.2", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=False,
+                sampler_bytes=SAMPLER_BYTES_V1, graphs_follow_seqs=False,
+                flashinfer_sampler_optional=True),
     VllmRelease("0.8.5", v1=True, non_torch_bytes=round(0.16 * GIB), comm_outside_budget=False,
-                context_inside_budget=True, graphs_follow_seqs=False,
-                device_batch_defaults=False),
+                context_inside_budget=True, sampler_bytes=SAMPLER_BYTES_V1,
+                graphs_follow_seqs=False, device_batch_defaults=False,
+                flashinfer_sampler_optional=True),
     VllmRelease(
         "0.6.3.post1", v1=False, non_torch_bytes=round(0.35 * GIB), comm_outside_budget=False
     ),
@@ -239,15 +266,20 @@ def planner(
     computed once (the verdict plans every allowed class per admission review)."""
     inf = spec.inference
     assert inf is not None
-    comm = facts.groups * COMM_GROUP_BYTES
-    non_torch = rel.non_torch_bytes + (0 if rel.comm_outside_budget else comm)
-    if inf.tensor_parallel_size > 1:
-        non_torch += rel.tp_inside_bytes
-    before_snapshot = comm if rel.comm_outside_budget else 0
-    if rel.context_inside_budget:
-        non_torch += CUDA_CONTEXT_BYTES
-    else:
-        before_snapshot += CUDA_CONTEXT_BYTES
+
+    def accounting(gpu: GPUClass) -> tuple[int, int]:
+        """(non-PyTorch bytes inside the budget, bytes allocated before the memory snapshot)."""
+        comm = facts.groups * comm_group_bytes(gpu)
+        non_torch = rel.non_torch_bytes + (0 if rel.comm_outside_budget else comm)
+        if inf.tensor_parallel_size > 1:
+            non_torch += rel.tp_inside_bytes
+        before_snapshot = comm if rel.comm_outside_budget else 0
+        if rel.context_inside_budget:
+            non_torch += CUDA_CONTEXT_BYTES
+        else:
+            before_snapshot += CUDA_CONTEXT_BYTES
+        return non_torch, before_snapshot
+
     given = inf.gpu_memory_utilization
     base_args = {
         "--max-model-len": str(inf.max_model_len),
@@ -262,19 +294,25 @@ def planner(
         extra_args["--max-num-batched-tokens"] = str(inf.max_num_batched_tokens)
     if inf.enforce_eager:
         extra_args["--enforce-eager"] = "true"
-    by_batch: dict[int, tuple[int, int]] = {}
+    by_batch: dict[int, tuple[int, int, int]] = {}
     plain = not facts.fp8_weights and inf.kv_cache_dtype is KvCacheDtype.auto
     as_stored = ClassInputs(facts.quant, 0, "auto", facts.kv, ())
-    weights = facts.weights + facts.mxfp4_pad_bytes
+    weights = facts.weights + facts.mxfp4_pad_bytes + facts.rope_cache_bytes
 
-    def per_batch(batched: int) -> tuple[int, int]:
-        """(activations, CUDA graph pool) for a profile run of ``batched`` tokens."""
+    def per_batch(batched: int) -> tuple[int, int, int]:
+        """(activations, CUDA graph pool, activations less with FlashInfer's sampler) for a
+        profile run of ``batched`` tokens."""
         if batched not in by_batch:
             rows = min(inf.max_num_seqs, batched)
             acts = profile_bytes(spec, facts, rel, batched, rows)
             if not rel.v1:  # V0 measures the profile run's reserved memory, not allocated
                 acts += allocator_reserve_bytes(acts)
-            by_batch[batched] = (acts, graph_pool_bytes(facts, graph_batch(spec, rel, batched)))
+            saved = 0
+            if rel.flashinfer_sampler_optional:
+                flash = dataclasses.replace(rel, sampler_bytes=0)
+                saved = max(acts - profile_bytes(spec, facts, flash, batched, rows), 0)
+            graphs = graph_pool_bytes(facts, graph_batch(spec, rel, batched))
+            by_batch[batched] = (acts, graphs, saved)
         return by_batch[batched]
 
     def on(gpu: GPUClass) -> EnginePlan:
@@ -282,8 +320,17 @@ def planner(
         quant, marlin_excess, kv_flag, kv, notes = (
             as_stored if plain else class_inputs(spec, facts, gpu)
         )
+        non_torch, before_snapshot = accounting(gpu)
         batched = max_num_batched_tokens(spec, gpu, rel)
-        acts, graphs = per_batch(batched)
+        acts, graphs, saved = per_batch(batched)
+        if saved >= GIB // 10:
+            notes = (
+                *notes,
+                f"vLLM {rel.version} warms its sampler up through PyTorch's top-k/top-p when "
+                "FlashInfer is not installed (pip install vllm), as planned here; an image that "
+                f"ships FlashInfer (vllm/vllm-openai) holds {saved / GIB:.2f} GiB less in the "
+                "profile run and its KV pool is that much larger",
+            )
         beyond = before_snapshot + graphs + marlin_excess
         if given is not None:
             fraction, chosen = given, False

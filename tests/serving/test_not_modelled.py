@@ -1,0 +1,86 @@
+"""What serving sizing does not model yet is Incomplete with its reason, never a guess that admits.
+
+- Hybrid linear attention (Qwen3-Next's Gated DeltaNet, Kimi-Linear's KDA) holds a recurrent
+  state per sequence, not a KV cache per token; vLLM sizes it as a ``MambaSpec`` page beside the
+  attention layers' (``v1/kv_cache_interface.py``). gpu-sizer sizes such state only for
+  Nemotron-H and Jamba: these families import without an architecture, and the estimate is
+  Incomplete on every engine.
+- Multi-token-prediction (MTP) layers (DeepSeek-V3's ``num_nextn_predict_layers``, Qwen3-Next's
+  ``mtp_num_hidden_layers``) are skipped by vLLM's target model and loaded only by a speculative
+  drafter, which the spec cannot ask for: they are not counted, and the import says so.
+
+The configs are ``transformers``' own config classes (the oracle: ``Qwen3NextConfig``,
+``KimiLinearConfig``, ``DeepseekV3Config``), whose defaults are the published models' shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpu_sizer.api import parse_spec
+from gpu_sizer.api.hf import model_from_hf_config
+from gpu_sizer.budget.params import layout
+from gpu_sizer.sizing import Verdict, assess
+
+
+def _config(model_type: str, **overrides: Any) -> dict[str, Any]:
+    from transformers import CONFIG_MAPPING
+
+    config: dict[str, Any] = CONFIG_MAPPING[model_type]().to_dict()
+    return {**config, "model_type": model_type, **overrides}
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "kimi_linear"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi"])
+def test_hybrid_linear_attention_is_incomplete_with_its_reason(
+    model_type: str, engine: str
+) -> None:
+    warnings: list[str] = []
+    model = model_from_hf_config(_config(model_type), warnings, serving=True)
+    assert "architecture" not in model
+    (why,) = [w for w in warnings if "recurrent state per sequence" in w]
+    assert "MambaSpec" in why
+    spec = parse_spec(
+        {
+            "model": {**model, "parameterCount": 80_000_000_000},
+            "inference": {"engine": engine, "maxModelLen": 32768, "maxNumSeqs": 16},
+        }
+    )
+    a = assess(spec)
+    assert a.verdict in (Verdict.Incomplete, Verdict.NoSafeHeadroom)
+    assert a.verdict is not Verdict.Fits and a.recommendation is None
+    assert "KV cache" in a.message
+
+
+def test_a_hand_written_linear_attention_architecture_is_refused() -> None:
+    arch = {
+        "modelType": "qwen3_next", "numHiddenLayers": 4, "hiddenSize": 2048,
+        "intermediateSize": 5120, "numAttentionHeads": 16, "numKeyValueHeads": 2,
+        "headDim": 256, "vocabSize": 151936, "maxPositionEmbeddings": 262144,
+        "layerTypes": ["linear_attention"] * 3 + ["full_attention"],
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="linear_attention"):
+        parse_spec(
+            {
+                "model": {"architecture": arch, "parameterCount": 10**9},
+                "inference": {"maxModelLen": 4096, "maxNumSeqs": 1},
+            }
+        )
+
+
+def test_mtp_layers_are_left_out_and_the_import_says_why() -> None:
+    """DeepSeek-V3: 61 decoder layers plus one MTP layer in the checkpoint; vLLM's
+    ``DeepseekV2ForCausalLM.load_weights`` skips the MTP weights unless speculative decoding
+    loads them as a drafter."""
+    warnings: list[str] = []
+    config = _config("deepseek_v3", num_nextn_predict_layers=1)
+    model = model_from_hf_config(config, warnings, serving=True)
+    (why,) = [w for w in warnings if "multi-token-prediction" in w]
+    assert "--speculative-config" in why
+    arch = parse_spec(
+        {"model": model, "inference": {"maxModelLen": 4096, "maxNumSeqs": 1}}
+    ).model.architecture
+    assert arch is not None and arch.num_hidden_layers == config["num_hidden_layers"]
+    assert layout(arch).layers == config["num_hidden_layers"]
