@@ -335,7 +335,8 @@ FIGURES: tuple[Figure, ...] = (
            peer=("meta-llama/Meta-Llama-3.1-8B", *_H100_PEER), tags=("calibration",)),
     Figure("planner-llama-3.1-8b-pp2", _PLANNER + "-pp 2: 66.54 GiB",
            _serve(_model(LLAMA_31_8B), pipelineParallelSize=2, **_PLANNER_ARGS), H100_PLANNER,
-           kv_gib=66.54, moe_or_multi_gpu=True),
+           kv_gib=66.54, moe_or_multi_gpu=True,
+           peer=("meta-llama/Meta-Llama-3.1-8B", *_H100_PEER)),
     Figure("planner-llama-3.1-8b-kv-fp8", _PLANNER + "--kv-cache-dtype fp8: 58.11 GiB, "
            "952,032 tokens",
            _serve(_model(LLAMA_31_8B), kvCacheDtype="fp8", **_PLANNER_ARGS), H100_PLANNER,
