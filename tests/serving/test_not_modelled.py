@@ -19,10 +19,19 @@ from typing import Any
 
 import pytest
 
-from gpu_sizer.api import parse_spec
+from gpu_sizer.api import Engine, GPUWorkloadSpec, parse_spec
 from gpu_sizer.api.hf import model_from_hf_config
+from gpu_sizer.budget.engines import (
+    NEWER_RELEASE_MARGIN_BYTES,
+    is_unread_release,
+    modeled_releases,
+    resolve_release,
+)
+from gpu_sizer.budget.estimate import engine_plans
 from gpu_sizer.budget.params import layout
+from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.sizing import Verdict, assess
+from tests.architectures import LLAMA_3_8B
 
 
 def _config(model_type: str, **overrides: Any) -> dict[str, Any]:
@@ -84,3 +93,65 @@ def test_mtp_layers_are_left_out_and_the_import_says_why() -> None:
     ).model.architecture
     assert arch is not None and arch.num_hidden_layers == config["num_hidden_layers"]
     assert layout(arch).layers == config["num_hidden_layers"]
+
+
+# --- releases whose rules were not read: the nearest rules plus a stated margin ---------------
+
+_H100 = {c.name: c for c in DEFAULT_CATALOG}["nvidia-h100-80gb"]
+
+
+def _served(engine: str, version: str | None) -> GPUWorkloadSpec:
+    inference: dict[str, Any] = {
+        "engine": engine, "maxModelLen": 8192, "maxNumSeqs": 64, "gpuMemoryUtilization": 0.85,
+    }  # fmt: skip
+    if version is not None:
+        inference["engineVersion"] = version
+    return parse_spec({"model": {"architecture": LLAMA_3_8B}, "inference": inference})
+
+
+def _pool(spec: GPUWorkloadSpec) -> tuple[int, tuple[str, ...]]:
+    p = engine_plans(spec, [_H100], 0.10)[0]
+    return p.kv_pool, p.notes
+
+
+@pytest.mark.parametrize(
+    ("engine", "unread", "nearest"),
+    [
+        ("vllm", "0.5.4", "0.6.3.post1"),
+        ("vllm", "0.40.0", modeled_releases(Engine.vllm)[0]),
+        ("sglang", "0.3.6", "0.4.10"),
+        ("sglang", "0.9.0", modeled_releases(Engine.sglang)[0]),
+        ("tgi", "0.9.3", "1.4.0"),
+        ("tgi", "4.0.0", modeled_releases(Engine.tgi)[0]),
+    ],
+)
+def test_a_release_outside_the_modeled_rules_is_an_upper_bound_with_its_margin(
+    engine: str, unread: str, nearest: str
+) -> None:
+    """A version older than the first release the oldest modeled rules hold from (TGI 0.9.3
+    still took ``--max-batch-total-tokens`` as given; TGI#653's 0.9.4-era image first sized the
+    blocks from free memory), or newer than every modeled one, is sized with the nearest rules
+    plus ``NEWER_RELEASE_MARGIN_BYTES`` out of the pool, and the note says it is an upper bound."""
+    spec = _served(engine, unread)
+    inf = spec.inference
+    assert inf is not None and is_unread_release(inf)
+    assert resolve_release(inf)[0].version == nearest
+    pool, notes = _pool(spec)
+    read, _ = _pool(_served(engine, nearest))
+    assert read - pool >= NEWER_RELEASE_MARGIN_BYTES * 0.9  # TGI keeps a share of it free
+    (note,) = [n for n in notes if unread in n]
+    assert "upper bound" in note and "1 GiB" in note and nearest in note
+
+
+@pytest.mark.parametrize(
+    ("engine", "version"),
+    [("vllm", "0.6.0"), ("vllm", "0.7.2"), ("sglang", "0.4.0"), ("tgi", "0.9.4"), ("tgi", "1.0.3")],
+)
+def test_a_release_the_oldest_rules_cover_takes_them_without_a_margin(
+    engine: str, version: str
+) -> None:
+    spec = _served(engine, version)
+    assert spec.inference is not None and not is_unread_release(spec.inference)
+    rel, note = resolve_release(spec.inference)
+    assert note is not None and "upper bound" not in note
+    assert _pool(spec)[0] == _pool(_served(engine, rel.version))[0]

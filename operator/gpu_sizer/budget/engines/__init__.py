@@ -20,7 +20,10 @@ rules: patch releases do not change how the engines allocate. :func:`resolve_rel
 which release an unlisted version maps to, and why, in a note. A version newer than every
 modeled release may have changed anything: it is sized with the newest rules plus
 :data:`NEWER_RELEASE_MARGIN_BYTES` in every profile or warm-up pass (less KV pool, more footprint:
-the fail-safe side), and the note says so.
+the fail-safe side), and the note says so. So is a version older than the first release the
+oldest modeled rules are known to hold from (:data:`OLDEST_RULES_FROM`: TGI before 0.9.4 did not
+size its blocks from free memory at all; vLLM before 0.6 and SGLang before 0.4 were not read):
+the oldest rules plus the same margin.
 """
 
 from __future__ import annotations
@@ -37,12 +40,14 @@ from gpu_sizer.catalog import GPUClass
 
 __all__ = [
     "NEWER_RELEASE_MARGIN_BYTES",
+    "OLDEST_RULES_FROM",
     "PRE_ALLOCATING",
     "EnginePlan",
     "ServingFacts",
     "command_args",
     "is_newer_than_modeled",
     "is_pre_allocating",
+    "is_unread_release",
     "modeled_releases",
     "models_pool",
     "planner",
@@ -91,8 +96,19 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version.lstrip("v").split("+")[0])[:3])
 
 
-#: Added to every profile or warm-up pass of a release newer than every modeled one (bytes).
+#: Added to every profile or warm-up pass of a release newer than every modeled one, or older
+#: than :data:`OLDEST_RULES_FROM` (bytes).
 NEWER_RELEASE_MARGIN_BYTES: Final = 1 << 30
+
+#: The first release each engine's oldest modeled rules are known to hold from: TGI 0.9.4 first
+#: sized its KV blocks from the memory free after warm-up (``server/text_generation_server/
+#: models/flash_causal_lm.py`` ``warmup``; huggingface/text-generation-inference#653 logs it);
+#: for vLLM and SGLang, the oldest modeled release's series (earlier series were not read).
+OLDEST_RULES_FROM: Final[dict[Engine, str]] = {
+    Engine.vllm: "0.6.0",
+    Engine.sglang: "0.4.0",
+    Engine.tgi: "0.9.4",
+}
 
 #: Why an unlisted version of an engine maps where it does, by the modeled release it maps to
 #: (the engines' release history; each modeled release is where a rule changed).
@@ -123,6 +139,18 @@ def is_newer_than_modeled(inference: Inference) -> bool:
     if not releases or asked is None:
         return False
     return _key(asked) > _key(releases[0].version)
+
+
+def is_unread_release(inference: Inference) -> bool:
+    """Whether ``inference.engineVersion`` lies outside what the modeled releases' rules are
+    known to cover: newer than every modeled release, or older than
+    :data:`OLDEST_RULES_FROM`. Such a version is sized with the nearest rules plus
+    :data:`NEWER_RELEASE_MARGIN_BYTES` (an upper bound)."""
+    asked = inference.engine_version
+    floor = OLDEST_RULES_FROM.get(inference.engine)
+    if asked is None or floor is None:
+        return False
+    return is_newer_than_modeled(inference) or _key(asked) < _key(floor)
 
 
 def resolve_release(inference: Inference) -> tuple[_Release, str | None]:
@@ -158,6 +186,15 @@ def resolve_release(inference: Inference) -> tuple[_Release, str | None]:
         rel, which = older[0], "the nearest older modeled release"
     else:
         rel, which = releases[-1], "the oldest modeled release"
+        floor = OLDEST_RULES_FROM[inference.engine]
+        if want < _key(floor):
+            return rel, (
+                f"{name} engineVersion {asked} is older than every release whose rules are "
+                f"modeled (modeled: {modeled}; the oldest rules are known to hold from {floor}): "
+                f"sized with the rules of {rel.version} plus "
+                f"{NEWER_RELEASE_MARGIN_BYTES / (1 << 30):.0f} GiB in the profile run for what "
+                "an older release may allocate otherwise (an upper bound, fail safe)"
+            )
     why = _WHY.get((inference.engine, rel.version))
     return rel, (
         f"{name} engineVersion {asked} is not modeled: sized with the rules of "
@@ -178,7 +215,7 @@ def planner(
     inf = spec.inference
     assert inf is not None
     rel, note = resolve_release(inf)
-    if is_newer_than_modeled(inf):
+    if is_unread_release(inf):
         facts = dataclasses.replace(facts, margin_bytes=NEWER_RELEASE_MARGIN_BYTES)
     on: Callable[[GPUClass], EnginePlan]
     if isinstance(rel, vllm.VllmRelease):

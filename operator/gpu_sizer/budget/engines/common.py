@@ -165,8 +165,9 @@ class ServingFacts:
     groups: int
     act_bytes: int
     parameter_count: int
-    #: bytes added to every profile/warm-up pass when the release is newer than any modeled one
-    #: (:func:`gpu_sizer.budget.engines.planner` sets it; the notes say so).
+    #: bytes added to every profile/warm-up pass (and, on SGLang, taken out of the pool too) when
+    #: the release lies outside the modeled rules (:func:`gpu_sizer.budget.engines.planner` sets
+    #: it; the notes say so).
     margin_bytes: int = 0
     #: vLLM's MXFP4 MoE pads each expert's per-rank intermediate width to a multiple of 256
     #: (:func:`mxfp4_pad_bytes`): the bytes that padding adds on this GPU.

@@ -203,12 +203,14 @@ def plan(
         )
     static = int(pre_load * fraction)
     weights = facts.weights + facts.rope_cache_bytes  # the cos/sin cache is built with the model
-    pool = static - weights - quant
+    # An unread release's margin (facts.margin_bytes) is in the activations outside the static
+    # share and also out of the pool: what it allocates otherwise may sit on either side.
+    pool = static - weights - quant - facts.margin_bytes
     tokens, concurrency = kv_capacity(pool, kv, 1)
     start_error = None
     runtime_error = None
     if pool <= 0:
-        minimum = (weights + quant) / pre_load
+        minimum = (weights + quant + facts.margin_bytes) / pre_load
         start_error = (
             f"SGLang {rel.version} refuses to start: loaded weights leave no GPU memory for the "
             f"KV cache under --mem-fraction-static={fraction:g} (raise it above {minimum:.3f})"
