@@ -128,3 +128,36 @@ def test_state_space_layers_of_an_unknown_family_are_refused(
 def test_the_probe_does_not_build_an_unknown_family() -> None:
     reason = synthetic_unsupported_reason(spec(renamed(LLAMA_3_8B), llama_params()), cuda=True)
     assert reason is not None and "'my_llama'" in reason and "measurement.mode: Command" in reason
+
+
+@pytest.mark.parametrize("quantization", [None, {"method": "fp8"}, {"method": "gptq"}])
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (1, 2), (2, 4)])
+@pytest.mark.parametrize("engine", ["vllm", "transformers"])
+def test_served_weights_of_an_unknown_family_are_not_below_the_layouts(
+    quantization: dict[str, str] | None, tp: int, pp: int, engine: str
+) -> None:
+    """Llama-3-8B under another name, its exact parameter count, against its own layout (the
+    oracle): quantized, its 16-bit embedding and lm_head (2 x 128,256 x 4,096) are counted as
+    such, and the most loaded pipeline stage holds an embedding table beside its layers. The
+    estimate never falls below the layout's and stays within one table of it (an even split
+    that quantized every parameter was 0.98 GiB under at FP8 on one GPU, and 0.49 GiB under on
+    the last of 4 pipeline stages in bf16)."""
+    workload = {"inference": {**INFERENCE, "engine": engine, "tensorParallelSize": tp,
+                              "pipelineParallelSize": pp}}  # fmt: skip
+
+    def served(arch: dict[str, Any], params: int | None) -> Any:
+        model: dict[str, Any] = {"architecture": arch}
+        if params is not None:
+            model["parameterCount"] = params
+        if quantization is not None:
+            model["quantization"] = quantization
+        return estimate(parse_spec({"model": model, **workload}))
+
+    known = served(LLAMA_3_8B, None)
+    generic = served(renamed(LLAMA_3_8B), llama_params())
+    table = 128_256 * 4096 * 2 // tp
+    mine = generic.per_gpu.weights_bytes + generic.per_gpu.quantization_overhead_bytes
+    theirs = known.per_gpu.weights_bytes + known.per_gpu.quantization_overhead_bytes
+    assert theirs <= mine <= theirs + table
+    if pp > 1:
+        assert any("most loaded of" in n and "upper bound" in n for n in generic.notes)

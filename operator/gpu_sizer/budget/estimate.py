@@ -58,6 +58,7 @@ from gpu_sizer.budget.diffusion import diffusion_estimate
 from gpu_sizer.budget.engines import EnginePlan, ServingFacts, models_pool, serving_facts
 from gpu_sizer.budget.engines.common import COMM_GROUP_BYTES, generic_serving_facts
 from gpu_sizer.budget.families import FAMILIES
+from gpu_sizer.budget.generic_weights import serving_weight_bytes
 from gpu_sizer.budget.kv_cache import (
     kv_cache_bytes,
     kv_element_bytes,
@@ -202,10 +203,8 @@ def _serving_facts(spec: GPUWorkloadSpec) -> ServingFacts:
             whole, lay, outer = _rank_layout(spec)
             facts = serving_facts(spec, lay, outer, whole.total)
         else:
-            params = spec.model.parameter_count
-            assert params is not None
-            shard = -(-params // (inf.tensor_parallel_size * inf.pipeline_parallel_size))
-            facts = generic_serving_facts(spec, *flat_weight_bytes(shard, spec.model))
+            tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
+            facts = generic_serving_facts(spec, *serving_weight_bytes(spec.model, arch, tp, pp))
         if len(_FACTS) >= _FACTS_MAX:
             _FACTS.clear()
         _FACTS[key] = facts
@@ -229,6 +228,8 @@ def plan_estimate(spec: GPUWorkloadSpec, plan: EnginePlan) -> EstimateStatus:
     notes = list(plan.notes)
     arch = spec.model.architecture
     if arch is not None and arch.model_type not in FAMILIES:
+        if inf.pipeline_parallel_size > 1:
+            notes.insert(0, _generic_stage_note(arch, inf.pipeline_parallel_size))
         notes.insert(0, _generic_note(arch.model_type))
     if spec.model.parameter_count is not None and spec.model.parameter_count != params:
         notes.insert(0, _count_note(spec.model.parameter_count, params))
@@ -341,6 +342,16 @@ def _generic_note(model_type: str) -> str:
     )
 
 
+def _generic_stage_note(arch: Architecture, pp: int) -> str:
+    """How a family without a layout is split over pipeline stages (``generic_weights``)."""
+    stage = -(-arch.num_hidden_layers // pp)
+    return (
+        f"weights of the most loaded of {pp} pipeline stages, an upper bound: {stage} of "
+        f"{arch.num_hidden_layers} layers' share of parameterCount plus a whole embedding "
+        "table (vocabSize x hiddenSize)"
+    )
+
+
 def _count_note(given: int, counted: int) -> str:
     return (
         f"spec.model.parameterCount {given} differs from the {counted} parameters of "
@@ -389,15 +400,23 @@ def _estimate_from_parameter_count(
         notes.append(
             f"quantized weights are approximate {why}: every parameter is taken as "
             "quantized (embeddings, lm_head and norms stay 16-bit in real checkpoints)"
+            if arch is None or spec.inference is None
+            else f"quantized weights are approximate {why}: the embedding and lm_head "
+            "(vocabSize x hiddenSize each, one if tieWordEmbeddings) are counted at "
+            f"{spec.model.dtype.value}, every other parameter as quantized"
         )
     missing = missing_without_architecture(spec) if arch is None else []
     inf = spec.inference
     if inf is not None:
         tp, pp = inf.tensor_parallel_size, inf.pipeline_parallel_size
-        shard = -(-params // (tp * pp))
-        weights, quant = flat_weight_bytes(shard, spec.model)
-        if tp * pp > 1:
-            notes.append(f"weights split evenly over {tp * pp} GPUs {why}")
+        if arch is None:
+            weights, quant = flat_weight_bytes(-(-params // (tp * pp)), spec.model)
+            if tp * pp > 1:
+                notes.append(f"weights split evenly over {tp * pp} GPUs {why}")
+        else:
+            weights, quant = serving_weight_bytes(spec.model, arch, tp, pp)
+            if pp > 1:
+                notes.append(_generic_stage_note(arch, pp))
         batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
         # non-torch memory of each parallel group (engines.common.COMM_GROUP_BYTES, issue 9)
         comm = ((tp > 1) + (pp > 1)) * COMM_GROUP_BYTES
