@@ -155,3 +155,39 @@ def test_a_release_the_oldest_rules_cover_takes_them_without_a_margin(
     rel, note = resolve_release(spec.inference)
     assert note is not None and "upper bound" not in note
     assert _pool(spec)[0] == _pool(_served(engine, rel.version))[0]
+
+
+# --- releases that do not load the family at all --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "config", "refused"),
+    [
+        ("vllm", "0.9.2", "gpt-oss-20b", True),  # GptOssForCausalLM arrived in 0.10.1
+        ("vllm", "0.10.1", "gpt-oss-20b", False),
+        ("vllm", None, "gpt-oss-20b", False),
+        ("tgi", None, "gpt-oss-20b", True),  # huggingface/text-generation-inference#3309
+        ("vllm", "0.8.2", "llama-4-scout-17b-16e-instruct", True),  # Llama 4 from 0.8.3
+        ("vllm", "0.8.5", "llama-4-scout-17b-16e-instruct", False),
+    ],
+)
+def test_a_release_that_does_not_load_the_family_is_never_admitted(
+    engine: str, version: str | None, config: str, refused: bool
+) -> None:
+    """The engine stops at model loading ("Model architectures [...] are not supported"): no
+    memory rule applies, and no class or fix makes it start."""
+    from tests.serving.figures import _hf
+
+    inference: dict[str, Any] = {"engine": engine, "maxModelLen": 8192, "maxNumSeqs": 16}
+    if version is not None:
+        inference["engineVersion"] = version
+    spec = parse_spec({"model": _hf(config), "inference": inference})
+    a = assess(spec)
+    plan = engine_plans(spec, [_H100], 0.10)[0]
+    if refused:
+        assert a.verdict is not Verdict.Fits and a.recommendation is None
+        assert plan.start_error is not None and "model type" in plan.start_error
+        assert plan.start_error in a.message
+        assert ("engineVersion" if engine == "vllm" else "use vllm or sglang") in plan.start_error
+    else:  # Llama 4 Scout does not fit one H100 in bf16: the memory rules decide there
+        assert "model type" not in (plan.start_error or "")

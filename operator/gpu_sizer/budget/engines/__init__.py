@@ -36,6 +36,7 @@ from typing import Final
 from gpu_sizer.api import Engine, GPUWorkloadSpec, Inference
 from gpu_sizer.budget.engines import sglang, tgi, vllm
 from gpu_sizer.budget.engines.common import EnginePlan, ServingFacts, serving_facts
+from gpu_sizer.budget.engines.support import unserved_reason
 from gpu_sizer.catalog import GPUClass
 
 __all__ = [
@@ -230,9 +231,21 @@ def planner(
         def on(gpu: GPUClass) -> EnginePlan:
             return tgi.plan(spec, facts, gpu, rel, headroom)
 
-    if note is None:
+    arch = spec.model.architecture
+    unserved = unserved_reason(inf.engine, inf.engine_version, arch.model_type) if arch else None
+    if note is None and unserved is None:
         return on
-    return lambda gpu: (p := on(gpu))._replace(notes=(note, *p.notes))
+
+    def annotated(gpu: GPUClass) -> EnginePlan:
+        p = on(gpu)
+        if note is not None:
+            p = p._replace(notes=(note, *p.notes))
+        if unserved is not None:
+            # the engine stops at model loading, before any memory rule applies
+            p = p._replace(start_error=unserved, capacity_tokens=0, max_concurrency=0.0)
+        return p
+
+    return annotated
 
 
 def plans(
