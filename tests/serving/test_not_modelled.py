@@ -191,3 +191,22 @@ def test_a_release_that_does_not_load_the_family_is_never_admitted(
         assert ("engineVersion" if engine == "vllm" else "use vllm or sglang") in plan.start_error
     else:  # Llama 4 Scout does not fit one H100 in bf16: the memory rules decide there
         assert "model type" not in (plan.start_error or "")
+
+
+@pytest.mark.parametrize("parallel", [{"dataParallelSize": 2}, {"enableExpertParallel": True}])
+def test_data_or_expert_parallelism_under_v0_rules_is_refused_with_the_fix(
+    parallel: dict[str, Any],
+) -> None:
+    """vLLM before 0.8 is sized with V0's rules, which gpu-sizer has read without data or
+    expert parallelism: such a spec is never admitted, and the reason names the release to pin."""
+    from tests.serving.figures import _hf
+
+    inference = {"maxModelLen": 8192, "maxNumSeqs": 16, "engineVersion": "0.7.2", **parallel}
+    spec = parse_spec({"model": _hf("qwen3-30b-a3b"), "inference": inference})
+    plan = engine_plans(spec, [_H100], 0.10)[0]
+    assert plan.start_error is not None and "not modeled" in plan.start_error
+    assert "0.8.5 or later" in plan.start_error
+    assert assess(spec).verdict is not Verdict.Fits
+    later = {**inference, "engineVersion": "0.8.5"}
+    v1 = parse_spec({"model": _hf("qwen3-30b-a3b"), "inference": later})
+    assert engine_plans(v1, [_H100], 0.10)[0].start_error is None

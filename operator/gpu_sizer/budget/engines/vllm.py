@@ -423,9 +423,17 @@ def _start_error(
     pool: int,
     kv: KvDemand,
 ) -> str | None:
-    """vLLM's own refusal to start, with its figures, or ``None``."""
+    """vLLM's own refusal to start, with its figures, or ``None``; or, for a regime these rules
+    do not model, the reason and the fix (never a plan that admits it)."""
     inf = spec.inference
     assert inf is not None
+    if not rel.v1 and (inf.data_parallel_size > 1 or inf.enable_expert_parallel):
+        return (
+            f"vLLM {inf.engine_version or rel.version} is sized with the V0 rules, and data or "
+            "expert parallelism is not modeled there (gpu-sizer models vLLM's "
+            "--data-parallel-size and --enable-expert-parallel from the V1 releases, 0.8.5 on): "
+            "set inference.engineVersion to 0.8.5 or later"
+        )
     free = usable - before_snapshot
     if rel.v1 and free < requested:
         return (
