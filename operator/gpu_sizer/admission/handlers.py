@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
+from gpu_sizer.admission.answers import AnswerCache, spec_key
 from gpu_sizer.admission.capacity import AdmissionCapacity
 from gpu_sizer.admission.changes import judged
+from gpu_sizer.admission.direct import Route
 from gpu_sizer.admission.namespaces import (
     NamespaceLabels,
     NamespaceLookupError,
@@ -47,6 +49,7 @@ from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.metrics import ADMISSION_VERDICTS
 
 __all__ = [
+    "DIRECT_ROUTES",
     "AdmissionConfig",
     "DenialLogFilter",
     "configure_admission",
@@ -71,7 +74,31 @@ class AdmissionConfig:
     workloads: WorkloadFetcher = field(default_factory=kubernetes_workload_fetcher)
     #: Seconds a pod review waits for that read (the webhook's timeoutSeconds is 10 by default).
     workload_timeout: float = 4.0
+    #: Validation answers already given, by spec, namespace and policy (see :mod:`.answers`);
+    #: not an argument, so that a config made with other settings starts without them.
+    answers: AnswerCache = field(default_factory=AnswerCache, init=False, repr=False)
+    _effective: dict[frozenset[tuple[str, str]], EffectivePolicy] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    _uses_labels: bool = field(default=False, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self._uses_labels = self.policy.uses_labels
+
+    def effective_policy(self, labels: Mapping[str, str]) -> EffectivePolicy:
+        """``policy.for_namespace(labels)``, worked out once per label set (at most
+        :data:`MAX_LABEL_SETS` kept: namespaces of a cluster share a few label sets)."""
+        key = frozenset(labels.items())
+        found = self._effective.get(key)
+        if found is None:
+            if len(self._effective) >= MAX_LABEL_SETS:
+                self._effective.clear()
+            found = self._effective[key] = self.policy.for_namespace(labels)
+        return found
+
+
+#: Distinct namespace label sets whose effective policy is kept (then the memo starts over).
+MAX_LABEL_SETS = 1024
 
 _config = AdmissionConfig()
 
@@ -121,10 +148,10 @@ async def _policy_for(namespace: str | None) -> tuple[EffectivePolicy, str | Non
     :raises NamespaceLookupError: the policy depends on labels that could not be read.
     """
     config = _config
-    if not config.policy.uses_labels or not namespace:
-        return config.policy.for_namespace({}), None
+    if not config._uses_labels or not namespace:
+        return config.effective_policy({}), None
     labels, warning = await config.namespaces.get(namespace)
-    return config.policy.for_namespace(labels), warning
+    return config.effective_policy(labels), warning
 
 
 @kopf.on.validate(
@@ -155,13 +182,18 @@ async def validate_gpuworkload(
         answer = Answer(Outcome.PolicyUnavailable, f"{exc}; retry shortly")
     else:
         config = _config
-        answer = await config.capacity.run(
-            review,
-            body.get("spec"),
-            namespace=namespace or "",
-            policy=policy,
-            catalog=config.catalog,
-        )
+        spec = body.get("spec")
+        text = spec_key(spec)
+        key = None if text is None else (text, namespace or "", policy)
+        known = None if key is None else config.answers.get(key)
+        if known is not None:
+            answer = known
+        else:
+            answer = await config.capacity.run(
+                review, spec, namespace=namespace or "", policy=policy, catalog=config.catalog
+            )
+            if key is not None:
+                config.answers.put(key, answer)
         if stale and answer.allowed:
             answer = Answer(Outcome.AllowedWithWarnings, "", (*answer.warnings, stale))
     ADMISSION_VERDICTS.labels(op, answer.outcome.value).inc()
@@ -261,3 +293,12 @@ async def mutate_pod(
             target["spec"] = mutated.get("spec", {})
 
         patch.fns.append(apply)
+
+
+#: The handlers the webhook server calls itself, by path (:mod:`.direct`), rather than through
+#: kopf's dispatch; the same functions kopf calls.
+DIRECT_ROUTES: dict[str, Route] = {
+    "validate-gpuworkload": Route(validate_gpuworkload),
+    "mutate-gpuworkload": Route(mutate_gpuworkload, mutating=True),
+    "mutate-pod": Route(mutate_pod, mutating=True),
+}

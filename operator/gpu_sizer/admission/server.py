@@ -36,7 +36,7 @@ import re
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
@@ -46,9 +46,11 @@ import kopf
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpu_sizer.admission import direct
 from gpu_sizer.admission.capacity import AdmissionCapacity, Overloaded, request_timeout
 from gpu_sizer.admission.changes import JUDGED_OPERATIONS
 from gpu_sizer.admission.handlers import (
+    DIRECT_ROUTES,
     AdmissionConfig,
     DenialLogFilter,
     configure_admission,
@@ -198,7 +200,13 @@ def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     (brackets inside strings are not nesting), then the running depth over the remaining
     brackets is computed with C-level iteration (regular expressions, ``accumulate``), so an
     8 MiB body costs milliseconds. Malformed text is left to the parser to report.
+
+    Nesting ``limit + 1`` levels takes at least ``limit + 1`` opening brackets, so text with
+    fewer (inside strings or not) is answered by two ``str.count`` passes: a GPUWorkload review
+    has some 20-40, and the full walk above cost more than decoding the JSON.
     """
+    if text.count("{") + text.count("[") <= limit:
+        return False
     brackets = _NOT_BRACKETS.sub("", _JSON_STRING.sub("", text))
     return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > limit
 
@@ -359,6 +367,10 @@ class AdmissionServer:
     :param body_timeout: seconds a client has to send the request body once its headers are in.
     :param capacity: bounds on concurrent work and the worker threads it runs in, shared with
         the handlers (:func:`configure` passes the one it gives them); a new one by default.
+    :param routes: paths whose kopf handler the server calls itself (:mod:`.direct`: the same
+        handler and answer, without kopf's per-request machinery); every other path goes
+        through the function kopf passes in. None by default; :func:`configure` passes
+        gpu-sizer's (:data:`gpu_sizer.admission.handlers.DIRECT_ROUTES`).
     :param file_check_interval: seconds between checks of the certificate files for renewal.
     :param refresh: blocking callable run every ``refresh_interval`` seconds in a worker thread
         (self-signed mode: renew the Secret, rewrite the files, patch caBundles).
@@ -379,6 +391,7 @@ class AdmissionServer:
         idle_timeout: float = IDLE_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
         capacity: AdmissionCapacity | None = None,
+        routes: Mapping[str, direct.Route] | None = None,
         file_check_interval: float = 60.0,
         refresh: Callable[[], object] | None = None,
         refresh_interval: float = 3600.0,
@@ -395,6 +408,7 @@ class AdmissionServer:
         self.idle_timeout = idle_timeout
         self.body_timeout = body_timeout
         self.capacity = AdmissionCapacity() if capacity is None else capacity
+        self.routes = dict(routes or {})
         self.file_check_interval = file_check_interval
         self.refresh = refresh
         self.refresh_interval = refresh_interval
@@ -434,8 +448,11 @@ class AdmissionServer:
         self, fn: kopf.WebhookFn, webhook: str, request: aiohttp.web.Request
     ) -> aiohttp.web.Response:
         try:
-            async with asyncio.timeout(self.body_timeout):
+            if request.content.is_eof():  # received whole (the usual case): nothing to wait for
                 raw = await request.read()
+            else:
+                async with asyncio.timeout(self.body_timeout):
+                    raw = await request.read()
         except TimeoutError:
             # A client trickling its body holds a connection and a buffer: cut it off.
             return _text(408, f"request body not received within {self.body_timeout:g} s")
@@ -452,9 +469,16 @@ class AdmissionServer:
         except BadReview as exc:
             return _text(exc.status, exc.text)
         del raw
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        route = self.routes.get(webhook)
         try:
-            response = await fn(data, webhook=webhook, headers=dict(request.headers), sslpeer=peer)
+            if route is not None:
+                response = await direct.serve(route, data, webhook=webhook)
+            else:
+                transport = request.transport
+                peer = transport.get_extra_info("peercert") if transport else None
+                response = await fn(
+                    data, webhook=webhook, headers=dict(request.headers), sslpeer=peer
+                )
         except Exception as exc:  # a gpu-sizer or kopf bug: the request passed every check
             logger.exception("Admission request %s failed", data["request"]["uid"])
             return _text(500, f"admission request failed: {type(exc).__name__}: {exc}")
@@ -633,6 +657,7 @@ def configure(
         pkeyfile=directory / "tls.key",
         cafile=cafile,
         capacity=capacity,
+        routes=DIRECT_ROUTES,
         refresh=refresh,
     )
     settings.admission.server = server
