@@ -19,13 +19,19 @@ and warnings); a spec whose text alone is longer than :data:`MAX_KEY_CHARS` is n
 Answers that are not a function of the spec alone are never stored: a sizing failure (a bug,
 logged on every occurrence) and the namespace lookup's own failures.
 
+An answer being computed is computed once: reviews of the same key that arrive meanwhile wait
+for it (a burst of retries of one spec, or one chart applied in a loop, costs one verdict), and
+compute their own only if that computation failed (shed, or a bug).
+
 Used from one event loop (no lock): lookups and insertions happen on it, never in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from gpu_sizer.admission.policy import EffectivePolicy
@@ -80,6 +86,8 @@ class AnswerCache:
         self.max_chars = max_chars
         self._entries: collections.OrderedDict[AnswerKey, Answer] = collections.OrderedDict()
         self._chars = 0
+        #: Answers being computed now, by key: their result, or None when the computation failed.
+        self._computing: dict[AnswerKey, asyncio.Future[Answer | None]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -111,6 +119,36 @@ class AnswerCache:
         while len(self._entries) > self.max_entries or self._chars > self.max_chars:
             evicted_key, evicted = self._entries.popitem(last=False)
             self._chars -= _chars(evicted_key, evicted)
+
+    async def answer(
+        self, key: AnswerKey | None, compute: Callable[[], Awaitable[Answer]]
+    ) -> Answer:
+        """The answer stored for ``key``; else the one being computed for it, once ready; else
+        ``compute()``'s, stored. ``key`` ``None`` (not storable): ``compute()``'s.
+
+        :raises: whatever ``compute()`` raises (the reviews waiting on it then compute their own).
+        """
+        if key is None:
+            return await compute()
+        known = self.get(key)
+        if known is not None:
+            return known
+        running = self._computing.get(key)
+        if running is not None:
+            result = await asyncio.shield(running)
+            if result is not None:
+                return result
+            return await compute()  # the first computation failed: not ours to inherit
+        done: asyncio.Future[Answer | None] = asyncio.get_running_loop().create_future()
+        self._computing[key] = done
+        result = None
+        try:
+            result = await compute()
+        finally:
+            del self._computing[key]
+            done.set_result(result)
+        self.put(key, result)
+        return result
 
     def clear(self) -> None:
         self._entries.clear()

@@ -34,6 +34,8 @@ from typing import Any
 
 import kopf
 
+from gpu_sizer.admission.capacity import Overloaded
+
 __all__ = ["DirectHandler", "Route", "serve"]
 
 #: The logger kopf's object loggers write to; records carry the object reference it formats.
@@ -98,6 +100,8 @@ async def serve(route: Route, request: Mapping[str, Any], *, webhook: str) -> An
             )
             if inspect.isawaitable(result):
                 await result
+    except Overloaded:  # shed: the server answers 429, as it does before any handler runs
+        raise
     except kopf.PermanentError as exc:  # kopf.AdmissionError: the denial
         error = exc
         _log(logging.ERROR, body, f"{name} failed permanently: {str(exc) or repr(exc)}")

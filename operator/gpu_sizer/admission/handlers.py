@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,15 +185,13 @@ async def validate_gpuworkload(
         spec = body.get("spec")
         text = spec_key(spec)
         key = None if text is None else (text, namespace or "", policy)
-        known = None if key is None else config.answers.get(key)
-        if known is not None:
-            answer = known
-        else:
-            answer = await config.capacity.run(
+
+        def judge() -> Awaitable[Answer]:
+            return config.capacity.run(
                 review, spec, namespace=namespace or "", policy=policy, catalog=config.catalog
             )
-            if key is not None:
-                config.answers.put(key, answer)
+
+        answer = await config.answers.answer(key, judge)
         if stale and answer.allowed:
             answer = Answer(Outcome.AllowedWithWarnings, "", (*answer.warnings, stale))
     ADMISSION_VERDICTS.labels(op, answer.outcome.value).inc()
