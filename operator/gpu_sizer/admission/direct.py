@@ -12,9 +12,13 @@ webhook's CPU per review, more than the estimate itself.
 A webhook path served here maps to one handler (the chart points each path at one handler id,
 a :class:`Route`), so :func:`serve` selects it as kopf's registry would (no handler for a
 subresource review, since gpu-sizer's handlers declare none; none of a mutating path for a
-DELETE) and calls it with the arguments gpu-sizer's handlers take (``body``,
-``patch``, ``warnings``, ``operation``, ``subresource``, ``old``, ``new``, built with kopf's own
-:class:`kopf.Body` and :class:`kopf.Patch`), and answers exactly as kopf would: the same
+DELETE) and calls it with the arguments gpu-sizer's handlers take (``body``, ``patch``,
+``warnings``, ``operation``, ``subresource``, ``old``, ``new``). The bodies are read-only views
+of the objects as decoded (:class:`types.MappingProxyType`): what the handlers read of kopf's
+:class:`kopf.Body` is its mapping interface, and building a ``Body`` (a dozen nested views of
+metadata, labels, annotations, spec and status, for the object and again for ``new``) cost
+more than the rest of a review answered from memory. The patch is kopf's :class:`kopf.Patch`,
+so the JSONPatch is kopf's own. It answers exactly as kopf would: the same
 response document (``allowed``, ``warnings``, the JSONPatch, ``status`` from an
 :class:`kopf.AdmissionError` or 500 for any other exception) and the same log records on the
 ``kopf.objects`` logger (``Webhook '<id>' succeeded.``, ``... failed permanently: ...``, which
@@ -30,6 +34,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import kopf
@@ -75,9 +80,10 @@ async def serve(route: Route, request: Mapping[str, Any], *, webhook: str) -> An
     response to it."""
     payload = request["request"]
     new_raw, old_raw = payload.get("object"), payload.get("oldObject")
-    body = kopf.Body(new_raw if new_raw is not None else old_raw)
+    raw = new_raw if new_raw is not None else old_raw
+    body = MappingProxyType(raw)
     # gpu-sizer's validating handler writes no patch: none to build (and to diff) for it.
-    patch = kopf.Patch(body=body) if route.mutating else None
+    patch = kopf.Patch(body=kopf.Body(raw)) if route.mutating else None
     warnings: list[str] = []
     name = f"Webhook {webhook!r}"
     error: BaseException | None = None
@@ -95,8 +101,8 @@ async def serve(route: Route, request: Mapping[str, Any], *, webhook: str) -> An
                 warnings=warnings,
                 operation=payload.get("operation"),
                 subresource=payload.get("subResource"),
-                old=kopf.Body(old_raw) if old_raw is not None else None,
-                new=kopf.Body(new_raw) if new_raw is not None else None,
+                old=MappingProxyType(old_raw) if old_raw is not None else None,
+                new=MappingProxyType(new_raw) if new_raw is not None else None,
             )
             if inspect.isawaitable(result):
                 await result
