@@ -6,8 +6,8 @@ object uid for every UPDATE), builds a cause with a logger, a diff and a patch, 
 handlers from its registry, runs them through the same state machine as its resource handlers
 (``execute_handlers_once``: handler state, retry and timeout bookkeeping), deep-copies the body
 to diff it against the patch even when the patch is empty, and builds the response
-(``build_response``). Measured under load (docs/benchmarks.md) that was about a third of the
-webhook's CPU per review, more than the estimate itself.
+(``build_response``). Measured under load (docs/benchmarks.md) that was about a quarter of the
+webhook's CPU per review, far more than the estimate itself.
 
 A webhook path served here maps to one handler (the chart points each path at one handler id,
 a :class:`Route`), so :func:`serve` selects it as kopf's registry would (no handler for a

@@ -389,7 +389,7 @@ class AdmissionServer:
         listens, ``None`` to leave it. A review's verdict computing in a worker thread holds
         the lock, and the event loop, which gives it up at every socket call, then waits up
         to a whole interval each time it wants it back: with two threads busy, a timer of
-        the loop ran 44 ms late (median) at 5 ms and 16 ms late at 1 ms (docs/benchmarks.md).
+        the loop ran 25 ms late (median) at 5 ms and 10 ms late at 1 ms (docs/benchmarks.md).
         :func:`configure` sets :data:`SWITCH_INTERVAL`.
     :param file_check_interval: seconds between checks of the certificate files for renewal.
     :param refresh: blocking callable run every ``refresh_interval`` seconds in a worker thread
