@@ -14,6 +14,10 @@ that changes ``spec``. kopf dispatches every operation to these handlers whateve
 operator does not), so the handlers themselves allow anything else (DELETE, CONNECT, metadata-only
 and status updates, updates of an object being deleted) untouched: the server must not deny what
 it does not judge, whichever rules the chart registers. Neither handler ever touches ``status``.
+
+The webhook server calls these same functions itself for its three paths (:mod:`.direct`,
+:data:`DIRECT_ROUTES`), so they read their bodies only as mappings: kopf passes a
+:class:`kopf.Body`, the direct dispatch a read-only view of the decoded object.
 """
 
 from __future__ import annotations
@@ -159,12 +163,12 @@ async def _policy_for(namespace: str | None) -> tuple[EffectivePolicy, str | Non
 )
 async def validate_gpuworkload(
     *,
-    body: kopf.Body,
+    body: Mapping[str, Any],
     subresource: str | None,
     warnings: list[str],
     operation: str | None = None,
-    old: kopf.Body | None = None,
-    new: kopf.Body | None = None,
+    old: Mapping[str, Any] | None = None,
+    new: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """Deny specs that are invalid, break the namespace policy or have no safe headroom.
@@ -203,13 +207,13 @@ async def validate_gpuworkload(
 @kopf.on.mutate(GROUP, VERSION, PLURAL, id="mutate-gpuworkload", operations=["CREATE", "UPDATE"])
 async def mutate_gpuworkload(
     *,
-    body: kopf.Body,
+    body: Mapping[str, Any],
     patch: kopf.Patch,
     subresource: str | None,
     warnings: list[str],
     operation: str | None = None,
-    old: kopf.Body | None = None,
-    new: kopf.Body | None = None,
+    old: Mapping[str, Any] | None = None,
+    new: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """Write every default into ``spec`` (a JSONPatch of additions) so the stored object is
@@ -233,7 +237,7 @@ async def mutate_gpuworkload(
 @kopf.on.mutate("", "v1", "pods", id="mutate-pod", operations=["CREATE"])
 async def mutate_pod(
     *,
-    body: kopf.Body,
+    body: Mapping[str, Any],
     patch: kopf.Patch,
     subresource: str | None,
     warnings: list[str],
