@@ -4,7 +4,7 @@
 Starts two servers in child processes: the real thing — a kopf operator with gpu-sizer's
 admission handlers and webhook server, talking to kmock's Kubernetes emulator for discovery and
 Namespace reads — and the floor (``hack/webhook_floor.py``: a bare aiohttp HTTPS server with the
-same TLS set-up that answers every review with a fixed allowed AdmissionReview). It drives
+same TLS set-up that decodes each review and answers it allowed, with its uid). It drives
 ``/validate-gpuworkload`` of each from this process with an aiohttp client at fixed request
 rates, open loop: request *i* is sent at ``t0 + i / rate`` whether or not earlier ones have
 answered, and its latency counts from that scheduled instant (so a stalled server shows up as
@@ -19,18 +19,18 @@ verdict is checked against ``gpu-sizer estimate``: the benchmark stops if a body
 or denied as it is meant to be; during the run every answer of gpu-sizer is checked the same way
 (allowed, and a denial's message word for word). ``--distinct-specs`` gives every request a
 spec no earlier one had (a unique ``spec.model.name``, which changes no verdict), so that nothing
-keyed on the spec can answer it from memory. Each request carries ``?timeout=10s`` as the API
-server sends it.
+keyed on the spec can answer it from memory; ``--kinds`` sends only some kinds of workload of
+the mix. Each request carries ``?timeout=10s`` as the API server sends it.
 
 Prints per rate, server and run: p50, p99 and max latency in milliseconds of the answered
 reviews; how many were shed (HTTP 429/503, which the API server retries within its timeout) and
-the p99 and max latency of those answers; how many failed otherwise (timeouts, errors, wrong
+the p50, p99 and max latency of those answers; how many failed otherwise (timeouts, errors, wrong
 verdicts); and the server's CPU time per answered review (user + system, from
 ``/proc/PID/stat``: Linux only), with the load average of the machine. ``--load N`` runs N busy
 processes beside the benchmark for the whole run. Everything stays on 127.0.0.1; every loop is
 bounded in count (rate x duration requests) and time (per-request timeout, overall deadline).
 
-    PYTHONPATH=operator python hack/bench-webhook.py                 # 200, 800 rps x 15 s x 3
+    PYTHONPATH=operator python hack/bench-webhook.py                 # 200, 600 rps x 15 s x 3
     PYTHONPATH=operator python hack/bench-webhook.py --rates 200 --duration 5 --runs 1
     PYTHONPATH=operator python hack/bench-webhook.py --distinct-specs --load 2
 """
@@ -62,6 +62,8 @@ sys.path.insert(0, str(HACK))  # the mix and the floor, beside this file
 from webhook_mix import MIX, Body, Expected, MixError, distinct, expected, review  # noqa: E402
 
 REQUEST_TIMEOUT_S = 10.0
+#: Most requests one rate sends (each body is built before the run: some 3 KiB apiece).
+MAX_REQUESTS = 60_000
 #: The servers driven, in the order each run alternates between them.
 SERVERS = ("floor", "gpu-sizer")
 
@@ -408,7 +410,7 @@ def summary(rate: float, results: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", type=float, nargs="+", default=[200, 800])
+    parser.add_argument("--rates", type=float, nargs="+", default=[200, 600])
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per rate and run")
     parser.add_argument("--runs", type=int, default=3, help="runs per rate and server")
     parser.add_argument(
@@ -443,6 +445,8 @@ def main() -> int:
         parser.error("keep --duration within (0, 120] s and rates within (0, 5000] rps")
     if not 1 <= args.runs <= 9 or not 0 <= args.load <= 64:
         parser.error("keep --runs within [1, 9] and --load within [0, 64] processes")
+    if max(args.rates) * args.duration > MAX_REQUESTS:
+        parser.error(f"keep rate x duration within {MAX_REQUESTS} requests (bodies built first)")
     BODIES[:] = [b for b in MIX if not args.kinds or b.kind in args.kinds]
     try:
         EXPECTED[:] = expected(tuple(BODIES))
