@@ -17,11 +17,12 @@ from gpu_sizer.admission.answers import MAX_KEY_CHARS, AnswerCache, AnswerKey, s
 from gpu_sizer.admission.policy import EffectivePolicy, Policy
 from gpu_sizer.admission.verdict import Answer, Outcome, review
 from gpu_sizer.catalog import DEFAULT_CATALOG
+from tests.example_files import WORKLOAD_FILES
 
 from .specs import effective_policies, spec_documents
 
 OPEN = Policy().for_namespace({})
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = WORKLOAD_FILES
 
 
 def key(text: str, namespace: str = "ns", policy: EffectivePolicy = OPEN) -> AnswerKey:
