@@ -132,9 +132,12 @@ async def test_the_operators_options_decide_anew_after_a_restart(
     def start(**options: Any) -> None:
         settings = kopf.OperatorSettings()
         args = SimpleNamespace(webhook_cert_dir=str(tmp_path), **options)
+        previous = handlers._config
         assert server.configure(settings, args) is not None
-        namespaces = NamespaceLabels(lambda name: dict(labels[name]), ttl=0.0)
-        handlers.configure_admission(dataclasses.replace(handlers._config, namespaces=namespaces))
+        if previous is not before:
+            previous.capacity.close()
+        # The test's namespace labels, on the very configuration (and answers) configure made.
+        handlers._config.namespaces = NamespaceLabels(lambda name: dict(labels[name]), ttl=0.0)
 
     everything_research = {
         "namespaceRules": [{"namespaceSelector": {}, "allowedGpuClasses": ["nvidia-l4"]}]
@@ -165,6 +168,7 @@ async def test_the_operators_options_decide_anew_after_a_restart(
     start(catalog=str(catalog_file))
     allowed, message, _ = await verdict(spec, "open")
     assert allowed is False and "nvidia-h200" in message
+    handlers._config.capacity.close()
 
 
 def test_the_verdict_reads_nothing_the_key_does_not_hold() -> None:
