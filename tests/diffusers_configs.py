@@ -68,6 +68,19 @@ LLAVA_LLAMA3_8B: Config = {
     "vocab_size": 128320,
 }
 
+#: CompVis/stable-diffusion-safety-checker (SD 1.x's safety_checker/config.json, a CLIPConfig:
+#: only the vision tower is built).
+SD_SAFETY_CHECKER: Config = {
+    "projection_dim": 768,
+    "vision_config": {
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 24,
+        "patch_size": 14,
+    },
+}
+
 SD_VAE: Config = {
     "block_out_channels": [128, 256, 512, 512],
     "down_block_types": ["DownEncoderBlock2D"] * 4,
@@ -240,6 +253,7 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
             ("text_encoder", "CLIPTextModel", CLIP_L),
             ("unet", "UNet2DConditionModel", SD15_UNET),
             ("vae", "AutoencoderKL", SD_VAE),
+            ("safety_checker", "StableDiffusionSafetyChecker", SD_SAFETY_CHECKER),
         ],
     ),
     "stabilityai/stable-diffusion-xl-base-1.0": (
@@ -340,6 +354,13 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
     ),
 }
 
+#: Pipeline options of model_index.json (the entries that are not components), by repository.
+OPTIONS: dict[str, Config] = {
+    "stable-diffusion-v1-5/stable-diffusion-v1-5": {"requires_safety_checker": True},
+    "stabilityai/stable-diffusion-xl-base-1.0": {"force_zeros_for_empty_prompt": True},
+    "Wan-AI/Wan2.2-T2V-A14B-Diffusers": {"boundary_ratio": 0.875, "expand_timesteps": False},
+}
+
 #: Every (class, config) pair above once, for the oracle tests.
 COMPONENTS: dict[str, tuple[str, Config]] = {
     f"{repo}:{name}": (cls, config)
@@ -349,7 +370,8 @@ COMPONENTS: dict[str, tuple[str, Config]] = {
 
 
 def camel(config: Config) -> Config:
-    """The config's keys camelCased, as spec.model.pipeline.components[].config holds them."""
+    """The config's keys camelCased (nested objects too), as
+    spec.model.pipeline.components[].config holds them."""
     from pydantic.alias_generators import to_camel
 
-    return {to_camel(k): v for k, v in config.items()}
+    return {to_camel(k): camel(v) if isinstance(v, dict) else v for k, v in config.items()}

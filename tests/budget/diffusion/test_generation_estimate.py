@@ -145,8 +145,8 @@ def test_an_unknown_component_class_makes_the_estimate_incomplete() -> None:
     assert spec.model.pipeline is not None
     extra = spec.model.pipeline.components[0].model_copy(
         update={
-            "name": "safety_checker",
-            "class_name": "StableDiffusionSafetyChecker",
+            "name": "refiner",
+            "class_name": "MyRefinerModel",
             "config": {},
         }
     )
@@ -156,7 +156,7 @@ def test_an_unknown_component_class_makes_the_estimate_incomplete() -> None:
     spec = spec.model_copy(update={"model": spec.model.model_copy(update={"pipeline": pipeline})})
     _, missing = generation_estimate(spec)
     assert [m.component for m in missing] == ["weightsBytes"]
-    assert "safety_checker" in missing[0].message
+    assert "refiner" in missing[0].message
     listed = estimate(spec).missing_components
     assert [m.component for m in listed] == ["weightsBytes"]
     assert assess(spec).verdict is Verdict.Incomplete
