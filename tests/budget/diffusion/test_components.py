@@ -5,6 +5,8 @@ buffer counts, and its config defaults are the constructors' own."""
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +160,22 @@ def test_t5_keeps_its_wo_projections_in_float32_when_loaded_in_float16(cls: str)
         expected = (total - kept) * element + kept * 4
         assert built.weight_bytes(element, dtype == torch.float16) == expected, dtype
     assert kept == 0  # bfloat16: no plan
+
+
+HUB = Path(__file__).resolve().parent / "hub"
+
+
+@pytest.mark.parametrize("repo", sorted(published.PIPELINES))
+def test_the_oracle_configs_are_the_published_files(repo: str) -> None:
+    """tests/diffusers_configs.py (the configs the oracle tests build) holds, for every key it
+    sets, the value of the Hub folder's config.json (tests/budget/diffusion/hub)."""
+    folder = HUB / repo.replace("/", "--")
+    cls, parts = published.PIPELINES[repo]
+    assert json.loads((folder / "model_index.json").read_text())["_class_name"] == cls
+    for name, _, config in parts:
+        on_hub = json.loads((folder / name / "config.json").read_text())
+        for key, value in config.items():
+            if isinstance(value, dict):  # a nested config: the keys the oracle sets
+                assert {k: on_hub[key].get(k) for k in value} == value, (repo, name, key)
+                continue
+            assert on_hub.get(key) == value, (repo, name, key)
