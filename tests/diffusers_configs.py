@@ -128,6 +128,19 @@ SD35_LARGE: Config = {
     "pos_embed_max_size": 192,
     "qk_norm": "rms_norm",
 }
+SD3_MEDIUM: Config = {
+    "sample_size": 128,
+    "patch_size": 2,
+    "in_channels": 16,
+    "num_layers": 24,
+    "attention_head_dim": 64,
+    "num_attention_heads": 24,
+    "joint_attention_dim": 4096,
+    "caption_projection_dim": 1536,
+    "pooled_projection_dim": 2048,
+    "out_channels": 16,
+    "pos_embed_max_size": 192,
+}
 FLUX_DEV: Config = {
     "patch_size": 1,
     "in_channels": 64,
@@ -272,6 +285,16 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
             ("text_encoder_2", "CLIPTextModelWithProjection", CLIP_BIGG),
             ("text_encoder_3", "T5EncoderModel", T5_XXL),
             ("transformer", "SD3Transformer2DModel", SD35_LARGE),
+            ("vae", "AutoencoderKL", VAE_16CH),
+        ],
+    ),
+    "stabilityai/stable-diffusion-3-medium-diffusers": (
+        "StableDiffusion3Pipeline",
+        [
+            ("text_encoder", "CLIPTextModelWithProjection", CLIP_L),
+            ("text_encoder_2", "CLIPTextModelWithProjection", CLIP_BIGG),
+            ("text_encoder_3", "T5EncoderModel", T5_XXL),
+            ("transformer", "SD3Transformer2DModel", SD3_MEDIUM),
             ("vae", "AutoencoderKL", VAE_16CH),
         ],
     ),
