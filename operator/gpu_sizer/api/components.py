@@ -454,11 +454,27 @@ WEIGHTLESS_SUFFIXES: Final = (
 )
 
 _BOUND: Final = 10_000_000
+#: List kinds and their item type (``int|ints`` as a list is ``ints``).
+_ITEM: Final[dict[str, type]] = {"ints": int, "int|ints": int, "strs": str, "bools": bool}
 
 
 def _check(kind: str, value: Any) -> str | None:
     """Why ``value`` is not of ``kind``, or ``None`` (``obj`` values are checked key by key in
     :func:`config_problems`)."""
+    t = type(value)
+    if t is int:  # the common cases first, exactly (bool is not int here)
+        if kind == "int" or kind == "int|ints":
+            return None if 0 <= value <= _BOUND else f"must be between 0 and {_BOUND}"
+        if kind == "float" and 0 < value <= _BOUND:
+            return None
+    elif t is list and kind in _ITEM:
+        of = _ITEM[kind]
+        if all(type(v) is of for v in value) and (
+            of is not int or all(0 <= v <= _BOUND for v in value)
+        ):
+            return None
+    elif (t is str and kind == "str") or (t is bool and kind == "bool"):
+        return None
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             return "must be an integer"
@@ -508,6 +524,69 @@ def _problems(
         elif spec.kind == "obj":
             problems += _problems(spec.inner, value, f"{prefix}{name}.")
     return problems
+
+
+def _resolve_if_valid(
+    wire: Mapping[str, tuple[str, ConfigKey]], config: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """:func:`_resolve` of ``config`` in the same pass as its checks; ``None`` at the first key
+    with a problem (:func:`_problems` then says which, in the config's order). Scalars of the
+    key's own type are checked inline: this runs for every component of every spec parsed."""
+    out: dict[str, Any] = {}
+    get = config.get
+    for name, key, kind, spec in _plan(wire):
+        value = get(name, _MISSING)
+        t = type(value)
+        if t is int and (kind == "int" or kind == "int|ints"):
+            if not 0 <= value <= _BOUND:
+                return None
+        elif (t is str and kind == "str") or (t is bool and kind == "bool"):
+            pass
+        elif value is _MISSING or value is None:
+            if value is None and not spec.nullable:
+                return None
+            if kind == "obj":
+                out[key] = _resolve(spec.inner, {})
+                continue
+            if value is _MISSING:
+                value = spec.default
+        elif _check(kind, value) is not None:
+            return None
+        elif kind == "obj":
+            inner = _resolve_if_valid(spec.inner, value)
+            if inner is None:
+                return None
+            out[key] = inner
+            continue
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+_PLANS: Final[dict[int, tuple[Mapping[str, Any], list[tuple[str, str, str, ConfigKey]]]]] = {}
+
+
+def _plan(wire: Mapping[str, tuple[str, ConfigKey]]) -> list[tuple[str, str, str, ConfigKey]]:
+    """(camelCase key, snake_case key, kind, key spec) of each key of ``wire``, built once per
+    wire table (the tables are module constants; each entry keeps its table alive, so the id
+    stays its own)."""
+    hit = _PLANS.get(id(wire))
+    if hit is None or hit[0] is not wire:
+        hit = _PLANS[id(wire)] = (wire, [(n, k, c.kind, c) for n, (k, c) in wire.items()])
+    return hit[1]
+
+
+def checked_config(
+    cls: str, config: Mapping[str, Any]
+) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+    """:func:`config_problems` and, when there are none, :func:`resolved_config` (``None`` for
+    a class gpu-sizer does not know), in one pass over the keys the class reads."""
+    known = COMPONENT_CLASSES.get(cls)
+    if known is None:
+        return [], None
+    out = _resolve_if_valid(known.wire, config)
+    if out is None:
+        return _problems(known.wire, config, ""), None
+    return [], out
 
 
 def config_problems(cls: str, config: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -19,9 +19,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, StrictBool, model_validator
+from pydantic import Field, PrivateAttr, StrictBool, model_validator
 
-from gpu_sizer.api.components import COMPONENT_CLASSES, config_problems
+from gpu_sizer.api.components import COMPONENT_CLASSES, checked_config, resolved_config
 from gpu_sizer.api.spec import (
     LIMITS,
     Dtype,
@@ -168,13 +168,29 @@ class PipelineComponent(_Model):
         ComponentDevice.Gpu, description="Gpu | Cpu (runs on the CPU, e.g. Wan's --t5_cpu)."
     )
 
+    #: (the config object, its resolved_config), from validation; see :meth:`resolved_config`.
+    _resolved: tuple[dict[str, Any], dict[str, Any]] | None = PrivateAttr(None)
+
     @model_validator(mode="after")
     def _check(self) -> PipelineComponent:
+        found, resolved = checked_config(self.class_name, self.config)
         problems = _Problems()
-        for key, message in config_problems(self.class_name, self.config):
+        for key, message in found:
             problems.add(f"config.{key}", message)
         problems.raise_if_any()
+        if resolved is not None:
+            self._resolved = (self.config, resolved)
         return self
+
+    def resolved_config(self) -> dict[str, Any]:
+        """:func:`gpu_sizer.api.components.resolved_config` of this (known) class's config,
+        computed once: validation resolves it while checking it, and the copies the estimate
+        makes (``model_copy``, which keeps private attributes) share it while their config is
+        the same object. Read it, never change it."""
+        memo = self._resolved
+        if memo is None or memo[0] is not self.config:
+            memo = self._resolved = (self.config, resolved_config(self.class_name, self.config))
+        return memo[1]
 
     @property
     def known(self) -> bool:

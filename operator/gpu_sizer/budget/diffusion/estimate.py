@@ -28,8 +28,12 @@ communicator to the runtime overhead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Final
+
+from pydantic import BaseModel
 
 from gpu_sizer.api import (
     DTYPE_BYTES,
@@ -46,7 +50,7 @@ from gpu_sizer.api import (
     PipelineComponent,
     PipelineOffload,
 )
-from gpu_sizer.api.components import COMPONENT_CLASSES, Role, resolved_config
+from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 from gpu_sizer.budget.diffusion.calls import DENOISE, TEXT_ENCODE, VAE_DECODE, Step, call_steps
 from gpu_sizer.budget.diffusion.decode import (
     DecodeShape,
@@ -57,15 +61,22 @@ from gpu_sizer.budget.diffusion.decode import (
 from gpu_sizer.budget.diffusion.denoise import DenoiseShape, denoiser_forward_bytes
 from gpu_sizer.budget.diffusion.pipelines import PIPELINES, Guidance, PipelineKind
 from gpu_sizer.budget.diffusion.residency import resident_sets
-from gpu_sizer.budget.diffusion.resolved import ComponentModel, component_model
+from gpu_sizer.budget.diffusion.resolved import ComponentModel, component_model, config_key
 from gpu_sizer.budget.diffusion.text_encoders import encoder_forward_bytes
 from gpu_sizer.budget.runtime import allocator_reserve_bytes, base_overhead_bytes
 from gpu_sizer.budget.weights import flat_weight_bytes
 
-__all__ = ["Missing", "generation_estimate", "pipeline_parameter_count"]
+__all__ = [
+    "ESTIMATES_SIZE",
+    "Missing",
+    "estimates_clear",
+    "generation_estimate",
+    "pipeline_parameter_count",
+]
 
 _FLOAT8 = (Dtype.float8_e4m3fn, Dtype.float8_e5m2)
 _STREAMED = (PipelineOffload.Sequential, PipelineOffload.Group)
+_OFFLOADED = (PipelineOffload.Model, PipelineOffload.Sequential, PipelineOffload.Group)
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,8 @@ class _Phase:
     activations: int = 0
     running: list[str] = field(default_factory=list)
     resident: list[str] = field(default_factory=list)
+    #: the peak step's resident set (``resident`` in component order is derived from it)
+    holding: frozenset[str] = frozenset()
     #: model-offloaded components left on the GPU by the hook chain while another runs
     kept: list[str] = field(default_factory=list)
 
@@ -145,7 +158,7 @@ def _resolve(spec: GPUWorkloadSpec, index: int, c: PipelineComponent) -> _Compon
     offload = c.offload or gen.offload
     base = _Component(index, c, _role(c), None, c.parameter_count, 0, 0, storage, act, offload)
     if c.class_name in COMPONENT_CLASSES:
-        built = component_model(c.class_name, resolved_config(c.class_name, c.config))
+        built = component_model(c.class_name, c.resolved_config())
         if isinstance(built, str):
             base.problem = built
         else:
@@ -201,9 +214,118 @@ def _text_tokens(kind: PipelineKind | None, name: str, override: int | None) -> 
     return tokens + kind.template_tokens.get(name, 0)
 
 
+def _steps_and_residents(
+    pipeline_class: str,
+    present: tuple[tuple[str, str], ...],
+    modes: tuple[tuple[str, PipelineOffload], ...],
+    names: tuple[str, ...],
+    guidance: bool,
+    image_conditioned: bool,
+    options: Mapping[str, Any],
+) -> tuple[list[Step], list[frozenset[str]]]:
+    kind = PIPELINES.get(pipeline_class)
+    steps = call_steps(
+        pipeline_class,
+        kind,
+        dict(present),
+        guidance=guidance,
+        image_conditioned=image_conditioned,
+        options=options,
+    )
+    sequence = kind.offload_sequence if kind is not None else names
+    excluded = kind.exclude_from_offload if kind is not None else ()
+    return steps, resident_sets(steps, dict(modes), sequence, excluded)
+
+
+_PLANS: Final[dict[tuple[Any, ...], tuple[list[Step], list[frozenset[str]]]]] = {}
+#: Distinct (pipeline, components, offload modes, options) plans kept.
+_PLANS_SIZE: Final = 512
+
+
+def _plan(
+    pipeline_class: str,
+    present: tuple[tuple[str, str], ...],
+    modes: tuple[tuple[str, PipelineOffload], ...],
+    names: tuple[str, ...],
+    guidance: bool,
+    image_conditioned: bool,
+    options: Mapping[str, Any],
+) -> tuple[list[Step], list[frozenset[str]]]:
+    """The call's steps and what is resident during each, memoised: they depend on the
+    pipeline's structure (class, components, offload modes, options), not on sizes. The
+    callers only read the lists."""
+    args = (pipeline_class, present, modes, names, guidance, image_conditioned)
+    key = (*args, tuple(options.items()))
+    try:
+        hit = _PLANS.get(key)
+    except TypeError:  # an unhashable option value: not memoised
+        return _steps_and_residents(*args, options)
+    if hit is None:
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()
+        hit = _PLANS[key] = _steps_and_residents(*args, options)
+    return hit
+
+
+def _fingerprint(value: Any) -> Any:
+    """A hashable image of ``value`` (a model of the spec, its fields, its lists and maps): two
+    values with the same fingerprint are equal for the estimate. A component's config is
+    replaced by its resolved config (what the estimate reads), so two spellings of the same
+    config share one figure. Exact-type tests first: this runs on every estimate."""
+    t = type(value)
+    if t in _PLAIN or isinstance(value, Enum):
+        return value
+    if t is list or t is tuple:
+        return tuple(_fingerprint(v) for v in value)
+    if t is PipelineComponent:
+        fields = tuple(_fingerprint(v) for k, v in value.__dict__.items() if k != "config")
+        if value.class_name in COMPONENT_CLASSES:
+            return (fields, config_key(value.class_name, value.resolved_config()))
+        return (fields, _fingerprint(value.config))
+    if isinstance(value, BaseModel):
+        return (t, tuple(_fingerprint(v) for v in value.__dict__.values()))
+    if isinstance(value, Mapping):
+        return (tuple(value), tuple(_fingerprint(v) for v in value.values()))
+    return value
+
+
+_PLAIN: Final = frozenset({int, float, str, bool, type(None)})
+_ESTIMATES: Final[dict[Any, tuple[EstimateStatus, tuple[Missing, ...]]]] = {}
+#: Distinct estimates kept (a webhook sees the same few workloads again and again).
+ESTIMATES_SIZE: Final = 1024
+
+
+def estimates_clear() -> None:
+    """Forget the memoised estimates and call plans (the component models stay: see
+    :func:`gpu_sizer.budget.diffusion.resolved.cache_clear`)."""
+    _ESTIMATES.clear()
+    _PLANS.clear()
+
+
 def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Missing]]:
     """Per-GPU budget of ``spec`` (``spec.generation`` with ``spec.model.pipeline``), and the
-    parts it could not count. Bytes; never raises for a spec that passed validation."""
+    parts it could not count. Bytes; never raises for a spec that passed validation.
+
+    Memoised by the fingerprint of what it reads (``spec.model.dtype``, the pipeline with each
+    component's resolved config, ``spec.generation``); each call gets its own copy of the
+    status (its lists are shared: read them, never change them)."""
+    assert spec.generation is not None and spec.model.pipeline is not None
+    try:
+        key = _fingerprint((spec.model.dtype, spec.model.pipeline, spec.generation))
+        hit = _ESTIMATES.get(key)
+    except TypeError:  # an unhashable value somewhere (a config value of an odd type)
+        key = hit = None
+    if hit is None:
+        status, missing = _generation_estimate(spec)
+        if key is not None:
+            if len(_ESTIMATES) >= ESTIMATES_SIZE:
+                _ESTIMATES.clear()
+            _ESTIMATES[key] = (status, tuple(missing))
+        return status.model_copy(), missing
+    return hit[0].model_copy(), list(hit[1])
+
+
+def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Missing]]:
     gen, pipeline = spec.generation, spec.model.pipeline
     assert gen is not None and pipeline is not None
     comps = [_resolve(spec, i, c) for i, c in enumerate(pipeline.components)]
@@ -281,26 +403,25 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
     fsdp = world if par.denoiser_fsdp else 1
     cfg = gen.classifier_free_guidance
     guidance = kind.guidance if kind is not None else Guidance.Batched
-    geometry = (
-        latent_geometry(vae.spec.class_name, vae.config) if vae is not None and vae.config else None
-    )
+    geometry = None
+    if vae is not None and vae.model is not None:
+        vae_class, vae_config = vae.spec.class_name, vae.model.config
+        geometry = vae.model.memo(("geometry",), lambda: latent_geometry(vae_class, vae_config))
     # a component that cannot be placed by role runs nowhere in the call, but is still resident
     present = {c.name: c.role.value for c in comps if c.role is not None and c.on_gpu}
     image_conditioned = any(
         c.config is not None and c.config.get("image_dim") is not None for c in denoisers
     )
-    steps = call_steps(
-        pipeline.class_name,
-        kind,
-        present,
-        guidance=cfg,
-        image_conditioned=image_conditioned,
-        options=options,
-    )
     modes = {c.name: c.offload for c in comps if c.on_gpu}
-    sequence = kind.offload_sequence if kind is not None else tuple(c.name for c in comps)
-    excluded = kind.exclude_from_offload if kind is not None else ()
-    residents = resident_sets(steps, modes, sequence, excluded)
+    steps, residents = _plan(
+        pipeline.class_name,
+        tuple(present.items()),
+        tuple(modes.items()),
+        tuple(c.name for c in comps),
+        cfg,
+        image_conditioned,
+        options,
+    )
     frames = (gen.num_frames - 1) // geometry[1] + 1 if geometry and gen.task.video else 1
     lh, lw = (gen.height // geometry[0], gen.width // geometry[0]) if geometry else (0, 0)
 
@@ -309,20 +430,30 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         c = by_name[step.component]
         if c.model is None or c.config is None:
             return 0 if c.params is not None else None
-        cls, config = c.spec.class_name, c.config
+        model, cls, config = c.model, c.spec.class_name, c.config
+        batch, act_bytes = gen.batch_size, c.act_bytes
         if step.what in ("prompt", "negative prompt"):
             tokens = _text_tokens(kind, c.name, gen.max_sequence_length)
-            return encoder_forward_bytes(cls, config, gen.batch_size, tokens, c.act_bytes)
+            return model.memo(
+                ("encoder", batch, tokens, act_bytes),
+                lambda: encoder_forward_bytes(cls, config, batch, tokens, act_bytes),
+            )
         if step.what == "image":
             if cls != "CLIPVisionModel":
                 return 0
             tokens = (config["image_size"] // config["patch_size"]) ** 2 + 1
-            return encoder_forward_bytes(cls, config, gen.batch_size, tokens, c.act_bytes)
+            return model.memo(
+                ("encoder", batch, tokens, act_bytes),
+                lambda: encoder_forward_bytes(cls, config, batch, tokens, act_bytes),
+            )
         if step.what == "safety check":
             vision = config["vision_config"]
             tokens = (vision["image_size"] // vision["patch_size"]) ** 2 + 1
-            images = gen.batch_size * 3 * gen.height * gen.width * (vae.act_bytes if vae else 2)
-            return images + encoder_forward_bytes(cls, config, gen.batch_size, tokens, c.act_bytes)
+            images = batch * 3 * gen.height * gen.width * (vae.act_bytes if vae else 2)
+            return images + model.memo(
+                ("encoder", batch, tokens, act_bytes),
+                lambda: encoder_forward_bytes(cls, config, batch, tokens, act_bytes),
+            )
         if geometry is None:
             return None
         latent_channels = geometry[2]
@@ -330,9 +461,9 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
             assert kind is not None
             enc_frames = 1 if kind.encodes.value == "Image" else frames
             shape = DecodeShape(
-                gen.batch_size, enc_frames, lh, lw, c.act_bytes, gen.vae_tiling, gen.vae_slicing
+                batch, enc_frames, lh, lw, act_bytes, gen.vae_tiling, gen.vae_slicing
             )
-            return vae_encode_bytes(cls, config, shape)
+            return model.memo(("encode", shape), lambda: vae_encode_bytes(cls, config, shape))
         if step.what == "decode":
             return decode_bytes(c)
         return denoise_bytes(c, latent_channels)
@@ -357,8 +488,12 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
             ulysses=par.ulysses_degree,
             per_token_timesteps=bool(options.get("expandTimesteps")),
         )
+        cls, config = c.spec.class_name, c.config
         try:
-            act = denoiser_forward_bytes(c.spec.class_name, c.config, shape)
+            assert c.model is not None
+            act = c.model.memo(
+                ("denoise", shape), lambda: denoiser_forward_bytes(cls, config, shape)
+            )
         except (KeyError, ValueError, ZeroDivisionError) as exc:
             missing.append(
                 Missing(
@@ -376,7 +511,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         and kind is not None
         and kind.upcast_vae
         and (vae.spec.dtype or spec.model.dtype) is Dtype.float16
-        and bool(vae.spec.config.get("forceUpcast", True))
+        and bool(vae.model is not None and vae.model.config.get("force_upcast", True))
     )
 
     def decode_bytes(c: _Component) -> int:
@@ -385,7 +520,9 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         shape = DecodeShape(
             gen.batch_size, frames, lh, lw, act_bytes, gen.vae_tiling, gen.vae_slicing
         )
-        decoded = vae_decode_bytes(c.spec.class_name, c.config, shape)
+        cls, config = c.spec.class_name, c.config
+        assert c.model is not None
+        decoded = c.model.memo(("decode", shape), lambda: vae_decode_bytes(cls, config, shape))
         out_frames = gen.num_frames if gen.task.video else 1
         output = gen.batch_size * 3 * out_frames * gen.height * gen.width * act_bytes
         # postprocess (VaeImageProcessor.denormalize: (x / 2 + 0.5).clamp) holds the output and
@@ -400,7 +537,11 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
             continue
         weights = quant = 0
         for name in resident:
-            w, q = _held(by_name[name], name == step.component, spec, fsdp)
+            held = by_name[name]
+            if fsdp == 1 and held.offload not in _STREAMED:
+                w, q = held.weights, held.quant  # whole: _held's common case
+            else:
+                w, q = _held(held, name == step.component, spec, fsdp)
             weights, quant = weights + w, quant + q
         if (
             step.what == "decode"
@@ -424,12 +565,14 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         if not p.running or weights + quant + act > p.weights + p.quant + p.activations:
             p.weights, p.quant, p.activations = weights, quant, act
             p.running = [step.component]
-            p.resident = [c.name for c in comps if c.name in resident]
-            p.kept = [
-                n
-                for n in p.resident
-                if n != step.component and by_name[n].offload is PipelineOffload.Model
-            ]
+            p.holding = resident
+    for p in phases.values():  # the peak step's residents, in component order
+        p.resident = [c.name for c in comps if c.name in p.holding]
+        p.kept = [
+            n
+            for n in p.resident
+            if n != p.running[0] and by_name[n].offload is PipelineOffload.Model
+        ]
     for name in (TEXT_ENCODE, DENOISE, VAE_DECODE):
         if not any(phases[k].name == name for k in order):
             empty = _Phase(name)  # nothing runs: what pipe.to() left on the GPU
@@ -499,12 +642,16 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
 
 def _offload_notes(comps: list[_Component]) -> list[str]:
     """One line per offload mode in use, naming its components."""
-    out: list[str] = []
-    cpu = [c.name for c in comps if not c.on_gpu]
-    if cpu:
-        out.append(f"on the CPU, never on the GPU: {', '.join(cpu)}")
-    for mode in (PipelineOffload.Model, PipelineOffload.Sequential, PipelineOffload.Group):
-        names = [c.name for c in comps if c.on_gpu and c.offload is mode]
+    cpu: list[str] = []
+    by_mode: dict[PipelineOffload, list[str]] = {}
+    for c in comps:
+        if not c.on_gpu:
+            cpu.append(c.name)
+        elif c.offload in _OFFLOADED:
+            by_mode.setdefault(c.offload, []).append(c.name)
+    out = [f"on the CPU, never on the GPU: {', '.join(cpu)}"] if cpu else []
+    for mode in _OFFLOADED:
+        names = by_mode.get(mode)
         if names:
             out.append(
                 f"offload {mode.value}: {', '.join(names)} on the GPU only while running; "

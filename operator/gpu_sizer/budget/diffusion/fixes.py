@@ -42,7 +42,7 @@ from gpu_sizer.api import (
     PipelineComponent,
     PipelineOffload,
 )
-from gpu_sizer.api.components import COMPONENT_CLASSES, Role, resolved_config
+from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 
 __all__ = ["generation_candidates"]
 
@@ -203,6 +203,6 @@ def generation_candidates(spec: GPUWorkloadSpec) -> list[Candidate]:
 def _denoiser_heads(spec: GPUWorkloadSpec) -> int | None:
     """Attention heads of the first sized denoiser (Ulysses splits heads over GPUs)."""
     for _, c in _denoisers(spec):
-        heads = resolved_config(c.class_name, c.config).get("num_attention_heads")
+        heads = c.resolved_config().get("num_attention_heads")
         return heads if isinstance(heads, int) else None
     return None

@@ -17,9 +17,9 @@ The cache is bounded (:data:`CACHE_SIZE` configs); :func:`cache_clear` empties i
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from gpu_sizer.budget.diffusion.denoisers import UnsupportedConfig
 from gpu_sizer.budget.diffusion.parts import (
@@ -33,12 +33,24 @@ from gpu_sizer.budget.diffusion.parts import (
 )
 from gpu_sizer.budget.diffusion.registry import KINDS, Kind
 
-__all__ = ["CACHE_SIZE", "ComponentModel", "cache_clear", "component_model", "freeze"]
+__all__ = [
+    "CACHE_SIZE",
+    "MEMO_SIZE",
+    "ComponentModel",
+    "cache_clear",
+    "component_model",
+    "config_key",
+    "freeze",
+]
 
 #: Distinct (class, config) entries kept; a pipeline has at most a handful of components.
 CACHE_SIZE: Final = 512
 
+#: Figures memoised per component (weights per dtype, activations per shape).
+MEMO_SIZE: Final = 256
+
 _BF16: Final = 2
+_T = TypeVar("_T")
 
 
 def freeze(value: Any) -> Any:
@@ -49,6 +61,24 @@ def freeze(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(freeze(v) for v in value)
     return value
+
+
+def config_key(cls: str, config: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The cache key of ``config``: its keys and values in order, which
+    :func:`~gpu_sizer.api.components.resolved_config` fixes per class (lists already tuples,
+    a nested object a dict in the same fixed order), so no sort is needed."""
+    key = (cls, tuple(config), tuple(config.values()))
+    try:
+        hash(key)
+    except TypeError:  # a nested object (the safety checker's vision_config), or a list
+        return (cls, tuple(config), tuple(_hashable(v) for v in config.values()))
+    return key
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return (tuple(value), tuple(_hashable(v) for v in value.values()))
+    return freeze(value)
 
 
 @dataclass
@@ -65,59 +95,72 @@ class ComponentModel:
     config: dict[str, Any]
     part: Part
     params: int
-    _memo: dict[tuple[Any, ...], int] = field(default_factory=dict, repr=False)
+    _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
+
+    def memo(self, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
+        """``compute()``, memoised under ``key`` (a figure of this component: the caller puts
+        every argument besides the class and config in the key, such as an activation's shape).
+        At most :data:`MEMO_SIZE` figures are kept per component; past that the memo starts
+        over."""
+        if key in self._memo:
+            hit: _T = self._memo[key]
+            return hit
+        if len(self._memo) >= MEMO_SIZE:
+            self._memo.clear()
+        value = self._memo[key] = compute()
+        return value
 
     def weight_bytes(self, element_bytes: int, float16: bool = False) -> int:
         """Parameters and buffers at ``element_bytes`` per element, with the class's float32-kept
         modules at 4 (``float16``: the checkpoint is loaded in float16, which also keeps
         ``transformers``' ``_keep_in_fp32_modules``)."""
-        key = ("weights", element_bytes, float16)
-        if key not in self._memo:
-            keep = self.kind.fp32_modules(element_bytes, float16)
-            self._memo[key] = tensor_bytes(self.part, element_bytes, keep)
-        return self._memo[key]
+        return self.memo(
+            ("weights", element_bytes, float16),
+            lambda: tensor_bytes(
+                self.part, element_bytes, self.kind.fp32_modules(element_bytes, float16)
+            ),
+        )
 
     def layerwise_cast_bytes(self, storage_bytes: int) -> int:
         """Bytes under ``enable_layerwise_casting(storage_dtype=float8, compute_dtype=bfloat16)``:
         the castable layers at ``storage_bytes``, the rest in bfloat16 (float32-kept modules at
         4)."""
-        key = ("cast", storage_bytes)
-        if key not in self._memo:
+
+        def compute() -> int:
             cast = layerwise_cast_elements(self.part, self.kind.casting_skips)
-            compute = tensor_bytes(self.part, _BF16, self.kind.keep_fp32)
-            self._memo[key] = compute - cast * (_BF16 - storage_bytes)
-        return self._memo[key]
+            return tensor_bytes(self.part, _BF16, self.kind.keep_fp32) - cast * (
+                _BF16 - storage_bytes
+            )
+
+        return self.memo(("cast", storage_bytes), compute)
 
     def sequential_elements(self) -> int:
         """:func:`~gpu_sizer.budget.diffusion.parts.sequential_resident` of the tree."""
-        key: tuple[Any, ...] = ("sequential",)
-        if key not in self._memo:
-            self._memo[key] = sequential_resident(self.part)
-        return self._memo[key]
+        return self.memo(("sequential",), lambda: sequential_resident(self.part))
 
     def group_elements(self, leaf_level: bool, blocks_per_group: int, use_stream: bool) -> int:
         """:func:`~gpu_sizer.budget.diffusion.parts.group_resident` of the tree."""
-        key = ("group", leaf_level, blocks_per_group, use_stream)
-        if key not in self._memo:
-            self._memo[key] = group_resident(
+        return self.memo(
+            ("group", leaf_level, blocks_per_group, use_stream),
+            lambda: group_resident(
                 self.part,
                 leaf_level=leaf_level,
                 blocks_per_group=blocks_per_group,
                 use_stream=use_stream,
                 block_modules=self.kind.block_modules,
-            )
-        return self._memo[key]
+            ),
+        )
 
     def largest_block(self) -> int:
         """Parameters of the largest entry of the tree's top-level lists (the unit FSDP
         unshards at a time)."""
-        key: tuple[Any, ...] = ("block",)
-        if key not in self._memo:
-            self._memo[key] = max(
+        return self.memo(
+            ("block",),
+            lambda: max(
                 (parameter_count(b) for s in self.part.children if s.sequence for b in expanded(s)),
                 default=0,
-            )
-        return self._memo[key]
+            ),
+        )
 
 
 _CACHE: Final[OrderedDict[tuple[str, Any], ComponentModel | str]] = OrderedDict()
@@ -126,12 +169,12 @@ _CACHE: Final[OrderedDict[tuple[str, Any], ComponentModel | str]] = OrderedDict(
 def component_model(cls: str, config: Mapping[str, Any]) -> ComponentModel | str:
     """The :class:`ComponentModel` of class ``cls`` for ``config`` (its
     :func:`gpu_sizer.api.components.resolved_config`), or why it cannot be built (the config
-    selects a variant gpu-sizer does not size). Cached by ``(cls, freeze(config))``, least
+    selects a variant gpu-sizer does not size). Cached by ``cls`` and ``config``'s items, least
     recently used first out beyond :data:`CACHE_SIZE` entries.
 
     :raises KeyError: ``cls`` is not a class gpu-sizer sizes.
     """
-    key = (cls, freeze(config))
+    key = config_key(cls, config)
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
