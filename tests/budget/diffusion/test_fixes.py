@@ -3,18 +3,17 @@ offered cheapest first in time per image, each re-estimated with the change appl
 
 The case the issue names is FLUX.1-dev in bfloat16 at 1024x1024 on a 24 GB card (RTX 4090): its
 weights alone (31.4 GiB: T5 8.9, transformer 22.2) exceed the card. The published figures the
-fixes are checked against are the HF blog "Exploring Quantization Backends in Diffusers"
-(huggingface/blog diffusers-quantization.md: FLUX.1-dev on an H100, 1024x1024, 50 steps,
-``max_sequence_length=512``; "Memory after loading" printed as ``max_memory_reserved() /
-1024**3``, so GiB) and the timings of the HF blog "Exploring simple optimizations for SDXL" and
-diffusers PR #11682 that order them (see ``gpu_sizer.budget.diffusion.fixes``).
+fixes rest on are the HF blog "Exploring Quantization Backends in Diffusers" (its FLUX.1-dev
+bf16 and fp8-layerwise-casting memory figures are met in test_published_figures.py
+``test_flux_dev_quantization_blog``; its timings, 12 s and 13 s) and the timings of the HF blog
+"Exploring simple optimizations for SDXL" and diffusers PR #11682 that order them (see
+``gpu_sizer.budget.diffusion.fixes``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from tests.budget.diffusion.specs import pipeline_spec
 
 from gpu_sizer.api import GPUWorkloadSpec
@@ -108,55 +107,6 @@ def test_flux_fixes_peaks_and_where_they_fall() -> None:
         "Group": ("TextEncode", 9.7),
         "Sequential": ("VaeDecode", 2.2),
     }
-
-
-@pytest.mark.parametrize(
-    ("components", "published_gib"),
-    [(None, 31.447), ({"transformer": {"dtype": "float8_e4m3fn"}}, 23.682)],
-    ids=["bf16", "fp8-layerwise-casting"],
-)
-def test_flux_dev_weights_after_loading(
-    components: dict[str, dict[str, Any]] | None, published_gib: float
-) -> None:
-    """HF blog "Exploring Quantization Backends in Diffusers": "Memory after loading" 31.447 GB in
-    BF16 and 23.682 GB with ``transformer.enable_layerwise_casting(storage_dtype=
-    torch.float8_e4m3fn, compute_dtype=torch.bfloat16)`` (``max_memory_reserved() / 1024**3``
-    after ``pipe.to("cuda")``: the weights). Layerwise casting saves 7.8 GiB, not the 11.1 of a
-    whole float8 transformer: FluxTransformer2DModel's ``_skip_layerwise_casting_patterns``
-    ("pos_embed", "norm") keep the AdaLayerNorm modulation linears (``norm1.linear``,
-    ``norm1_context.linear``, ``norm.linear``, ``norm_out.linear``: 3.2 B parameters) in bf16.
-    Tolerance 2%."""
-    spec = pipeline_spec(
-        FLUX_DEV, components=components, task="TextToImage", width=1024, height=1024
-    )
-    weights = estimate(spec).per_gpu.weights_bytes / GIB
-    assert weights == pytest.approx(published_gib, rel=0.02)
-
-
-@pytest.mark.parametrize(
-    ("components", "published_gib"),
-    [(None, 36.166), ({"transformer": {"dtype": "float8_e4m3fn"}}, 28.451)],
-    ids=["bf16", "fp8-layerwise-casting"],
-)
-def test_flux_dev_peak_reserved(
-    components: dict[str, dict[str, Any]] | None, published_gib: float
-) -> None:
-    """The same blog's "Peak memory" (36.166 and 28.451 GB: ``max_memory_reserved() /
-    1024**3`` after the call). Reserved memory is the caching allocator's segments, which at
-    the VAE decode's 0.25-1 GiB tensors at 1024x1024 outgrow what is allocated: the peak
-    reserved is 4.7 GiB above the weights in both rows, the estimate's allocated peak 1.5 GiB
-    (the decoder checked against the real module in test_activations.py). The estimate's
-    total stays under the reserved figure by 7-10%, inside the default 10% headroom
-    (``spec.placement.minHeadroomFraction``); pinned band 0.88-0.95 so the gap stays known
-    (docs/accuracy.md)."""
-    spec = pipeline_spec(
-        FLUX_DEV, components=components, task="TextToImage", width=1024, height=1024
-    )
-    est = estimate(spec)
-    ratio = est.per_gpu.total_bytes / (published_gib * GIB)
-    assert 0.88 <= ratio <= 0.95, ratio
-    headroom = spec.placement.min_headroom_fraction
-    assert est.per_gpu.total_bytes / (1 - headroom) >= published_gib * GIB * 0.98
 
 
 def test_batch_is_halved_largest_first_and_slicing_comes_first() -> None:
