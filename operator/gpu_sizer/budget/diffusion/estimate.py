@@ -51,6 +51,7 @@ from gpu_sizer.api import (
     PipelineOffload,
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
+from gpu_sizer.budget.diffusion.bounds import wan_reference_margin_bytes
 from gpu_sizer.budget.diffusion.calls import DENOISE, TEXT_ENCODE, VAE_DECODE, Step, call_steps
 from gpu_sizer.budget.diffusion.decode import (
     DecodeShape,
@@ -423,6 +424,7 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
         options,
     )
     frames = (gen.num_frames - 1) // geometry[1] + 1 if geometry and gen.task.video else 1
+    experts = {s.component for s in steps if s.phase == DENOISE}
     lh, lw = (gen.height // geometry[0], gen.width // geometry[0]) if geometry else (0, 0)
 
     def activations(step: Step) -> int | None:
@@ -504,6 +506,18 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
                 )
             )
             return None
+        if c.offload is PipelineOffload.Model:
+            margin = wan_reference_margin_bytes(
+                pipeline.class_name, options, experts, config, shape
+            )
+            if margin:
+                act += margin
+                notes.append(
+                    "upper bound: each Wan 2.2 expert under offload Model counts what the "
+                    "reference code's per-token float32 modulation holds (its README measures "
+                    "the two experts with --offload_model at 59.8 GB for 720P, 41.3 GB for 480P; "
+                    "no diffusers measurement of this setting is published)"
+                )
         return act + 6 * batch * latent_channels * frames * lh * lw * 4
 
     upcast = (
