@@ -185,3 +185,30 @@ def test_more_frames_never_need_less(frames: int, more: int, offload: str) -> No
         return estimate(spec).per_gpu.total_bytes
 
     assert total(frames) <= total(frames + more)
+
+
+def test_an_option_the_pipeline_class_does_not_take_is_ignored_and_said_so() -> None:
+    """DiffusionPipeline.from_pretrained drops model_index.json entries its class's __init__
+    does not name ("not expected and will be ignored"); the estimate does too, in a note, and
+    sizes the call as if they were absent."""
+    from tests.budget.diffusion.specs import pipeline_spec
+
+    from gpu_sizer.api import parse_spec
+    from gpu_sizer.budget import estimate
+
+    plain = pipeline_spec(
+        "black-forest-labs/FLUX.1-dev", task="TextToImage", height=1024, width=1024
+    )
+    doc = plain.model_dump(by_alias=True, mode="json", exclude_none=True)
+    doc["model"]["pipeline"]["config"] = {"boundaryRatio": 0.5, "someNewOption": 3}
+    est = estimate(parse_spec(doc))
+    assert any(
+        "boundaryRatio, someNewOption not an option of FluxPipeline" in n for n in est.notes or []
+    )
+    assert est.per_gpu == estimate(plain).per_gpu
+    sdxl = pipeline_spec(
+        "stabilityai/stable-diffusion-xl-base-1.0", "float16", task="TextToImage", height=1024,
+        width=1024,
+    )  # fmt: skip
+    assert sdxl.model.pipeline is not None and sdxl.model.pipeline.config
+    assert not any("not an option" in n for n in estimate(sdxl).notes or [])

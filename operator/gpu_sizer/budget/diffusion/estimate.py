@@ -34,6 +34,7 @@ from enum import Enum
 from typing import Any, Final
 
 from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
 
 from gpu_sizer.api import (
     DTYPE_BYTES,
@@ -386,6 +387,17 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
             )
         )
     options = pipeline.config
+    if kind is not None:
+        taken = {to_camel(k) for k in kind.options}
+        # expandTimesteps outside Wan is refused below (the denoiser would size it per token)
+        ignored = sorted(k for k in options if k not in taken and k != "expandTimesteps")
+        if ignored:
+            notes.append(
+                f"{where}.config: {', '.join(ignored)} not an option of {pipeline.class_name} in "
+                "diffusers 0.42.1 (its __init__ takes "
+                + (", ".join(sorted(taken)) or "none")
+                + "); from_pretrained ignores such entries, and so does the estimate"
+            )
     if options.get("expandTimesteps") and pipeline.class_name not in (
         "WanPipeline",
         "WanImageToVideoPipeline",
