@@ -17,7 +17,8 @@ Bounds. A job is placed on a class only when the cluster can hold it: no more GP
 cluster's nodes of the class have together (when the inventory knows the class), else than
 :data:`MAX_JOB_GPUS`; tensor parallelism within one node (Megatron-LM and PyTorch's tensor
 parallel keep a tensor-parallel group on NVLink: its all-reduces sit on every layer's critical
-path). Each refusal says which bound was hit.
+path); a serving or generation pod (the engine's whole process group) within one node, since
+spanning nodes is not modelled. Each refusal says which bound was hit.
 
 The figures assume the class's interconnect within a node and, between nodes, a fabric that
 carries NCCL (InfiniBand, RoCE or EFA): gpu-sizer sizes memory, not the network, and a job
@@ -105,6 +106,15 @@ def bound_problem(
             "without an inventory (the largest public training job)"
         )
     tr = spec.training
+    if tr is None and total > per_node:
+        # Serving and generation run as one pod (the engine's process group, or one pipeline):
+        # a pod larger than a node is never scheduled. Engines that span nodes (vLLM or SGLang
+        # over Ray or a LeaderWorkerSet) are not modelled, so no friendlier split is offered.
+        return (
+            f"one pod of {total} GPUs (tensor x pipeline x data parallel) does not fit the "
+            f"{per_node} GPUs of one node ({source}); serving across nodes is not modelled: "
+            f"keep the parallel sizes' product within {per_node}"
+        )
     if tr is not None and tr.parallelism.tensor_parallel_size > per_node:
         return (
             f"tensorParallelSize {tr.parallelism.tensor_parallel_size} exceeds the {per_node} "
