@@ -93,13 +93,17 @@ async def test_a_pod_no_scheduler_binds_ends_on_the_unschedulable_timeout(
     cluster with a GPU scheduler does), which is down: the pod stays unbound and carries no
     PodScheduled condition; the default scheduler leaves it alone."""
     if isinstance(cluster, RealCluster):
+        # Named for the test's own namespace: the policy is cluster-scoped, and the suite's
+        # real-cluster-mode run may hold one of its own on the same control plane.
+        namespace = real_namespace(cluster)
+        policy = f"{namespace}-scheduler"
         try:
-            await cluster.create(MUTATING_POLICIES, _scheduler_policy())
+            await cluster.create(MUTATING_POLICIES, _scheduler_policy(policy))
         except ApiStatus as exc:
             if exc.status != 404:
                 raise
             pytest.skip("the cluster serves no admissionregistration.k8s.io/v1 admission policies")
-        await cluster.create(MUTATING_BINDINGS, _scheduler_binding(real_namespace(cluster)))
+        await cluster.create(MUTATING_BINDINGS, _scheduler_binding(policy, namespace))
         await eventually(lambda: _sent_to_the_gpu_scheduler(cluster), what="the policy in force")
     await cluster.create(GW, workload("unbound", spec()))
     # Time for the test (the emulator's Job controller) to create the pod before a Job without
@@ -112,13 +116,13 @@ async def test_a_pod_no_scheduler_binds_ends_on_the_unschedulable_timeout(
     assert f"schedulerName {SCHEDULER}" in measured["message"], measured
 
 
-def _scheduler_policy() -> dict[str, Any]:
+def _scheduler_policy(name: str) -> dict[str, Any]:
     """Every pod created goes to :data:`SCHEDULER` (a MutatingAdmissionPolicy, Kubernetes 1.36:
     an apply configuration in CEL)."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": "e2e-gpu-scheduler"},
+        "metadata": {"name": name},
         "spec": {
             "matchConstraints": {
                 "resourceRules": [
@@ -144,14 +148,14 @@ def _scheduler_policy() -> dict[str, Any]:
     }
 
 
-def _scheduler_binding(namespace: str) -> dict[str, Any]:
+def _scheduler_binding(name: str, namespace: str) -> dict[str, Any]:
     """:func:`_scheduler_policy` for ``namespace`` only."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": "e2e-gpu-scheduler"},
+        "metadata": {"name": name},
         "spec": {
-            "policyName": "e2e-gpu-scheduler",
+            "policyName": name,
             "matchResources": {
                 "namespaceSelector": {
                     "matchExpressions": [
