@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["FAMILY_KEYS", "MOE_KEYS", "family_key_problems", "unused_keys"]
+__all__ = ["FAMILY_KEYS", "MOE_KEYS", "MOE_MODEL_TYPES", "family_key_problems", "unused_keys"]
 
-_MOE: Final = (
+#: Model families that are mixture-of-experts: their architecture must say how many experts.
+MOE_MODEL_TYPES: Final = (
     "mixtral",
     "qwen2_moe",
     "qwen3_moe",
@@ -45,7 +46,7 @@ MOE_KEYS: Final = ("numLocalExperts", "numExperts", "nRoutedExperts", "numExpert
 
 #: Wire key -> the model types whose modeling code reads it.
 FAMILY_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    **{key: _MOE for key in MOE_KEYS},
+    **{key: MOE_MODEL_TYPES for key in MOE_KEYS},
     # per-expert width: Qwen-MoE, DeepSeek and GLM; Mixtral, gpt-oss, Llama 4 and Jamba size
     # their experts at intermediateSize
     "moeIntermediateSize": (*_QWEN_MOE, *_DEEPSEEK_GLM),

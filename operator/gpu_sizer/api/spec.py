@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel, to_snake
 
-from gpu_sizer.api.family_keys import FAMILY_KEYS, family_key_problems
+from gpu_sizer.api.family_keys import FAMILY_KEYS, MOE_MODEL_TYPES, family_key_problems
 
 __all__ = [
     "DEEPSPEED_DEFAULTS",
@@ -305,18 +305,6 @@ KNOWN_MODEL_TYPES: tuple[str, ...] = (
     "jamba",
 )
 
-#: Model families that are mixture-of-experts: their architecture must say how many experts.
-MOE_MODEL_TYPES: tuple[str, ...] = (
-    "mixtral",
-    "qwen2_moe",
-    "qwen3_moe",
-    "deepseek_v2",
-    "deepseek_v3",
-    "gpt_oss",
-    "llama4",
-    "glm4_moe",
-    "jamba",
-)
 
 #: Per-layer kinds of ``layerTypes`` (``transformers``' ``layer_types`` values; Nemotron-H's
 #: ``layers_block_type`` and Jamba's ``layers_block_type`` use the same words).
