@@ -11,18 +11,53 @@ unpacks them from ``../shared/envtest/`` and sets the variable.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gpu_sizer_testbed import controlplane
 from gpu_sizer_testbed.controlplane import ControlPlane, ControlPlaneError
 
-#: Runs the real kubectl against the control plane as its admin; returns the finished process.
-Kubectl = Callable[..., subprocess.CompletedProcess[str]]
+
+@dataclass(frozen=True)
+class Kubectl:
+    """The real kubectl with one kubeconfig (the admin's, or a ServiceAccount token's)."""
+
+    binary: str
+    kubeconfig: Path
+
+    def __call__(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.binary, "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+            )
+        return proc
+
+    def json(self, *args: str) -> Any:
+        """``kubectl get ... -o json``, parsed; ``None`` when the object is not found."""
+        proc = self("get", *args, "-o", "json", "--ignore-not-found", check=True)
+        return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+    def apply(self, doc: Mapping[str, Any] | str, *args: str, check: bool = True) -> Any:
+        """``kubectl apply -f -`` of one object or a YAML text."""
+        text = doc if isinstance(doc, str) else json.dumps(doc)
+        return self("apply", "-f", "-", *args, input=text, check=check)
 
 
 @pytest.fixture(scope="session")
@@ -49,23 +84,4 @@ def kubectl_binary() -> str:
 @pytest.fixture(scope="session")
 def kubectl(control_plane: ControlPlane) -> Kubectl:
     """``kubectl(*args, input=None, check=True)`` as the control plane's admin."""
-    binary = kubectl_binary()
-
-    def run(
-        *args: str, input: str | None = None, check: bool = True, timeout: float = 120
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [binary, "--kubeconfig", str(control_plane.admin_kubeconfig), *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
-            )
-        return proc
-
-    return run
+    return Kubectl(kubectl_binary(), control_plane.admin_kubeconfig)

@@ -38,6 +38,7 @@ import yaml
 from gpu_sizer_testbed.controlplane import ControlPlane
 
 from gpu_sizer.measurement.result import NvmlInfo, ProbeResult
+from tests.conftest import Kubectl
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpu-sizer"
@@ -70,41 +71,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass(frozen=True)
-class Kubectl:
-    """The real kubectl with one kubeconfig (the admin's, or a ServiceAccount token's)."""
-
-    binary: str
-    kubeconfig: Path
-
-    def __call__(
-        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
-    ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [self.binary, "--kubeconfig", str(self.kubeconfig), *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"kubectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
-            )
-        return proc
-
-    def json(self, *args: str) -> Any:
-        """``kubectl get ... -o json``, parsed; ``None`` when the object is not found."""
-        proc = self("get", *args, "-o", "json", "--ignore-not-found", check=True)
-        return json.loads(proc.stdout) if proc.stdout.strip() else None
-
-    def apply(self, doc: Mapping[str, Any] | str, *args: str, check: bool = True) -> Any:
-        """``kubectl apply -f -`` of one object or a YAML text."""
-        text = doc if isinstance(doc, str) else json.dumps(doc)
-        return self("apply", "-f", "-", *args, input=text, check=check)
 
 
 # ------------------------------------------------------------------------------------- Helm
