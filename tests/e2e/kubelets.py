@@ -29,6 +29,19 @@ PODS = ("", "v1", "pods")
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 
 
+def _owned_by(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ownerReferences the Job controller gives the pods of the Job ``meta`` describes."""
+    return [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+            "controller": True,
+        }
+    ]
+
+
 class Kubelet:
     """On the emulator: plays the scheduler, kubelet and Job controller for measurement Jobs
     (it creates each pod itself, bound to a node of its choice and with its status in the
@@ -76,15 +89,7 @@ class Kubelet:
                     "batch.kubernetes.io/controller-uid": meta.get("uid", ""),
                 },
                 "annotations": dict(tmpl["metadata"].get("annotations") or {}),
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": meta["name"],
-                        "uid": meta.get("uid", ""),
-                        "controller": True,
-                    }
-                ],
+                "ownerReferences": _owned_by(meta),
             },
             "spec": {**tmpl["spec"], **({"nodeName": node} if node else {})},
             "status": status,
@@ -191,15 +196,7 @@ class Kubelet:
                     "namespace": meta["namespace"],
                     "labels": {**tmpl["metadata"]["labels"], CONTROLLER_UID: meta.get("uid", "")},
                     "annotations": dict(tmpl["metadata"].get("annotations") or {}),
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "batch/v1",
-                            "kind": "Job",
-                            "name": meta["name"],
-                            "uid": meta.get("uid", ""),
-                            "controller": True,
-                        }
-                    ],
+                    "ownerReferences": _owned_by(meta),
                 },
                 "spec": {**tmpl["spec"], "schedulerName": scheduler},
                 "status": {"phase": "Pending"},
