@@ -106,7 +106,8 @@ ADMISSION_VERDICTS = Counter(
 ADMISSION_SHED = Counter(
     "gpusizer_admission_shed_total",
     "Admission reviews refused unanswered because the webhook was overloaded, by reason "
-    "(QueueFull: HTTP 429 at once; QueueTimeout: HTTP 503 after waiting half the timeout).",
+    "(QueueFull: HTTP 429 at once; QueueTimeout: HTTP 503 after waiting half the timeout; "
+    "Backlog: HTTP 429 at once, more work ahead in the worker threads than the latency budget).",
     ["reason"],
     registry=REGISTRY,
 )

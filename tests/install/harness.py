@@ -328,6 +328,28 @@ class Install:
         self.operator.stop()
         self.operator.start()
         eventually(self.operator.healthy, what="the restarted operator's /healthz")
+        self.wait_for_webhook()
+
+    def wait_for_webhook(self) -> None:
+        """Wait until the webhook port takes connections, where the webhook is enabled. kopf
+        answers ``/healthz`` once its startup handlers ran, and the webhook server starts beside
+        it: on a busy machine a second or more later, when a write would be refused."""
+        if not (self.values.get("webhook") or {}).get("enabled", True):
+            return
+
+        def listening() -> bool:
+            proc = self.operator.proc
+            if proc is not None and proc.poll() is not None:
+                raise AssertionError(
+                    f"the operator exited {proc.returncode}:\n{self.operator.tail()}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.webhook_port), timeout=5):
+                    return True
+            except OSError:
+                return False
+
+        eventually(listening, what=f"the operator's webhook on port {self.webhook_port}")
 
     def upgrade(self, values: Mapping[str, Any]) -> None:
         """``helm upgrade`` the release to ``values`` (complete, as with ``--reset-values``) and
@@ -338,6 +360,7 @@ class Install:
         self.operator.argv, self.operator.env = self._command()
         self.operator.start()
         eventually(self.operator.healthy, what="the upgraded operator's /healthz")
+        self.wait_for_webhook()
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         deployment = one(self.manifests, "Deployment")

@@ -17,7 +17,13 @@ and a queue that grows without bound turns a burst into minutes of answers nobod
   webhook configuration's ``failurePolicy`` decides, as for any webhook that does not answer;
 * the CPU work of a review (validating and sizing the spec, decoding a large body) runs in a
   pool of :data:`WORKERS` threads, not on the event loop that the operator's kopf handlers,
-  watches and health probes share: a slow review never stops the operator from serving events.
+  watches and health probes share: a slow review never stops the operator from serving events;
+* work is shed *before* it queues: the pool's pace is measured (the interval between
+  completions while work is waiting, smoothed), and work whose turn would come later than
+  :data:`QUEUE_BUDGET` seconds from now is refused at once with HTTP 429 (reason ``Backlog``)
+  instead of waiting its turn. The units and the queue above bound memory; this bounds latency:
+  past the rate the pool sustains, the reviews it can answer are answered within the budget and
+  the rest get their 429 in microseconds, not after hundreds of milliseconds in a queue.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import collections
 import contextlib
 import functools
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
@@ -37,6 +44,7 @@ __all__ = [
     "CAPACITY_UNITS",
     "DEFAULT_TIMEOUT",
     "MAX_QUEUED",
+    "QUEUE_BUDGET",
     "UNIT_BYTES",
     "WORKERS",
     "AdmissionCapacity",
@@ -61,6 +69,12 @@ MAX_QUEUED: Final = 128
 WORKERS: Final = 2
 #: Seconds the API server waits when the request does not say (``timeoutSeconds`` default).
 DEFAULT_TIMEOUT: Final = 10.0
+#: Seconds of work that may be queued ahead of a review before it is shed: the webhook's p99
+#: latency target (docs/benchmarks.md), so that what is answered is answered within it.
+QUEUE_BUDGET: Final = 0.025
+#: Weight of the newest interval in the smoothed pace of the pool (an exponentially weighted
+#: moving average over about the last ten completions).
+PACE_WEIGHT: Final = 0.1
 
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -101,6 +115,9 @@ class AdmissionCapacity:
     :param workers: threads for the reviews' CPU work.
     :param queue_share: share of a review's timeout it may spend waiting for room before it is
         shed with 503 (the rest is for the work itself and the network).
+    :param budget: seconds of work that may be ahead of new work in the pool before it is shed
+        with 429 (:data:`QUEUE_BUDGET`).
+    :param clock: monotonic seconds (a fake one in tests).
     """
 
     def __init__(
@@ -111,6 +128,8 @@ class AdmissionCapacity:
         max_queued: int = MAX_QUEUED,
         workers: int = WORKERS,
         queue_share: float = 0.5,
+        budget: float = QUEUE_BUDGET,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if units < 1 or unit_bytes < 1 or max_queued < 0 or workers < 1:
             raise ValueError("capacity bounds must be positive")
@@ -123,6 +142,16 @@ class AdmissionCapacity:
         self._free = units
         self._queue: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="admission")
+        if budget <= 0:
+            raise ValueError("budget must be positive")
+        self.budget = budget
+        self._clock = clock
+        #: Work submitted to the pool and not finished.
+        self._pending = 0
+        #: Smoothed seconds between completions while work was pending: the pool's pace.
+        self._pace = 0.0
+        #: When the last completion was, or when the pool last became busy, whichever is later.
+        self._mark = 0.0
 
     @property
     def waiting(self) -> int:
@@ -204,10 +233,66 @@ class AdmissionCapacity:
             self._free -= cost
             granted.set_result(None)
 
+    @property
+    def pending(self) -> int:
+        """Work submitted to the worker threads and not finished."""
+        return self._pending
+
+    @property
+    def pace(self) -> float:
+        """Smoothed seconds the pool takes per piece of work while work is waiting (0 until a
+        piece has finished)."""
+        return self._pace
+
+    def backlog(self) -> float:
+        """Seconds of work ahead of new work submitted now: the work pending, at the pool's
+        pace. One interpreter lock: the threads' Python work runs one at a time, so the pace
+        already is the whole pool's. An idle pool has none, so work is always admitted to it
+        (and its pace measured again) whatever the last pace was."""
+        return self._pending * self._pace
+
     async def run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
-        """``fn(*args, **kwargs)`` in a worker thread, awaited from the event loop."""
+        """``fn(*args, **kwargs)`` in a worker thread, awaited from the event loop.
+
+        :raises Overloaded: 429 (``Backlog``) at once when more than :attr:`budget` seconds
+            of work are ahead of it (:meth:`backlog`).
+        """
+        backlog = self.backlog()
+        if backlog > self.budget:
+            ADMISSION_SHED.labels("Backlog").inc()
+            raise Overloaded(
+                429,
+                "Backlog",
+                f"webhook overloaded: {self._pending} reviews ahead, about "
+                f"{1000 * backlog:.0f} ms of work (budget {1000 * self.budget:.0f} ms); "
+                "retry shortly",
+            )
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        if self._pending == 0:
+            self._mark = self._clock()  # the pool becomes busy: the next interval starts now
+        self._pending += 1
+        try:
+            return await loop.run_in_executor(
+                self._executor, functools.partial(fn, *args, **kwargs)
+            )
+        finally:
+            self._finished()
+
+    def _finished(self) -> None:
+        """One piece of work done: the interval since the previous completion (or since the
+        pool became busy) is one sample of the pool's pace."""
+        now = self._clock()
+        # One piece held far longer than the rest (a stalled read, a debugger) counts as twice
+        # the budget: enough to shed while it holds the pool, not enough to keep shedding long
+        # after it is gone.
+        interval = min(max(0.0, now - self._mark), 2 * self.budget)
+        self._pace = (
+            interval
+            if self._pace == 0.0
+            else (PACE_WEIGHT * interval + (1 - PACE_WEIGHT) * self._pace)
+        )
+        self._mark = now
+        self._pending -= 1
 
     def close(self) -> None:
         """Stop the worker threads (queued work is dropped; running work finishes)."""

@@ -14,20 +14,26 @@ that changes ``spec``. kopf dispatches every operation to these handlers whateve
 operator does not), so the handlers themselves allow anything else (DELETE, CONNECT, metadata-only
 and status updates, updates of an object being deleted) untouched: the server must not deny what
 it does not judge, whichever rules the chart registers. Neither handler ever touches ``status``.
+
+The webhook server calls these same functions itself for its three paths (:mod:`.direct`,
+:data:`DIRECT_ROUTES`), so they read their bodies only as mappings: kopf passes a
+:class:`kopf.Body`, the direct dispatch a read-only view of the decoded object.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
+from gpu_sizer.admission.answers import AnswerCache, spec_key
 from gpu_sizer.admission.capacity import AdmissionCapacity
 from gpu_sizer.admission.changes import judged
+from gpu_sizer.admission.direct import Route
 from gpu_sizer.admission.namespaces import (
     NamespaceLabels,
     NamespaceLookupError,
@@ -47,6 +53,7 @@ from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.metrics import ADMISSION_VERDICTS
 
 __all__ = [
+    "DIRECT_ROUTES",
     "AdmissionConfig",
     "DenialLogFilter",
     "configure_admission",
@@ -71,7 +78,31 @@ class AdmissionConfig:
     workloads: WorkloadFetcher = field(default_factory=kubernetes_workload_fetcher)
     #: Seconds a pod review waits for that read (the webhook's timeoutSeconds is 10 by default).
     workload_timeout: float = 4.0
+    #: Validation answers already given, by spec, namespace and policy (see :mod:`.answers`);
+    #: not an argument, so that a config made with other settings starts without them.
+    answers: AnswerCache = field(default_factory=AnswerCache, init=False, repr=False)
+    _effective: dict[frozenset[tuple[str, str]], EffectivePolicy] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    _uses_labels: bool = field(default=False, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self._uses_labels = self.policy.uses_labels
+
+    def effective_policy(self, labels: Mapping[str, str]) -> EffectivePolicy:
+        """``policy.for_namespace(labels)``, worked out once per label set (at most
+        :data:`MAX_LABEL_SETS` kept: namespaces of a cluster share a few label sets)."""
+        key = frozenset(labels.items())
+        found = self._effective.get(key)
+        if found is None:
+            if len(self._effective) >= MAX_LABEL_SETS:
+                self._effective.clear()
+            found = self._effective[key] = self.policy.for_namespace(labels)
+        return found
+
+
+#: Distinct namespace label sets whose effective policy is kept (then the memo starts over).
+MAX_LABEL_SETS = 1024
 
 _config = AdmissionConfig()
 
@@ -121,10 +152,10 @@ async def _policy_for(namespace: str | None) -> tuple[EffectivePolicy, str | Non
     :raises NamespaceLookupError: the policy depends on labels that could not be read.
     """
     config = _config
-    if not config.policy.uses_labels or not namespace:
-        return config.policy.for_namespace({}), None
+    if not config._uses_labels or not namespace:
+        return config.effective_policy({}), None
     labels, warning = await config.namespaces.get(namespace)
-    return config.policy.for_namespace(labels), warning
+    return config.effective_policy(labels), warning
 
 
 @kopf.on.validate(
@@ -132,12 +163,12 @@ async def _policy_for(namespace: str | None) -> tuple[EffectivePolicy, str | Non
 )
 async def validate_gpuworkload(
     *,
-    body: kopf.Body,
+    body: Mapping[str, Any],
     subresource: str | None,
     warnings: list[str],
     operation: str | None = None,
-    old: kopf.Body | None = None,
-    new: kopf.Body | None = None,
+    old: Mapping[str, Any] | None = None,
+    new: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """Deny specs that are invalid, break the namespace policy or have no safe headroom.
@@ -155,13 +186,16 @@ async def validate_gpuworkload(
         answer = Answer(Outcome.PolicyUnavailable, f"{exc}; retry shortly")
     else:
         config = _config
-        answer = await config.capacity.run(
-            review,
-            body.get("spec"),
-            namespace=namespace or "",
-            policy=policy,
-            catalog=config.catalog,
-        )
+        spec = body.get("spec")
+        text = spec_key(spec)
+        key = None if text is None else (text, namespace or "", policy)
+
+        def judge() -> Awaitable[Answer]:
+            return config.capacity.run(
+                review, spec, namespace=namespace or "", policy=policy, catalog=config.catalog
+            )
+
+        answer = await config.answers.answer(key, judge)
         if stale and answer.allowed:
             answer = Answer(Outcome.AllowedWithWarnings, "", (*answer.warnings, stale))
     ADMISSION_VERDICTS.labels(op, answer.outcome.value).inc()
@@ -173,13 +207,13 @@ async def validate_gpuworkload(
 @kopf.on.mutate(GROUP, VERSION, PLURAL, id="mutate-gpuworkload", operations=["CREATE", "UPDATE"])
 async def mutate_gpuworkload(
     *,
-    body: kopf.Body,
+    body: Mapping[str, Any],
     patch: kopf.Patch,
     subresource: str | None,
     warnings: list[str],
     operation: str | None = None,
-    old: kopf.Body | None = None,
-    new: kopf.Body | None = None,
+    old: Mapping[str, Any] | None = None,
+    new: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> None:
     """Write every default into ``spec`` (a JSONPatch of additions) so the stored object is
@@ -203,7 +237,7 @@ async def mutate_gpuworkload(
 @kopf.on.mutate("", "v1", "pods", id="mutate-pod", operations=["CREATE"])
 async def mutate_pod(
     *,
-    body: kopf.Body,
+    body: Mapping[str, Any],
     patch: kopf.Patch,
     subresource: str | None,
     warnings: list[str],
@@ -261,3 +295,12 @@ async def mutate_pod(
             target["spec"] = mutated.get("spec", {})
 
         patch.fns.append(apply)
+
+
+#: The handlers the webhook server calls itself, by path (:mod:`.direct`), rather than through
+#: kopf's dispatch; the same functions kopf calls.
+DIRECT_ROUTES: dict[str, Route] = {
+    "validate-gpuworkload": Route(validate_gpuworkload),
+    "mutate-gpuworkload": Route(mutate_gpuworkload, mutating=True),
+    "mutate-pod": Route(mutate_pod, mutating=True),
+}

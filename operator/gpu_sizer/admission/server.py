@@ -28,15 +28,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import gc
 import hashlib
 import json
 import logging
 import os
 import re
 import ssl
+import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
@@ -46,9 +48,11 @@ import kopf
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpu_sizer.admission import direct
 from gpu_sizer.admission.capacity import AdmissionCapacity, Overloaded, request_timeout
 from gpu_sizer.admission.changes import JUDGED_OPERATIONS
 from gpu_sizer.admission.handlers import (
+    DIRECT_ROUTES,
     AdmissionConfig,
     DenialLogFilter,
     configure_admission,
@@ -68,6 +72,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "PATH_RESOURCES",
     "SERVED_RESOURCES",
+    "SWITCH_INTERVAL",
     "AdmissionServer",
     "BadReview",
     "ClientErrorLogFilter",
@@ -110,6 +115,8 @@ PATH_RESOURCES: dict[str, frozenset[tuple[str, str, str]]] = {
     "mutate-gpuworkload": frozenset({(GROUP, VERSION, PLURAL)}),
     "mutate-pod": frozenset({("", "v1", "pods")}),
 }
+#: Thread switch interval while serving, in seconds (see ``AdmissionServer(switch_interval=)``).
+SWITCH_INTERVAL = 0.001
 #: Deepest accepted JSON nesting of a request body, in levels (arrays and objects). A
 #: GPUWorkload AdmissionReview nests about 8 levels (annotations and labels are flat string
 #: maps; a spec's deepest field is 3 levels under ``spec``); 64 leaves room for any extra
@@ -198,7 +205,13 @@ def json_depth_exceeds(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     (brackets inside strings are not nesting), then the running depth over the remaining
     brackets is computed with C-level iteration (regular expressions, ``accumulate``), so an
     8 MiB body costs milliseconds. Malformed text is left to the parser to report.
+
+    Nesting ``limit + 1`` levels takes at least ``limit + 1`` opening brackets, so text with
+    fewer (inside strings or not) is answered by two ``str.count`` passes: a GPUWorkload review
+    has some 20-40, and the full walk above cost more than decoding the JSON.
     """
+    if text.count("{") + text.count("[") <= limit:
+        return False
     brackets = _NOT_BRACKETS.sub("", _JSON_STRING.sub("", text))
     return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > limit
 
@@ -359,6 +372,25 @@ class AdmissionServer:
     :param body_timeout: seconds a client has to send the request body once its headers are in.
     :param capacity: bounds on concurrent work and the worker threads it runs in, shared with
         the handlers (:func:`configure` passes the one it gives them); a new one by default.
+    :param routes: paths whose kopf handler the server calls itself (:mod:`.direct`: the same
+        handler and answer, without kopf's per-request machinery); every other path goes
+        through the function kopf passes in. None by default; :func:`configure` passes
+        gpu-sizer's (:data:`gpu_sizer.admission.handlers.DIRECT_ROUTES`).
+    :param freeze_heap: once listening, collect garbage and move every object alive then (the
+        modules, the API models' validators, the catalog, kopf's registry: some 150,000
+        objects) out of the cyclic garbage collector's reach (:func:`gc.freeze`). A full
+        collection otherwise traverses all of them: 200-400 ms pauses under load, every
+        review in flight waiting (docs/benchmarks.md). Objects made later are collected as
+        usual; only reference cycles among the frozen ones would never be freed. Set by
+        :func:`configure` for the operator's process; undone (:func:`gc.unfreeze`) when the
+        server stops.
+    :param switch_interval: seconds the interpreter lets a thread run before handing the lock
+        to another that waits (:func:`sys.setswitchinterval`, default 5 ms) while the server
+        listens, ``None`` to leave it. A review's verdict computing in a worker thread holds
+        the lock, and the event loop, which gives it up at every socket call, then waits up
+        to a whole interval each time it wants it back: with two threads busy, a timer of
+        the loop ran 25 ms late (median) at 5 ms and 10 ms late at 1 ms (docs/benchmarks.md).
+        :func:`configure` sets :data:`SWITCH_INTERVAL`.
     :param file_check_interval: seconds between checks of the certificate files for renewal.
     :param refresh: blocking callable run every ``refresh_interval`` seconds in a worker thread
         (self-signed mode: renew the Secret, rewrite the files, patch caBundles).
@@ -379,6 +411,9 @@ class AdmissionServer:
         idle_timeout: float = IDLE_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
         capacity: AdmissionCapacity | None = None,
+        routes: Mapping[str, direct.Route] | None = None,
+        freeze_heap: bool = False,
+        switch_interval: float | None = None,
         file_check_interval: float = 60.0,
         refresh: Callable[[], object] | None = None,
         refresh_interval: float = 3600.0,
@@ -395,6 +430,9 @@ class AdmissionServer:
         self.idle_timeout = idle_timeout
         self.body_timeout = body_timeout
         self.capacity = AdmissionCapacity() if capacity is None else capacity
+        self.routes = dict(routes or {})
+        self.freeze_heap = freeze_heap
+        self.switch_interval = switch_interval
         self.file_check_interval = file_check_interval
         self.refresh = refresh
         self.refresh_interval = refresh_interval
@@ -434,8 +472,11 @@ class AdmissionServer:
         self, fn: kopf.WebhookFn, webhook: str, request: aiohttp.web.Request
     ) -> aiohttp.web.Response:
         try:
-            async with asyncio.timeout(self.body_timeout):
+            if request.content.is_eof():  # received whole (the usual case): nothing to wait for
                 raw = await request.read()
+            else:
+                async with asyncio.timeout(self.body_timeout):
+                    raw = await request.read()
         except TimeoutError:
             # A client trickling its body holds a connection and a buffer: cut it off.
             return _text(408, f"request body not received within {self.body_timeout:g} s")
@@ -452,9 +493,18 @@ class AdmissionServer:
         except BadReview as exc:
             return _text(exc.status, exc.text)
         del raw
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        route = self.routes.get(webhook)
         try:
-            response = await fn(data, webhook=webhook, headers=dict(request.headers), sslpeer=peer)
+            if route is not None:
+                response = await direct.serve(route, data, webhook=webhook)
+            else:
+                transport = request.transport
+                peer = transport.get_extra_info("peercert") if transport else None
+                response = await fn(
+                    data, webhook=webhook, headers=dict(request.headers), sslpeer=peer
+                )
+        except Overloaded:  # shed from inside the handler: answered 429 by _handle
+            raise
         except Exception as exc:  # a gpu-sizer or kopf bug: the request passed every check
             logger.exception("Admission request %s failed", data["request"]["uid"])
             return _text(500, f"admission request failed: {type(exc).__name__}: {exc}")
@@ -463,6 +513,7 @@ class AdmissionServer:
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._load(context)
+        switch_before = sys.getswitchinterval()
         app = aiohttp.web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/{id}", functools.partial(self._handle, fn))
         runner = aiohttp.web.AppRunner(
@@ -485,6 +536,11 @@ class AdmissionServer:
             )
             await site.start()
             host, port = runner.addresses[0][:2]
+            if self.freeze_heap:
+                gc.collect()
+                gc.freeze()
+            if self.switch_interval is not None:
+                sys.setswitchinterval(self.switch_interval)
             self.bound = (host, port)
             logger.info("Admission webhooks listening at https://%s:%d/", host, port)
             config = kopf.WebhookClientConfig(url=f"https://{host}:{port}")
@@ -493,6 +549,11 @@ class AdmissionServer:
             yield config
             await self._watch(context)
         finally:
+            if self.bound is not None:
+                if self.switch_interval is not None:
+                    sys.setswitchinterval(switch_before)
+                if self.freeze_heap:
+                    gc.unfreeze()
             await runner.cleanup()
 
     async def _watch(self, context: ssl.SSLContext) -> None:
@@ -576,6 +637,9 @@ def configure(
         if not any(isinstance(f, log_filter) for f in target.filters):
             target.addFilter(log_filter())
     capacity = AdmissionCapacity()
+    from gpu_sizer.admission.kube import import_client
+
+    import_client()
     configure_admission(
         AdmissionConfig(
             policy=policy,
@@ -633,6 +697,9 @@ def configure(
         pkeyfile=directory / "tls.key",
         cafile=cafile,
         capacity=capacity,
+        routes=DIRECT_ROUTES,
+        freeze_heap=True,
+        switch_interval=SWITCH_INTERVAL,
         refresh=refresh,
     )
     settings.admission.server = server
