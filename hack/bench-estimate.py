@@ -11,6 +11,13 @@ maxNumSeqs and maxModelLen that fit, tensor-parallel sizes), which only happens 
 rejected; so is Llama-3-70B in bf16 without tensor parallelism (issue 13's slowest rejection),
 with the number of estimates one assessment makes.
 
+Diffusion examples (``spec.generation``) get lines of their own: the warm figure (the component
+models built and the estimate memoised: what a webhook pays for a workload it has seen), the
+cost of new sizes of a known pipeline (the estimate memo cleared before every iteration, the
+component models kept), and the first sight of the pipeline (every diffusion cache cleared:
+module trees built and walked again). The target (issue 23) is every diffusion example under
+200 µs median warm.
+
 Usage: ``PYTHONPATH=operator python hack/bench-estimate.py [--iterations N] [--warmup N]``.
 The process pins itself to one core (``os.sched_setaffinity``) where the OS allows it. Each line
 also gives the rate in the process's CPU time (``time.process_time``), the figure that stays
@@ -35,6 +42,8 @@ import yaml
 from gpu_sizer import sizing
 from gpu_sizer.api import parse_workload
 from gpu_sizer.budget.activations import activation_token_elements
+from gpu_sizer.budget.diffusion.estimate import estimates_clear
+from gpu_sizer.budget.diffusion.resolved import cache_clear as components_clear
 from gpu_sizer.budget.kv_cache import kv_geometry
 from gpu_sizer.budget.params import layer_plan, layout
 from gpu_sizer.sizing import Verdict, assess
@@ -83,8 +92,17 @@ def _clear_memos() -> None:
         memo.cache_clear()
 
 
+def _clear_diffusion() -> None:
+    components_clear()
+    estimates_clear()
+
+
 def _run(
-    docs: list[tuple[str, Any]], iterations: int, warmup: int, cold: bool = False
+    docs: list[tuple[str, Any]],
+    iterations: int,
+    warmup: int,
+    cold: bool = False,
+    clear: Any = _clear_memos,
 ) -> tuple[float, float, list[int]]:
     """Run ``iterations`` assessments cycling over ``docs``; return (per wall second, per CPU
     second, sorted wall ns)."""
@@ -96,7 +114,7 @@ def _run(
     for i in range(iterations):
         doc = docs[i % len(docs)][1]
         if cold:
-            _clear_memos()
+            clear()
         t0 = clock()
         assess(parse_workload(doc))
         samples.append(clock() - t0)
@@ -139,12 +157,35 @@ def main() -> None:
             *_run(fitting, args.iterations, args.warmup),
         )
     )
+    per_example = max(1, args.iterations // 10)
+    diffusion = [(n, d) for n, d in fitting + rejected if "generation" in d["spec"]]
     for name, doc in fitting:
-        result = _run([(name, doc)], max(1, args.iterations // 10), args.warmup // 10)
+        if "generation" in doc["spec"]:
+            continue
+        result = _run([(name, doc)], per_example, args.warmup // 10)
         print("  " + _line(name, *result))
         if name == MID_SIZE_MOE:
             cold = _run([(name, doc)], max(1, args.iterations // 10), 0, cold=True)
             print("  " + _line(f"{name}, first sight of the architecture", *cold))
+    print(f"diffusion examples ({len(diffusion)}), warm: component models built, estimate memoised")
+    slowest = 0.0
+    for name, doc in diffusion:
+        if name in {n for n, _ in rejected}:
+            continue  # timed with the rejections below
+        result = _run([(name, doc)], per_example, args.warmup // 10)
+        slowest = max(slowest, statistics.median(result[2]))
+        print("  " + _line(name, *result))
+    print(f"  slowest warm median {_us(slowest)} (target: under 200 µs)")
+    print("diffusion, new sizes of a known pipeline (estimate memo cleared each iteration)")
+    for name, doc in diffusion:
+        result = _run([(name, doc)], per_example // 4, 0, cold=True, clear=estimates_clear)
+        print("  " + _line(name, *result))
+    print("diffusion, first sight of the pipeline (every diffusion cache cleared each iteration)")
+    for name, doc in diffusion:
+        result = _run(
+            [(name, doc)], max(1, per_example // 20), 0, cold=True, clear=_clear_diffusion
+        )
+        print("  " + _line(name, *result))
     rejected.append(("llama-3-70b bf16 without tensor parallelism", LLAMA_3_70B_NO_TP))
     for name, doc in rejected:
         result = _run([(name, doc)], max(1, args.iterations // 20), args.warmup // 20)

@@ -68,6 +68,19 @@ LLAVA_LLAMA3_8B: Config = {
     "vocab_size": 128320,
 }
 
+#: CompVis/stable-diffusion-safety-checker (SD 1.x's safety_checker/config.json, a CLIPConfig:
+#: only the vision tower is built).
+SD_SAFETY_CHECKER: Config = {
+    "projection_dim": 768,
+    "vision_config": {
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 24,
+        "patch_size": 14,
+    },
+}
+
 SD_VAE: Config = {
     "block_out_channels": [128, 256, 512, 512],
     "down_block_types": ["DownEncoderBlock2D"] * 4,
@@ -114,6 +127,19 @@ SD35_LARGE: Config = {
     "out_channels": 16,
     "pos_embed_max_size": 192,
     "qk_norm": "rms_norm",
+}
+SD3_MEDIUM: Config = {
+    "sample_size": 128,
+    "patch_size": 2,
+    "in_channels": 16,
+    "num_layers": 24,
+    "attention_head_dim": 64,
+    "num_attention_heads": 24,
+    "joint_attention_dim": 4096,
+    "caption_projection_dim": 1536,
+    "pooled_projection_dim": 2048,
+    "out_channels": 16,
+    "pos_embed_max_size": 192,
 }
 FLUX_DEV: Config = {
     "patch_size": 1,
@@ -240,6 +266,7 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
             ("text_encoder", "CLIPTextModel", CLIP_L),
             ("unet", "UNet2DConditionModel", SD15_UNET),
             ("vae", "AutoencoderKL", SD_VAE),
+            ("safety_checker", "StableDiffusionSafetyChecker", SD_SAFETY_CHECKER),
         ],
     ),
     "stabilityai/stable-diffusion-xl-base-1.0": (
@@ -258,6 +285,16 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
             ("text_encoder_2", "CLIPTextModelWithProjection", CLIP_BIGG),
             ("text_encoder_3", "T5EncoderModel", T5_XXL),
             ("transformer", "SD3Transformer2DModel", SD35_LARGE),
+            ("vae", "AutoencoderKL", VAE_16CH),
+        ],
+    ),
+    "stabilityai/stable-diffusion-3-medium-diffusers": (
+        "StableDiffusion3Pipeline",
+        [
+            ("text_encoder", "CLIPTextModelWithProjection", CLIP_L),
+            ("text_encoder_2", "CLIPTextModelWithProjection", CLIP_BIGG),
+            ("text_encoder_3", "T5EncoderModel", T5_XXL),
+            ("transformer", "SD3Transformer2DModel", SD3_MEDIUM),
             ("vae", "AutoencoderKL", VAE_16CH),
         ],
     ),
@@ -340,6 +377,13 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
     ),
 }
 
+#: Pipeline options of model_index.json (the entries that are not components), by repository.
+OPTIONS: dict[str, Config] = {
+    "stable-diffusion-v1-5/stable-diffusion-v1-5": {"requires_safety_checker": True},
+    "stabilityai/stable-diffusion-xl-base-1.0": {"force_zeros_for_empty_prompt": True},
+    "Wan-AI/Wan2.2-T2V-A14B-Diffusers": {"boundary_ratio": 0.875, "expand_timesteps": False},
+}
+
 #: Every (class, config) pair above once, for the oracle tests.
 COMPONENTS: dict[str, tuple[str, Config]] = {
     f"{repo}:{name}": (cls, config)
@@ -349,7 +393,8 @@ COMPONENTS: dict[str, tuple[str, Config]] = {
 
 
 def camel(config: Config) -> Config:
-    """The config's keys camelCased, as spec.model.pipeline.components[].config holds them."""
+    """The config's keys camelCased (nested objects too), as
+    spec.model.pipeline.components[].config holds them."""
     from pydantic.alias_generators import to_camel
 
-    return {to_camel(k): v for k, v in config.items()}
+    return {to_camel(k): camel(v) if isinstance(v, dict) else v for k, v in config.items()}

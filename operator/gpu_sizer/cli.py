@@ -924,17 +924,24 @@ def _import_diffusers(args: argparse.Namespace) -> int:
         path = root / name / "config.json"
         if not path.is_file():
             return None
-        loaded = json.loads(read_text(str(path)))
+        try:
+            loaded = json.loads(read_text(str(path)))
+        except json.JSONDecodeError as exc:
+            raise UnsupportedPipeline(f"{name}/config.json: invalid JSON: {exc}") from None
         if not isinstance(loaded, dict):
             raise UnsupportedPipeline(f"{name}/config.json must be a JSON object")
         return loaded
+
+    def signature(cls: str) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+        kind = PIPELINES.get(cls)
+        return None if kind is None else (kind.components, kind.options)
 
     index_path = root / "model_index.json"
     try:
         index = json.loads(read_text(str(index_path)))
         if not isinstance(index, dict):
             raise UnsupportedPipeline("model_index.json must be a JSON object")
-        cls, components = pipeline_from_model_index(index, read_config)
+        imported = pipeline_from_model_index(index, read_config, signature=signature)
     except UnreadableFile as exc:
         print(f"{index_path}: cannot read: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -944,6 +951,9 @@ def _import_diffusers(args: argparse.Namespace) -> int:
     except UnsupportedPipeline as exc:
         print(f"{root}: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    cls = imported.class_name
+    for note in imported.notes:
+        print(f"Note: {note}", file=sys.stderr)
     defaults = CALL_DEFAULTS.get(cls)
     if defaults is None and (args.height is None or args.width is None):
         print(
@@ -954,7 +964,9 @@ def _import_diffusers(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     height, width, frames = defaults or (args.height, args.width, None)
     kind = PIPELINES.get(cls)
-    task = args.task or (kind.tasks[0].value if kind is not None else "TextToImage")
+    task = args.task or (
+        kind.tasks[0].value if kind is not None else ("TextToVideo" if frames else "TextToImage")
+    )
     generation: dict[str, Any] = {
         "task": task,
         "height": args.height or height,
@@ -970,7 +982,7 @@ def _import_diffusers(args: argparse.Namespace) -> int:
     if args.offload is not None:
         generation["offload"] = args.offload
     entries = []
-    for c in components:
+    for c in imported.components:
         entry = dict(c.entry)
         if not c.sized:
             count = _meta_parameter_count(c.library, c.class_name, c.config)
@@ -989,10 +1001,14 @@ def _import_diffusers(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
         entries.append(entry)
+    pipeline: dict[str, Any] = {"class": cls}
+    if imported.options:
+        pipeline["config"] = imported.options
+    pipeline["components"] = entries
     model: dict[str, Any] = {
         "name": args.model_id or root.resolve().name,
         "dtype": args.dtype or "bfloat16",
-        "pipeline": {"class": cls, "components": entries},
+        "pipeline": pipeline,
     }
     if args.revision:
         model["revision"] = args.revision
@@ -1015,21 +1031,31 @@ def _import_diffusers(args: argparse.Namespace) -> int:
 def _meta_parameter_count(library: str, cls: str, config: dict[str, Any]) -> int | None:
     """Parameters of ``cls`` built from ``config`` by its library on PyTorch's meta device (no
     memory), or ``None`` when the library or the class is not available. An optional extra of
-    this command only: the operator and the webhook never import diffusers or transformers."""
+    this command only: the operator and the webhook never import diffusers or transformers.
+
+    ``library`` is the ``model_index.json`` entry's: ``diffusers``, ``transformers``, or a
+    ``diffusers.pipelines`` module (``stable_diffusion`` for SD's safety checker), as
+    ``diffusers``' ``load_sub_model`` resolves it. A transformers model is built from its
+    config class (``from_dict``: nested ``text_config``/``vision_config`` objects included).
+    """
     import importlib
     import warnings
 
     try:
         torch = importlib.import_module("torch")
-        lib = importlib.import_module(library)
+        if library in ("diffusers", "transformers"):
+            lib = importlib.import_module(library)
+        else:
+            lib = importlib.import_module(f"diffusers.pipelines.{library}")
         model_cls = getattr(lib, cls)
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, ValueError):
         return None
     try:
         with warnings.catch_warnings(), torch.device("meta"):
             warnings.simplefilter("ignore")
-            if library == "transformers":
-                model = model_cls(model_cls.config_class.from_dict(config))
+            config_class = getattr(model_cls, "config_class", None)
+            if config_class is not None and hasattr(config_class, "from_dict"):
+                model = model_cls(config_class.from_dict(config))
             else:
                 model = model_cls.from_config(config)
         return int(sum(p.numel() for p in model.parameters()))

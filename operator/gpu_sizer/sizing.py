@@ -695,12 +695,25 @@ def _fixes(
 
     out: list[Fix] = []
     if spec.generation is not None:
+        # Candidates come cheapest first (time per image). A searched field (batchSize, largest
+        # first; ulyssesDegree, smallest first) reports its first value that fits; a batch that
+        # never fits is reported at its floor (1) as not enough alone.
+        searched = ("batchSize", "ulyssesDegree")
+        tried: list[tuple[str, Fix]] = []
         for path, value, changed, what in generation_candidates(spec):
-            if path.endswith("ulyssesDegree") and any(f.field == path for f in out):
-                continue  # the smallest degree that fits is the fix
-            candidate = fix(path, value, changed, what)
-            if not path.endswith("ulyssesDegree") or candidate.fits:
-                out.append(candidate)
+            if path.endswith(searched) and any(p == path and f.fits for p, f in tried):
+                continue
+            tried.append((path, fix(path, value, changed, what)))
+        for i, (path, candidate) in enumerate(tried):
+            if path.endswith(searched) and not candidate.fits:
+                later = [f for p, f in tried[i + 1 :] if p == path]
+                if (
+                    later
+                    or path.endswith("ulyssesDegree")
+                    or any(p == path and f.fits for p, f in tried)
+                ):
+                    continue
+            out.append(candidate)
         return out
     inf, tr = spec.inference, spec.training
     arch = spec.model.architecture

@@ -183,26 +183,26 @@ GENERATION = [p for p in EXAMPLES if "pipeline" in _load(p)["spec"]["model"]]
 
 
 @pytest.mark.parametrize("path", GENERATION, ids=lambda p: p.name)
-def test_generation_example_is_the_published_pipeline(path: Path) -> None:
-    """Every component config key of a pipeline example has the value of the published
-    config.json (tests/diffusers_configs.py, the parameter-count oracle's configs)."""
-    from tests.budget.diffusion.specs import pipeline_spec
-    from tests.diffusers_configs import PIPELINES, camel
-
-    from gpu_sizer.budget.diffusion.estimate import pipeline_parameter_count
+def test_generation_example_is_the_published_pipeline(
+    path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every pipeline example is what ``gpu-sizer import-diffusers`` writes from the published
+    Hub folder (tests/budget/diffusion/hub: model_index.json and each component's config.json):
+    same class, options, components and config values; the example adds only how it runs
+    (component dtype, offload, device)."""
+    from gpu_sizer.cli import main
 
     model = _load(path)["spec"]["model"]
-    cls, parts = PIPELINES[model["name"]]
-    published = {name: (klass, camel(config)) for name, klass, config in parts}
-    assert model["pipeline"]["class"] == cls
-    given = model["pipeline"]["components"]
-    assert {c["name"] for c in given} == set(published)
-    for component in given:
-        klass, config = published[component["name"]]
-        assert component["class"] == klass
-        for key, value in component.get("config", {}).items():
-            assert json.loads(json.dumps(config[key])) == value, (component["name"], key)
-    # the keys left out default to the published values: same parameter count as the full configs
-    generation = {"task": "TextToImage", "height": 512, "width": 512}
-    full = pipeline_spec(model["name"], **generation)
-    assert pipeline_parameter_count(parse_workload(_load(path))) == pipeline_parameter_count(full)
+    folder = Path(__file__).resolve().parents[1] / "budget" / "diffusion" / "hub"
+    folder = folder / model["name"].replace("/", "--")
+    assert main(["import-diffusers", str(folder), "--name", "x"]) == 0
+    imported = yaml.safe_load(capsys.readouterr().out)["spec"]["model"]["pipeline"]
+    given = model["pipeline"]
+    assert given["class"] == imported["class"]
+    assert given.get("config", {}) == imported.get("config", {})
+    assert [c["name"] for c in given["components"]] == [c["name"] for c in imported["components"]]
+    for ours, theirs in zip(given["components"], imported["components"], strict=True):
+        assert ours["class"] == theirs["class"]
+        assert ours["config"] == theirs["config"], ours["name"]
+        extra = set(ours) - {"name", "class", "config"}
+        assert extra <= {"dtype", "offload", "groupOffload", "device"}, extra

@@ -9,13 +9,19 @@ signature of the version modelled: ``diffusers`` 0.42.1 and ``transformers`` 5.2
 compares every default here with the library's).
 
 Roles: ``Denoiser`` (UNet or diffusion transformer), ``Vae`` (autoencoder), ``TextEncoder``,
-``ImageEncoder`` (Wan 2.1 image-to-video's CLIP vision tower).
+``ImageEncoder`` (Wan 2.1 image-to-video's CLIP vision tower), ``SafetyChecker`` (Stable
+Diffusion 1.x/2.x's ``StableDiffusionSafetyChecker``, a CLIP vision tower run on the decoded
+images).
+
+A nested config object (``CLIPConfig.vision_config`` of the safety checker) is a key of kind
+``obj`` whose default is the mapping of its own keys; missing inner keys take the inner
+class's defaults (``transformers`` ``CLIPVisionConfig``), as ``PretrainedConfig`` does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
@@ -39,16 +45,27 @@ class Role(StrEnum):
     Vae = "Vae"
     TextEncoder = "TextEncoder"
     ImageEncoder = "ImageEncoder"
+    SafetyChecker = "SafetyChecker"
 
 
 @dataclass(frozen=True)
 class ConfigKey:
     """One config.json key: its kind (``int``, ``float``, ``bool``, ``str``, ``ints``, ``strs``,
-    ``int|ints``, ``bools``), whether ``null`` is allowed, and the class default."""
+    ``int|ints``, ``bools``, or ``obj``: a nested object whose ``default`` maps its own keys to
+    :class:`ConfigKey`), whether ``null`` is allowed, and the class default."""
 
     kind: str
     default: Any
     nullable: bool = False
+    #: ``obj`` keys: camelCase inner name -> (snake_case key, spec), computed once
+    inner: Mapping[str, tuple[str, ConfigKey]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.kind == "obj":
+            wire = {to_camel(k): (k, v) for k, v in self.default.items()}
+            object.__setattr__(self, "inner", wire)
 
 
 def _k(kind: str, default: Any, nullable: bool = False) -> ConfigKey:
@@ -57,11 +74,22 @@ def _k(kind: str, default: Any, nullable: bool = False) -> ConfigKey:
 
 @dataclass(frozen=True)
 class ComponentClass:
-    """A class gpu-sizer can size: its library, role and the config keys it reads."""
+    """A class gpu-sizer can size: its library, role and the config keys it reads.
+
+    ``library`` is the first element of the class's ``model_index.json`` entry (``diffusers``,
+    ``transformers``, or a ``diffusers.pipelines`` module such as ``stable_diffusion``).
+    """
 
     library: str
     role: Role
     keys: Mapping[str, ConfigKey]
+    #: camelCase wire name -> (snake_case key, spec), computed once per class
+    wire: Mapping[str, tuple[str, ConfigKey]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "wire", {to_camel(k): (k, v) for k, v in self.keys.items()})
 
 
 _CLIP_TEXT: Final = {
@@ -378,6 +406,25 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "feed_forward_proj": _k("str", "gated-gelu"),
         },
     ),
+    "StableDiffusionSafetyChecker": ComponentClass(
+        "stable_diffusion",
+        Role.SafetyChecker,
+        {
+            "projection_dim": _k("int", 512),
+            "vision_config": _k(
+                "obj",
+                {
+                    "hidden_size": _k("int", 768),
+                    "intermediate_size": _k("int", 3072),
+                    "num_hidden_layers": _k("int", 12),
+                    "num_attention_heads": _k("int", 12),
+                    "num_channels": _k("int", 3),
+                    "image_size": _k("int", 224),
+                    "patch_size": _k("int", 32),
+                },
+            ),
+        },
+    ),
     "LlamaModel": ComponentClass(
         "transformers",
         Role.TextEncoder,
@@ -407,10 +454,27 @@ WEIGHTLESS_SUFFIXES: Final = (
 )
 
 _BOUND: Final = 10_000_000
+#: List kinds and their item type (``int|ints`` as a list is ``ints``).
+_ITEM: Final[dict[str, type]] = {"ints": int, "int|ints": int, "strs": str, "bools": bool}
 
 
 def _check(kind: str, value: Any) -> str | None:
-    """Why ``value`` is not of ``kind``, or ``None``."""
+    """Why ``value`` is not of ``kind``, or ``None`` (``obj`` values are checked key by key in
+    :func:`config_problems`)."""
+    t = type(value)
+    if t is int:  # the common cases first, exactly (bool is not int here)
+        if kind == "int" or kind == "int|ints":
+            return None if 0 <= value <= _BOUND else f"must be between 0 and {_BOUND}"
+        if kind == "float" and 0 < value <= _BOUND:
+            return None
+    elif t is list and kind in _ITEM:
+        of = _ITEM[kind]
+        if all(type(v) is of for v in value) and (
+            of is not int or all(0 <= v <= _BOUND for v in value)
+        ):
+            return None
+    elif (t is str and kind == "str") or (t is bool and kind == "bool"):
+        return None
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             return "must be an integer"
@@ -436,40 +500,128 @@ def _check(kind: str, value: Any) -> str | None:
         return None
     if kind == "int|ints":
         return _check("ints" if isinstance(value, list | tuple) else "int", value)
+    if kind == "obj":
+        return None if isinstance(value, Mapping) else "must be an object"
     raise AssertionError(kind)
+
+
+def _problems(
+    wire: Mapping[str, tuple[str, ConfigKey]], config: Mapping[str, Any], prefix: str
+) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for name, value in config.items():
+        known = wire.get(name)
+        if known is None:
+            continue  # a key the memory model does not read: kept and ignored
+        spec = known[1]
+        if value is None:
+            if not spec.nullable:
+                problems.append((prefix + name, "must not be null"))
+            continue
+        bad = _check(spec.kind, value)
+        if bad is not None:
+            problems.append((prefix + name, bad))
+        elif spec.kind == "obj":
+            problems += _problems(spec.inner, value, f"{prefix}{name}.")
+    return problems
+
+
+def _resolve_if_valid(
+    wire: Mapping[str, tuple[str, ConfigKey]], config: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """:func:`_resolve` of ``config`` in the same pass as its checks; ``None`` at the first key
+    with a problem (:func:`_problems` then says which, in the config's order). Scalars of the
+    key's own type are checked inline: this runs for every component of every spec parsed."""
+    out: dict[str, Any] = {}
+    get = config.get
+    for name, key, kind, spec in _plan(wire):
+        value = get(name, _MISSING)
+        t = type(value)
+        if t is int and (kind == "int" or kind == "int|ints"):
+            if not 0 <= value <= _BOUND:
+                return None
+        elif (t is str and kind == "str") or (t is bool and kind == "bool"):
+            pass
+        elif value is _MISSING or value is None:
+            if value is None and not spec.nullable:
+                return None
+            if kind == "obj":
+                out[key] = _resolve(spec.inner, {})
+                continue
+            if value is _MISSING:
+                value = spec.default
+        elif _check(kind, value) is not None:
+            return None
+        elif kind == "obj":
+            inner = _resolve_if_valid(spec.inner, value)
+            if inner is None:
+                return None
+            out[key] = inner
+            continue
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+_PLANS: Final[dict[int, tuple[Mapping[str, Any], list[tuple[str, str, str, ConfigKey]]]]] = {}
+
+
+def _plan(wire: Mapping[str, tuple[str, ConfigKey]]) -> list[tuple[str, str, str, ConfigKey]]:
+    """(camelCase key, snake_case key, kind, key spec) of each key of ``wire``, built once per
+    wire table (the tables are module constants; each entry keeps its table alive, so the id
+    stays its own)."""
+    hit = _PLANS.get(id(wire))
+    if hit is None or hit[0] is not wire:
+        hit = _PLANS[id(wire)] = (wire, [(n, k, c.kind, c) for n, (k, c) in wire.items()])
+    return hit[1]
+
+
+def checked_config(
+    cls: str, config: Mapping[str, Any]
+) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+    """:func:`config_problems` and, when there are none, :func:`resolved_config` (``None`` for
+    a class gpu-sizer does not know), in one pass over the keys the class reads."""
+    known = COMPONENT_CLASSES.get(cls)
+    if known is None:
+        return [], None
+    out = _resolve_if_valid(known.wire, config)
+    if out is None:
+        return _problems(known.wire, config, ""), None
+    return [], out
 
 
 def config_problems(cls: str, config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(camelCase key, message) for each key of ``config`` that ``cls`` reads and that has the
-    wrong type; empty for classes gpu-sizer does not know (their config is not read)."""
+    wrong type (inner keys of a nested object as ``visionConfig.hiddenSize``); empty for
+    classes gpu-sizer does not know (their config is not read)."""
     known = COMPONENT_CLASSES.get(cls)
     if known is None:
         return []
-    problems: list[tuple[str, str]] = []
-    for key, spec in known.keys.items():
-        wire = to_camel(key)
-        if wire not in config:
+    return _problems(known.wire, config, "")
+
+
+def _resolve(
+    wire: Mapping[str, tuple[str, ConfigKey]], config: Mapping[str, Any]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, (key, spec) in wire.items():
+        value = config.get(name, _MISSING)
+        if spec.kind == "obj":
+            inner = value if isinstance(value, Mapping) else {}
+            out[key] = _resolve(spec.inner, inner)
             continue
-        value = config[wire]
-        if value is None:
-            if not spec.nullable:
-                problems.append((wire, "must not be null"))
-            continue
-        bad = _check(spec.kind, value)
-        if bad is not None:
-            problems.append((wire, bad))
-    return problems
+        if value is _MISSING:
+            value = spec.default
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+_MISSING: Final = object()
 
 
 def resolved_config(cls: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """The keys ``cls`` reads (snake_case), from ``config`` (camelCase) or the class default.
 
-    Lists come back as tuples. Call only for a known class whose config passed
-    :func:`config_problems`.
+    Lists come back as tuples, nested objects as dicts of their own resolved keys. Call only
+    for a known class whose config passed :func:`config_problems`.
     """
-    known = COMPONENT_CLASSES[cls]
-    out: dict[str, Any] = {}
-    for key, spec in known.keys.items():
-        value = config.get(to_camel(key), spec.default)
-        out[key] = tuple(value) if isinstance(value, list) else value
-    return out
+    return _resolve(COMPONENT_CLASSES[cls].wire, config)

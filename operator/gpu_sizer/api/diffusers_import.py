@@ -1,33 +1,52 @@
 """A diffusers pipeline directory as a GPUWorkload skeleton (``gpu-sizer import-diffusers``). Pure.
 
 A pipeline saved by ``DiffusionPipeline.save_pretrained`` (or downloaded from the Hub) holds
-``model_index.json`` (``_class_name``: the pipeline class; one ``[library, class]`` pair per
-component, ``[null, null]`` for an absent optional one) and one folder per component with its
-``config.json`` (models) or ``scheduler_config.json`` / tokenizer files (parts without weights).
-``diffusers`` 0.42.1 ``pipelines/pipeline_utils.py`` ``DiffusionPipeline.from_pretrained`` reads
-the same files.
+``model_index.json`` and one folder per component with its ``config.json`` (models) or
+``scheduler_config.json`` / tokenizer files (parts without weights). This module reads them the
+way ``diffusers`` 0.42.1 does:
 
-For a class gpu-sizer sizes (:data:`~gpu_sizer.api.components.COMPONENT_CLASSES`) only the
-config keys it reads are written (camelCased); for any other class the whole config.json is
-kept, and its parameter count is left to the caller (``gpu-sizer import-diffusers`` builds it
-with ``diffusers`` on the meta device when that optional extra is installed). Without a count,
-the estimate lists the component in ``missingComponents`` and the verdict is ``Incomplete``.
+- ``DiffusionPipeline.from_pretrained`` (``pipelines/pipeline_utils.py``) calls ``load_config``
+  (plain ``json.loads``), then ``extract_init_dict`` (``configuration_utils.py``): keys starting
+  with ``_`` (``_class_name``, ``_diffusers_version``, ``_name_or_path``...) are dropped, as are
+  the keys listed in ``_use_default_values``; the rest are matched against the pipeline class's
+  ``__init__`` (``_get_signature_keys``): components (required arguments and
+  ``_optional_components``) and options (the other arguments with defaults:
+  ``requires_safety_checker``, ``force_zeros_for_empty_prompt``, ``boundary_ratio``...); keys the
+  signature does not name are "not expected and will be ignored".
+- A component entry is a ``[library, class]`` pair; ``load_module`` skips it when the library is
+  ``null`` (``[null, null]``: an optional component saved as absent). A library that is a
+  ``diffusers.pipelines`` module (``stable_diffusion``) names a class defined in that module.
+- ``_class_name`` is a string, or a ``[module, class]`` pair for a custom pipeline.
+
+For a pipeline class gpu-sizer models (``budget.diffusion.pipelines.PIPELINES``) the signature
+decides what is a component and what an option; for any other class, an entry whose value is a
+two-item list of strings or nulls is a component and anything else an option (what every
+diffusers pipeline saves).
+
+For a component class gpu-sizer sizes (:data:`~gpu_sizer.api.components.COMPONENT_CLASSES`)
+only the config keys it reads are written (camelCased; nested objects too); for any other class
+the whole config.json is kept, and its parameter count is left to the caller (``gpu-sizer
+import-diffusers`` builds it with ``diffusers`` on the meta device when that optional extra is
+installed). Without a count, the estimate lists the component in ``missingComponents`` and the
+verdict is ``Incomplete``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
-from gpu_sizer.api.components import COMPONENT_CLASSES, WEIGHTLESS_SUFFIXES
+from gpu_sizer.api.components import COMPONENT_CLASSES, WEIGHTLESS_SUFFIXES, ConfigKey
 
 __all__ = [
     "CALL_DEFAULTS",
     "ImportedComponent",
+    "ImportedPipeline",
     "UnsupportedPipeline",
+    "component_config",
     "pipeline_from_model_index",
 ]
 
@@ -58,14 +77,16 @@ CALL_DEFAULTS: Final[dict[str, tuple[int, int, int | None]]] = {
     "CogVideoXImageToVideoPipeline": (480, 720, 49),
     "LTXPipeline": (512, 704, 161),
     "LTXImageToVideoPipeline": (512, 704, 161),
+    "MochiPipeline": (480, 848, 19),
+    "QwenImagePipeline": (1024, 1024, None),
 }
 
 
 @dataclass(frozen=True)
 class ImportedComponent:
     """One component as written to ``spec.model.pipeline.components``, and its full config
-    (snake_case, as read) for a caller that counts the parameters of a class gpu-sizer does not
-    size."""
+    (snake_case, as read, ``_`` keys dropped) for a caller that counts the parameters of a class
+    gpu-sizer does not size."""
 
     name: str
     class_name: str
@@ -79,58 +100,146 @@ class ImportedComponent:
         return self.class_name in COMPONENT_CLASSES
 
 
-def _camel(config: dict[str, Any], keys: Any = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ImportedPipeline:
+    """What ``model_index.json`` says: the pipeline class, its components with weights, its
+    options (``spec.model.pipeline.config``, camelCased) and what was left out and why."""
+
+    class_name: str
+    components: list[ImportedComponent]
+    options: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _camel_known(config: Mapping[str, Any], keys: Mapping[str, ConfigKey]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in config.items():
-        if key.startswith("_") or (keys is not None and key not in keys):
+        spec = keys.get(key)
+        if spec is None:
             continue
-        out[to_camel(key)] = value
+        if spec.kind == "obj" and isinstance(value, Mapping):
+            out[to_camel(key)] = _camel_known(value, spec.default)
+        else:
+            out[to_camel(key)] = value
     return out
 
 
+def _camel_all(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        to_camel(k): _camel_all(v) if isinstance(v, Mapping) else v
+        for k, v in config.items()
+        if not k.startswith("_")
+    }
+
+
+def component_config(config: Mapping[str, Any], *, diffusers_config: bool) -> dict[str, Any]:
+    """A component's config.json as its library's loader reads it (snake_case): ``_`` keys
+    dropped and, for a diffusers ``ConfigMixin`` config, the keys ``_use_default_values`` lists
+    (``extract_init_dict``: "skip keys that were not present in the original config, so
+    default __init__ values were used").
+
+    :raises UnsupportedPipeline: ``_use_default_values`` is not a list of names.
+    """
+    defaults: Collection[str] = ()
+    if diffusers_config:
+        listed = config.get("_use_default_values", [])
+        if not isinstance(listed, list) or not all(isinstance(k, str) for k in listed):
+            raise UnsupportedPipeline("_use_default_values must be a list of config keys")
+        defaults = frozenset(listed)
+    return {k: v for k, v in config.items() if not k.startswith("_") and k not in defaults}
+
+
+def _is_pair(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(v is None or isinstance(v, str) for v in value)
+    )
+
+
+def _pipeline_class(index: Mapping[str, Any]) -> tuple[str, list[str]]:
+    cls = index.get("_class_name")
+    if isinstance(cls, list) and len(cls) == 2 and all(isinstance(v, str) and v for v in cls):
+        return cls[1], [f"custom pipeline {cls[1]} from module {cls[0]}: not one gpu-sizer models"]
+    if not isinstance(cls, str) or not cls:
+        raise UnsupportedPipeline(
+            "model_index.json has no _class_name (a string, or a [module, class] pair): not a "
+            "diffusers pipeline directory"
+        )
+    return cls, []
+
+
 def pipeline_from_model_index(
-    index: dict[str, Any], read_config: Callable[[str], dict[str, Any] | None]
-) -> tuple[str, list[ImportedComponent]]:
-    """The pipeline class and its weighted components.
+    index: Mapping[str, Any],
+    read_config: Callable[[str], dict[str, Any] | None],
+    *,
+    signature: Callable[[str], tuple[Collection[str], Mapping[str, Any]] | None] | None = None,
+) -> ImportedPipeline:
+    """The pipeline class, its weighted components and its options.
 
     :param index: ``model_index.json``.
     :param read_config: component folder name -> its ``config.json``, or ``None`` when the
         folder has none (a tokenizer, scheduler or processor).
-    :raises UnsupportedPipeline: no ``_class_name``, a malformed entry, or a config that is not
-        a JSON object.
+    :param signature: pipeline class -> (component names, options with defaults) of its
+        ``__init__``, or ``None`` for a class not modelled (then entries are told apart by
+        shape).
+    :raises UnsupportedPipeline: no ``_class_name``, a component entry that is not a ``[library,
+        class]`` pair, a present component without a class, or a config that is not a JSON
+        object.
     """
-    cls = index.get("_class_name")
-    if not isinstance(cls, str) or not cls:
-        raise UnsupportedPipeline(
-            "model_index.json has no _class_name: not a diffusers pipeline directory"
-        )
+    cls, notes = _pipeline_class(index)
+    known = signature(cls) if signature is not None and not notes else None
+    used_defaults = index.get("_use_default_values", [])
+    skipped = frozenset(used_defaults) if isinstance(used_defaults, list) else frozenset()
     components: list[ImportedComponent] = []
+    options: dict[str, Any] = {}
+    ignored: list[str] = []
     for name, value in index.items():
-        if name.startswith("_"):
+        if name.startswith("_") or name in skipped:
             continue
-        if not (isinstance(value, list) and len(value) == 2):
-            raise UnsupportedPipeline(
-                f"model_index.json entry {name!r} is not a [library, class] pair"
-            )
+        if known is not None:
+            names, defaults = known
+            if name in defaults:
+                options[to_camel(name)] = value
+                continue
+            if name not in names:
+                ignored.append(name)
+                continue
+            if not _is_pair(value):
+                raise UnsupportedPipeline(
+                    f"model_index.json entry {name!r} is a component of {cls} but not a "
+                    "[library, class] pair"
+                )
+        elif not _is_pair(value):
+            options[to_camel(name)] = value
+            continue
         library, class_name = value
-        if library is None or class_name is None:
-            continue  # an optional component saved as absent
-        if not isinstance(class_name, str) or class_name.endswith(WEIGHTLESS_SUFFIXES):
+        if library is None:
+            continue  # an optional component saved as absent ([null, null])
+        if class_name is None:
+            raise UnsupportedPipeline(
+                f"model_index.json entry {name!r} names library {library!r} but no class"
+            )
+        if class_name.endswith(WEIGHTLESS_SUFFIXES):
             continue
-        config = read_config(name)
-        if config is None:
+        raw = read_config(name)
+        if raw is None:
             continue
-        if not isinstance(config, dict):
+        if not isinstance(raw, dict):
             raise UnsupportedPipeline(f"{name}/config.json must be a JSON object")
-        known = COMPONENT_CLASSES.get(class_name)
-        entry: dict[str, Any] = {
-            "name": name,
-            "class": class_name,
-            "config": _camel(config, known.keys if known is not None else None),
-        }
-        components.append(ImportedComponent(name, class_name, str(library), config, entry))
+        sized = COMPONENT_CLASSES.get(class_name)
+        library_name = str(library)
+        config = component_config(raw, diffusers_config="_class_name" in raw)
+        written = _camel_known(config, sized.keys) if sized is not None else _camel_all(config)
+        entry: dict[str, Any] = {"name": name, "class": class_name, "config": written}
+        components.append(ImportedComponent(name, class_name, library_name, config, entry))
+    if ignored:
+        notes.append(
+            f"model_index.json entries not expected by {cls} and ignored, as diffusers does: "
+            + ", ".join(ignored)
+        )
     if not components:
         raise UnsupportedPipeline(
             "model_index.json lists no component with a config.json (models with weights)"
         )
-    return cls, components
+    return ImportedPipeline(cls, components, options, notes)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, StrictBool, model_validator
+from pydantic import Field, PrivateAttr, StrictBool, model_validator
 
-from gpu_sizer.api.components import COMPONENT_CLASSES, config_problems
+from gpu_sizer.api.components import COMPONENT_CLASSES, checked_config, resolved_config
 from gpu_sizer.api.spec import (
     LIMITS,
     Dtype,
@@ -31,6 +31,7 @@ from gpu_sizer.api.spec import (
 )
 
 __all__ = [
+    "PIPELINE_OPTIONS",
     "AttentionBackend",
     "ComponentDevice",
     "Generation",
@@ -167,13 +168,29 @@ class PipelineComponent(_Model):
         ComponentDevice.Gpu, description="Gpu | Cpu (runs on the CPU, e.g. Wan's --t5_cpu)."
     )
 
+    #: (the config object, its resolved_config), from validation; see :meth:`resolved_config`.
+    _resolved: tuple[dict[str, Any], dict[str, Any]] | None = PrivateAttr(None)
+
     @model_validator(mode="after")
     def _check(self) -> PipelineComponent:
+        found, resolved = checked_config(self.class_name, self.config)
         problems = _Problems()
-        for key, message in config_problems(self.class_name, self.config):
+        for key, message in found:
             problems.add(f"config.{key}", message)
         problems.raise_if_any()
+        if resolved is not None:
+            self._resolved = (self.config, resolved)
         return self
+
+    def resolved_config(self) -> dict[str, Any]:
+        """:func:`gpu_sizer.api.components.resolved_config` of this (known) class's config,
+        computed once: validation resolves it while checking it, and the copies the estimate
+        makes (``model_copy``, which keeps private attributes) share it while their config is
+        the same object. Read it, never change it."""
+        memo = self._resolved
+        if memo is None or memo[0] is not self.config:
+            memo = self._resolved = (self.config, resolved_config(self.class_name, self.config))
+        return memo[1]
 
     @property
     def known(self) -> bool:
@@ -181,9 +198,37 @@ class PipelineComponent(_Model):
         return self.class_name in COMPONENT_CLASSES
 
 
+#: Pipeline options (``model_index.json`` entries that are ``__init__`` arguments but not
+#: components, registered with ``register_to_config``) that change what a call runs, with their
+#: JSON kinds. ``boundaryRatio``: Wan 2.2's switch from ``transformer`` (high-noise expert) to
+#: ``transformer_2`` (``null``: only ``transformer`` runs); ``expandTimesteps``: Wan 2.2 TI2V's
+#: per-token timesteps; ``forceZerosForEmptyPrompt``: SDXL/Mochi use zeros instead of encoding
+#: an empty negative prompt; ``requiresSafetyChecker``, ``addWatermarker``,
+#: ``requiresAestheticsScore``: informational here.
+PIPELINE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "boundaryRatio": ("ratio", "null"),
+    "expandTimesteps": ("bool",),
+    "forceZerosForEmptyPrompt": ("bool",),
+    "requiresSafetyChecker": ("bool", "null"),
+    "addWatermarker": ("bool", "null"),
+    "requiresAestheticsScore": ("bool",),
+}
+
+
+def _option_problem(kinds: tuple[str, ...], value: Any) -> str | None:
+    if value is None:
+        return None if "null" in kinds else "must not be null"
+    if "bool" in kinds:
+        return None if isinstance(value, bool) else "must be true or false"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "must be a number between 0 and 1" + (" or null" if "null" in kinds else "")
+    return None if 0 <= value <= 1 else "must be between 0 and 1"
+
+
 class Pipeline(_Model):
-    """A diffusers pipeline: its class and its model components (tokenizers and schedulers,
-    which hold no weights, are left out)."""
+    """A diffusers pipeline: its class, its model components (tokenizers and schedulers,
+    which hold no weights, are left out) and its options (``model_index.json``'s other
+    entries)."""
 
     class_name: Annotated[str, Field(min_length=1, max_length=128)] = Field(
         alias="class",
@@ -192,10 +237,23 @@ class Pipeline(_Model):
     components: Annotated[list[PipelineComponent], Field(min_length=1, max_length=16)] = Field(
         description="The pipeline's models."
     )
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The pipeline's options from model_index.json (its entries that are not "
+        "components), keys camelCased: boundaryRatio (Wan 2.2's switch to transformer_2; null "
+        "runs transformer only), expandTimesteps, forceZerosForEmptyPrompt, "
+        "requiresSafetyChecker... Other keys are kept and ignored.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Pipeline:
         problems = _Problems()
+        for key, value in self.config.items():
+            kinds = PIPELINE_OPTIONS.get(key)
+            bad = None if kinds is None else _option_problem(kinds, value)
+            if bad is not None:
+                problems.add(f"config.{key}", bad)
         seen: set[str] = set()
         for i, component in enumerate(self.components):
             if component.name in seen:

@@ -191,6 +191,11 @@ class PhaseEstimate(_Status):
         0, description="Generation: activations and buffers of the running model."
     )
     running: str = Field("", description="Generation: the components running at the peak.")
+    resident: str = Field(
+        "",
+        description="Generation: every component with weights on the GPU at the peak (the "
+        "running one and those its offload mode leaves there), comma-separated.",
+    )
 
 
 class CalibrationMode(StrEnum):

@@ -86,20 +86,25 @@ def parse_spec(spec: Any) -> GPUWorkloadSpec:
         raise InvalidWorkload(problems_from(exc, prefix="spec", model=GPUWorkloadSpec)) from None
 
 
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
 def _holds_more_than(doc: Any, limit: int) -> bool:
     """Whether ``doc`` holds more than ``limit`` object members and list items in all (stops
     counting as soon as it does, so the cost is bounded by ``limit``, not by ``doc``)."""
     count, pending = 0, [doc]
     while pending:
         node = pending.pop()
-        if isinstance(node, dict):
-            count += len(node)
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            count += len(node)
-            pending.extend(node)
+        values = node.values() if isinstance(node, dict) else node
+        count += len(values)
         if count > limit:
             return True
+        # only containers are queued (a scalar adds nothing beyond its parent's count); the
+        # exact-type tests first, JSON and YAML scalars next, as isinstance is the slow one
+        for v in values:
+            t = type(v)
+            if t is dict or t is list or (t not in _SCALARS and isinstance(v, dict | list)):
+                pending.append(v)
     return False
 
 

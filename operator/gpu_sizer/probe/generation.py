@@ -52,25 +52,43 @@ class GenerationFigures:
     notes: list[str] = field(default_factory=list)
 
 
+def _snake(config: dict[str, Any]) -> dict[str, Any]:
+    return {to_snake(k): _snake(v) if isinstance(v, dict) else v for k, v in config.items()}
+
+
 def _build(c: PipelineComponent, dtype: torch.dtype) -> Any:
     """``c``'s library model from its config (snake_case keys), on the CPU, in ``dtype``."""
     import diffusers
     import transformers
 
     known = COMPONENT_CLASSES[c.class_name]
-    config = {to_snake(k): v for k, v in c.config.items()}
+    config = _snake(c.config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if known.library == "transformers":
             cls = getattr(transformers, c.class_name)
             model = cls(cls.config_class(**config))
+        elif known.library == "stable_diffusion":
+            from diffusers.pipelines.stable_diffusion.safety_checker import (
+                StableDiffusionSafetyChecker,
+            )
+
+            model = StableDiffusionSafetyChecker(transformers.CLIPConfig(**config))
         else:
             model = getattr(diffusers, c.class_name).from_config(config)
-    if known.library == "transformers":
-        # cast whole, as the estimate counts text encoders (the Flux test in
-        # tests/budget/diffusion/test_published_figures.py meets the blog's loaded bf16 figure
-        # with T5 at 2 bytes per parameter)
-        return model.to(dtype).eval()
+    if known.library != "diffusers":
+        # transformers' from_pretrained (modeling_utils.py _get_dtype_plan): the model arrives
+        # in torch_dtype except _keep_in_fp32_modules (T5's wo) when that dtype is float16,
+        # matched by regex search on the parameter names, as the estimate counts them
+        import re
+
+        model = model.to(dtype)
+        keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
+        if dtype == torch.float16 and keep:
+            for name, p in model.named_parameters():
+                if any(re.search(k, name) for k in keep):
+                    p.data = p.data.to(torch.float32)
+        return model.eval()
     # diffusers ModelMixin.from_pretrained (modeling_utils.py, load_model_dict_into_meta): the
     # checkpoint's tensors arrive in torch_dtype except _keep_in_fp32_modules; buffers made in
     # __init__ and not saved (non-persistent: rotary tables) keep the float32 they were made in

@@ -19,7 +19,19 @@ CONFIG_CLASSES = {
     "T5EncoderModel": "T5Config",
     "UMT5EncoderModel": "UMT5Config",
     "LlamaModel": "LlamaConfig",
+    "StableDiffusionSafetyChecker": "CLIPConfig",
 }
+
+
+def model_class(cls: str) -> Any:
+    """The library class of ``cls`` (SD's safety checker lives in a diffusers pipeline module)."""
+    if cls == "StableDiffusionSafetyChecker":
+        from diffusers.pipelines.stable_diffusion.safety_checker import (
+            StableDiffusionSafetyChecker,
+        )
+
+        return StableDiffusionSafetyChecker
+    return getattr(transformers if cls in CONFIG_CLASSES else diffusers, cls)
 
 
 def build_on_meta(cls: str, config: dict[str, Any], dtype: Any = None) -> Any:
@@ -27,9 +39,9 @@ def build_on_meta(cls: str, config: dict[str, Any], dtype: Any = None) -> Any:
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")
         if cls in CONFIG_CLASSES:
-            model = getattr(transformers, cls)(getattr(transformers, CONFIG_CLASSES[cls])(**config))
+            model = model_class(cls)(getattr(transformers, CONFIG_CLASSES[cls])(**config))
         else:
-            model = getattr(diffusers, cls).from_config(config)
+            model = model_class(cls).from_config(config)
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.diffusers_configs import PIPELINES, camel
+from tests.diffusers_configs import OPTIONS, PIPELINES, camel
 
 from gpu_sizer.api import GPUWorkloadSpec, parse_spec
 
@@ -30,7 +30,11 @@ def pipeline_spec(
             "model": {
                 "name": repo,
                 "dtype": dtype,
-                "pipeline": {"class": cls, "components": comps},
+                "pipeline": {
+                    "class": cls,
+                    "components": comps,
+                    "config": camel(OPTIONS.get(repo, {})),
+                },
             },
             "generation": generation,
         }

@@ -5,6 +5,8 @@ buffer counts, and its config defaults are the constructors' own."""
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,7 +82,11 @@ def test_stable_diffusion_15_unet_has_its_published_count() -> None:
 def _library_defaults(cls: str) -> dict[str, Any]:
     if cls in CONFIG_CLASSES:
         config = getattr(transformers, CONFIG_CLASSES[cls])()
-        return {k: getattr(config, k, None) for k in COMPONENT_CLASSES[cls].keys}
+        out = {k: getattr(config, k, None) for k in COMPONENT_CLASSES[cls].keys}
+        for key, value in out.items():
+            if hasattr(value, "to_dict"):  # a nested config (CLIPConfig.vision_config)
+                out[key] = value.to_dict()
+        return out
     params = inspect.signature(getattr(diffusers, cls).__init__).parameters
     return {k: v.default for k, v in params.items() if k != "self"}
 
@@ -101,6 +107,10 @@ def test_config_defaults_are_the_libraries(cls: str) -> None:
         value = spec.default
         if (cls, key) in DERIVED:
             assert value is None
+            continue
+        if spec.kind == "obj":
+            for inner, sub in value.items():
+                assert sub.default == expected[inner], f"{cls}.{key}.{inner}"
             continue
         if isinstance(expected, list | tuple):
             expected = tuple(expected)
@@ -125,3 +135,47 @@ def test_layerwise_casting_stores_the_librarys_layers_in_float8(key: str) -> Non
     tensors = [*model.parameters(), *model.buffers()]
     in_float8 = sum(t.numel() for t in tensors if t.dtype == torch.float8_e4m3fn)
     assert layerwise_cast_elements(_tree(cls, config), KINDS[cls].casting_skips) == in_float8
+
+
+@pytest.mark.parametrize("cls", ["T5EncoderModel", "UMT5EncoderModel"])
+def test_t5_keeps_its_wo_projections_in_float32_when_loaded_in_float16(cls: str) -> None:
+    """transformers 5.24 ``PreTrainedModel._get_dtype_plan``: ``_keep_in_fp32_modules``
+    (T5's ``["wo"]``) applies when the requested dtype is float16, and matches parameter names
+    by regex search; bfloat16 keeps nothing. The estimate's weight bytes follow the same plan
+    (SD3, Flux, CogVideoX and LTX in float16 hold 1.0 B of T5-XXL's 4.8 B parameters at 4
+    bytes)."""
+    import re
+
+    from gpu_sizer.budget.diffusion.resolved import component_model
+
+    config = published.T5_XXL if cls == "T5EncoderModel" else published.UMT5_XXL
+    model = build_on_meta(cls, config)
+    built = component_model(cls, resolved_config(cls, published.camel(config)))
+    assert not isinstance(built, str)
+    for dtype, element in ((torch.float16, 2), (torch.bfloat16, 2)):
+        plan = model._get_dtype_plan(dtype)
+        tensors = dict(model.named_parameters())
+        kept = sum(t.numel() for n, t in tensors.items() if any(re.search(k, n) for k in plan))
+        total = sum(t.numel() for t in tensors.values()) + sum(b.numel() for b in model.buffers())
+        expected = (total - kept) * element + kept * 4
+        assert built.weight_bytes(element, dtype == torch.float16) == expected, dtype
+    assert kept == 0  # bfloat16: no plan
+
+
+HUB = Path(__file__).resolve().parent / "hub"
+
+
+@pytest.mark.parametrize("repo", sorted(published.PIPELINES))
+def test_the_oracle_configs_are_the_published_files(repo: str) -> None:
+    """tests/diffusers_configs.py (the configs the oracle tests build) holds, for every key it
+    sets, the value of the Hub folder's config.json (tests/budget/diffusion/hub)."""
+    folder = HUB / repo.replace("/", "--")
+    cls, parts = published.PIPELINES[repo]
+    assert json.loads((folder / "model_index.json").read_text())["_class_name"] == cls
+    for name, _, config in parts:
+        on_hub = json.loads((folder / name / "config.json").read_text())
+        for key, value in config.items():
+            if isinstance(value, dict):  # a nested config: the keys the oracle sets
+                assert {k: on_hub[key].get(k) for k in value} == value, (repo, name, key)
+                continue
+            assert on_hub.get(key) == value, (repo, name, key)

@@ -145,8 +145,8 @@ def test_an_unknown_component_class_makes_the_estimate_incomplete() -> None:
     assert spec.model.pipeline is not None
     extra = spec.model.pipeline.components[0].model_copy(
         update={
-            "name": "safety_checker",
-            "class_name": "StableDiffusionSafetyChecker",
+            "name": "refiner",
+            "class_name": "MyRefinerModel",
             "config": {},
         }
     )
@@ -156,7 +156,7 @@ def test_an_unknown_component_class_makes_the_estimate_incomplete() -> None:
     spec = spec.model_copy(update={"model": spec.model.model_copy(update={"pipeline": pipeline})})
     _, missing = generation_estimate(spec)
     assert [m.component for m in missing] == ["weightsBytes"]
-    assert "safety_checker" in missing[0].message
+    assert "refiner" in missing[0].message
     listed = estimate(spec).missing_components
     assert [m.component for m in listed] == ["weightsBytes"]
     assert assess(spec).verdict is Verdict.Incomplete
@@ -185,3 +185,30 @@ def test_more_frames_never_need_less(frames: int, more: int, offload: str) -> No
         return estimate(spec).per_gpu.total_bytes
 
     assert total(frames) <= total(frames + more)
+
+
+def test_an_option_the_pipeline_class_does_not_take_is_ignored_and_said_so() -> None:
+    """DiffusionPipeline.from_pretrained drops model_index.json entries its class's __init__
+    does not name ("not expected and will be ignored"); the estimate does too, in a note, and
+    sizes the call as if they were absent."""
+    from tests.budget.diffusion.specs import pipeline_spec
+
+    from gpu_sizer.api import parse_spec
+    from gpu_sizer.budget import estimate
+
+    plain = pipeline_spec(
+        "black-forest-labs/FLUX.1-dev", task="TextToImage", height=1024, width=1024
+    )
+    doc = plain.model_dump(by_alias=True, mode="json", exclude_none=True)
+    doc["model"]["pipeline"]["config"] = {"boundaryRatio": 0.5, "someNewOption": 3}
+    est = estimate(parse_spec(doc))
+    assert any(
+        "boundaryRatio, someNewOption not an option of FluxPipeline" in n for n in est.notes or []
+    )
+    assert est.per_gpu == estimate(plain).per_gpu
+    sdxl = pipeline_spec(
+        "stabilityai/stable-diffusion-xl-base-1.0", "float16", task="TextToImage", height=1024,
+        width=1024,
+    )  # fmt: skip
+    assert sdxl.model.pipeline is not None and sdxl.model.pipeline.config
+    assert not any("not an option" in n for n in estimate(sdxl).notes or [])

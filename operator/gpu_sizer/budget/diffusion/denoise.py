@@ -57,6 +57,8 @@ class DenoiseShape:
     :param materialised: attention backend ``math``: the score matrix is held.
     :param sequence_split: Ulysses x ring degree (tokens are split over that many GPUs).
     :param ulysses: Ulysses degree (its all-to-all holds a second q, k, v).
+    :param per_token_timesteps: the pipeline passes one timestep per token (Wan 2.2 TI2V's
+        ``expand_timesteps``): the modulation tensors are per token instead of per sample.
     """
 
     batch: int
@@ -68,6 +70,7 @@ class DenoiseShape:
     materialised: bool = False
     sequence_split: int = 1
     ulysses: int = 1
+    per_token_timesteps: bool = False
 
 
 def _split(tokens: int, shape: DenoiseShape) -> int:
@@ -128,6 +131,11 @@ def _wan(c: Config, s: DenoiseShape) -> int:
     Around the blocks: the residual stream (``a D``), the rotary tables (float32 cos and sin of
     ``head_dim`` per token per sample), the text states (512 tokens, plus 257 image tokens for
     image-to-video).
+
+    Per-token timesteps (``expand_timesteps``, ``timestep.ndim == 2`` in ``forward``): ``temb``
+    (``a D``) and ``timestep_proj`` (``6 a D``) per token around the blocks; each block starts
+    with ``(scale_shift_table.unsqueeze(0) + temb.float()).chunk(6, dim=2)``: the float32 copy
+    and the float32 sum (``2 x 6 x 4 D``), the sum's six chunks alive through the block.
     """
     heads, hd = c["num_attention_heads"], c["attention_head_dim"]
     d, f, a = heads * hd, c["ffn_dim"], s.act_bytes
@@ -138,8 +146,12 @@ def _wan(c: Config, s: DenoiseShape) -> int:
         3 * a * d + 2 * a * f,
         4 * a * d + 3 * FP32 * d,
     )
+    if s.per_token_timesteps:
+        block = max(block + 6 * FP32 * d, 12 * FP32 * d)
     text = s.batch * (s.text_tokens + (257 if c["image_dim"] else 0)) * d * a
     around = n * a * d + per_sample * 2 * hd * FP32 + text
+    if s.per_token_timesteps:
+        around += n * 7 * a * d
     tokens = denoiser_tokens("WanTransformer3DModel", c, s)
     return int(around + n * block + _attention_matrix(s, heads, tokens, tokens) + _ulysses(n, d, s))
 

@@ -2,22 +2,22 @@
 
 A ``diffusers`` pipeline call runs three phases, each with its own resident set:
 
-- ``TextEncode``: every text encoder in turn (and, for image-to-video and image-to-image, the
-  image encoder and a VAE encode of the conditioning input);
+- ``TextEncode``: every text encoder in turn, for the prompt and the negative prompt (and, for
+  image-to-video and image-to-image, the image encoder and a VAE encode of the conditioning
+  input);
 - ``Denoise``: the denoiser once or twice per step (twice when classifier-free guidance runs
-  sequentially); Wan 2.2's two experts take turns;
-- ``VaeDecode``: the VAE decoder on the final latents, then the output's post-processing.
+  sequentially); Wan 2.2's two experts take turns, each a ``Denoise`` entry of its own;
+- ``VaeDecode``: the VAE decoder on the final latents, the output's post-processing, and SD's
+  safety checker on the decoded images.
 
-What is resident in a phase depends on the offload mode of each component (``diffusers``
-0.42.1, ``pipelines/pipeline_utils.py``): ``None`` keeps every component on the GPU for the
-whole call (``pipe.to("cuda")``); ``Model`` (``enable_model_cpu_offload``) keeps only the model
-that runs (the chain of ``model_cpu_offload_seq`` offloads the previous model when the next one's
-``forward`` starts); ``Sequential`` (``enable_sequential_cpu_offload``) and ``Group``
-(``enable_group_offload``) stream the running model's weights in (``parts.sequential_resident``
-and ``parts.group_resident``); a component on the CPU (``device: Cpu``) holds nothing on the GPU.
-The phase's activations are the running model's (``denoise``, ``decode``,
-``text_encoders.encoder_forward_bytes``). The peak phase is the one whose total is largest; its
-figures are ``status.estimate.perGpu`` and its name ``status.estimate.peakPhase``.
+The forwards of a call and their order come from :mod:`~gpu_sizer.budget.diffusion.calls`;
+which weights are on the GPU during each, under each component's offload mode, from
+:mod:`~gpu_sizer.budget.diffusion.residency` (accelerate's hook chain for ``Model``: a model
+stays until the next model of ``model_cpu_offload_seq`` runs). A step's activations are the
+running model's (``denoise``, ``decode``, ``text_encoders.encoder_forward_bytes``). Each phase
+reports its largest step; the peak phase is the one whose total is largest, its figures
+``status.estimate.perGpu`` and its name ``status.estimate.peakPhase``. Components are built
+once per config (:mod:`~gpu_sizer.budget.diffusion.resolved`).
 
 Multi-GPU (``spec.generation.parallelism``): sequence parallelism divides the denoiser's tokens,
 CFG parallelism gives each GPU one branch of a batched guidance pass, ``denoiserFsdp`` shards the
@@ -28,8 +28,13 @@ communicator to the runtime overhead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Final
+
+from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
 
 from gpu_sizer.api import (
     DTYPE_BYTES,
@@ -46,7 +51,9 @@ from gpu_sizer.api import (
     PipelineComponent,
     PipelineOffload,
 )
-from gpu_sizer.api.components import COMPONENT_CLASSES, Role, resolved_config
+from gpu_sizer.api.components import COMPONENT_CLASSES, Role
+from gpu_sizer.budget.diffusion.bounds import wan_reference_margin_bytes
+from gpu_sizer.budget.diffusion.calls import DENOISE, TEXT_ENCODE, VAE_DECODE, Step, call_steps
 from gpu_sizer.budget.diffusion.decode import (
     DecodeShape,
     latent_geometry,
@@ -54,26 +61,24 @@ from gpu_sizer.budget.diffusion.decode import (
     vae_encode_bytes,
 )
 from gpu_sizer.budget.diffusion.denoise import DenoiseShape, denoiser_forward_bytes
-from gpu_sizer.budget.diffusion.denoisers import UnsupportedConfig
-from gpu_sizer.budget.diffusion.parts import (
-    Part,
-    expanded,
-    group_resident,
-    layerwise_cast_elements,
-    parameter_count,
-    sequential_resident,
-    tensor_bytes,
-)
-from gpu_sizer.budget.diffusion.pipelines import PIPELINES, Encodes, Guidance
-from gpu_sizer.budget.diffusion.registry import KINDS
+from gpu_sizer.budget.diffusion.pipelines import PIPELINES, Guidance, PipelineKind
+from gpu_sizer.budget.diffusion.residency import resident_sets
+from gpu_sizer.budget.diffusion.resolved import ComponentModel, component_model, config_key
 from gpu_sizer.budget.diffusion.text_encoders import encoder_forward_bytes
 from gpu_sizer.budget.runtime import allocator_reserve_bytes, base_overhead_bytes
 from gpu_sizer.budget.weights import flat_weight_bytes
 
-__all__ = ["Missing", "generation_estimate", "pipeline_parameter_count"]
+__all__ = [
+    "ESTIMATES_SIZE",
+    "Missing",
+    "estimates_clear",
+    "generation_estimate",
+    "pipeline_parameter_count",
+]
 
-TEXT_ENCODE, DENOISE, VAE_DECODE = "TextEncode", "Denoise", "VaeDecode"
 _FLOAT8 = (Dtype.float8_e4m3fn, Dtype.float8_e5m2)
+_STREAMED = (PipelineOffload.Sequential, PipelineOffload.Group)
+_OFFLOADED = (PipelineOffload.Model, PipelineOffload.Sequential, PipelineOffload.Group)
 
 
 @dataclass(frozen=True)
@@ -88,13 +93,12 @@ class Missing:
 
 @dataclass
 class _Component:
-    """One pipeline component, resolved: its tree when gpu-sizer knows the class."""
+    """One pipeline component, resolved: its built model when gpu-sizer knows the class."""
 
     index: int
     spec: PipelineComponent
     role: Role | None
-    config: dict[str, Any] | None
-    part: Part | None
+    model: ComponentModel | None
     params: int | None
     weights: int
     quant: int
@@ -111,6 +115,10 @@ class _Component:
     def on_gpu(self) -> bool:
         return self.spec.device is ComponentDevice.Gpu
 
+    @property
+    def config(self) -> dict[str, Any] | None:
+        return self.model.config if self.model is not None else None
+
 
 @dataclass
 class _Phase:
@@ -119,6 +127,11 @@ class _Phase:
     quant: int = 0
     activations: int = 0
     running: list[str] = field(default_factory=list)
+    resident: list[str] = field(default_factory=list)
+    #: the peak step's resident set (``resident`` in component order is derived from it)
+    holding: frozenset[str] = frozenset()
+    #: model-offloaded components left on the GPU by the hook chain while another runs
+    kept: list[str] = field(default_factory=list)
 
 
 def _role(c: PipelineComponent) -> Role | None:
@@ -133,6 +146,8 @@ def _role(c: PipelineComponent) -> Role | None:
         return Role.TextEncoder
     if c.name.startswith("image_encoder"):
         return Role.ImageEncoder
+    if c.name == "safety_checker":
+        return Role.SafetyChecker
     return None
 
 
@@ -143,34 +158,25 @@ def _resolve(spec: GPUWorkloadSpec, index: int, c: PipelineComponent) -> _Compon
     storage = DTYPE_BYTES[dtype]
     act = max(2, storage) if dtype in _FLOAT8 else storage
     offload = c.offload or gen.offload
-    role = _role(c)
-    base = _Component(index, c, role, None, None, c.parameter_count, 0, 0, storage, act, offload)
-    kind = KINDS.get(c.class_name)
-    if kind is not None:
-        config = resolved_config(c.class_name, c.config)
-        try:
-            part = kind.build(config)
-        except (UnsupportedConfig, KeyError, ValueError, TypeError, ZeroDivisionError) as exc:
-            base.problem = f"config not sized: {exc}"
-            part = None
-        if part is not None:
-            base.config, base.part = config, part
-            base.params = parameter_count(part)
-    if base.params is not None:
-        if c.quantization is not None:
-            model = Model(parameter_count=base.params, dtype=dtype, quantization=c.quantization)
-            base.weights, base.quant = flat_weight_bytes(base.params, model)
-        elif base.part is not None and dtype in _FLOAT8:
-            # enable_layerwise_casting: the castable layers in float8, the rest in bfloat16
-            assert kind is not None
-            cast = layerwise_cast_elements(base.part, kind.casting_skips)
-            compute = tensor_bytes(base.part, DTYPE_BYTES[Dtype.bfloat16], kind.keep_fp32)
-            base.weights = compute - cast * (DTYPE_BYTES[Dtype.bfloat16] - storage)
-        elif base.part is not None:
-            fp32 = kind.keep_fp32 if kind is not None else ()
-            base.weights = tensor_bytes(base.part, storage, fp32)
+    base = _Component(index, c, _role(c), None, c.parameter_count, 0, 0, storage, act, offload)
+    if c.class_name in COMPONENT_CLASSES:
+        built = component_model(c.class_name, c.resolved_config())
+        if isinstance(built, str):
+            base.problem = built
         else:
-            base.weights = base.params * storage
+            base.model, base.params = built, built.params
+    if base.params is None:
+        return base
+    if c.quantization is not None:
+        model = Model(parameter_count=base.params, dtype=dtype, quantization=c.quantization)
+        base.weights, base.quant = flat_weight_bytes(base.params, model)
+    elif base.model is not None and dtype in _FLOAT8:
+        # enable_layerwise_casting: the castable layers in float8, the rest in bfloat16
+        base.weights = base.model.layerwise_cast_bytes(storage)
+    elif base.model is not None:
+        base.weights = base.model.weight_bytes(storage, dtype is Dtype.float16)
+    else:
+        base.weights = base.params * storage
     return base
 
 
@@ -182,46 +188,150 @@ def pipeline_parameter_count(spec: GPUWorkloadSpec) -> int:
     )
 
 
-def _resident(c: _Component, running: bool, spec: GPUWorkloadSpec, fsdp: int) -> tuple[int, int]:
-    """(weight, quantization-metadata) bytes of ``c`` on the GPU while it runs (``running``)
-    or while another model runs."""
-    if not c.on_gpu:
-        return 0, 0
-    if fsdp > 1 and c.role is Role.Denoiser and c.part is not None:
-        blocks = max(
-            (parameter_count(b) for s in c.part.children if s.sequence for b in expanded(s)),
-            default=0,
-        )
-        held = 2 * blocks * c.storage_bytes if running else 0
+def _held(c: _Component, running: bool, spec: GPUWorkloadSpec, fsdp: int) -> tuple[int, int]:
+    """(weight, quantization-metadata) bytes of resident component ``c``: whole, or under
+    ``Sequential``/``Group`` offload only the modules or groups its hooks hold while it runs;
+    a denoiser sharded by FSDP holds its shard plus the current and the prefetched block."""
+    if fsdp > 1 and c.role is Role.Denoiser and c.model is not None:
+        held = 2 * c.model.largest_block() * c.storage_bytes if running else 0
         return -(-c.weights // fsdp) + held, -(-c.quant // fsdp)
-    mode = c.offload
-    if mode is PipelineOffload.None_ or (
-        running and (mode is PipelineOffload.Model or c.part is None)
-    ):
+    if c.offload not in _STREAMED or c.model is None or not running:
         return c.weights, c.quant
-    if not running:
-        return 0, 0
-    assert c.part is not None
-    if mode is PipelineOffload.Sequential:
-        return sequential_resident(c.part) * c.storage_bytes, 0
+    if c.offload is PipelineOffload.Sequential:
+        return c.model.sequential_elements() * c.storage_bytes, 0
     assert spec.generation is not None
     g = c.spec.group_offload or spec.generation.group_offload
-    held = group_resident(
-        c.part,
-        leaf_level=g.offload_type is GroupOffloadType.LeafLevel,
-        blocks_per_group=g.num_blocks_per_group,
-        use_stream=g.use_stream,
-        block_modules=KINDS[c.spec.class_name].block_modules,
+    held = c.model.group_elements(
+        g.offload_type is GroupOffloadType.LeafLevel, g.num_blocks_per_group, g.use_stream
     )
     return held * c.storage_bytes, 0
 
 
+def _text_tokens(kind: PipelineKind | None, name: str, override: int | None) -> int:
+    if kind is None:
+        return 77
+    tokens = kind.text_tokens.get(name, 77)
+    if override is not None and kind.sequence_length == tokens and tokens != 77:
+        tokens = override
+    return tokens + kind.template_tokens.get(name, 0)
+
+
+def _steps_and_residents(
+    pipeline_class: str,
+    present: tuple[tuple[str, str], ...],
+    modes: tuple[tuple[str, PipelineOffload], ...],
+    names: tuple[str, ...],
+    guidance: bool,
+    image_conditioned: bool,
+    options: Mapping[str, Any],
+) -> tuple[list[Step], list[frozenset[str]]]:
+    kind = PIPELINES.get(pipeline_class)
+    steps = call_steps(
+        pipeline_class,
+        kind,
+        dict(present),
+        guidance=guidance,
+        image_conditioned=image_conditioned,
+        options=options,
+    )
+    sequence = kind.offload_sequence if kind is not None else names
+    excluded = kind.exclude_from_offload if kind is not None else ()
+    return steps, resident_sets(steps, dict(modes), sequence, excluded)
+
+
+_PLANS: Final[dict[tuple[Any, ...], tuple[list[Step], list[frozenset[str]]]]] = {}
+#: Distinct (pipeline, components, offload modes, options) plans kept.
+_PLANS_SIZE: Final = 512
+
+
+def _plan(
+    pipeline_class: str,
+    present: tuple[tuple[str, str], ...],
+    modes: tuple[tuple[str, PipelineOffload], ...],
+    names: tuple[str, ...],
+    guidance: bool,
+    image_conditioned: bool,
+    options: Mapping[str, Any],
+) -> tuple[list[Step], list[frozenset[str]]]:
+    """The call's steps and what is resident during each, memoised: they depend on the
+    pipeline's structure (class, components, offload modes, options), not on sizes. The
+    callers only read the lists."""
+    args = (pipeline_class, present, modes, names, guidance, image_conditioned)
+    key = (*args, tuple(options.items()))
+    try:
+        hit = _PLANS.get(key)
+    except TypeError:  # an unhashable option value: not memoised
+        return _steps_and_residents(*args, options)
+    if hit is None:
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()
+        hit = _PLANS[key] = _steps_and_residents(*args, options)
+    return hit
+
+
+def _fingerprint(value: Any) -> Any:
+    """A hashable image of ``value`` (a model of the spec, its fields, its lists and maps): two
+    values with the same fingerprint are equal for the estimate. A component's config is
+    replaced by its resolved config (what the estimate reads), so two spellings of the same
+    config share one figure. Exact-type tests first: this runs on every estimate."""
+    t = type(value)
+    if t in _PLAIN or isinstance(value, Enum):
+        return value
+    if t is list or t is tuple:
+        return tuple(_fingerprint(v) for v in value)
+    if t is PipelineComponent:
+        fields = tuple(_fingerprint(v) for k, v in value.__dict__.items() if k != "config")
+        if value.class_name in COMPONENT_CLASSES:
+            return (fields, config_key(value.class_name, value.resolved_config()))
+        return (fields, _fingerprint(value.config))
+    if isinstance(value, BaseModel):
+        return (t, tuple(_fingerprint(v) for v in value.__dict__.values()))
+    if isinstance(value, Mapping):
+        return (tuple(value), tuple(_fingerprint(v) for v in value.values()))
+    return value
+
+
+_PLAIN: Final = frozenset({int, float, str, bool, type(None)})
+_ESTIMATES: Final[dict[Any, tuple[EstimateStatus, tuple[Missing, ...]]]] = {}
+#: Distinct estimates kept (a webhook sees the same few workloads again and again).
+ESTIMATES_SIZE: Final = 1024
+
+
+def estimates_clear() -> None:
+    """Forget the memoised estimates and call plans (the component models stay: see
+    :func:`gpu_sizer.budget.diffusion.resolved.cache_clear`)."""
+    _ESTIMATES.clear()
+    _PLANS.clear()
+
+
 def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Missing]]:
     """Per-GPU budget of ``spec`` (``spec.generation`` with ``spec.model.pipeline``), and the
-    parts it could not count. Bytes; never raises for a spec that passed validation."""
+    parts it could not count. Bytes; never raises for a spec that passed validation.
+
+    Memoised by the fingerprint of what it reads (``spec.model.dtype``, the pipeline with each
+    component's resolved config, ``spec.generation``); each call gets its own copy of the
+    status (its lists are shared: read them, never change them)."""
+    assert spec.generation is not None and spec.model.pipeline is not None
+    try:
+        key = _fingerprint((spec.model.dtype, spec.model.pipeline, spec.generation))
+        hit = _ESTIMATES.get(key)
+    except TypeError:  # an unhashable value somewhere (a config value of an odd type)
+        key = hit = None
+    if hit is None:
+        status, missing = _generation_estimate(spec)
+        if key is not None:
+            if len(_ESTIMATES) >= ESTIMATES_SIZE:
+                _ESTIMATES.clear()
+            _ESTIMATES[key] = (status, tuple(missing))
+        return status.model_copy(), missing
+    return hit[0].model_copy(), list(hit[1])
+
+
+def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Missing]]:
     gen, pipeline = spec.generation, spec.model.pipeline
     assert gen is not None and pipeline is not None
     comps = [_resolve(spec, i, c) for i, c in enumerate(pipeline.components)]
+    by_name = {c.name: c for c in comps}
     missing: list[Missing] = []
     notes: list[str] = []
     kind = PIPELINES.get(pipeline.class_name)
@@ -232,7 +342,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
                 "activationBytes",
                 [f"{where}.class"],
                 f"pipeline class {pipeline.class_name} is not one gpu-sizer models (how it batches "
-                "guidance, its text lengths, what it encodes)",
+                "guidance, its text lengths, what it encodes, which models it keeps resident)",
                 "supported pipeline classes: " + ", ".join(sorted(PIPELINES)),
             )
         )
@@ -243,7 +353,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         )
     for c in comps:
         path = f"{where}.components[{c.index}]"
-        if c.part is None:
+        if c.model is None:
             what = "weights and activations" if c.params is None else "activations"
             reason = c.problem or f"class {c.spec.class_name} is not one gpu-sizer sizes"
             missing.append(
@@ -257,9 +367,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
                 )
             )
     denoisers = [c for c in comps if c.role is Role.Denoiser]
-    vaes = [c for c in comps if c.role is Role.Vae]
-    encoders = [c for c in comps if c.role is Role.TextEncoder]
-    images = [c for c in comps if c.role is Role.ImageEncoder]
+    vae = next((c for c in comps if c.role is Role.Vae and c.model is not None), None)
     if not denoisers:
         missing.append(
             Missing(
@@ -269,7 +377,6 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
                 "add the pipeline's unet or transformer",
             )
         )
-    vae = next((c for c in vaes if c.part is not None), None)
     if vae is None:
         missing.append(
             Missing(
@@ -279,173 +386,238 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
                 "add the pipeline's vae with its config.json",
             )
         )
+    options = pipeline.config
+    if kind is not None:
+        taken = {to_camel(k) for k in kind.options}
+        # expandTimesteps outside Wan is refused below (the denoiser would size it per token)
+        ignored = sorted(k for k in options if k not in taken and k != "expandTimesteps")
+        if ignored:
+            notes.append(
+                f"{where}.config: {', '.join(ignored)} not an option of {pipeline.class_name} in "
+                "diffusers 0.42.1 (its __init__ takes "
+                + (", ".join(sorted(taken)) or "none")
+                + "); from_pretrained ignores such entries, and so does the estimate"
+            )
+    if options.get("expandTimesteps") and pipeline.class_name not in (
+        "WanPipeline",
+        "WanImageToVideoPipeline",
+    ):
+        missing.append(
+            Missing(
+                "activationBytes",
+                [f"{where}.config.expandTimesteps"],
+                f"expandTimesteps on {pipeline.class_name}: per-token timesteps are sized for the "
+                "Wan pipelines only",
+                "remove expandTimesteps, or use a Wan pipeline",
+            )
+        )
     par = gen.parallelism
     world = par.gpu_count
     fsdp = world if par.denoiser_fsdp else 1
     cfg = gen.classifier_free_guidance
     guidance = kind.guidance if kind is not None else Guidance.Batched
-    phases: list[_Phase] = []
-
-    def weights_now(running: set[str]) -> tuple[int, int]:
-        total = quant = 0
-        for c in comps:
-            w, q = _resident(c, c.name in running, spec, fsdp)
-            total, quant = total + w, quant + q
-        return total, quant
-
-    geometry = (
-        latent_geometry(vae.spec.class_name, vae.config) if vae is not None and vae.config else None
+    geometry = None
+    if vae is not None and vae.model is not None:
+        vae_class, vae_config = vae.spec.class_name, vae.model.config
+        geometry = vae.model.memo(("geometry",), lambda: latent_geometry(vae_class, vae_config))
+    # a component that cannot be placed by role runs nowhere in the call, but is still resident
+    present = {c.name: c.role.value for c in comps if c.role is not None and c.on_gpu}
+    image_conditioned = any(
+        c.config is not None and c.config.get("image_dim") is not None for c in denoisers
     )
+    modes = {c.name: c.offload for c in comps if c.on_gpu}
+    steps, residents = _plan(
+        pipeline.class_name,
+        tuple(present.items()),
+        tuple(modes.items()),
+        tuple(c.name for c in comps),
+        cfg,
+        image_conditioned,
+        options,
+    )
+    frames = (gen.num_frames - 1) // geometry[1] + 1 if geometry and gen.task.video else 1
+    experts = {s.component for s in steps if s.phase == DENOISE}
+    lh, lw = (gen.height // geometry[0], gen.width // geometry[0]) if geometry else (0, 0)
 
-    # --- TextEncode -------------------------------------------------------------------------
-    te = _Phase(TEXT_ENCODE)
-    steps: list[tuple[str, int]] = []
-    for c in encoders:
-        if not c.on_gpu or c.part is None or c.config is None:
-            continue
-        tokens = 77
-        if kind is not None:
-            tokens = kind.text_tokens.get(c.name, 77)
-            if (
-                gen.max_sequence_length is not None
-                and kind.sequence_length == tokens
-                and tokens != 77
-            ):
-                tokens = gen.max_sequence_length
-            tokens += kind.template_tokens.get(c.name, 0)
-        steps.append(
-            (
-                c.name,
-                encoder_forward_bytes(
-                    c.spec.class_name, c.config, gen.batch_size, tokens, c.act_bytes
-                ),
+    def activations(step: Step) -> int | None:
+        """Bytes the running model's forward adds, ``None`` when it cannot be sized."""
+        c = by_name[step.component]
+        if c.model is None or c.config is None:
+            return 0 if c.params is not None else None
+        model, cls, config = c.model, c.spec.class_name, c.config
+        batch, act_bytes = gen.batch_size, c.act_bytes
+        if step.what in ("prompt", "negative prompt"):
+            tokens = _text_tokens(kind, c.name, gen.max_sequence_length)
+            return model.memo(
+                ("encoder", batch, tokens, act_bytes),
+                lambda: encoder_forward_bytes(cls, config, batch, tokens, act_bytes),
             )
-        )
-    for c in images:
-        if c.on_gpu and c.config is not None and c.spec.class_name == "CLIPVisionModel":
-            tokens = (c.config["image_size"] // c.config["patch_size"]) ** 2 + 1
-            steps.append(
-                (
-                    c.name,
-                    encoder_forward_bytes(
-                        "CLIPVisionModel", c.config, gen.batch_size, tokens, c.act_bytes
-                    ),
-                )
+        if step.what == "image":
+            if cls != "CLIPVisionModel":
+                return 0
+            tokens = (config["image_size"] // config["patch_size"]) ** 2 + 1
+            return model.memo(
+                ("encoder", batch, tokens, act_bytes),
+                lambda: encoder_forward_bytes(cls, config, batch, tokens, act_bytes),
             )
-    if (
-        kind is not None
-        and kind.encodes is not Encodes.Nothing
-        and vae is not None
-        and geometry
-        and vae.config
-    ):
-        s, t, _ = geometry
-        frames = 1 if kind.encodes is Encodes.Image else (gen.num_frames - 1) // t + 1
-        shape = DecodeShape(
-            gen.batch_size,
-            frames,
-            gen.height // s,
-            gen.width // s,
-            vae.act_bytes,
-            gen.vae_tiling,
-            gen.vae_slicing,
-        )
-        steps.append((vae.name, vae_encode_bytes(vae.spec.class_name, vae.config, shape)))
-    for name, act in steps:
-        w, q = weights_now({name})
-        if w + act > te.weights + te.activations:
-            te.weights, te.quant, te.activations, te.running = w, q, act, [name]
-    if not steps:
-        te.weights, _ = weights_now(set())
-    phases.append(te)
+        if step.what == "safety check":
+            vision = config["vision_config"]
+            tokens = (vision["image_size"] // vision["patch_size"]) ** 2 + 1
+            images = batch * 3 * gen.height * gen.width * (vae.act_bytes if vae else 2)
+            return images + model.memo(
+                ("encoder", batch, tokens, act_bytes),
+                lambda: encoder_forward_bytes(cls, config, batch, tokens, act_bytes),
+            )
+        if geometry is None:
+            return None
+        latent_channels = geometry[2]
+        if step.what == "encode":
+            assert kind is not None
+            enc_frames = 1 if kind.encodes.value == "Image" else frames
+            shape = DecodeShape(
+                batch, enc_frames, lh, lw, act_bytes, gen.vae_tiling, gen.vae_slicing
+            )
+            return model.memo(("encode", shape), lambda: vae_encode_bytes(cls, config, shape))
+        if step.what == "decode":
+            return decode_bytes(c)
+        return denoise_bytes(c, latent_channels)
 
-    # --- Denoise ----------------------------------------------------------------------------
-    dn = _Phase(DENOISE)
-    if geometry is not None:
-        s, t, latent_channels = geometry
-        frames = (gen.num_frames - 1) // t + 1 if gen.task.video else 1
-        lh, lw = gen.height // s, gen.width // s
+    def denoise_bytes(c: _Component, latent_channels: int) -> int | None:
+        assert c.config is not None
         text = kind.denoiser_tokens if kind is not None else 77
-        if (
-            gen.max_sequence_length is not None
-            and kind is not None
-            and kind.sequence_length is not None
-        ):
+        if gen.max_sequence_length is not None and kind is not None and kind.sequence_length:
             text = text - kind.sequence_length + gen.max_sequence_length
         batch = gen.batch_size
         if cfg and guidance is Guidance.Batched and not par.cfg_parallel:
             batch *= 2
-        for c in denoisers:
-            if c.part is None or c.config is None:
-                continue
-            dshape = DenoiseShape(
-                batch,
-                frames,
-                lh,
-                lw,
-                text,
-                c.act_bytes,
-                materialised=gen.attention_backend is AttentionBackend.math,
-                sequence_split=par.ulysses_degree * par.ring_degree,
-                ulysses=par.ulysses_degree,
-            )
-            try:
-                act = denoiser_forward_bytes(c.spec.class_name, c.config, dshape)
-            except (KeyError, ValueError, ZeroDivisionError) as exc:
-                missing.append(
-                    Missing(
-                        "activationBytes",
-                        [f"{where}.components[{c.index}].config"],
-                        f"denoiser {c.name}: {exc}",
-                        "check its config",
-                    )
-                )
-                continue
-            latents = 6 * batch * latent_channels * frames * lh * lw * 4
-            w, q = weights_now({c.name})
-            if w + act + latents > dn.weights + dn.activations:
-                dn.weights, dn.quant, dn.activations, dn.running = w, q, act + latents, [c.name]
-    if not dn.running:
-        dn.weights, _ = weights_now({c.name for c in denoisers})
-    phases.append(dn)
-
-    # --- VaeDecode --------------------------------------------------------------------------
-    vd = _Phase(VAE_DECODE)
-    if vae is not None and geometry is not None and vae.config is not None:
-        s, t, _ = geometry
-        frames = (gen.num_frames - 1) // t + 1 if gen.task.video else 1
-        act_bytes = vae.act_bytes
-        upcast = (
-            kind is not None
-            and kind.upcast_vae
-            and (vae.spec.dtype or spec.model.dtype) is Dtype.float16
-            and bool(vae.spec.config.get("forceUpcast", True))
-        )
-        if upcast:
-            act_bytes = 4
-        shape = DecodeShape(
-            gen.batch_size,
+        shape = DenoiseShape(
+            batch,
             frames,
-            gen.height // s,
-            gen.width // s,
-            act_bytes,
-            gen.vae_tiling,
-            gen.vae_slicing,
+            lh,
+            lw,
+            text,
+            c.act_bytes,
+            materialised=gen.attention_backend is AttentionBackend.math,
+            sequence_split=par.ulysses_degree * par.ring_degree,
+            ulysses=par.ulysses_degree,
+            per_token_timesteps=bool(options.get("expandTimesteps")),
         )
-        act = vae_decode_bytes(vae.spec.class_name, vae.config, shape)
+        cls, config = c.spec.class_name, c.config
+        try:
+            assert c.model is not None
+            act = c.model.memo(
+                ("denoise", shape), lambda: denoiser_forward_bytes(cls, config, shape)
+            )
+        except (KeyError, ValueError, ZeroDivisionError) as exc:
+            missing.append(
+                Missing(
+                    "activationBytes",
+                    [f"{where}.components[{c.index}].config"],
+                    f"denoiser {c.name}: {exc}",
+                    "check its config",
+                )
+            )
+            return None
+        if c.offload is PipelineOffload.Model:
+            margin = wan_reference_margin_bytes(
+                pipeline.class_name, options, experts, config, shape
+            )
+            if margin:
+                act += margin
+                notes.append(
+                    "upper bound: each Wan 2.2 expert under offload Model counts what the "
+                    "reference code's per-token float32 modulation holds (its README measures "
+                    "the two experts with --offload_model at 59.8 GB for 720P, 41.3 GB for 480P; "
+                    "no diffusers measurement of this setting is published)"
+                )
+        return act + 6 * batch * latent_channels * frames * lh * lw * 4
+
+    upcast = (
+        vae is not None
+        and kind is not None
+        and kind.upcast_vae
+        and (vae.spec.dtype or spec.model.dtype) is Dtype.float16
+        and bool(vae.model is not None and vae.model.config.get("force_upcast", True))
+    )
+
+    def decode_bytes(c: _Component) -> int:
+        assert c.config is not None
+        act_bytes = 4 if upcast else c.act_bytes
+        shape = DecodeShape(
+            gen.batch_size, frames, lh, lw, act_bytes, gen.vae_tiling, gen.vae_slicing
+        )
+        cls, config = c.spec.class_name, c.config
+        assert c.model is not None
+        decoded = c.model.memo(("decode", shape), lambda: vae_decode_bytes(cls, config, shape))
         out_frames = gen.num_frames if gen.task.video else 1
-        act += 2 * gen.batch_size * 3 * out_frames * gen.height * gen.width * act_bytes
-        w, q = weights_now({vae.name})
-        if upcast and vae.on_gpu and vae.offload in (PipelineOffload.None_, PipelineOffload.Model):
-            w += vae.weights
+        output = gen.batch_size * 3 * out_frames * gen.height * gen.width * act_bytes
+        # postprocess (VaeImageProcessor.denormalize: (x / 2 + 0.5).clamp) holds the output and
+        # two temporaries after the decoder's own tensors are freed; .cpu() then moves it off
+        return max(decoded, 3 * output)
+
+    phases: dict[str, _Phase] = {}
+    order: list[str] = []
+    for step, resident in zip(steps, residents, strict=True):
+        act = activations(step)
+        if act is None:
+            continue
+        weights = quant = 0
+        for name in resident:
+            held = by_name[name]
+            if fsdp == 1 and held.offload not in _STREAMED:
+                w, q = held.weights, held.quant  # whole: _held's common case
+            else:
+                w, q = _held(held, name == step.component, spec, fsdp)
+            weights, quant = weights + w, quant + q
+        if (
+            step.what == "decode"
+            and upcast
+            and by_name[step.component].offload
+            in (
+                PipelineOffload.None_,
+                PipelineOffload.Model,
+            )
+        ):
+            weights += by_name[step.component].weights
             notes.append(
                 f"{pipeline.class_name} decodes in float32: the float16 VAE has forceUpcast, so "
                 "diffusers upcasts it for the decode"
             )
-        vd.weights, vd.quant, vd.activations, vd.running = w, q, act, [vae.name]
-    else:
-        vd.weights, _ = weights_now(set())
-    phases.append(vd)
+        key = f"{step.phase}:{step.component}" if step.phase == DENOISE else step.phase
+        if key not in phases:
+            phases[key] = _Phase(step.phase)
+            order.append(key)
+        p = phases[key]
+        if not p.running or weights + quant + act > p.weights + p.quant + p.activations:
+            p.weights, p.quant, p.activations = weights, quant, act
+            p.running = [step.component]
+            p.holding = resident
+    for p in phases.values():  # the peak step's residents, in component order
+        p.resident = [c.name for c in comps if c.name in p.holding]
+        p.kept = [
+            n
+            for n in p.resident
+            if n != p.running[0] and by_name[n].offload is PipelineOffload.Model
+        ]
+    for name in (TEXT_ENCODE, DENOISE, VAE_DECODE):
+        if not any(phases[k].name == name for k in order):
+            empty = _Phase(name)  # nothing runs: what pipe.to() left on the GPU
+            empty.weights = sum(
+                _held(c, False, spec, fsdp)[0]
+                for c in comps
+                if c.on_gpu and c.offload is PipelineOffload.None_
+            )
+            phases[name] = empty
+            order.append(name)
+    listed = sorted(order, key=lambda k: (TEXT_ENCODE, DENOISE, VAE_DECODE).index(phases[k].name))
+    for key in listed:
+        p = phases[key]
+        if p.kept:
+            notes.append(
+                f"offload Model keeps {', '.join(p.kept)} on the GPU while {p.running[0]} runs: "
+                "enable_model_cpu_offload offloads a model only when the next model of "
+                "model_cpu_offload_seq runs"
+            )
 
     groups = sum(1 for d in (par.ulysses_degree, par.ring_degree) if d > 1) + (
         1 if par.cfg_parallel else 0
@@ -461,7 +633,7 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
             + allocator_reserve_bytes(p.activations)
         )
 
-    peak = max(phases, key=total)
+    peak = max((phases[k] for k in listed), key=total)
     runtime = base_overhead_bytes(groups) + allocator_reserve_bytes(peak.activations)
     breakdown = PerGpuBreakdown(
         weights_bytes=peak.weights,
@@ -480,13 +652,14 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
         peak_phase=PeakPhase(peak.name),
         phases=[
             PhaseEstimate(
-                name=PeakPhase(p.name),
-                total_bytes=total(p),
-                weights_bytes=p.weights + p.quant,
-                activation_bytes=p.activations,
-                running=", ".join(p.running),
+                name=PeakPhase(phases[k].name),
+                total_bytes=total(phases[k]),
+                weights_bytes=phases[k].weights + phases[k].quant,
+                activation_bytes=phases[k].activations,
+                running=", ".join(phases[k].running),
+                resident=", ".join(phases[k].resident),
             )
-            for p in phases
+            for k in listed
         ],
         notes=list(dict.fromkeys(notes)),
     )
@@ -495,12 +668,16 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
 
 def _offload_notes(comps: list[_Component]) -> list[str]:
     """One line per offload mode in use, naming its components."""
-    out: list[str] = []
-    cpu = [c.name for c in comps if not c.on_gpu]
-    if cpu:
-        out.append(f"on the CPU, never on the GPU: {', '.join(cpu)}")
-    for mode in (PipelineOffload.Model, PipelineOffload.Sequential, PipelineOffload.Group):
-        names = [c.name for c in comps if c.on_gpu and c.offload is mode]
+    cpu: list[str] = []
+    by_mode: dict[PipelineOffload, list[str]] = {}
+    for c in comps:
+        if not c.on_gpu:
+            cpu.append(c.name)
+        elif c.offload in _OFFLOADED:
+            by_mode.setdefault(c.offload, []).append(c.name)
+    out = [f"on the CPU, never on the GPU: {', '.join(cpu)}"] if cpu else []
+    for mode in _OFFLOADED:
+        names = by_mode.get(mode)
         if names:
             out.append(
                 f"offload {mode.value}: {', '.join(names)} on the GPU only while running; "

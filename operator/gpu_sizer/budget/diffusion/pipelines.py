@@ -20,14 +20,28 @@ Read from the ``__call__`` and ``encode_prompt`` of each pipeline in ``diffusers
   ``force_upcast`` (``StableDiffusionXLPipeline.upcast_vae``);
 - ``encodes``: what image-to-image and image-to-video calls put through the VAE encoder first
   (``Image``: the input image; ``Video``: Wan's conditioning video, the image followed by
-  ``num_frames - 1`` zero frames, ``WanImageToVideoPipeline.prepare_latents``).
+  ``num_frames - 1`` zero frames, ``WanImageToVideoPipeline.prepare_latents``);
+- ``encode_order``: the text encoders one ``encode_prompt`` call runs, in order (SD3:
+  ``_get_clip_prompt_embeds`` twice, then ``_get_t5_prompt_embeds``; Flux and HunyuanVideo: the
+  CLIP pooled embedding after/before the T5/Llama sequence as their ``encode_prompt`` does); the
+  negative prompt repeats the same order when guidance runs (``negative_prompt or ""``);
+- ``signature``: the ``__init__`` arguments diffusers' loader matches ``model_index.json``
+  against (``DiffusionPipeline._get_signature_keys``): the components, and the options with
+  their defaults (``boundary_ratio``, ``requires_safety_checker``...);
+- ``exclude_from_offload``: ``_exclude_from_cpu_offload``: components that
+  ``enable_model_cpu_offload`` and ``enable_sequential_cpu_offload`` move to the GPU once and
+  keep there (SD's safety checker);
+- ``after_decode``: models run on the decoded output (SD's ``run_safety_checker``).
+
+``tests/budget/diffusion/test_pipelines.py`` checks ``offload_sequence``, ``signature`` and
+``exclude_from_offload`` against the diffusers 0.42.1 classes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from gpu_sizer.api import GenerationTask
 
@@ -65,6 +79,11 @@ class PipelineKind:
     upcast_vae: bool = False
     encodes: Encodes = Encodes.Nothing
     template_tokens: dict[str, int] = field(default_factory=dict)
+    encode_order: tuple[str, ...] = ()
+    components: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    exclude_from_offload: tuple[str, ...] = ()
+    after_decode: tuple[str, ...] = ()
 
 
 _SD_SEQ = ("text_encoder", "image_encoder", "unet", "vae")
@@ -79,10 +98,7 @@ _SD3_SEQ = (
 )
 _FLUX_SEQ = ("text_encoder", "text_encoder_2", "image_encoder", "transformer", "vae")
 
-#: Pipeline classes by ``model_index.json`` ``_class_name``. ``sequence_length`` is the call's
-#: ``max_sequence_length`` default (applied to the encoders listed with it in ``text_tokens``
-#: when ``spec.generation.maxSequenceLength`` overrides it).
-PIPELINES: Final[dict[str, PipelineKind]] = {
+_BASE: Final[dict[str, PipelineKind]] = {
     "StableDiffusionPipeline": PipelineKind(
         (T2I,), _SD_SEQ, Guidance.Batched, {"text_encoder": 77}, 77
     ),
@@ -200,4 +216,126 @@ PIPELINES: Final[dict[str, PipelineKind]] = {
         sequence_length=128,
         encodes=Encodes.Image,
     ),
+}
+
+_SD = (
+    "vae",
+    "text_encoder",
+    "tokenizer",
+    "unet",
+    "scheduler",
+    "safety_checker",
+    "feature_extractor",
+    "image_encoder",
+)
+_SDXL = (
+    "vae",
+    "text_encoder",
+    "text_encoder_2",
+    "tokenizer",
+    "tokenizer_2",
+    "unet",
+    "scheduler",
+    "image_encoder",
+    "feature_extractor",
+)
+_SD3 = (
+    "transformer",
+    "scheduler",
+    "vae",
+    "text_encoder",
+    "tokenizer",
+    "text_encoder_2",
+    "tokenizer_2",
+    "text_encoder_3",
+    "tokenizer_3",
+    "image_encoder",
+    "feature_extractor",
+)
+_FLUX = (
+    "scheduler",
+    "vae",
+    "text_encoder",
+    "tokenizer",
+    "text_encoder_2",
+    "tokenizer_2",
+    "transformer",
+    "image_encoder",
+    "feature_extractor",
+)
+_WAN = ("tokenizer", "text_encoder", "vae", "scheduler", "transformer", "transformer_2")
+_WAN_OPTIONS = {"boundary_ratio": None, "expand_timesteps": False}
+_ONE_TE = ("scheduler", "vae", "text_encoder", "tokenizer", "transformer")
+_SDXL_OPTIONS = {"force_zeros_for_empty_prompt": True, "add_watermarker": None}
+_SD_EXTRA: dict[str, Any] = {
+    "encode_order": ("text_encoder",),
+    "components": _SD,
+    "options": {"requires_safety_checker": True},
+    "exclude_from_offload": ("safety_checker",),
+    "after_decode": ("safety_checker",),
+}
+_SDXL_EXTRA: dict[str, Any] = {
+    "encode_order": ("text_encoder", "text_encoder_2"),
+    "components": _SDXL,
+    "options": _SDXL_OPTIONS,
+}
+_SD3_EXTRA: dict[str, Any] = {
+    "encode_order": ("text_encoder", "text_encoder_2", "text_encoder_3"),
+    "components": _SD3,
+}
+_FLUX_EXTRA: dict[str, Any] = {
+    "encode_order": ("text_encoder", "text_encoder_2"),
+    "components": _FLUX,
+}
+_ONE_EXTRA: dict[str, Any] = {"encode_order": ("text_encoder",), "components": _ONE_TE}
+
+#: Per class: the call order, signature and offload exclusions read from diffusers 0.42.1
+#: (``__init__``, ``encode_prompt``, ``_exclude_from_cpu_offload``, ``run_safety_checker``).
+_EXTRA: Final[dict[str, dict[str, Any]]] = {
+    "StableDiffusionPipeline": _SD_EXTRA,
+    "StableDiffusionImg2ImgPipeline": _SD_EXTRA,
+    "StableDiffusionXLPipeline": _SDXL_EXTRA,
+    "StableDiffusionXLImg2ImgPipeline": {
+        **_SDXL_EXTRA,
+        "options": {"requires_aesthetics_score": False, **_SDXL_OPTIONS},
+    },
+    "StableDiffusion3Pipeline": _SD3_EXTRA,
+    "StableDiffusion3Img2ImgPipeline": _SD3_EXTRA,
+    "FluxPipeline": _FLUX_EXTRA,
+    "FluxImg2ImgPipeline": _FLUX_EXTRA,
+    "WanPipeline": {"encode_order": ("text_encoder",), "components": _WAN, "options": _WAN_OPTIONS},
+    "WanImageToVideoPipeline": {
+        "encode_order": ("text_encoder",),
+        "components": (*_WAN[:4], "image_processor", "image_encoder", *_WAN[4:]),
+        "options": _WAN_OPTIONS,
+    },
+    "HunyuanVideoPipeline": {
+        "encode_order": ("text_encoder", "text_encoder_2"),
+        "components": (
+            "text_encoder",
+            "tokenizer",
+            "transformer",
+            "vae",
+            "scheduler",
+            "text_encoder_2",
+            "tokenizer_2",
+        ),
+    },
+    "CogVideoXPipeline": {
+        "encode_order": ("text_encoder",),
+        "components": ("tokenizer", "text_encoder", "vae", "transformer", "scheduler"),
+    },
+    "CogVideoXImageToVideoPipeline": {
+        "encode_order": ("text_encoder",),
+        "components": ("tokenizer", "text_encoder", "vae", "transformer", "scheduler"),
+    },
+    "LTXPipeline": _ONE_EXTRA,
+    "LTXImageToVideoPipeline": _ONE_EXTRA,
+}
+
+#: Pipeline classes by ``model_index.json`` ``_class_name``. ``sequence_length`` is the call's
+#: ``max_sequence_length`` default (applied to the encoders listed with it in ``text_tokens``
+#: when ``spec.generation.maxSequenceLength`` overrides it).
+PIPELINES: Final[dict[str, PipelineKind]] = {
+    name: replace(kind, **_EXTRA[name]) for name, kind in _BASE.items()
 }

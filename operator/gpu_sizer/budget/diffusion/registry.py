@@ -27,12 +27,23 @@ class Kind:
         grouped too under block-level group offloading.
     :param skip_casting: ``ModelMixin._skip_layerwise_casting_patterns``: module-name patterns
         ``enable_layerwise_casting`` leaves in the compute dtype, besides the defaults.
+    :param keep_fp32_fp16: ``transformers`` ``PreTrainedModel._keep_in_fp32_modules``: kept in
+        float32 only when the model is loaded in float16 (transformers 5.24
+        ``modeling_utils.py`` ``_get_dtype_plan``: "only used to avoid bf16 -> fp16 casting
+        precision issues"); T5's and UMT5's ``wo`` projections, a fifth of T5-XXL's weights.
     """
 
     build: Callable[[Mapping[str, Any]], Part]
     keep_fp32: tuple[str, ...] = ()
     block_modules: tuple[str, ...] = ()
     skip_casting: tuple[str, ...] = ()
+    keep_fp32_fp16: tuple[str, ...] = ()
+
+    def fp32_modules(self, element_bytes: int, float16: bool) -> tuple[str, ...]:
+        """The module names kept in float32 when loading at ``element_bytes`` per element."""
+        if element_bytes >= 4:
+            return ()
+        return (*self.keep_fp32, *self.keep_fp32_fp16) if float16 else self.keep_fp32
 
     @property
     def casting_skips(self) -> tuple[str, ...]:
@@ -69,7 +80,8 @@ KINDS: Final[dict[str, Kind]] = {
     "CLIPTextModel": Kind(text_encoders.clip_text_model),
     "CLIPTextModelWithProjection": Kind(text_encoders.clip_text_model_with_projection),
     "CLIPVisionModel": Kind(text_encoders.clip_vision_model),
-    "T5EncoderModel": Kind(text_encoders.t5_encoder_model),
-    "UMT5EncoderModel": Kind(text_encoders.umt5_encoder_model),
+    "T5EncoderModel": Kind(text_encoders.t5_encoder_model, keep_fp32_fp16=("wo",)),
+    "UMT5EncoderModel": Kind(text_encoders.umt5_encoder_model, keep_fp32_fp16=("wo",)),
+    "StableDiffusionSafetyChecker": Kind(text_encoders.stable_diffusion_safety_checker),
     "LlamaModel": Kind(text_encoders.llama_model),
 }

@@ -29,6 +29,7 @@ __all__ = [
     "clip_text_model_with_projection",
     "clip_vision_model",
     "llama_model",
+    "stable_diffusion_safety_checker",
     "t5_encoder_model",
     "umt5_encoder_model",
 ]
@@ -100,6 +101,25 @@ def clip_vision_model(c: Config) -> Part:
         layer_norm("pre_layrnorm", h),
         _clip_layers(c),
         layer_norm("post_layernorm", h),
+    )
+
+
+def stable_diffusion_safety_checker(c: Config) -> Part:
+    """``diffusers/pipelines/stable_diffusion/safety_checker.py``
+    ``StableDiffusionSafetyChecker`` (SD 1.x/2.x): a ``CLIPVisionModel`` of the config's
+    ``vision_config`` (ViT-L/14 in the published checker), a bias-free ``visual_projection`` to
+    ``projection_dim``, and the concept embeddings and thresholds it compares against (17 + 3
+    rows, kept as ``nn.Parameter``)."""
+    vision = c["vision_config"]
+    dim = c["projection_dim"]
+    return module(
+        "safety_checker",
+        module("vision_model", *clip_vision_model(vision).children),
+        linear("visual_projection", vision["hidden_size"], dim, bias=False),
+        param("concept_embeds", 17 * dim),
+        param("special_care_embeds", 3 * dim),
+        param("concept_embeds_weights", 17),
+        param("special_care_embeds_weights", 3),
     )
 
 
@@ -235,6 +255,9 @@ def encoder_forward_bytes(cls: str, c: Config, batch: int, tokens: int, act_byte
         layers = c["num_hidden_layers"]
         per_token = max(6 * h, 2 * h + 3 * inner) * a
         return int(batch * tokens * (per_token + (layers + 1) * h * a))
+    if cls == "StableDiffusionSafetyChecker":
+        # run_safety_checker calls vision_model(clip_input): no hidden states kept
+        c = c["vision_config"]
     h, inner = c["hidden_size"], c["intermediate_size"]
     per_token = max(6 * h, 2 * h + 2 * inner) * a
     keep = (c["num_hidden_layers"] + 1) * h * a if cls == "CLIPVisionModel" else 0
