@@ -574,7 +574,7 @@ def _print_patches(
     """One strategic-merge patch per workload with a recommendation (YAML; with several workloads
     each is headed by a comment naming it, separated by ``---``); the others are said on
     stderr."""
-    from gpu_sizer.placement import pod_template_patch
+    from gpu_sizer.placement import memory_request, pod_template_patch
 
     patches: list[tuple[str, dict[str, Any]]] = []
     for (doc, assessment), obj in zip(rows, objects, strict=True):
@@ -594,6 +594,14 @@ def _print_patches(
         patches.append(
             (who, pod_template_patch(rec, container=name, spec_hash=spec_hash, args=args))
         )
+        if rec.host_memory_bytes_per_worker:
+            print(
+                f"{who}: the patch requests {memory_request(rec.host_memory_bytes_per_worker)} "
+                "of host memory per worker (hostMemoryBytesPerWorker: the loading path and "
+                "offload); no memory limit is set, and an existing limit below it must be "
+                "raised (a request may not exceed its limit)",
+                file=err,
+            )
         if rec.launch is not None and (rec.worker_count or 1) > 1:
             # The patch is one worker's template: say how many workers the launcher starts.
             launch = rec.launch
@@ -635,6 +643,15 @@ def _row_name(doc: _Doc) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
+def _class_cell(rec: Any) -> str:
+    """The CLASS cell: ``CLASS xN`` for one pod of N GPUs, ``CLASS WxG`` for a job of W workers
+    of G GPUs each (``nvidia-a100-80gb 2x8``), as launchers count them."""
+    workers = rec.worker_count or 1
+    if workers > 1 and rec.gpus_per_worker:
+        return f"{rec.gpu_class} {workers}x{rec.gpus_per_worker}"
+    return f"{rec.gpu_class} x{rec.gpu_count}"
+
+
 def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
     """kubectl-style: upper-case headers, columns padded with three spaces, GiB per GPU."""
     if not rows:
@@ -670,7 +687,7 @@ def _print_table(rows: Sequence[tuple[_Doc, Any]], out: TextIO) -> None:
         table.append(
             [
                 _row_name(doc),
-                f"{rec.gpu_class} x{rec.gpu_count}" if rec else "-",
+                _class_cell(rec) if rec else "-",
                 *(f"{getattr(per, attr) / GIB:.1f}" for attr, _ in columns),
                 f"{per.total_bytes / GIB:.1f} GiB",
                 *pool,

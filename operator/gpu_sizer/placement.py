@@ -46,6 +46,7 @@ __all__ = [
     "MigStrategy",
     "for_strategy",
     "gpu_resource",
+    "memory_request",
     "node_affinity",
     "pod_template_patch",
     "resources",
@@ -61,6 +62,14 @@ ANNOTATION_SPEC_HASH: Final = "gpusizer.dev/spec-hash"
 #: A job wider than one node: the workers the launcher starts and each one's GPUs.
 ANNOTATION_WORKERS: Final = "gpusizer.dev/worker-count"
 ANNOTATION_GPUS_PER_WORKER: Final = "gpusizer.dev/gpus-per-worker"
+
+_GIB: Final = 1 << 30
+
+
+def memory_request(host_bytes: int) -> str:
+    """A Kubernetes memory quantity for ``host_bytes``, rounded up to whole GiB (``Gi``)."""
+    return f"{-(-host_bytes // _GIB)}Gi"
+
 
 MigStrategy = Literal["single", "mixed"]
 
@@ -160,6 +169,16 @@ def pod_template_patch(
     (``nodeSelectorTerms`` has no merge key). The template is annotated with what was applied; for a
     job of several workers it is one worker's template (its GPUs per worker) and the annotations
     name the worker count the launcher starts.
+
+    Training: ``rec.hostMemoryBytesPerWorker`` (the host memory the loading path and offload
+    hold on one worker's node) becomes the container's ``requests.memory``, rounded up to GiB,
+    so the scheduler puts each worker on a node with that much allocatable memory. No memory
+    limit is set: a limit OOM-kills the container when it is crossed, and the figure counts
+    only what gpu-sizer models (staged checkpoint copies, offloaded states and DeepSpeed's
+    buffers), not the processes' own resident memory, CUDA's host-side allocations or data
+    loader workers; a limit at the request would kill a worker that otherwise runs. A template
+    whose existing memory limit is below the request is refused by the API server (a request
+    must not exceed its limit).
     """
     if rec.node_affinity is None or rec.resources is None:
         raise ValueError(
@@ -172,10 +191,10 @@ def pod_template_patch(
         # A job wider than a node: the template is one worker's; the launcher starts the rest.
         annotations[ANNOTATION_WORKERS] = str(rec.worker_count)
         annotations[ANNOTATION_GPUS_PER_WORKER] = str(rec.gpus_per_worker)
-    main: dict[str, Any] = {
-        "name": container,
-        "resources": rec.resources.model_dump(by_alias=True, mode="json"),
-    }
+    resources: dict[str, Any] = rec.resources.model_dump(by_alias=True, mode="json")
+    if rec.host_memory_bytes_per_worker:
+        resources["requests"] = {"memory": memory_request(rec.host_memory_bytes_per_worker)}
+    main: dict[str, Any] = {"name": container, "resources": resources}
     if args:
         main["args"] = list(args)
     return {

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from tests.architectures import LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, arch
 
-from gpu_sizer.api import EstimateStatus, TrainingFramework, parse_spec
+from gpu_sizer.api import EstimateStatus, ParallelStrategy, TrainingFramework, parse_spec
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.params import layout
 from gpu_sizer.budget.training import adapter_params
@@ -272,22 +272,70 @@ def test_fused_cross_entropy_makes_65k_tokens_fit_in_80_gb() -> None:
     assert fused.per_gpu.total_bytes < chunked.per_gpu.total_bytes < standard.per_gpu.total_bytes
 
 
-def test_an_unmodelled_loop_loads_at_its_worst() -> None:
-    """``framework: custom``: the loading path is unknown, so the Load phase is the upper bound
-    of every rank materialising the model on its GPU (the llama-cookbook issue 100 OOM on a
-    24 GB RTX 3090), said in a note; the Hugging Face Trainer's default path (every rank loads
-    into host memory, FSDP1 moves one unit at a time with ``device_id``) fits."""
-    custom = _llama2_7b_fsdp("Auto")
-    tr = custom.training
-    fw = TrainingFramework.custom
-    custom = custom.model_copy(update={"training": tr.model_copy(update={"framework": fw})})
+def _with(spec: Any, **training: Any) -> Any:
+    tr = spec.training
+    return spec.model_copy(update={"training": tr.model_copy(update=training)})
+
+
+def test_llama_cookbook_100_is_refused_on_24_gb_unless_the_loading_path_is_named() -> None:
+    """llama-cookbook issue 100 (meta-llama/llama-cookbook#100, 2023-08-06): Llama-2-7B full
+    fine-tune, "enable fsdp with bf16 and without peft" (full_shard), 8x RTX 3090 (24 GB), CUDA
+    out of memory "in `model = FSDP(model, ...)`". The script was llama-recipes'
+    ``llama_finetuning.py`` of the time: every rank runs ``LlamaForCausalLM.from_pretrained``
+    (float32 under transformers 4.31) unless ``low_cpu_fsdp``, then ``FSDP(...,
+    device_id=torch.cuda.current_device(), sync_module_states=low_cpu_fsdp)``; its defaults
+    (``configs/fsdp.py``: mixed_precision, fsdp_activation_checkpointing; ``micro_batch_size``
+    1; samsum packed to 2,048 tokens) are the spec's. The whole float32 model is
+    4 x 6.74e9 B = 25.1 GiB, more than the card.
+
+    - ``framework: custom`` (llama-recipes' own loop is not modelled): the Load phase is the
+      upper bound, every rank holding the model on its GPU, and the card is refused.
+    - ``framework: transformers`` left at ``initialization: Auto`` (what a user who runs the
+      same job under the Trainer or TRL writes): TRL's ``device_map="auto"`` path puts a whole
+      copy per process on the node's GPUs, so the default is refused too, with a note naming
+      the initialization values that pick one path.
+    - The Trainer given a model object (``CpuPerRank``: FSDP1 moves one unit at a time with
+      ``device_id``) and rank-0 loading (``RankZeroCpu``, the ``low_cpu_fsdp`` of
+      meta-llama/llama-cookbook#77) fit: their Load phase is a shard plus one unit.
+    """
+    rtx3090 = _gpu("rtx-3090", 24.0)
+    report = _llama2_7b_fsdp("Auto")
+    assert report.training.framework is TrainingFramework.transformers  # the spec's default
+    custom = _with(report, framework=TrainingFramework.custom)
     est = estimate(custom)
     assert est.peak_phase == "Load"
+    assert _peak(est, "Load") >= 4 * LLAMA_7B_PARAMS > 24 * GIB
     assert any("framework custom" in n for n in est.notes)
-    assert assess(custom, [_gpu("rtx-3090", 24.0)]).verdict is Verdict.NoSafeHeadroom
-    hf = estimate(_llama2_7b_fsdp("Auto"))
-    assert hf.peak_phase == "Step"
-    assert hf.host_bytes_per_node == 8 * 4 * LLAMA_7B_PARAMS
+    assert assess(custom, [rtx3090]).verdict is Verdict.NoSafeHeadroom
+    default = estimate(report)
+    assert default.peak_phase == "Load"
+    assert _peak(default, "Load") >= 4 * LLAMA_7B_PARAMS
+    assert any("device_map 'auto'" in n and "RankZeroCpu" in n for n in default.notes)
+    assert assess(report, [rtx3090]).verdict is Verdict.NoSafeHeadroom
+    # Both paths are counted: the host holds the Trainer path's copy per process.
+    assert default.host_bytes_per_node == 8 * 4 * LLAMA_7B_PARAMS
+    for init in ("CpuPerRank", "RankZeroCpu"):
+        named = _llama2_7b_fsdp(init)
+        assert estimate(named).peak_phase == "Step"
+        assert not any("device_map 'auto'" in n for n in estimate(named).notes)
+        assert assess(named, [rtx3090]).verdict is Verdict.Fits
+
+
+def test_trl_device_map_path_is_counted_only_under_transformers_fsdp() -> None:
+    """TRL's ``create_model_from_path`` sets ``device_map="auto"`` unless the launch is
+    ``MULTI_GPU`` or ``DEEPSPEED``: DDP and DeepSpeed launches load without a device map, and
+    torchtune, accelerate or DeepSpeed loops are not TRL. Under ZeRO-3 the Trainer's
+    ``from_pretrained`` runs inside ``zero.Init``."""
+    base = _llama2_7b_fsdp("Auto")
+    default = _peak(estimate(base), "Load")
+    for framework in ("accelerate", "torchtune", "deepspeed"):
+        other = _with(base, framework=TrainingFramework(framework))
+        assert _peak(estimate(other), "Load") < default / 4
+    tr = base.training
+    zero3 = tr.parallelism.model_copy(update={"strategy": ParallelStrategy.zero3})
+    z3 = estimate(_with(base, parallelism=zero3))
+    assert not any("device_map 'auto'" in n for n in z3.notes)
+    assert _peak(z3, "Load") < default / 4
 
 
 def _qlora_70b_fsdp(initialization: str) -> Any:

@@ -1458,10 +1458,11 @@ class Initialization(StrEnum):
     ``RankZeroCpu``: rank 0 loads it into host RAM, the others build it on the meta device and
     receive it by broadcast (FSDP ``sync_module_states``, accelerate
     ``cpu_ram_efficient_loading``). ``MetaDevice``: no rank materialises the full model (meta
-    device then sharded load, DeepSpeed ``zero.Init``). ``Auto``: ``MetaDevice`` under ``zero3``
-    (Hugging Face ``from_pretrained`` runs inside ``deepspeed.zero.Init``), ``CpuPerRank``
-    otherwise (``from_pretrained`` loads into host memory; the Trainer, accelerate's FSDP or
-    DeepSpeed move the model to the GPU).
+    device then sharded load, DeepSpeed ``zero.Init``). ``Auto``: the framework's default
+    (``budget.training_load.initialization``): ``MetaDevice`` under ``zero3`` (Hugging Face
+    ``from_pretrained`` runs inside ``deepspeed.zero.Init``), ``GpuPerRank`` for a
+    bitsandbytes base or a ``custom`` loop, ``CpuPerRank`` otherwise; ``transformers`` + FSDP
+    also counts TRL's ``device_map="auto"`` load on the GPUs.
     """
 
     Auto = "Auto"

@@ -83,6 +83,7 @@ from gpu_sizer.budget.training import (
     training_budget,
 )
 from gpu_sizer.budget.training_hf import version_notes
+from gpu_sizer.budget.training_load import either_hf_fsdp_path
 from gpu_sizer.budget.weights import (
     dequantization_workspace_bytes,
     flat_weight_bytes,
@@ -528,6 +529,17 @@ def _training_estimate(
             "framework custom: its loading path is not modelled; the Load phase is taken at its "
             "worst (every rank materialises the model on its GPU), an upper bound: set "
             "spec.training.initialization to what the loop does"
+        )
+    q = spec.model.quantization
+    if either_hf_fsdp_path(tr) and not (
+        q is not None and q.method.value.startswith("bitsandbytes")
+    ):
+        notes.append(
+            "transformers + FSDP, initialization Auto: the Load phase counts both loading paths "
+            "(TRL's trainers given a model name load it with device_map 'auto', a whole copy per "
+            "process over the node's GPUs; the Trainer given a model loads one copy per process "
+            "into host memory): set spec.training.initialization to CpuPerRank, RankZeroCpu "
+            "(fsdp_cpu_ram_efficient_loading) or MetaDevice for the path the job takes"
         )
     base = base_overhead_bytes(parallel_groups(spec))
     step, load = tb.step, tb.load

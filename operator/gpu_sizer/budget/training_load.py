@@ -51,7 +51,7 @@ from gpu_sizer.budget.training_sharding import (
     shard_degree,
 )
 
-__all__ = ["LoadPeak", "initialization", "load_peak"]
+__all__ = ["LoadPeak", "either_hf_fsdp_path", "initialization", "load_peak"]
 
 _DEEPSPEED = frozenset({ParallelStrategy.zero1, ParallelStrategy.zero2, ParallelStrategy.zero3})
 _SHARDED_WEIGHTS = frozenset(
@@ -80,6 +80,33 @@ class LoadPeak:
         return self.weights + self.quant + self.master
 
 
+def either_hf_fsdp_path(training: Training) -> bool:
+    """``transformers`` + FSDP with ``initialization`` Auto, where two loading paths are in use
+    and gpu-sizer cannot tell which: both are counted, each on the resource it fills.
+
+    - The ``Trainer`` given a model object: ``from_pretrained`` without a ``device_map`` loads
+      it into host memory in every process, and FSDP moves it unit by unit (``CpuPerRank``).
+    - TRL's trainers (``SFTTrainer``, ``DPOTrainer``, ``GRPOTrainer``...) given a model name:
+      ``create_model_from_path`` (``trl/trainer/utils.py``) sets ``device_map="auto"`` unless
+      the launch is ``MULTI_GPU`` or ``DEEPSPEED``; an FSDP launch is neither, and
+      ``from_pretrained`` keeps ``"auto"`` under torchrun (it only logs "You've set
+      device_map=`auto` while triggering a distributed run with torchrun",
+      ``modeling_utils.PreTrainedModel.from_pretrained``, transformers 5.x), so every
+      process spreads a whole copy over the node's GPUs: one model's worth on each GPU before
+      FSDP shards it (``GpuPerRank``'s bytes).
+
+    The ``Load`` phase is therefore the larger of the two on the GPU (the checkpoint as staged,
+    whole, plus the unit FSDP flattens) and the per-process copies on the host. The path a job
+    takes is set with ``spec.training.initialization``: ``RankZeroCpu``
+    (``fsdp_cpu_ram_efficient_loading``), ``CpuPerRank`` (a model object) or ``MetaDevice``.
+    """
+    return (
+        training.initialization is Initialization.Auto
+        and training.framework is TrainingFramework.transformers
+        and training.parallelism.strategy.value.startswith("fsdp")
+    )
+
+
 def initialization(training: Training, *, bitsandbytes: bool = False) -> Initialization:
     """The spec's initialization, ``Auto`` resolved to the framework's default loading path.
 
@@ -91,14 +118,15 @@ def initialization(training: Training, *, bitsandbytes: bool = False) -> Initial
     - ``zero3`` under ``transformers``: ``MetaDevice`` (``from_pretrained`` runs inside
       ``deepspeed.zero.Init`` when the Trainer's DeepSpeed config is ZeRO-3);
     - ``custom``: ``GpuPerRank``, the worst case, as an upper bound (a note says so);
-    - otherwise ``CpuPerRank``: ``from_pretrained`` materialises the model in host memory and
-      the Trainer leaves it there for the wrapper (``place_model_on_device`` is false under
-      FSDP and DeepSpeed); FSDP1 with ``device_id`` moves one unit at a time
-      (``_move_module_to_device`` skips nested FSDP instances), FSDP2's ``fully_shard`` and
-      ZeRO-1/2 likewise take it from host memory; torchtune's recipes build on the meta
-      device and every rank reads the full state dict into host memory
-      (``load_from_full_model_state_dict``); a custom accelerate or DeepSpeed loop without
-      ``zero.Init`` builds on the CPU.
+    - otherwise ``CpuPerRank`` (under ``transformers`` + FSDP :func:`load_peak` also counts
+      TRL's ``device_map="auto"`` path, :func:`either_hf_fsdp_path`): ``from_pretrained``
+      materialises the model in host memory and the Trainer leaves it there for the wrapper
+      (``place_model_on_device`` is false under FSDP and DeepSpeed); FSDP1 with ``device_id``
+      moves one unit at a time (``_move_module_to_device`` skips nested FSDP instances),
+      FSDP2's ``fully_shard`` and ZeRO-1/2 likewise take it from host memory; torchtune's
+      recipes build on the meta device and every rank reads the full state dict into host
+      memory (``load_from_full_model_state_dict``); a custom accelerate or DeepSpeed loop
+      without ``zero.Init`` builds on the CPU.
     """
     init = training.initialization
     if init is not Initialization.Auto:
@@ -143,7 +171,12 @@ def load_peak(
     elif init is Initialization.GpuPerRank:
         weights = max(weights, h.weight_bytes + (h.unit_bytes if fsdp else 0))
         quant = h.quant_overhead
-    if init is Initialization.CpuPerRank:
+    both = either_hf_fsdp_path(training) and not bitsandbytes
+    if both:
+        # TRL's device_map="auto" path: every process's whole copy spread over the node's GPUs,
+        # then FSDP flattens one unit at a time.
+        weights = max(weights, staged_bytes + h.unit_bytes)
+    if init is Initialization.CpuPerRank or both:
         host = par.ranks_per_node * staged_bytes
     elif init is Initialization.RankZeroCpu:
         host = staged_bytes
