@@ -127,11 +127,41 @@ def settle_transitions(
     return out
 
 
+def current_conditions(
+    conditions: Sequence[Condition], generation: int | None, now: str
+) -> list[Condition]:
+    """``conditions`` with every one that was not judged for ``generation`` (an older
+    ``observedGeneration``) restated as ``Unknown``, reason ``NotEvaluated``: a condition of an
+    earlier spec must never read as this spec's (an invalid spec's status kept the old spec's
+    ``HeadroomSufficient=True``). Kubernetes API conventions: ``observedGeneration`` says which
+    generation a condition describes."""
+    if generation is None:
+        return list(conditions)
+    out: list[Condition] = []
+    for cond in conditions:
+        old = cond.observed_generation
+        if old is not None and old < generation:
+            cond = Condition(
+                type=cond.type,
+                status=ConditionStatus.unknown,
+                reason="NotEvaluated",
+                message=f"not evaluated for generation {generation} (last judged for {old})",
+                observed_generation=generation,
+                last_transition_time=(
+                    cond.last_transition_time if cond.status == ConditionStatus.unknown else now
+                ),
+            )
+        out.append(cond)
+    return out
+
+
 def _settled(plan: Plan, previous: GPUWorkloadStatus | None, now: str) -> Plan:
     """The plan with transition times settled against the stored status (see
-    :func:`settle_transitions`)."""
+    :func:`settle_transitions`), and no condition of an older generation left standing (see
+    :func:`current_conditions`)."""
     stored = previous.conditions if previous is not None else []
-    conds = settle_transitions(plan.status.conditions, stored, now)
+    fresh = current_conditions(plan.status.conditions, plan.status.observed_generation, now)
+    conds = settle_transitions(fresh, stored, now)
     if conds == plan.status.conditions:
         return plan
     return Plan(plan.status.model_copy(update={"conditions": conds}), plan.actions)
@@ -377,6 +407,12 @@ def _invalid_plan(
     conds = _Conds(previous, generation, now)
     conds.put(ConditionType.Estimated, F, "InvalidSpec", text)
     conds.put(ConditionType.Measured, F, "InvalidSpec", "not measured: the spec is invalid")
+    conds.put(
+        ConditionType.HeadroomSufficient,
+        ConditionStatus.unknown,
+        "InvalidSpec",
+        "not judged: the spec is invalid",
+    )
     conds.kstatus((False, "InvalidSpec", f"invalid spec: {text}"), False, True)
     status = GPUWorkloadStatus(
         observed_generation=generation,
