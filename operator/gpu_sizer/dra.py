@@ -327,7 +327,7 @@ def claim_template(
     api_version: str,
     name: str,
     namespace: str,
-    owner: Mapping[str, Any],
+    owner: Mapping[str, Any] | None,
     cls: GPUClass,
     count: int,
     products: Iterable[str],
@@ -335,7 +335,9 @@ def claim_template(
 ) -> dict[str, Any]:
     """A ``ResourceClaimTemplate`` asking for ``count`` devices of ``cls`` (request ``gpu``,
     DeviceClass ``gpu.nvidia.com`` or ``mig.nvidia.com``, :func:`device_selector`), owned by
-    ``owner`` (an ownerReference: the GPUWorkload), in ``api_version``'s request shape."""
+    ``owner`` (an ownerReference: the GPUWorkload; None for a template in another namespace
+    than its workload's, which cannot be owned across namespaces), in ``api_version``'s request
+    shape."""
     request: dict[str, Any] = {
         "deviceClassName": "mig.nvidia.com" if cls.is_mig else "gpu.nvidia.com",
         "selectors": [{"cel": {"expression": device_selector(cls, products)}}],
@@ -346,7 +348,9 @@ def claim_template(
         requests = [{"name": "gpu", **request}]
     else:
         requests = [{"name": "gpu", "exactly": request}]
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "ownerReferences": [dict(owner)]}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
     if labels:
         meta["labels"] = dict(labels)
     return {

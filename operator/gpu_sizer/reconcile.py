@@ -955,6 +955,29 @@ def plan_outcome(
     return _settled(plan, wl.previous, now)
 
 
+#: Endings the operator brings about by deleting the Job (its pod never ran, or never will): a
+#: Job of such an ending that still exists is deleted on every decision until it is gone, so a
+#: deletion that failed once (a 500, a 429) is tried again instead of leaving the Job to hold
+#: its slot and its waiters until its deadline.
+DELETED_ON_END: frozenset[str] = frozenset({"Unschedulable", "NoNodeOfClass", "ImagePullFailed"})
+
+
+def _leftover(plan: Plan, spec_hash: str) -> Plan:
+    """``plan`` with a :class:`DeleteJob` for the Job of a measurement that ended in one of
+    :data:`DELETED_ON_END` (a no-op for the shell when the Job is gone already)."""
+    m = plan.status.measurement
+    if (
+        m is None
+        or not m.job_name
+        or not m.completed_at
+        or m.spec_hash != spec_hash
+        or m.reason not in DELETED_ON_END
+        or any(isinstance(a, DeleteJob) and a.name == m.job_name for a in plan.actions)
+    ):
+        return plan
+    return Plan(plan.status, (*plan.actions, DeleteJob(m.job_name)))
+
+
 def decide(
     wl: Workload,
     assessment: Assessment,
@@ -998,7 +1021,7 @@ def decide(
             measuring, observe(m), config, present=present, now=now, job_name=job_name
         )
         plan = Plan(then.status, (*plan.actions, *then.actions))
-    return _settled(plan, wl.previous, now)
+    return _settled(_leftover(plan, wl.spec_hash), wl.previous, now)
 
 
 def _plan_outcome(

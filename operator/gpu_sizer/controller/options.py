@@ -87,7 +87,20 @@ class Options:
     #: certificate: the hosts of ``url`` webhook client configs.
     webhook_cert_san: tuple[str, ...] = ()
     pod_namespace: str | None = None
+    #: The operator's own namespace, where no tenant may write (``--operator-namespace``,
+    #: default ``POD_NAMESPACE``): shareable measurements run there, and each namespace's
+    #: measurement GPU-second ledger is kept there. None: measurements run in the workloads'
+    #: namespaces and every record stays private to its namespace.
+    operator_namespace: str | None = None
     catalog: tuple[GPUClass, ...] = field(default=DEFAULT_CATALOG)
+
+    @property
+    def watched_namespaces(self) -> tuple[str, ...]:
+        """The namespaces kopf watches with ``--namespace``: the served ones and the operator's
+        own (its measurement Jobs and ledgers live there)."""
+        if self.operator_namespace and self.operator_namespace not in self.namespaces:
+            return (*self.namespaces, self.operator_namespace)
+        return self.namespaces
 
 
 def _env(flag: str, default: Any) -> Any:
@@ -313,6 +326,17 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         "GPU_SIZER_WEBHOOK_CERT_SAN, comma-separated",
     )
     p.add_argument("--no-webhook", action="store_true", default=_bool_env("no-webhook"))
+    p.add_argument(
+        "--operator-namespace",
+        default=_env("operator-namespace", None),
+        metavar="NS",
+        help="the operator's own namespace, where no tenant may create pods or Jobs (default: "
+        "env POD_NAMESPACE, which the chart sets): measurements that may be shared across "
+        "namespaces (Synthetic mode, the operator's probe image) run there, and each "
+        "namespace's measurement GPU-seconds are recorded there. Unset: every measurement runs "
+        "in its workload's namespace and its record is reused by that namespace only (a result "
+        "a tenant could have forged is never shared)",
+    )
 
 
 def load_catalog(path: str | None) -> tuple[GPUClass, ...]:
@@ -419,6 +443,15 @@ def options_from(
     if args.policy:
         _check_policy(args.policy, float(args.default_headroom), catalog)
     cap = args.local_deadline_cap
+    operator_namespace = args.operator_namespace or os.environ.get("POD_NAMESPACE") or None
+    if operator_namespace is not None:
+        from gpu_sizer.api.workload import validate_namespace
+
+        if validate_namespace(operator_namespace) is not None:
+            raise ValueError(
+                f"{_source('operator-namespace', '--operator-namespace')} must be a namespace "
+                f"name (DNS-1123 label), not {operator_namespace!r}"
+            )
     return Options(
         namespaces=tuple(args.namespace),
         all_namespaces=bool(args.all_namespaces),
@@ -457,5 +490,6 @@ def options_from(
         webhook_service=args.webhook_service,
         webhook_cert_san=tuple(args.webhook_cert_san),
         pod_namespace=os.environ.get("POD_NAMESPACE"),
+        operator_namespace=operator_namespace,
         catalog=catalog,
     )

@@ -68,7 +68,7 @@ def make_backend(opts: Options) -> Backend:
             deadline_cap_seconds=opts.local_deadline_cap,
             max_concurrency=opts.local_max_concurrency,
         )
-    return KubernetesJobBackend()
+    return KubernetesJobBackend(trusted_namespace=opts.operator_namespace)
 
 
 def credentials_problem() -> str | None:
@@ -151,7 +151,7 @@ def run(opts: Options) -> int:
                 peering_name=opts.peering,
                 priority=opts.priority,
                 clusterwide=opts.all_namespaces,
-                namespaces=list(opts.namespaces),
+                namespaces=list(opts.watched_namespaces),
                 liveness_endpoint=liveness,
                 identity=Identity(operator_identity()),
             )
