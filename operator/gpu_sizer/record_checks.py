@@ -104,7 +104,9 @@ def implausibilities(
         problems.append("spec.result.completedAt is missing")
     elif recorded is not None and completed > recorded + skew:
         problems.append("spec.result.completedAt is after spec.recordedAt")
-    if started is not None and completed is not None and started > completed:
+    # startedAt is the operator's clock (the Job's start), completedAt the node's (the probe's
+    # own): they may disagree by the skew allowed.
+    if started is not None and completed is not None and started > completed + skew:
         problems.append("spec.result.startedAt is after spec.result.completedAt")
     if r.gpu_memory_bytes is not None and (
         abs(r.gpu_memory_bytes - cls.memory_bytes) > MEMORY_TOLERANCE * cls.memory_bytes

@@ -132,6 +132,9 @@ def test_consistency_of_the_record_itself() -> None:
     future.spec.recorded_at = "2027-06-01T00:00:00Z"
     assert any("in the future" in p for p in implausibilities(future, A100, est, NOW))
     reversed_times = record(
-        LLAMA_8B, A100, peak_device_used_bytes=peak, started_at="2026-12-01T01:59:00Z"
+        LLAMA_8B, A100, peak_device_used_bytes=peak, started_at="2026-12-01T02:05:00Z"
     )
     assert any("startedAt is after" in p for p in implausibilities(reversed_times, A100, est, NOW))
+    # startedAt is the operator's clock, completedAt the node's: 4 minutes apart is skew.
+    skewed = record(LLAMA_8B, A100, peak_device_used_bytes=peak, started_at="2026-12-01T01:59:00Z")
+    assert not any("startedAt" in p for p in implausibilities(skewed, A100, est, NOW))
