@@ -204,3 +204,17 @@ def test_metrics_and_health_listen_addresses(monkeypatch: pytest.MonkeyPatch) ->
     assert _liveness_url(options_from(parse("-A", "--health-port", "0"))) is None
     with pytest.raises(SystemExit):
         parse("-A", "--metrics-listen", "not an address")
+
+
+def test_the_operators_namespace_is_watched_only_beside_listed_namespaces() -> None:
+    """kopf serves either every namespace or listed ones, never both: the operator's own
+    namespace (its shareable measurement Jobs) is added to listed namespaces only."""
+    from gpu_sizer.controller.options import Options
+
+    listed = Options(namespaces=("team-a",), operator_namespace="gpu-sizer")
+    assert listed.watched_namespaces == ("team-a", "gpu-sizer")
+    assert Options(
+        namespaces=("gpu-sizer",), operator_namespace="gpu-sizer"
+    ).watched_namespaces == ("gpu-sizer",)
+    everywhere = Options(all_namespaces=True, operator_namespace="gpu-sizer")
+    assert everywhere.watched_namespaces == ()

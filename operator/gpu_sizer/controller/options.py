@@ -88,16 +88,18 @@ class Options:
     webhook_cert_san: tuple[str, ...] = ()
     pod_namespace: str | None = None
     #: The operator's own namespace, where no tenant may write (``--operator-namespace``,
-    #: default ``POD_NAMESPACE``): shareable measurements run there, and each namespace's
-    #: measurement GPU-second ledger is kept there. None: measurements run in the workloads'
-    #: namespaces and every record stays private to its namespace.
+    #: default ``POD_NAMESPACE``): shareable measurements run there. None: measurements run in
+    #: the workloads' namespaces and every record stays private to its namespace.
     operator_namespace: str | None = None
     catalog: tuple[GPUClass, ...] = field(default=DEFAULT_CATALOG)
 
     @property
     def watched_namespaces(self) -> tuple[str, ...]:
         """The namespaces kopf watches with ``--namespace``: the served ones and the operator's
-        own (its measurement Jobs and ledgers live there)."""
+        own (its shareable measurement Jobs run there). Cluster-wide (``--all-namespaces``, or
+        no ``--namespace``) it is none: kopf takes either, never both."""
+        if self.all_namespaces or not self.namespaces:
+            return ()
         if self.operator_namespace and self.operator_namespace not in self.namespaces:
             return (*self.namespaces, self.operator_namespace)
         return self.namespaces
@@ -332,8 +334,8 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NS",
         help="the operator's own namespace, where no tenant may create pods or Jobs (default: "
         "env POD_NAMESPACE, which the chart sets): measurements that may be shared across "
-        "namespaces (Synthetic mode, the operator's probe image) run there, and each "
-        "namespace's measurement GPU-seconds are recorded there. Unset: every measurement runs "
+        "namespaces (Synthetic mode, the operator's probe image) run there. Unset: every "
+        "measurement runs "
         "in its workload's namespace and its record is reused by that namespace only (a result "
         "a tenant could have forged is never shared)",
     )
