@@ -309,8 +309,10 @@ def test_security_and_probes(render: Render) -> None:
         and {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
     )
     assert mounts["/etc/gpu-sizer"] == "config"
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # Ready when the webhook listens, not when kopf's /healthz does (a second earlier).
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "webhook"}
+    assert "httpGet" not in container["readinessProbe"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081, "webhook": 9443}
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
@@ -530,6 +532,8 @@ def test_webhook_disabled(render: Render) -> None:
     assert "--no-webhook" in args(docs)
     assert not [a for a in args(docs) if a.startswith("--webhook")]
     assert [s["metadata"]["name"] for s in by_kind(docs, "Service")] == ["gs-gpu-sizer-metrics"]
+    probe = operator_container(docs)["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/healthz", "port": "health"} and "tcpSocket" not in probe
 
 
 # --- Replicas, peering, PDB, namespaces -------------------------------------------------------
