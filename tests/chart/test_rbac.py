@@ -85,6 +85,8 @@ RBAC_TABLE: list[Row] = [
     row(CLUSTER, "kueue.x-k8s.io", "admissionchecks/status", "patch", "", KUEUE),
     row(RELEASE_NS, "", "secrets", "create", "", SELF_SIGNED),
     row(RELEASE_NS, "", "secrets", "get, update", "<fullname>-webhook-tls", SELF_SIGNED),
+    row(RELEASE_NS, "", "configmaps", "create", "", ALWAYS),
+    row(RELEASE_NS, "", "configmaps", "get, patch", "<fullname>-ledger", ALWAYS),
 ]
 
 # Which "when" conditions hold for each test configuration.

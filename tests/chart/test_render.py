@@ -236,7 +236,10 @@ def test_all_features_render_the_optional_objects(render: Render) -> None:
         "NetworkPolicy",
         "ClusterKopfPeering",
     }
-    assert "Role" not in kinds, "cert-manager mode needs no Secret access"
+    # cert-manager mode needs no Secret access: the release namespace's Role holds the
+    # measurement ledger's ConfigMap rules only.
+    (role,) = by_kind(render(ALL_FEATURES), "Role")
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"configmaps"}
     dashboards = [
         d
         for d in by_kind(render(ALL_FEATURES), "ConfigMap")
@@ -526,9 +529,11 @@ def test_webhook_disabled(render: Render) -> None:
     assert not kinds & {
         "ValidatingWebhookConfiguration",
         "MutatingWebhookConfiguration",
-        "Role",
         "Certificate",
     }
+    # No Secret access without a webhook: the Role holds the ledger's ConfigMap rules only.
+    (role,) = by_kind(docs, "Role")
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"configmaps"}
     assert "--no-webhook" in args(docs)
     assert not [a for a in args(docs) if a.startswith("--webhook")]
     assert [s["metadata"]["name"] for s in by_kind(docs, "Service")] == ["gs-gpu-sizer-metrics"]

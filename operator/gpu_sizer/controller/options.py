@@ -91,6 +91,9 @@ class Options:
     #: default ``POD_NAMESPACE``): shareable measurements run there. None: measurements run in
     #: the workloads' namespaces and every record stays private to its namespace.
     operator_namespace: str | None = None
+    #: The ConfigMap in ``operator_namespace`` holding each namespace's measurement GPU-seconds
+    #: of the day (:mod:`gpu_sizer.measurement.ledger`), ``--measurement-ledger``.
+    measurement_ledger: str = "gpu-sizer-ledger"
     catalog: tuple[GPUClass, ...] = field(default=DEFAULT_CATALOG)
 
     @property
@@ -339,6 +342,16 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         "in its workload's namespace and its record is reused by that namespace only (a result "
         "a tenant could have forged is never shared)",
     )
+    p.add_argument(
+        "--measurement-ledger",
+        default=_env("measurement-ledger", "gpu-sizer-ledger"),
+        metavar="NAME",
+        help="the ConfigMap in --operator-namespace where each namespace's measurement "
+        "GPU-seconds of the UTC day are kept (namespace policy measurementGpuSecondsPerDay): "
+        "the charge outlives the workloads and operator restarts; default gpu-sizer-ledger "
+        "(the chart: RELEASE-ledger). Without --operator-namespace the budget counts the live "
+        "workloads' statuses only",
+    )
 
 
 def load_catalog(path: str | None) -> tuple[GPUClass, ...]:
@@ -493,5 +506,6 @@ def options_from(
         webhook_cert_san=tuple(args.webhook_cert_san),
         pod_namespace=os.environ.get("POD_NAMESPACE"),
         operator_namespace=operator_namespace,
+        measurement_ledger=args.measurement_ledger,
         catalog=catalog,
     )

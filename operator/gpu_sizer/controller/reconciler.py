@@ -79,6 +79,7 @@ from gpu_sizer.api.record import (
 )
 from gpu_sizer.calibration import Calibration, Sample, learn_calibration, sample_from_record
 from gpu_sizer.controller import kube
+from gpu_sizer.controller.ledger_store import LedgerStore
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
 from gpu_sizer.dra import DraNode, claim_template, merge_inventory, parse_resource_slices
@@ -105,6 +106,7 @@ from gpu_sizer.measurement.job import (
     job_name,
     owner_uid,
 )
+from gpu_sizer.measurement.ledger import Charge
 from gpu_sizer.measurement.outcome import (
     POD_RESULT_GRACE_SECONDS,
     Outcome,
@@ -355,6 +357,15 @@ class Reconciler:
         self._quota_text: dict[str, str] = {}
         #: Namespaces whose daily measurement GPU-second budget is used up (last computed).
         self._budget_out: dict[str, gpu_time.BudgetState] = {}
+        #: Each namespace's GPU-seconds of the day, where no tenant can write (None without an
+        #: operator namespace: the budget then counts the live workloads' statuses only).
+        self._ledger = (
+            LedgerStore(opts.operator_namespace, opts.measurement_ledger)
+            if opts.operator_namespace
+            else None
+        )
+        #: The uid of the measurement Job last observed per workload (charged once per uid).
+        self._job_uids: dict[Key, str] = {}
         self._gauged: set[str] = set()
         #: Namespace policy (its measurement settings: per-namespace limits, Kueue queues).
         self._policy = _load_policy(opts)
@@ -586,6 +597,23 @@ class Reconciler:
         self._budget_out = self._budgets_out()
         return set(self._quota_blocked) | self._budget_out.keys()
 
+    async def _charge_ledger(self, namespace: str, job_uid: str, seconds: int) -> None:
+        """Charge ``seconds`` GPU-seconds of the Job ``job_uid`` to ``namespace`` in the ledger
+        (and write the charges that did not land before); a failed write stays pending and
+        counts against the budget meanwhile (see :mod:`gpu_sizer.controller.ledger_store`)."""
+        if self._ledger is None or self._client is None:
+            return
+        if seconds > 0:
+            now = datetime.datetime.now(datetime.UTC)
+            self._ledger.charge(namespace, Charge(job_uid, gpu_time.day_of(now), seconds))
+        await self._ledger.flush(self._client, namespace)
+
+    async def _read_ledger(self) -> None:
+        """Read the ledger once (the first decision after a start): the namespaces' charges of
+        the day survive the restart."""
+        if self._ledger is not None and self._client is not None and not self._ledger.loaded:
+            await self._ledger.load(self._client)
+
     def _gpu_seconds_limit(self, namespace: str) -> int | None:
         known = self._ns_policy.get(namespace)
         return known[0].measurement_gpu_seconds_per_day if known is not None else None
@@ -603,7 +631,8 @@ class Reconciler:
         now = datetime.datetime.now(datetime.UTC)
         out: dict[str, gpu_time.BudgetState] = {}
         for ns, limit in limits.items():
-            state = gpu_time.budget_state(self._statuses(ns), limit, now)
+            charged = self._ledger.used(ns, now) if self._ledger is not None else 0
+            state = gpu_time.budget_state(self._statuses(ns), limit, now, charged)
             metrics.MEASUREMENT_GPU_SECONDS_TODAY.labels(ns).set(state.used)
             if state.exhausted:
                 out[ns] = state
@@ -1299,9 +1328,11 @@ class Reconciler:
             # kopf fills every index before any event handler runs, so the workloads' index
             # holds every workload there is at the first decision.
             self._resuming = {k for k, _ in self._all_workloads()}
+        await self._read_ledger()
         namespace, name = key
         body = self.workload(key)
         if body is None or _meta(body).get("deletionTimestamp"):
+            self._job_uids.pop(key, None)
             await self._clean_up(key, body)
             self._count_resume(key, False)
             return None
@@ -1393,7 +1424,12 @@ class Reconciler:
             if why is not None:
                 plan = restated(plan, why, real_prev, now)
         outcome = seen[-1] if seen else None
-        plan = _charged(plan, prev, outcome, watched[-1] if watched else None)
+        plan, seconds = _charged(plan, prev, outcome, watched[-1] if watched else None)
+        if seconds:
+            job_uid = self._job_uids.get(key) or f"{uid}/{watched[-1].job_name}"
+            await self._charge_ledger(namespace, job_uid, seconds)
+        elif self._ledger is not None and self._ledger.pending(namespace):
+            await self._charge_ledger(namespace, "", 0)  # a write that did not land earlier
         reserved = False
         retry_quota = False
         if any(isinstance(a, StartJob) for a in plan.actions):
@@ -1637,6 +1673,7 @@ class Reconciler:
         now = datetime.datetime.now(datetime.UTC)
         for job in self.backend.jobs(namespace, name):
             if job.name == m.job_name and job.owner_uid == uid and not job.deleting:
+                self._job_uids[(namespace, name)] = job.uid
                 return self.backend.observe(namespace, job, now)
         return Outcome(OutcomeKind.Missing, "the measurement Job does not exist")
 
@@ -2085,17 +2122,23 @@ def _charged(
     prev: GPUWorkloadStatus | None,
     outcome: Outcome | None,
     watched: MeasurementStatus | None,
-) -> Plan:
+) -> tuple[Plan, int]:
     """``plan`` with ``status.measurementUsage`` carried over from ``prev``, and the Job that
-    ``outcome`` saw end charged to it (once: see :func:`gpu_time.charge`)."""
-    usage = prev.measurement_usage if prev is not None else None
+    ``outcome`` saw end charged to it (once: see :func:`gpu_time.charge`); with the GPU-seconds
+    newly charged (0 when none)."""
+    before = usage = prev.measurement_usage if prev is not None else None
     if outcome is not None and outcome.finished:
         est = plan.status.estimate or (prev.estimate if prev is not None else None)
         gpus = est.gpu_count if est is not None else 1
         usage = gpu_time.charge(usage, watched, gpus, datetime.datetime.now(datetime.UTC))
+    seconds = 0
+    if usage is not None and usage != before:
+        same_day = before is not None and before.day == usage.day
+        seconds = usage.gpu_seconds - (before.gpu_seconds if same_day and before else 0)
     if usage == plan.status.measurement_usage:
-        return plan
-    return replace(plan, status=plan.status.model_copy(update={"measurement_usage": usage}))
+        return plan, seconds
+    status = plan.status.model_copy(update={"measurement_usage": usage})
+    return replace(plan, status=status), seconds
 
 
 def _observe_outcome(
