@@ -5,7 +5,8 @@ real API server: measurement Jobs (created, replaced on a spec change, re-create
 deleted one), their pods, shared GPUMeasurement records (published, re-validated after a
 ``helm upgrade`` turned re-validation on, expired and deleted), Events, both webhooks (the
 caBundle patched, the GPUWorkload a labelled pod names read, namespace labels read), the TLS
-Secret (created, re-issued from a certificate an older release left), DRA ResourceSlices and the
+Secret (created, re-issued from a certificate an older release left), the measurement
+GPU-seconds ledger ConfigMap (read, created, patched), DRA ResourceSlices and the
 ResourceClaimTemplate a Job claims its GPU through, and the finalizer earlier versions left on a
 GPUWorkload. Then the audit log (level Metadata: user, verb, resource, subresource) gives the
 (apiGroup, resource, subresource, verb) set the operator used, compared with what the rendered
@@ -188,6 +189,14 @@ def test_the_operator_uses_every_verb_it_is_granted(
     assert done["recommendation"]["basis"] == "Measurement"
     record = record_name(done["measurement"]["measurementKey"])
     assert install.admin.json("gpumeasurement", record) is not None
+    # Its GPU-seconds are charged to the namespace in the ledger ConfigMap of the operator's
+    # namespace: read on start (get), created at the first charge (create); the re-measurement
+    # after the upgrade below patches it.
+    ledger = eventually(
+        lambda: install.admin.json("configmap", "gpu-sizer-ledger", "-n", install.namespace),
+        what="the GPU-seconds ledger ConfigMap",
+    )
+    assert json.loads(ledger["data"][ns])["gpuSeconds"] >= 1
 
     # A spec change while measuring: the old Job is deleted, a new one created.
     install.admin.apply(own(workload("changed", ns, inference={"engine": "transformers"})))
@@ -300,6 +309,12 @@ def test_the_operator_uses_every_verb_it_is_granted(
             return peak == 7 * GIB
 
         eventually(patched, what=f"record {record} patched with the newer measurement")
+
+        def charged_twice() -> bool:
+            cm = install.admin.json("configmap", "gpu-sizer-ledger", "-n", install.namespace)
+            return len(json.loads(cm["data"][ns])["jobs"]) >= 2
+
+        eventually(charged_twice, what="the re-measurement charged to the ledger (patch)")
         install.upgrade({**base, "measurement": {"recordTTLSeconds": 5}})
         eventually(
             lambda: install.admin.json("gpumeasurement", record) is None,
