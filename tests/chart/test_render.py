@@ -760,3 +760,21 @@ def test_calibration_value_becomes_the_flag(render: Render) -> None:
     add_operator_arguments(parser)
     parsed = parser.parse_args(["--calibration", flag(docs, "calibration") or ""])
     assert parsed.calibration == "apply"
+
+
+def test_the_ledger_flag_names_the_configmap_the_role_lets_the_operator_patch(
+    render: Render,
+) -> None:
+    docs = render()
+    name = flag(docs, "measurement-ledger")
+    assert name == "gs-gpu-sizer-ledger"
+    (role,) = by_kind(docs, "Role")
+    named = [r for r in role["rules"] if r["resources"] == ["configmaps"] and "resourceNames" in r]
+    assert named == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [name],
+            "verbs": ["get", "patch"],
+        }
+    ]

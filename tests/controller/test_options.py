@@ -218,3 +218,12 @@ def test_the_operators_namespace_is_watched_only_beside_listed_namespaces() -> N
     ).watched_namespaces == ("gpu-sizer",)
     everywhere = Options(all_namespaces=True, operator_namespace="gpu-sizer")
     assert everywhere.watched_namespaces == ()
+
+
+def test_the_measurement_ledger_name_is_a_configmap_name() -> None:
+    assert options_from(parse("-A")).measurement_ledger == "gpu-sizer-ledger"
+    assert options_from(parse("-A", "--measurement-ledger", "gs-ledger")).measurement_ledger == (
+        "gs-ledger"
+    )
+    with pytest.raises(ValueError, match="--measurement-ledger must be a ConfigMap name"):
+        options_from(parse("-A", "--measurement-ledger", "Not_A_Name"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -467,6 +468,11 @@ def options_from(
                 f"{_source('operator-namespace', '--operator-namespace')} must be a namespace "
                 f"name (DNS-1123 label), not {operator_namespace!r}"
             )
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", args.measurement_ledger or ""):
+        raise ValueError(
+            f"{_source('measurement-ledger', '--measurement-ledger')} must be a ConfigMap name "
+            f"(DNS-1123 subdomain), not {args.measurement_ledger!r}"
+        )
     return Options(
         namespaces=tuple(args.namespace),
         all_namespaces=bool(args.all_namespaces),
