@@ -159,6 +159,11 @@ def test_the_operator_uses_every_verb_it_is_granted(
     # the new CA into both caBundles each time.
     # An older release's Secret holds a DNS-only certificate: it is re-issued from the same CA
     # with 127.0.0.1 (the webhook.url host), and the API server's calls through url work.
+    # Other tests of the session may have charged GPU-seconds already: the ledger ConfigMap is
+    # removed so that this run's first charge creates it (the restarts below read it: get).
+    install.admin(
+        "delete", "configmap", "gpu-sizer-ledger", "-n", install.namespace, "--ignore-not-found"
+    )
     for secret in (None, older_releases_secret(install)):
         install.operator.stop()
         if secret is None:
