@@ -26,12 +26,31 @@ of them the error sits in: it is spread in proportion); ``Total`` scales every c
 scaled figure is rounded up; ``totalBytes`` grows by the sum of the increases. Phase totals
 (``estimate.phases``) stay analytic.
 
-**Bounds.** A factor is the median of ``measured / estimated`` over the records of its key
-(deterministic: the same records give the same factor in any order), bounded to
-:data:`MIN_FACTOR` ``..`` :data:`MAX_FACTOR`: never below 1.0, so an over-estimate is never
-corrected downwards (the analytic figure stays the floor), and at most 1.5: an estimate off by
-more than half is a gap in the memory model to fix, not to paper over (the observed ratio is
-shown either way). A factor is used only with at least :data:`MIN_RECORDS` records.
+**Whose evidence, and how much of it.** A factor moves other teams' estimates, so no one team
+may move it. Cluster-wide factors learn only from records no tenant could have written
+(``GPUMeasurement`` of scope ``Cluster``: Synthetic runs of the operator's probe image in the
+operator's own namespace, see :mod:`gpu_sizer.api.record`); a namespace's own records (scope
+``Namespace``: Command mode, its own image, its own namespace) calibrate that namespace only.
+Workload statuses are not evidence for the operator (a tenant who may write its workload's
+status could forge one; every measurement the operator trusts is a record). The statistic is
+robust to the few who would push it: the ratios of each *voter* (a namespace, cluster-wide; a
+measured workload, within a namespace) are reduced to their median, so seven workloads of one
+team are one vote; voters whose median is an outlier among all voters' are trimmed by the
+modified z-score of Iglewicz and Hoaglin ("How to Detect and Handle Outliers", ASQC 1993):
+``|x - median| / (1.4826 x MAD) > 3.5`` (:data:`MAD_CUTOFF`; 1.4826 x MAD estimates the standard
+deviation of normal data), with ``1.2533 x`` the mean absolute deviation in place of the scaled
+MAD when more than half the voters agree exactly (MAD 0), as they prescribe; the factor is the
+median of the voters kept. A cluster-wide factor is used only with
+at least :data:`MIN_RECORDS` records from at least :data:`MIN_NAMESPACES` namespaces; the
+namespaces and the workloads that moved it are kept with it (``namespaces``, ``sources``). A
+namespace's own factor may only raise its estimates above the cluster's (the larger applies):
+a team can make its own workloads larger, never anyone's smaller.
+
+**Bounds.** The factor is bounded to :data:`MIN_FACTOR` ``..`` :data:`MAX_FACTOR` (deterministic:
+the same records give the same factor in any order): never below 1.0, so an over-estimate is
+never corrected downwards (the analytic figure stays the floor), and at most 1.5: an estimate
+off by more than half is a gap in the memory model to fix, not to paper over (the observed
+ratio is shown either way).
 
 **Which records.** A finished GPU measurement (``device: cuda``) of the spec its estimate
 describes, without an ending reason (OOM, failure) and of a complete estimate (an ``Incomplete``
@@ -46,6 +65,7 @@ so their factors are reported and never applied.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,8 +83,11 @@ from gpu_sizer.api.status import (
 )
 
 __all__ = [
+    "MAD_CUTOFF",
     "MAX_FACTOR",
+    "MAX_SOURCES",
     "MIN_FACTOR",
+    "MIN_NAMESPACES",
     "MIN_RECORDS",
     "TENSOR_FIELDS",
     "Calibration",
@@ -74,6 +97,7 @@ __all__ = [
     "calibrate",
     "engine_of",
     "learn",
+    "learn_calibration",
     "parse_mode",
     "sample_from_record",
     "sample_from_workload",
@@ -85,6 +109,16 @@ MIN_FACTOR: Final = 1.0
 MAX_FACTOR: Final = 1.5
 #: Records of one (engine, GPU class, component) needed before its factor is applied.
 MIN_RECORDS: Final = 5
+#: Distinct namespaces a cluster-wide factor's records must come from.
+MIN_NAMESPACES: Final = 3
+#: Voters whose modified z-score exceeds this are trimmed (Iglewicz and Hoaglin's 3.5).
+MAD_CUTOFF: Final = 3.5
+#: Sources (namespace/name of the measured workloads) kept with a factor, for people to see.
+MAX_SOURCES: Final = 10
+_MAD_SCALE: Final = 1.4826
+_MEAN_AD_SCALE: Final = 1.253314
+CLUSTER: Final = "Cluster"
+NAMESPACE: Final = "Namespace"
 
 #: The per-GPU fields of the tensor components (everything PyTorch's allocator holds).
 TENSOR_FIELDS: Final = (
@@ -146,12 +180,16 @@ def _engine_of_data(spec: Mapping[str, Any]) -> str:
 @dataclass(frozen=True)
 class Sample:
     """One record: where it ran, the analytic estimate and the measured peaks (bytes per GPU)
-    of each component it can speak for."""
+    of each component it can speak for; the namespace and workload measured (``source``:
+    ``namespace/name``) and whether it is cluster-wide evidence (``trusted``)."""
 
     engine: str
     gpu_class: str
     analytic: Mapping[Component, int]
     measured: Mapping[Component, int]
+    namespace: str = ""
+    source: str = ""
+    trusted: bool = True
 
 
 def _int(value: Any) -> int | None:
@@ -218,12 +256,22 @@ def sample_from_workload(obj: Mapping[str, Any]) -> tuple[Sample | None, str]:
         return None, "reused a shared record"
     if not isinstance(estimate, Mapping):
         return None, "no estimate"
-    return _sample(_engine_of_data(spec), estimate, m)
+    sample, why = _sample(_engine_of_data(spec), estimate, m)
+    if sample is None:
+        return None, why
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    namespace = str(meta.get("namespace") or "")
+    return dataclasses.replace(
+        sample, namespace=namespace, source=f"{namespace}/{meta.get('name') or '?'}"
+    ), ""
 
 
 def sample_from_record(obj: Mapping[str, Any]) -> tuple[Sample | None, str]:
     """The sample of a ``GPUMeasurement`` record (plain data): its ``spec.estimate`` against its
-    ``spec.result``, under its ``engine`` and ``gpuClass``; or None and why it is skipped."""
+    ``spec.result``, under its ``engine`` and ``gpuClass``; cluster-wide evidence only for scope
+    ``Cluster`` (unset is ``Namespace``, as :class:`gpu_sizer.api.record.GPUMeasurementSpec`
+    reads it); or None and why it is skipped."""
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         return None, "GPUMeasurement without a spec"
@@ -234,7 +282,13 @@ def sample_from_record(obj: Mapping[str, Any]) -> tuple[Sample | None, str]:
     if not isinstance(estimate, Mapping):
         return None, "no estimate"
     m = {**m, "gpuClass": spec.get("gpuClass") or m.get("gpuClass")}
-    return _sample(str(spec.get("engine") or "unknown"), estimate, m)
+    sample, why = _sample(str(spec.get("engine") or "unknown"), estimate, m)
+    if sample is None:
+        return None, why
+    trusted = spec.get("scope") == CLUSTER
+    namespace = str((None if trusted else spec.get("namespace")) or m.get("sourceNamespace") or "")
+    source = f"{namespace}/{m.get('sourceName') or '?'}"
+    return dataclasses.replace(sample, namespace=namespace, source=source, trusted=trusted), ""
 
 
 def samples_from(objects: Iterable[Mapping[str, Any]]) -> list[Sample]:
@@ -258,10 +312,17 @@ def samples_from(objects: Iterable[Mapping[str, Any]]) -> list[Sample]:
 
 @dataclass(frozen=True)
 class Factor:
-    """A factor of one (engine, GPU class, component)."""
+    """A factor of one (engine, GPU class, component): the records and namespaces it was
+    learned from (the voters kept), the observed ratio, whose it is (``scope``: Cluster or one
+    namespace's own) and the workloads that moved it (``sources``, at most
+    :data:`MAX_SOURCES`). ``frozen``: restated from a status, as usable as it was then."""
 
     records: int
     observed_ratio: float
+    namespaces: int = 1
+    scope: str = CLUSTER
+    sources: tuple[str, ...] = ()
+    frozen: bool = False
 
     @property
     def factor(self) -> float:
@@ -270,8 +331,13 @@ class Factor:
 
     @property
     def usable(self) -> bool:
-        """At least :data:`MIN_RECORDS` records."""
-        return self.records >= MIN_RECORDS
+        """At least :data:`MIN_RECORDS` records; cluster-wide, from at least
+        :data:`MIN_NAMESPACES` namespaces."""
+        if self.frozen:
+            return True
+        if self.records < MIN_RECORDS:
+            return False
+        return self.scope == NAMESPACE or self.namespaces >= MIN_NAMESPACES
 
 
 def _median(values: Sequence[float]) -> float:
@@ -283,27 +349,63 @@ def _median(values: Sequence[float]) -> float:
 Key = tuple[str, str, Component]
 
 
-def learn(samples: Iterable[Sample]) -> dict[Key, Factor]:
-    """The factor of every (engine, GPU class, component) the samples speak for."""
-    ratios: dict[Key, list[float]] = {}
+def _robust(votes: Mapping[str, list[tuple[float, str, str]]], scope: str) -> Factor:
+    """The factor of one key from its voters' ratios (see the module docstring): each voter's
+    median, voters beyond :data:`MAD_CUTOFF` scaled MADs trimmed, the median of the rest."""
+    medians = {voter: _median([r for r, _, _ in rows]) for voter, rows in votes.items()}
+    center = _median(list(medians.values()))
+    deviations = [abs(m - center) for m in medians.values()]
+    spread = _MAD_SCALE * _median(deviations)
+    if spread == 0:
+        spread = _MEAN_AD_SCALE * sum(deviations) / len(deviations)
+    kept = [v for v, m in medians.items() if abs(m - center) <= MAD_CUTOFF * spread]
+    rows = [row for v in kept for row in votes[v]]
+    return Factor(
+        records=len(rows),
+        observed_ratio=round(_median([medians[v] for v in kept]), 2),
+        namespaces=len({ns for _, ns, _ in rows}),
+        scope=scope,
+        sources=tuple(sorted({src for _, _, src in rows}))[:MAX_SOURCES],
+    )
+
+
+def learn(samples: Iterable[Sample], *, scope: str = CLUSTER) -> dict[Key, Factor]:
+    """The factor of every (engine, GPU class, component) the samples speak for. Cluster-wide
+    (``scope`` Cluster) every namespace is one voter; within a namespace (``scope`` Namespace)
+    every measured workload is."""
+    votes: dict[Key, dict[str, list[tuple[float, str, str]]]] = {}
     for s in samples:
+        voter = s.namespace if scope == CLUSTER else (s.source or s.namespace)
         for comp, analytic in s.analytic.items():
             if analytic > 0 and comp in s.measured:
-                ratios.setdefault((s.engine, s.gpu_class, comp), []).append(
-                    s.measured[comp] / analytic
+                key = (s.engine, s.gpu_class, comp)
+                votes.setdefault(key, {}).setdefault(voter, []).append(
+                    (s.measured[comp] / analytic, s.namespace, s.source)
                 )
-    return {
-        key: Factor(len(values), round(_median(values), 2))
-        for key, values in sorted(ratios.items())
-    }
+    return {key: _robust(v, scope) for key, v in sorted(votes.items())}
+
+
+def learn_calibration(mode: CalibrationMode, samples: Iterable[Sample]) -> Calibration:
+    """The calibration of ``mode`` from ``samples``: cluster-wide factors from the trusted
+    ones, and each namespace's own from that namespace's samples (see the module docstring)."""
+    listed = list(samples)
+    by_ns: dict[str, list[Sample]] = {}
+    for sample in listed:
+        by_ns.setdefault(sample.namespace, []).append(sample)
+    return Calibration(
+        mode,
+        learn([s for s in listed if s.trusted]),
+        {ns: learn(group, scope=NAMESPACE) for ns, group in sorted(by_ns.items()) if ns},
+    )
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """The mode and the learned factors (:func:`learn`)."""
+    """The mode, the learned cluster-wide factors (:func:`learn`) and each namespace's own."""
 
     mode: CalibrationMode = CalibrationMode.Report
     factors: Mapping[Key, Factor] | None = None
+    by_namespace: Mapping[str, Mapping[Key, Factor]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def frozen(cls, mode: CalibrationMode, status: CalibrationStatus | None) -> Calibration:
@@ -313,10 +415,33 @@ class Calibration:
         return cls(
             mode,
             {
-                (e.engine, e.gpu_class, Component(e.component)): Factor(e.records, e.observed_ratio)
+                (e.engine, e.gpu_class, Component(e.component)): Factor(
+                    e.records,
+                    e.observed_ratio,
+                    e.namespaces or 0,
+                    e.scope or CLUSTER,
+                    tuple(e.sources),
+                    frozen=True,
+                )
                 for e in entries
             },
         )
+
+    def for_namespace(self, namespace: str) -> Calibration:
+        """The factors a workload of ``namespace`` is judged with: per key, the larger usable
+        factor of the cluster's and the namespace's own (a namespace's evidence only ever
+        raises its own estimates)."""
+        own = self.by_namespace.get(namespace)
+        if not own:
+            return Calibration(self.mode, self.factors)
+        merged = dict(self.factors or {})
+        for key, factor in own.items():
+            other = merged.get(key)
+            if factor.usable and (
+                other is None or not other.usable or factor.factor > other.factor
+            ):
+                merged[key] = factor
+        return Calibration(self.mode, merged)
 
     def for_class(self, engine: str, gpu_class: str) -> dict[Component, Factor]:
         """The factors of ``engine`` on ``gpu_class``, by component."""
@@ -390,6 +515,9 @@ def calibrate(
             observed_ratio=f.observed_ratio,
             factor=f.factor,
             usable=f.usable,
+            namespaces=f.namespaces,
+            scope=f.scope,
+            sources=list(f.sources),
             before_bytes=before[comp],
             after_bytes=after_of[comp] if comp in chosen else before[comp],
             applied=comp in chosen,

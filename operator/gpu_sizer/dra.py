@@ -39,6 +39,17 @@ reads the group's preferred version from discovery, and writes ResourceClaimTemp
 version its slices came in (:func:`claim_template`): ``v1beta1`` puts ``deviceClassName``,
 ``selectors`` and ``count`` on the request itself, ``v1beta2`` and ``v1`` under ``exactly``.
 
+Pools and generations: a driver publishes each pool (NVIDIA's: one per node) as one or more
+slices carrying ``spec.pool: {name, generation, resourceSliceCount}``. When it republishes a
+pool it writes the new slices under a higher ``generation`` and deletes the old ones, so for a
+while both are visible; consumers must use only the slices of the newest generation of each
+pool (Kubernetes API reference, "ResourceSlice v1", ``ResourcePool.generation``: "Combined with
+the pool name, this is used to determine whether a slice is outdated"; the scheduler's allocator
+does so in ``k8s.io/dynamic-resource-allocation/structured``, ``GatherPools``). Counting both
+would see every device twice (8 GPUs as 16) during a rollover. A newest generation with fewer
+slices than ``resourceSliceCount`` is counted as far as it is visible (the allocator still
+allocates exact counts from it).
+
 The operator merges the slices into the node inventory (:func:`merge_inventory`): a node its
 slices describe is read from them instead of its GPU Feature Discovery labels, and a measurement
 Job for a class offered through DRA claims one device per GPU through a ResourceClaimTemplate
@@ -70,6 +81,7 @@ __all__ = [
     "claim_template",
     "device_selector",
     "merge_inventory",
+    "newest_generation",
     "parse_quantity",
     "parse_resource_slices",
 ]
@@ -171,16 +183,44 @@ def _device_class(device: Mapping[str, Any], catalog: Sequence[GPUClass]) -> GPU
     return cls
 
 
+def _pool(item: Mapping[str, Any]) -> tuple[tuple[str, str], int] | None:
+    """``((driver, pool name), generation)`` of a slice (a pool's name is unique per driver),
+    or None when it names no pool."""
+    spec = item.get("spec") or {}
+    pool = spec.get("pool") if isinstance(spec, Mapping) else None
+    if not isinstance(pool, Mapping) or not isinstance(pool.get("name"), str):
+        return None
+    generation = pool.get("generation")
+    if isinstance(generation, bool) or not isinstance(generation, int):
+        generation = 0
+    return (str(spec.get("driver")), pool["name"]), generation
+
+
+def newest_generation(slices: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The slices of the newest ``spec.pool.generation`` of each pool (driver and pool name);
+    slices naming no pool are kept as they are."""
+    listed = [s for s in slices if isinstance(s, Mapping)]
+    newest: dict[tuple[str, str], int] = {}
+    for item in listed:
+        found = _pool(item)
+        if found is not None:
+            newest[found[0]] = max(newest.get(found[0], found[1]), found[1])
+    return [
+        item for item in listed if (found := _pool(item)) is None or found[1] == newest[found[0]]
+    ]
+
+
 def parse_resource_slices(
     slices: Iterable[Mapping[str, Any]], catalog: Sequence[GPUClass]
 ) -> dict[str, DraNode]:
     """Per node, the classes its ``gpu.nvidia.com`` devices offer (one ``Offer`` per class, with
     the device count; the resource is the DRA device class ``gpu.nvidia.com`` /
-    ``mig.nvidia.com``, claimed through a ResourceClaim rather than an extended resource)."""
+    ``mig.nvidia.com``, claimed through a ResourceClaim rather than an extended resource). Only
+    the newest generation of each pool counts (:func:`newest_generation`)."""
     counts: dict[str, dict[tuple[str, str], int]] = {}
     ignored: dict[str, list[str]] = {}
     products: dict[str, set[tuple[str, str]]] = {}
-    for item in slices:
+    for item in newest_generation(slices):
         spec = item.get("spec") or {}
         node = spec.get("nodeName")
         if spec.get("driver") != NVIDIA_DRA_DRIVER or not isinstance(node, str) or not node:
@@ -287,7 +327,7 @@ def claim_template(
     api_version: str,
     name: str,
     namespace: str,
-    owner: Mapping[str, Any],
+    owner: Mapping[str, Any] | None,
     cls: GPUClass,
     count: int,
     products: Iterable[str],
@@ -295,7 +335,9 @@ def claim_template(
 ) -> dict[str, Any]:
     """A ``ResourceClaimTemplate`` asking for ``count`` devices of ``cls`` (request ``gpu``,
     DeviceClass ``gpu.nvidia.com`` or ``mig.nvidia.com``, :func:`device_selector`), owned by
-    ``owner`` (an ownerReference: the GPUWorkload), in ``api_version``'s request shape."""
+    ``owner`` (an ownerReference: the GPUWorkload; None for a template in another namespace
+    than its workload's, which cannot be owned across namespaces), in ``api_version``'s request
+    shape."""
     request: dict[str, Any] = {
         "deviceClassName": "mig.nvidia.com" if cls.is_mig else "gpu.nvidia.com",
         "selectors": [{"cel": {"expression": device_selector(cls, products)}}],
@@ -306,7 +348,9 @@ def claim_template(
         requests = [{"name": "gpu", **request}]
     else:
         requests = [{"name": "gpu", "exactly": request}]
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "ownerReferences": [dict(owner)]}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
     if labels:
         meta["labels"] = dict(labels)
     return {

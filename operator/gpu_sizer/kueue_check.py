@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from gpu_sizer.api.spec import Placement
 from gpu_sizer.catalog import GPUClass, class_for_product, headroom_fraction
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "CheckVerdict",
     "check_names",
     "decide_check",
+    "min_headroom",
     "pending_checks",
     "status_patch",
 ]
@@ -46,7 +48,9 @@ __all__ = [
 CONTROLLER_NAME: Final = "gpusizer.dev/admission-check"
 WORKLOAD_LABEL: Final = "gpusizer.dev/workload"
 PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
-DEFAULT_MIN_HEADROOM: Final = 0.10
+#: ``spec.placement.minHeadroomFraction`` when a stored spec leaves it out: the API model's own
+#: default, so that the check and the operator's sizing judge an unset field alike.
+DEFAULT_MIN_HEADROOM: Final[float] = float(Placement.model_fields["min_headroom_fraction"].default)
 GIB: Final = 1 << 30
 _GPU_RESOURCES: Final = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu")
 
@@ -94,6 +98,20 @@ def _flavor_of(assignment: Mapping[str, Any] | None) -> str | None:
         if str(resource).startswith(_GPU_RESOURCES):
             return str(flavor)
     return None
+
+
+def min_headroom(spec: Any) -> float | None:
+    """``spec.placement.minHeadroomFraction`` of a stored GPUWorkload spec (plain data):
+    :data:`DEFAULT_MIN_HEADROOM` when unset, the value when it is a number (``0`` is a value,
+    never "unset": a falsy default read ``0`` as 10%), None when it is not a number (a spec
+    stored past the webhook: not this check's to guess)."""
+    placement = spec.get("placement") if isinstance(spec, Mapping) else None
+    value = placement.get("minHeadroomFraction") if isinstance(placement, Mapping) else None
+    if value is None:
+        return DEFAULT_MIN_HEADROOM
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
 
 
 def _gib(n: float) -> str:
@@ -166,10 +184,12 @@ def decide_check(
                 f"{product or 'unset'} in spec.nodeLabels)"
             )
             continue
-        minimum = float(
-            ((gw.get("spec") or {}).get("placement") or {}).get("minHeadroomFraction")
-            or DEFAULT_MIN_HEADROOM
-        )
+        minimum = min_headroom(gw.get("spec"))
+        if minimum is None:
+            retry.append(
+                f"GPUWorkload {ref}: spec.placement.minHeadroomFraction is not a number; fix it"
+            )
+            continue
         room = headroom_fraction(cls.usable, required)
         what = (
             f"GPUWorkload {ref} needs {_gib(required)} per GPU ({rec.get('basis', '?')}); "

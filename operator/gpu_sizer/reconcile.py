@@ -127,11 +127,41 @@ def settle_transitions(
     return out
 
 
+def current_conditions(
+    conditions: Sequence[Condition], generation: int | None, now: str
+) -> list[Condition]:
+    """``conditions`` with every one that was not judged for ``generation`` (an older
+    ``observedGeneration``) restated as ``Unknown``, reason ``NotEvaluated``: a condition of an
+    earlier spec must never read as this spec's (an invalid spec's status kept the old spec's
+    ``HeadroomSufficient=True``). Kubernetes API conventions: ``observedGeneration`` says which
+    generation a condition describes."""
+    if generation is None:
+        return list(conditions)
+    out: list[Condition] = []
+    for cond in conditions:
+        old = cond.observed_generation
+        if old is not None and old < generation:
+            cond = Condition(
+                type=cond.type,
+                status=ConditionStatus.unknown,
+                reason="NotEvaluated",
+                message=f"not evaluated for generation {generation} (last judged for {old})",
+                observed_generation=generation,
+                last_transition_time=(
+                    cond.last_transition_time if cond.status == ConditionStatus.unknown else now
+                ),
+            )
+        out.append(cond)
+    return out
+
+
 def _settled(plan: Plan, previous: GPUWorkloadStatus | None, now: str) -> Plan:
     """The plan with transition times settled against the stored status (see
-    :func:`settle_transitions`)."""
+    :func:`settle_transitions`), and no condition of an older generation left standing (see
+    :func:`current_conditions`)."""
     stored = previous.conditions if previous is not None else []
-    conds = settle_transitions(plan.status.conditions, stored, now)
+    fresh = current_conditions(plan.status.conditions, plan.status.observed_generation, now)
+    conds = settle_transitions(fresh, stored, now)
     if conds == plan.status.conditions:
         return plan
     return Plan(plan.status.model_copy(update={"conditions": conds}), plan.actions)
@@ -377,6 +407,12 @@ def _invalid_plan(
     conds = _Conds(previous, generation, now)
     conds.put(ConditionType.Estimated, F, "InvalidSpec", text)
     conds.put(ConditionType.Measured, F, "InvalidSpec", "not measured: the spec is invalid")
+    conds.put(
+        ConditionType.HeadroomSufficient,
+        ConditionStatus.unknown,
+        "InvalidSpec",
+        "not judged: the spec is invalid",
+    )
     conds.kstatus((False, "InvalidSpec", f"invalid spec: {text}"), False, True)
     status = GPUWorkloadStatus(
         observed_generation=generation,
@@ -919,6 +955,29 @@ def plan_outcome(
     return _settled(plan, wl.previous, now)
 
 
+#: Endings the operator brings about by deleting the Job (its pod never ran, or never will): a
+#: Job of such an ending that still exists is deleted on every decision until it is gone, so a
+#: deletion that failed once (a 500, a 429) is tried again instead of leaving the Job to hold
+#: its slot and its waiters until its deadline.
+DELETED_ON_END: frozenset[str] = frozenset({"Unschedulable", "NoNodeOfClass", "ImagePullFailed"})
+
+
+def _leftover(plan: Plan, spec_hash: str) -> Plan:
+    """``plan`` with a :class:`DeleteJob` for the Job of a measurement that ended in one of
+    :data:`DELETED_ON_END` (a no-op for the shell when the Job is gone already)."""
+    m = plan.status.measurement
+    if (
+        m is None
+        or not m.job_name
+        or not m.completed_at
+        or m.spec_hash != spec_hash
+        or m.reason not in DELETED_ON_END
+        or any(isinstance(a, DeleteJob) and a.name == m.job_name for a in plan.actions)
+    ):
+        return plan
+    return Plan(plan.status, (*plan.actions, DeleteJob(m.job_name)))
+
+
 def decide(
     wl: Workload,
     assessment: Assessment,
@@ -962,7 +1021,7 @@ def decide(
             measuring, observe(m), config, present=present, now=now, job_name=job_name
         )
         plan = Plan(then.status, (*plan.actions, *then.actions))
-    return _settled(plan, wl.previous, now)
+    return _settled(_leftover(plan, wl.spec_hash), wl.previous, now)
 
 
 def _plan_outcome(

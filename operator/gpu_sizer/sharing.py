@@ -17,6 +17,21 @@ What is shared, and why: a GPU success, and a CUDA out-of-memory on a class (a f
 key: the same spec, image and driver on that class runs out again). Crashes, timeouts, image
 pulls, evictions and CPU smoke runs are not (:func:`gpu_sizer.api.record.shareable`).
 
+With whom (:mod:`gpu_sizer.api.record`, scopes): a result no tenant could have written
+(:func:`trusted_run`: Synthetic mode, the operator's probe image, run in the operator's own
+namespace or as its local process) is a record of scope Cluster, reused by every namespace that
+shares; any other result of a sharing namespace is its own (scope Namespace). A workload looks
+for the cluster's record, then its namespace's, and each is checked against its own estimate
+before it is reused (:mod:`gpu_sizer.record_checks`). Likewise a workload waits only for a
+measurement whose record it could reuse: a trusted one, or one of its own namespace.
+
+A wait has a live owner and a deadline (:func:`wait_until`): the Job waited for must belong to a
+workload that exists and still names that Job as its unfinished measurement, and the wait ends
+when the Job could no longer produce a result (its ``activeDeadlineSeconds`` from its start,
+plus the time its pod's result takes to arrive, plus :data:`WAIT_MARGIN_SECONDS`). After that the
+waiter measures itself: a Job left behind by a failed deletion, or a producer that died, never
+holds anyone back for longer.
+
 Re-measure. A finished measurement of the current spec is measured again when one of the key's
 fields it was taken under no longer holds: the probe image (``ProbeImageChanged``), the engine
 version (``EngineVersionChanged``), the NVIDIA driver major of the class's nodes
@@ -39,10 +54,17 @@ from gpu_sizer.api import (
     ConditionType,
     GPUWorkloadSpec,
     GPUWorkloadStatus,
+    MeasurementMode,
     MeasurementStatus,
     Phase,
 )
-from gpu_sizer.api.record import GPUMeasurement, catalog_digest, measurement_key, parse_time
+from gpu_sizer.api.record import (
+    GPUMeasurement,
+    catalog_digest,
+    effective_expiry,
+    measurement_key,
+    parse_time,
+)
 from gpu_sizer.api.status import MeasurementKey
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.reconcile import (
@@ -61,6 +83,11 @@ from gpu_sizer.reconcile import (
 
 #: ``Measured`` reason of a workload waiting for another namespace's measurement of its key.
 WAITING: str = "WaitingForSharedMeasurement"
+#: Seconds past a Job's own deadline (and its pod's result grace) that a waiter still waits.
+WAIT_MARGIN_SECONDS: float = 60.0
+#: Seconds a Job may exist before its workload's status names it (the status write follows the
+#: Job's creation in the same decision; a kill between them is resumed within this).
+UNNAMED_JOB_GRACE_SECONDS: float = 120.0
 
 __all__ = [
     "Reuse",
@@ -74,6 +101,8 @@ __all__ = [
     "reuse_previous",
     "reused_measurement",
     "stale",
+    "trusted_run",
+    "wait_until",
     "waiting_plan",
 ]
 
@@ -88,11 +117,48 @@ class Reuse:
 
 @dataclass(frozen=True)
 class Wait:
-    """A measurement of ``key`` runs already (``job``: ``namespace/name``): wait for it."""
+    """A measurement of ``key`` runs already (``job``: ``namespace/name``): wait for it, at most
+    until ``until`` (then measure)."""
 
     key: str
     job: str
     gpu_class: str
+    until: datetime.datetime | None = None
+
+
+def trusted_run(
+    spec: GPUWorkloadSpec,
+    *,
+    effective_image: str,
+    probe_image: str,
+    job_namespace: str | None,
+    operator_namespace: str | None,
+    local: bool,
+) -> bool:
+    """Whether no tenant could have written the result of this measurement: Synthetic mode
+    (a Command-mode command prints what it likes), the operator's own probe image (a spec's
+    image likewise), and run where no tenant may create pods or exec into them: the
+    operator's namespace, or the operator's own local process."""
+    if spec.measurement.mode is not MeasurementMode.Synthetic or effective_image != probe_image:
+        return False
+    if local:
+        return True
+    return bool(operator_namespace) and job_namespace == operator_namespace
+
+
+def wait_until(
+    started: str | None, deadline_seconds: int | None, grace_seconds: float
+) -> datetime.datetime | None:
+    """When a wait on a Job started at ``started`` (RFC 3339) with ``activeDeadlineSeconds``
+    ``deadline_seconds`` ends: the Job's deadline, plus ``grace_seconds`` for its pod's result
+    to arrive, plus :data:`WAIT_MARGIN_SECONDS`. None when the Job says neither (never waited
+    for)."""
+    start = parse_time(started)
+    if start is None or deadline_seconds is None:
+        return None
+    return start + datetime.timedelta(
+        seconds=deadline_seconds + grace_seconds + WAIT_MARGIN_SECONDS
+    )
 
 
 @dataclass(frozen=True)
@@ -134,13 +200,14 @@ def find_shared(
     probe_image: str,
     drivers: Callable[[str], frozenset[str]],
     record: Callable[[str], GPUMeasurement | None],
-    in_flight: Callable[[str], str | None],
+    in_flight: Callable[[str], tuple[str, datetime.datetime | None] | None],
 ) -> Reuse | Wait | None:
     """What the shared records offer a workload whose measurement would start on ``first``.
 
-    ``drivers(class)``: driver majors of the class's nodes; ``record(key)``: a *fresh* record
-    of that key, or None; ``in_flight(key)``: ``namespace/name`` of a live measurement Job of
-    that key (or one being started), or None. See the module docstring for the walk.
+    ``drivers(class)``: driver majors of the class's nodes; ``record(key)``: a *fresh*, plausible
+    record of that key this workload may reuse, or None; ``in_flight(key)``: ``namespace/name``
+    of a live measurement Job of that key whose record this workload could reuse (or one being
+    started) and until when it is waited for, or None. See the module docstring for the walk.
     """
     oom: list[str] = []
     last_oom: GPUMeasurement | None = None
@@ -155,9 +222,9 @@ def find_shared(
         if success is not None:
             return Reuse(success, tuple(oom))
         for key in keys:
-            job = in_flight(key)
-            if job is not None:
-                return Wait(key, job, cls.name)
+            running = in_flight(key)
+            if running is not None:
+                return Wait(key, running[0], cls.name, running[1])
         if not found:
             return None
         oom.append(cls.name)
@@ -167,10 +234,13 @@ def find_shared(
     return Reuse(last_oom, tuple(oom[:-1]))
 
 
-def reused_measurement(spec: GPUWorkloadSpec, spec_hash: str, reuse: Reuse) -> MeasurementStatus:
+def reused_measurement(
+    spec: GPUWorkloadSpec, spec_hash: str, reuse: Reuse, ttl_seconds: float | None = None
+) -> MeasurementStatus:
     """``status.measurement`` of a workload that reuses ``reuse.record``: the record's result
-    under this workload's spec hash, ``reusedFrom`` naming the record. The Job that ran it
-    belongs to another workload, so no ``jobName``."""
+    under this workload's spec hash, ``reusedFrom`` naming the record, its expiry capped by the
+    TTL (:func:`gpu_sizer.api.record.effective_expiry`). The Job that ran it belongs to another
+    workload, so no ``jobName``."""
     rec = reuse.record
     result = rec.spec.result
     oom = [*reuse.out_of_memory_classes, *(result.out_of_memory_classes or [])]
@@ -191,11 +261,18 @@ def reused_measurement(spec: GPUWorkloadSpec, spec_hash: str, reuse: Reuse) -> M
         reused_from=rec.name,
         measurement_key=rec.spec.key,
         key_fields=rec.spec.key_fields,
-        record_expires_at=rec.spec.expires_at,
+        record_expires_at=_expiry_text(rec, ttl_seconds),
         model_revision=spec.model.revision,
         out_of_memory_classes=list(dict.fromkeys(oom)) or None,
     )
     return MeasurementStatus.model_validate(data)
+
+
+def _expiry_text(rec: GPUMeasurement, ttl_seconds: float | None) -> str:
+    if ttl_seconds is None:
+        return rec.spec.expires_at
+    capped = effective_expiry(rec, ttl_seconds)
+    return capped.strftime("%Y-%m-%dT%H:%M:%SZ") if capped is not None else rec.spec.expires_at
 
 
 def reuse_previous(
@@ -322,9 +399,14 @@ def waiting_plan(plan: Plan, wl: Workload, config: Config, *, wait: Wait, now: s
     kept = prev.measurement if prev is not None else None
     if kept is not None and kept.spec_hash != wl.spec_hash:
         kept = None
+    until = (
+        f" (until {wait.until.strftime('%Y-%m-%dT%H:%M:%SZ')} at most, then measuring itself)"
+        if wait.until is not None
+        else ""
+    )
     message = (
         f"waiting for {config.runner} {wait.job} measuring the same measurement key on class "
-        f"{wait.gpu_class}; its GPUMeasurement will be reused instead of measuring twice"
+        f"{wait.gpu_class}{until}; its GPUMeasurement will be reused instead of measuring twice"
     )
     conds = _Conds(plan.status, wl.generation, now)
     conds.put(ConditionType.Measured, ConditionStatus.false, WAITING, message)

@@ -16,7 +16,10 @@ webhook's configuration and the operator fail the same way on the same bad file:
   with the line of the duplicate.
 - Speed: libyaml parses when PyYAML has it; malformed text is read again by the pure-Python
   loader, so that acceptance, types and every message are the same with or without libyaml.
-- Files: a file that is not UTF-8 is reported as such rather than with a decode traceback.
+- Files: a file that is not UTF-8 is reported as such rather than with a decode traceback, and
+  one larger than :data:`MAX_FILE_BYTES` (or an endless stream: ``/dev/zero``, a pipe that never
+  closes its writer... stops being read at the bound) is refused with its size, as the webhook
+  refuses a request body over its limit.
 """
 
 from __future__ import annotations
@@ -29,12 +32,25 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-__all__ = ["MAX_EXPANDED_NODES", "UnreadableFile", "YamlError", "load", "load_all", "read_text"]
+__all__ = [
+    "MAX_EXPANDED_NODES",
+    "MAX_FILE_BYTES",
+    "UnreadableFile",
+    "YamlError",
+    "load",
+    "load_all",
+    "read_text",
+]
 
 MAX_EXPANDED_NODES: Final = 100_000
 """Most nodes one document may expand to, aliases counted at their expanded size. A GPUWorkload
 has about 60 nodes and a large catalog a few thousand; 100,000 is far above any real input and
 far below what hangs a loader."""
+
+MAX_FILE_BYTES: Final = 8 << 20
+"""Largest file (or stdin) :func:`read_text` reads, in bytes: the webhook's request body limit
+(``gpu_sizer.admission.server.MAX_BODY_BYTES``), so the CLI accepts what admission accepts. A
+GPUWorkload is a few KiB, the largest catalog or policy a few hundred."""
 
 
 class YamlError(ValueError):
@@ -174,18 +190,48 @@ def load(text: str) -> Any:
     return docs[0] if docs else None
 
 
-def read_text(path: str | Path) -> str:
-    """The UTF-8 text of ``path`` (``-`` reads stdin).
+def read_text(path: str | Path, limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of ``path`` (``-`` reads stdin), at most ``limit`` bytes.
+
+    Read in bounded chunks: an endless source (``/dev/zero``) costs ``limit`` bytes of memory
+    and stops there, never grows until the machine runs out.
 
     :raises UnreadableFile: the file is missing or unreadable (the OS's reason), is a directory,
-        or is not UTF-8 (with the byte offset).
+        is larger than ``limit`` bytes, or is not UTF-8 (with the byte offset).
     """
     try:
         if str(path) == "-":
             stream = getattr(sys.stdin, "buffer", None)
-            return stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
-        return Path(path).read_bytes().decode("utf-8")
+            if stream is None:  # a text stream (tests replace stdin): bounded in characters
+                text = sys.stdin.read(limit + 1)
+                if len(text) > limit:
+                    raise UnreadableFile(_too_large(limit))
+                return text
+            data = _bounded(stream, limit)
+        else:
+            with Path(path).open("rb") as fh:
+                data = _bounded(fh, limit)
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UnreadableFile(f"not UTF-8 (byte {exc.start}: {exc.reason})") from None
     except OSError as exc:
+        if isinstance(exc, UnreadableFile):
+            raise
         raise UnreadableFile(exc.strerror or str(exc)) from None
+
+
+def _too_large(limit: int) -> str:
+    return f"larger than {limit} bytes ({limit / (1 << 20):g} MiB), the most read from one file"
+
+
+def _bounded(stream: Any, limit: int) -> bytes:
+    """At most ``limit`` bytes of a binary stream; :class:`UnreadableFile` when there is more."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(min(1 << 20, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+    raise UnreadableFile(_too_large(limit))

@@ -158,6 +158,9 @@ BUILT_IN = (TINY, TINY_SD)
 
 
 def _find_examples(explicit: str | None) -> Path | None:
+    """``--examples DIR`` as given (checked by :func:`_check_args`), else the ``examples/`` of
+    the working directory or of the checkout this file is in, else None (only the built-in
+    workloads)."""
     if explicit:
         return Path(explicit)
     for base in (Path.cwd(), *Path(__file__).resolve().parents):
@@ -444,6 +447,29 @@ def _write_kubeconfig(source: str, target: str | None) -> str:
     return target
 
 
+def _check_args(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags, said before anything starts (None: nothing): an
+    ``--examples`` directory that does not exist or holds no YAML, a ``--kubeconfig`` that cannot
+    be written. Each names the flag and the path as given."""
+    if args.examples:
+        path = Path(args.examples)
+        if not path.is_dir():
+            why = "no such directory" if not path.exists() else "not a directory"
+            return f"--examples {args.examples}: {why}"
+        if not list(path.glob("*.yaml")):
+            return f"--examples {args.examples}: no *.yaml files in this directory"
+    if args.kubeconfig:
+        target = Path(args.kubeconfig)
+        parent = target.parent
+        if target.is_dir():
+            return f"--kubeconfig {args.kubeconfig}: is a directory; name a file to write"
+        if not parent.is_dir():
+            return f"--kubeconfig {args.kubeconfig}: directory {parent} does not exist"
+        if not os.access(parent, os.W_OK):
+            return f"--kubeconfig {args.kubeconfig}: directory {parent} is not writable"
+    return None
+
+
 def _choose_api(args: argparse.Namespace) -> tuple[Any, str] | int:
     """The cluster to run against and how to name it: a real control plane when
     ``KUBEBUILDER_ASSETS`` names the binaries, else kmock's emulator; an exit status (2) when
@@ -559,14 +585,22 @@ async def _demo_on(cluster: Any, api_name: str, args: argparse.Namespace, starte
     examples = _find_examples(args.examples)
     docs = _load(examples) if examples else []
     if not docs:
-        print("examples/ not found: applying only the built-in tiny workloads")
+        where = f"{examples} has no GPUWorkloads" if examples else "examples/ not found"
+        print(f"{where}: applying only the built-in tiny workloads")
     docs.extend(BUILT_IN)
     device, why_device = (
         (args.probe_device, "--probe-device") if args.probe_device else probe_device()
     )
     cpus = os.cpu_count() or 1
     concurrency = args.probe_concurrency or (cpus if device == "cpu" else 1)
-    kubeconfig = _write_kubeconfig(cluster.kubeconfig, args.kubeconfig)
+    try:
+        kubeconfig = _write_kubeconfig(cluster.kubeconfig, args.kubeconfig)
+    except OSError as exc:
+        print(
+            f"gpu-sizer demo: --kubeconfig {args.kubeconfig}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 2
     namespaces, classes, refused = await _install(cluster, docs)
     for line in refused:
         print(f"refused by the API server: {line}", file=sys.stderr)
@@ -655,5 +689,9 @@ async def _demo_on(cluster: Any, api_name: str, args: argparse.Namespace, starte
 
 def main(args: argparse.Namespace) -> int:
     """Run the demo; exit status 0 when every workload settled (and, with ``--serve``, the demo
-    was stopped with Ctrl-C or SIGTERM), 1 when it gave up."""
+    was stopped with Ctrl-C or SIGTERM), 1 when it gave up, 2 for flags it cannot use."""
+    problem = _check_args(args)
+    if problem is not None:
+        print(f"gpu-sizer demo: {problem}", file=sys.stderr)
+        return 2
     return asyncio.run(_run(args))

@@ -90,6 +90,14 @@ RESOURCES: dict[tuple[str, str, str], dict[str, Any]] = {
         shortnames={"ns"},
         verbs={"get", "list", "watch", "create", "patch", "delete"},
     ),
+    # The operator's measurement GPU-seconds ledger (one ConfigMap in its own namespace).
+    ("", "v1", "configmaps"): dict(
+        kind="ConfigMap",
+        singular="configmap",
+        namespaced=True,
+        shortnames={"cm"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    ),
     ("", "v1", "events"): dict(
         kind="Event",
         singular="event",

@@ -29,16 +29,22 @@ from gpu_sizer.api.record import (
     LABEL_FAMILY,
     LABEL_GPU_CLASS,
     LABEL_KIND,
+    SCOPE_LABEL,
+    SOURCE_NAMESPACE_LABEL,
     RecordEstimate,
+    RecordScope,
     build_record,
     catalog_digest,
     describe,
     driver_major,
+    effective_expiry,
     is_fresh,
     measurement_key,
     memory_spec_digest,
     parse_record,
     record_name,
+    record_names,
+    reusable_by,
     shareable,
 )
 
@@ -221,7 +227,7 @@ def test_what_is_shared() -> None:
 # --- the object and its CRD ---------------------------------------------------------------------
 
 
-def _record() -> dict[str, Any]:
+def _record(scope: RecordScope = RecordScope.Cluster) -> dict[str, Any]:
     spec = parse_workload(inference_doc())
     key = measurement_key(
         spec,
@@ -245,6 +251,7 @@ def _record() -> dict[str, Any]:
         estimate=estimate,
         now=NOW,
         ttl_seconds=30 * 86400,
+        scope=scope,
     )
 
 
@@ -258,7 +265,10 @@ def test_record_object_labels_and_name() -> None:
         LABEL_ENGINE: "vllm",
         LABEL_FAMILY: "llama",
         LABEL_GPU_CLASS: "nvidia-h100-80gb",
+        SCOPE_LABEL: "Cluster",
+        SOURCE_NAMESPACE_LABEL: "ml",
     }
+    assert obj["spec"]["scope"] == "Cluster" and "namespace" not in obj["spec"]
     spec = obj["spec"]
     assert spec["expiresAt"] == "2026-12-31T02:00:00Z"
     assert spec["recordedAt"] == "2026-12-01T02:00:00Z"
@@ -278,6 +288,52 @@ def test_record_round_trip_and_freshness() -> None:
     assert parse_record({"kind": "GPUMeasurement", "spec": {"key": "nope"}}) is None
     assert parse_record({"kind": "GPUWorkload", "spec": {}}) is None
     assert parse_record("text") is None
+
+
+def test_a_private_record_is_named_for_its_namespace_and_reused_only_there() -> None:
+    """A result a tenant could have written is kept for its own namespace: named
+    gpum-<key>-<namespace>, scope Namespace; the cluster's name is scope Cluster's alone."""
+    obj = _record(RecordScope.Namespace)
+    key = obj["spec"]["key"]
+    assert obj["metadata"]["name"] == record_name(key, "ml") == f"gpum-{key[:40]}-ml"
+    assert record_names(key, "ml") == (record_name(key), record_name(key, "ml"))
+    assert obj["spec"]["scope"] == "Namespace" and obj["spec"]["namespace"] == "ml"
+    private = parse_record(obj)
+    assert private is not None
+    assert reusable_by(private, "ml") and not reusable_by(private, "other")
+    # Renamed to the cluster's name, it is still the namespace's (its scope says so).
+    moved = parse_record({**obj, "metadata": {**obj["metadata"], "name": record_name(key)}})
+    assert moved is not None and not reusable_by(moved, "ml") and not reusable_by(moved, "x")
+    shared = parse_record(_record())
+    assert shared is not None and reusable_by(shared, "ml") and reusable_by(shared, "other")
+    # A record from before scopes existed is its source namespace's.
+    legacy = copy.deepcopy(_record())
+    del legacy["spec"]["scope"]
+    old = parse_record({**legacy, "metadata": {"name": record_name(key, "ml")}})
+    assert old is not None and old.spec.scope is RecordScope.Namespace
+    assert reusable_by(old, "ml") and not reusable_by(old, "other")
+
+
+def test_expiry_is_capped_by_the_ttl_from_recorded_at() -> None:
+    """A record claiming to live until the year 9991 lives the TTL like any other; one recorded
+    in the future (beyond clock skew) is not trusted at all."""
+    obj = _record()
+    obj["spec"]["expiresAt"] = "9991-01-01T00:00:00Z"
+    parsed = parse_record(obj)
+    assert parsed is not None
+    ttl = 7 * 86400.0
+    assert effective_expiry(parsed, ttl) == NOW + datetime.timedelta(days=7)
+    assert is_fresh(parsed, NOW + datetime.timedelta(days=6), ttl)
+    assert not is_fresh(parsed, NOW + datetime.timedelta(days=7), ttl)
+    assert is_fresh(parsed, NOW + datetime.timedelta(days=5000))  # no TTL: expiresAt alone
+    ahead = copy.deepcopy(obj)
+    ahead["spec"]["recordedAt"] = "2027-01-01T00:00:00Z"
+    future = parse_record(ahead)
+    assert future is not None and not is_fresh(future, NOW, ttl)
+    unreadable = copy.deepcopy(obj)
+    unreadable["spec"]["recordedAt"] = "soon"
+    bad = parse_record(unreadable)
+    assert bad is not None and effective_expiry(bad, ttl) is None and not is_fresh(bad, NOW, ttl)
 
 
 def test_record_crd_is_valid_and_committed() -> None:

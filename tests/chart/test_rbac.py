@@ -85,6 +85,8 @@ RBAC_TABLE: list[Row] = [
     row(CLUSTER, "kueue.x-k8s.io", "admissionchecks/status", "patch", "", KUEUE),
     row(RELEASE_NS, "", "secrets", "create", "", SELF_SIGNED),
     row(RELEASE_NS, "", "secrets", "get, update", "<fullname>-webhook-tls", SELF_SIGNED),
+    row(RELEASE_NS, "", "configmaps", "create", "", ALWAYS),
+    row(RELEASE_NS, "", "configmaps", "get, patch", "<fullname>-ledger", ALWAYS),
 ]
 
 # Which "when" conditions hold for each test configuration.
@@ -154,7 +156,8 @@ def test_rendered_rbac_is_exactly_the_documented_rules(render: Render, config: s
 def test_listed_namespaces_get_job_rules_in_those_namespaces_only(render: Render) -> None:
     values, _ = CONDITIONS["namespaced-peering"]
     docs = render(values)
-    listed = set(values["watch"]["namespaces"])
+    # The release namespace too: measurements other namespaces may reuse run there.
+    listed = {*values["watch"]["namespaces"], NAMESPACE}
     roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-measurement")]
     bindings = [
         b for b in by_kind(docs, "RoleBinding") if b["metadata"]["name"].endswith("-measurement")

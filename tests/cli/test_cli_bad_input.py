@@ -99,6 +99,27 @@ def test_dev_null_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
 
 
+def test_endless_input_is_refused_at_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """``/dev/zero`` never ends: it is read up to the bound the webhook puts on a request body
+    (8 MiB) and refused with that size, instead of growing until the machine runs out."""
+    from gpu_sizer.yamlio import MAX_FILE_BYTES
+
+    code, _, err = run(capsys, "estimate", "/dev/zero")
+    assert code == 2
+    assert err.startswith("/dev/zero: cannot read: larger than 8388608 bytes (8 MiB)"), err
+    assert MAX_FILE_BYTES == 8 << 20
+
+
+def test_file_over_the_bound_is_refused_and_one_at_it_is_read(tmp_path: Path) -> None:
+    from gpu_sizer.yamlio import UnreadableFile, read_text
+
+    at = tmp_path / "at.yaml"
+    at.write_bytes(b"#" * 1000)
+    assert read_text(at, limit=1000) == "#" * 1000
+    with pytest.raises(UnreadableFile, match="larger than 999 bytes"):
+        read_text(at, limit=999)
+
+
 def test_directory_without_yaml_is_an_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -170,3 +170,32 @@ def test_demo_names_assets_without_binaries(
     assert main(["demo"]) == 2
     err = capsys.readouterr().err
     assert f"{controlplane.ASSETS_ENV}={tmp_path}: no executable etcd, kube-apiserver" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--port", "-1"], "argument --port: must be a TCP port from 0 to 65535, not -1"),
+        (["--port", "70000"], "argument --port: must be a TCP port from 0 to 65535, not 70000"),
+        (["--kubeconfig", "/proc/nope/k"], "--kubeconfig /proc/nope/k: directory /proc/nope does"),
+        (["--examples", "/nonexistent"], "--examples /nonexistent: no such directory"),
+    ],
+)
+def test_unusable_flags_are_said_before_anything_starts(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    """Each names the flag and the path or value as given, exits 2 (a usage error, never 0),
+    and prints no traceback; nothing was started for it (no API server, no operator)."""
+    done = _demo(tmp_path, *args)
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out[-2000:]
+    assert said in out and "Traceback" not in out, out[-2000:]
+    assert "Kubernetes API" not in out and "operator started" not in out
+
+
+def test_examples_directory_without_yaml_is_named(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = _demo(tmp_path, "--examples", str(empty))
+    assert done.returncode == 2
+    assert f"--examples {empty}: no *.yaml files in this directory" in done.stderr

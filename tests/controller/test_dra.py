@@ -45,18 +45,47 @@ def mig(name: str, product: str, profile: str, memory: str) -> dict[str, Any]:
     }
 
 
-def resource_slice(node: str, *devices: dict[str, Any], driver: str = "gpu.nvidia.com") -> Any:
+def resource_slice(
+    node: str,
+    *devices: dict[str, Any],
+    driver: str = "gpu.nvidia.com",
+    generation: int = 1,
+    slices: int = 1,
+    suffix: str = "x7k2p",
+) -> Any:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{driver}-x7k2p"},
+        "metadata": {"name": f"{node}-{driver}-{suffix}"},
         "spec": {
             "driver": driver,
             "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": slices},
             "devices": list(devices),
         },
     }
+
+
+def test_only_the_newest_generation_of_a_pool_counts() -> None:
+    """A driver republishing its pool writes generation 2 and then deletes generation 1; in
+    between both are listed (ResourcePool.generation: older slices are outdated). 8 GPUs must
+    stay 8, not 16; a pool split over two slices of the newest generation counts both."""
+    eight = [gpu(f"gpu-{i}", "NVIDIA H100 80GB HBM3", "81559Mi") for i in range(8)]
+    old = resource_slice("h100-1", *eight, generation=1, suffix="old")
+    new = resource_slice("h100-1", *eight, generation=2, suffix="new")
+    for order in ([old, new], [new, old]):
+        node = parse_resource_slices(order, DEFAULT_CATALOG)["h100-1"]
+        assert node.offers == (Offer("nvidia-h100-80gb", 8, "gpu.nvidia.com"),)
+    halves = [
+        resource_slice("h100-1", *eight[:4], generation=3, slices=2, suffix="a"),
+        resource_slice("h100-1", *eight[4:], generation=3, slices=2, suffix="b"),
+    ]
+    node = parse_resource_slices([old, new, *halves], DEFAULT_CATALOG)["h100-1"]
+    assert node.offers == (Offer("nvidia-h100-80gb", 8, "gpu.nvidia.com"),)
+    # Another pool (another node) keeps its own generations.
+    other = resource_slice("h100-2", *eight[:2], generation=1)
+    both = parse_resource_slices([old, new, other], DEFAULT_CATALOG)
+    assert both["h100-2"].offers == (Offer("nvidia-h100-80gb", 2, "gpu.nvidia.com"),)
 
 
 def test_quantities() -> None:

@@ -159,3 +159,71 @@ def test_bad_env_value_is_a_usage_error_of_the_operator_only(
         main(["operator", "-A"])
     assert exit_.value.code == 2
     assert "argument --default-headroom: invalid float value: 'abc'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port", "--health-port", "--webhook-port"])
+@pytest.mark.parametrize("value", ["99999", "-1", "http"])
+def test_ports_outside_0_to_65535_stop_the_operator_at_once(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port the socket call cannot take is a usage error naming the flag (exit 2), before
+    anything starts: not a start-up traceback kopf retries every 60 s for ever."""
+    from gpu_sizer.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["operator", "-A", flag, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be a TCP port" in err and "Traceback" not in err
+
+
+def test_port_from_the_environment_is_checked_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpu_sizer.cli import main
+
+    monkeypatch.setenv("GPU_SIZER_METRICS_PORT", "70000")
+    with pytest.raises(SystemExit) as exit_:
+        main(["operator", "-A"])
+    assert exit_.value.code == 2
+    assert "--metrics-port: must be a TCP port from 0 to 65535, not 70000" in (
+        capsys.readouterr().err
+    )
+
+
+def test_metrics_and_health_listen_addresses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_sizer.controller.running import _liveness_url
+
+    opts = options_from(parse("-A"))
+    assert (opts.metrics_listen, opts.health_listen) == ("0.0.0.0", "0.0.0.0")
+    assert _liveness_url(opts) == "http://0.0.0.0:8081/healthz"
+    monkeypatch.setenv("GPU_SIZER_HEALTH_LISTEN", "::1")
+    opts = options_from(parse("-A", "--metrics-listen", "127.0.0.1", "--health-port", "9000"))
+    assert opts.metrics_listen == "127.0.0.1" and opts.health_listen == "::1"
+    assert _liveness_url(opts) == "http://[::1]:9000/healthz"
+    assert _liveness_url(options_from(parse("-A", "--health-port", "0"))) is None
+    with pytest.raises(SystemExit):
+        parse("-A", "--metrics-listen", "not an address")
+
+
+def test_the_operators_namespace_is_watched_only_beside_listed_namespaces() -> None:
+    """kopf serves either every namespace or listed ones, never both: the operator's own
+    namespace (its shareable measurement Jobs) is added to listed namespaces only."""
+    from gpu_sizer.controller.options import Options
+
+    listed = Options(namespaces=("team-a",), operator_namespace="gpu-sizer")
+    assert listed.watched_namespaces == ("team-a", "gpu-sizer")
+    assert Options(
+        namespaces=("gpu-sizer",), operator_namespace="gpu-sizer"
+    ).watched_namespaces == ("gpu-sizer",)
+    everywhere = Options(all_namespaces=True, operator_namespace="gpu-sizer")
+    assert everywhere.watched_namespaces == ()
+
+
+def test_the_measurement_ledger_name_is_a_configmap_name() -> None:
+    assert options_from(parse("-A")).measurement_ledger == "gpu-sizer-ledger"
+    assert options_from(parse("-A", "--measurement-ledger", "gs-ledger")).measurement_ledger == (
+        "gs-ledger"
+    )
+    with pytest.raises(ValueError, match="--measurement-ledger must be a ConfigMap name"):
+        options_from(parse("-A", "--measurement-ledger", "Not_A_Name"))

@@ -237,6 +237,40 @@ def test_invalid_spec_stalls_with_field_paths() -> None:
     assert any(isinstance(a, Emit) and a.reason == "InvalidSpec" for a in plan.actions)
 
 
+def test_invalid_spec_leaves_no_condition_of_the_old_spec_standing() -> None:
+    """A Ready spec made invalid: HeadroomSufficient=True of generation 1 must not stay beside
+    the invalid generation 2 (it reads as this spec's verdict). Every condition is this
+    generation's: HeadroomSufficient Unknown (InvalidSpec), none left at generation 1."""
+    ready = start(raw(measurement={"mode": "Disabled"}), gen=1).status
+    assert cond(ready, "HeadroomSufficient").status == "True"
+    plan = invalid_plan(["spec.model.dtype: bad"], generation=2, now="T2", previous=ready)
+    headroom = cond(plan.status, "HeadroomSufficient")
+    assert (headroom.status, headroom.reason) == ("Unknown", "InvalidSpec")
+    assert {c.observed_generation for c in plan.status.conditions} == {2}
+    assert plan.status.recommendation is None and plan.status.estimate is None
+
+
+def test_a_condition_no_decision_restated_is_unknown_for_the_new_generation() -> None:
+    from gpu_sizer.api import Condition
+    from gpu_sizer.reconcile import current_conditions
+
+    old = Condition(
+        type="HeadroomSufficient",
+        status="True",
+        reason="MeasuredFits",
+        message="x",
+        observed_generation=1,
+        last_transition_time="T0",
+    )
+    same = old.model_copy(update={"type": "Measured", "observed_generation": 2})
+    out = {c.type: c for c in current_conditions([old, same], 2, "T5")}
+    assert out["HeadroomSufficient"].status == "Unknown"
+    assert out["HeadroomSufficient"].reason == "NotEvaluated"
+    assert out["HeadroomSufficient"].observed_generation == 2
+    assert out["HeadroomSufficient"].last_transition_time == "T5"
+    assert out["Measured"] == same
+
+
 def test_unchanged_verdict_on_resume_posts_no_event_again() -> None:
     problems = ["spec.inference.maxNumSeqs: must be >= 1"]
     first = invalid_plan(problems, generation=3, now="T", previous=None)

@@ -4,6 +4,7 @@ queue entry and starts no duplicate."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -381,3 +382,64 @@ async def test_a_namespace_out_of_gpu_seconds_waits_until_the_budget_frees_even_
         j["metadata"]["annotations"]["gpusizer.dev/workload-name"] for j in await kubelet.jobs()
     }
     assert not started & {"late", "after-restart"}, "no Job started over the budget"
+
+
+CONFIGMAPS = ("", "v1", "configmaps")
+#: The operator's own namespace (logical name), where its GPU-seconds ledger is kept.
+LEDGER_NS = "gpu-sizer"
+
+
+@pytest.mark.emulated_kubelet
+async def test_deleting_and_recreating_the_workload_that_spent_the_budget_gives_nothing_back(
+    cluster, start_operator, kubelet: Kubelet, tmp_path
+) -> None:
+    # The charge is the namespace's: kept in the ledger ConfigMap in the operator's namespace,
+    # it outlives the workload (deleted, then recreated under the same name) and a restart.
+    policy = _policy(tmp_path, "measurementGpuSecondsPerDay: 1\n")
+    operator_ns = real_namespace(cluster, LEDGER_NS)
+    ensure = getattr(cluster, "_ensure_namespace", None)
+    if ensure is not None:  # the chart's release namespace exists before the operator starts
+        await ensure(operator_ns)
+    args = ("--max-concurrent-measurements", "4", "--policy", policy)
+    args += ("--operator-namespace", operator_ns, "--measurement-ledger", "gs-ledger")
+    op = start_operator(*args)
+    await cluster.create(GW, workload("spender", spec()))
+    job = await _job_of(kubelet, "spender")
+    await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    spender = await eventually(lambda: _ready(cluster, "spender"), 60, "spender Ready")
+    spent = spender["status"]["measurementUsage"]["gpuSeconds"]
+    namespace = real_namespace(cluster)
+
+    async def charged() -> dict[str, Any] | None:
+        ledger = await cluster.get(CONFIGMAPS, LEDGER_NS, "gs-ledger")
+        raw = ((ledger or {}).get("data") or {}).get(namespace)
+        entry = json.loads(raw) if raw else None
+        return entry if entry and entry["gpuSeconds"] == spent else None
+
+    entry = await eventually(charged, 60, "the ledger holding the namespace's charge")
+    assert entry["jobs"] == [job["metadata"]["uid"]]
+
+    def budget_queued(measured: dict[str, Any]) -> bool:
+        return measured.get("reason") == "Queued" and "measurementGpuSecondsPerDay" in (
+            measured.get("message") or ""
+        )
+
+    # The tenant deletes the measured workload (its status and its Job go with it) and creates
+    # it again: the new one starts with no measurementUsage, and still waits for tomorrow.
+    await cluster.delete(GW, NS, "spender")
+
+    async def gone() -> bool:
+        return await cluster.get(GW, NS, "spender") is None
+
+    await eventually(gone, 60, "spender deleted")
+    await cluster.create(GW, workload("spender", spec()))
+    measured = await _until(cluster, "spender", budget_queued, "the new spender held back")
+    assert f"used {spent} of its 1 measurement GPU-seconds" in measured["message"]
+    assert "measurementUsage" not in (await cluster.get(GW, NS, "spender"))["status"]
+    # A restarted operator reads the ledger back: no live workload holds a charge now.
+    op.kill()
+    start_operator(*args)
+    await cluster.create(GW, workload("after-restart", spec()))
+    await _until(cluster, "after-restart", budget_queued, "still held after the restart")
+    started = [j["metadata"]["uid"] for j in await kubelet.jobs()]
+    assert started in ([], [job["metadata"]["uid"]]), "no Job started over the budget"

@@ -1,7 +1,10 @@
-"""Shared measurement records (issue 15, items 3 and 5) on the emulator: one Job and one
-GPUMeasurement for the same spec in two namespaces, a namespace that opts out, a deleted record
-re-measured, a probe image change re-measured, an expired record not reused, and a restart with
-a shared measurement in flight that starts no duplicate."""
+"""Shared measurement records: one Job and one GPUMeasurement for the same spec in two
+namespaces, a namespace that opts out, a deleted record re-measured, a probe image change
+re-measured, an expired record not reused, and a restart with a shared measurement in flight
+that starts no duplicate. A measurement another namespace may reuse runs in the operator's own
+namespace (``--operator-namespace``), where no tenant may create pods: its Job names its
+workload in annotations; a result from a tenant's namespace stays that namespace's own
+(test_record_trust.py)."""
 
 from __future__ import annotations
 
@@ -28,12 +31,36 @@ from tests.e2e.probe_results import GIB, gpu_oom, gpu_success
 
 L4_TOTAL = 23034 << 20
 OTHER = "team-b"
-SHARING = ("--measurement-sharing", "Enabled")
+#: The operator's own namespace (logical name): measurements that may be shared run there.
+OPERATOR_NS = "gpu-sizer"
 KEY_LABEL = "gpusizer.dev/measurement-key"
+WORKLOAD_NS = "gpusizer.dev/workload-namespace"
+
+
+async def sharing(cluster) -> tuple[str, ...]:
+    """The operator's flags for shared records, with its own namespace (created on a real API
+    server, as the chart's release namespace exists before the operator starts)."""
+    namespace = real_namespace(cluster, OPERATOR_NS)
+    ensure = getattr(cluster, "_ensure_namespace", None)
+    if ensure is not None:
+        await ensure(namespace)
+    return ("--measurement-sharing", "Enabled", "--operator-namespace", namespace)
 
 
 async def _jobs(kubelet: Kubelet) -> list[dict[str, Any]]:
-    return [*(await kubelet.jobs(NS)), *(await kubelet.jobs(OTHER))]
+    return [
+        *(await kubelet.jobs(NS)),
+        *(await kubelet.jobs(OTHER)),
+        *(await kubelet.jobs(OPERATOR_NS)),
+    ]
+
+
+def workload_ns(cluster, job: dict[str, Any]) -> str:
+    """The logical namespace of the workload a measurement Job belongs to (its annotation in
+    the operator's namespace, else the Job's own namespace)."""
+    meta = job["metadata"]
+    real = (meta.get("annotations") or {}).get(WORKLOAD_NS) or meta["namespace"]
+    return next((ns for ns in (NS, OTHER) if real_namespace(cluster, ns) == real), real)
 
 
 async def _status(cluster, name: str, namespace: str) -> dict[str, Any]:
@@ -68,15 +95,31 @@ async def _records(cluster) -> list[dict[str, Any]]:
     return list(await cluster.list(RECORDS, None))
 
 
+def fresh(result: str) -> str:
+    """A probe result document as a run ending now reports it (the fixtures' dates are months
+    old; a reader checks that a record's result did not complete before its Job started)."""
+    doc = json.loads(result)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc["completedAt"] = now
+    doc.pop("startedAt", None)
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _fresh_success(peak: int) -> str:
+    """gpu_success, completed now (its fixture's completedAt is months old)."""
+    return fresh(gpu_success(peak, total=L4_TOTAL))
+
+
 @pytest.mark.emulated_kubelet
 async def test_two_namespaces_with_the_same_spec_share_one_job_and_one_record(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
     await cluster.create(GW, workload("llama", spec(), NS))
     await cluster.create(GW, workload("llama", spec(), OTHER))
-    start_operator(*SHARING)
+    start_operator(*await sharing(cluster))
     job = await _one_job(kubelet)
-    producer = job["metadata"]["namespace"]
+    assert job["metadata"]["namespace"] in (OPERATOR_NS, real_namespace(cluster, OPERATOR_NS))
+    producer = workload_ns(cluster, job)
     waiter = OTHER if producer == NS else NS
     assert job["metadata"]["labels"][KEY_LABEL]
     await eventually(
@@ -84,7 +127,7 @@ async def test_two_namespaces_with_the_same_spec_share_one_job_and_one_record(
         what=f"llama in {waiter} waiting for {producer}'s measurement",
     )
     assert len(await _jobs(kubelet)) == 1
-    await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    await kubelet.succeed(job, _fresh_success(9 * GIB), node="l4-1")
     first = await eventually(lambda: _ready(cluster, "llama", producer), what="producer Ready")
     second = await eventually(lambda: _ready(cluster, "llama", waiter), what="waiter Ready")
     records = await _records(cluster)
@@ -95,6 +138,7 @@ async def test_two_namespaces_with_the_same_spec_share_one_job_and_one_record(
     assert record["metadata"]["labels"]["gpusizer.dev/engine"] == "vllm"
     assert record["metadata"]["labels"]["gpusizer.dev/workload-kind"] == "Inference"
     assert record["spec"]["result"]["sourceNamespace"] == real_namespace(cluster, producer)
+    assert record["spec"]["scope"] == "Cluster"
     assert record["spec"]["result"]["peakDeviceUsedBytes"] == 9 * GIB
     assert record["spec"]["estimate"]["perGpu"]["totalBytes"] > 0
     assert "reusedFrom" not in first["measurement"]
@@ -113,7 +157,7 @@ async def test_a_namespace_that_opts_out_measures_on_its_own(
     # per-namespace selection is unit-tested (tests/fleet/test_record_sharing.py).
     policy = tmp_path / "policy.yaml"
     policy.write_text("measurementSharing: Disabled\n")
-    start_operator(*SHARING, "--policy", str(policy))
+    start_operator(*await sharing(cluster), "--policy", str(policy))
     await cluster.create(GW, workload("private", spec(), NS))
     await cluster.create(GW, workload("private", spec(), OTHER))
     first = await eventually(lambda: kubelet.jobs(NS), what="ml-team's own Job")
@@ -131,7 +175,7 @@ async def test_a_namespace_that_opts_out_measures_on_its_own(
 async def test_deleting_a_record_measures_its_users_again(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
-    start_operator(*SHARING)
+    start_operator(*await sharing(cluster))
     await cluster.create(GW, workload("again", spec(), NS))
     job = await _one_job(kubelet)
     await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
@@ -157,14 +201,14 @@ async def test_deleting_a_record_measures_its_users_again(
 
 @pytest.mark.emulated_kubelet
 async def test_a_new_probe_image_measures_again(cluster, start_operator, kubelet: Kubelet) -> None:
-    op = start_operator(*SHARING, "--probe-image", "example.com/probe:1")
+    op = start_operator(*await sharing(cluster), "--probe-image", "example.com/probe:1")
     await cluster.create(GW, workload("image", spec(), NS))
     job = await _one_job(kubelet)
     await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
     ready = await eventually(lambda: _ready(cluster, "image", NS), what="Ready")
     assert ready["measurement"]["keyFields"]["probeImage"] == "example.com/probe:1"
     op.stop()
-    start_operator(*SHARING, "--probe-image", "example.com/probe:2")
+    start_operator(*await sharing(cluster), "--probe-image", "example.com/probe:2")
     second = await _one_job(kubelet, {job["metadata"]["name"]})
     image = second["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "example.com/probe:2"
@@ -188,7 +232,7 @@ async def test_a_new_probe_image_measures_again(cluster, start_operator, kubelet
 async def test_an_expired_record_is_not_reused_and_is_deleted(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
-    start_operator(*SHARING)
+    start_operator(*await sharing(cluster))
     await cluster.create(GW, workload("old", spec(), NS))
     job = await _one_job(kubelet)
     await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
@@ -202,12 +246,13 @@ async def test_an_expired_record_is_not_reused_and_is_deleted(
 
     await eventually(gone, what="the expired record deleted by the operator")
     await cluster.create(GW, workload("old", spec(), OTHER))
-    own = await eventually(lambda: kubelet.jobs(OTHER), what="team-b measures on its own")
-    await kubelet.succeed(own[0], gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    own = await _one_job(kubelet, {job["metadata"]["name"]})
+    assert workload_ns(cluster, own) == OTHER, "team-b measures on its own"
+    await kubelet.succeed(own, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
     status = await eventually(lambda: _ready(cluster, "old", OTHER), what="team-b Ready")
     assert "reusedFrom" not in status["measurement"]
     # The expiry re-measures nobody: ml-team's workload keeps its measurement.
-    assert len(await kubelet.jobs(NS)) == 1
+    assert [workload_ns(cluster, j) for j in await _jobs(kubelet)].count(NS) == 1
     assert (await _status(cluster, "old", NS))["phase"] == "Ready"
 
 
@@ -217,22 +262,22 @@ async def test_a_restart_with_a_shared_measurement_in_flight_starts_no_duplicate
 ) -> None:
     await cluster.create(GW, workload("inflight", spec(), NS))
     await cluster.create(GW, workload("inflight", spec(), OTHER))
-    op = start_operator(*SHARING)
+    op = start_operator(*await sharing(cluster))
     job = await _one_job(kubelet)
-    waiter = OTHER if job["metadata"]["namespace"] == NS else NS
+    waiter = OTHER if workload_ns(cluster, job) == NS else NS
     await eventually(
         lambda: _measured_reason(cluster, "inflight", waiter, "WaitingForSharedMeasurement"),
         what="the second namespace waiting",
     )
     op.kill()
-    again = start_operator(*SHARING)
+    again = start_operator(*await sharing(cluster))
     await eventually(
         lambda: logged(again, "resumed: every workload known at the start decided"),
         what="the restarted operator decided every workload",
     )
     assert [j["metadata"]["name"] for j in await _jobs(kubelet)] == [job["metadata"]["name"]]
     assert await _measured_reason(cluster, "inflight", waiter, "WaitingForSharedMeasurement")
-    await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
+    await kubelet.succeed(job, _fresh_success(9 * GIB), node="l4-1")
     for ns in (NS, OTHER):
         await eventually(lambda ns=ns: _ready(cluster, "inflight", ns), what=f"{ns} Ready")
     assert len(await _jobs(kubelet)) == 1
@@ -245,9 +290,9 @@ async def test_an_out_of_memory_is_shared_and_the_waiter_walks_on_with_the_produ
 ) -> None:
     await cluster.create(GW, workload("big", spec(), NS))
     await cluster.create(GW, workload("big", spec(), OTHER))
-    start_operator(*SHARING)
+    start_operator(*await sharing(cluster))
     small = await _one_job(kubelet)
-    producer = small["metadata"]["namespace"]
+    producer = workload_ns(cluster, small)
     waiter = OTHER if producer == NS else NS
     await eventually(
         lambda: _measured_reason(cluster, "big", waiter, "WaitingForSharedMeasurement"),
@@ -255,7 +300,7 @@ async def test_an_out_of_memory_is_shared_and_the_waiter_walks_on_with_the_produ
     )
     await kubelet.succeed(small, gpu_oom(), node="l4-1")
     large = await _one_job(kubelet, {small["metadata"]["name"]})
-    assert large["metadata"]["namespace"] == producer, "the producer moves on, not the waiter"
+    assert workload_ns(cluster, large) == producer, "the producer moves on, not the waiter"
 
     async def waits_on_large() -> bool:
         measured = condition(await cluster.get(GW, waiter, "big"), "Measured")
@@ -264,7 +309,7 @@ async def test_an_out_of_memory_is_shared_and_the_waiter_walks_on_with_the_produ
         ] in (measured.get("message") or "")
 
     await eventually(waits_on_large, what="the waiter waiting for the larger class's Job")
-    await kubelet.succeed(large, gpu_success(30 * GIB), node="a100-1")
+    await kubelet.succeed(large, fresh(gpu_success(30 * GIB)), node="a100-1")
     for ns in (NS, OTHER):
         await eventually(lambda ns=ns: _ready(cluster, "big", ns), what=f"{ns} Ready")
     reused = (await _status(cluster, "big", waiter))["measurement"]
@@ -275,7 +320,8 @@ async def test_an_out_of_memory_is_shared_and_the_waiter_walks_on_with_the_produ
     assert [
         r["spec"]["result"]["outOfMemory"] for r in records if r["spec"]["gpuClass"] == "nvidia-l4"
     ] == [True]
-    assert await kubelet.jobs(waiter) == [], "no Job for the waiter (the OOM'd one is deleted)"
+    jobs = await _jobs(kubelet)
+    assert waiter not in [workload_ns(cluster, j) for j in jobs], "no Job for the waiter"
 
 
 @pytest.mark.emulated_kubelet
@@ -284,7 +330,7 @@ async def test_a_driver_upgrade_on_the_class_measures_again(
 ) -> None:
     label = "nvidia.com/cuda.driver-version.major"
     await cluster.patch(NODES, None, "l4-1", {"metadata": {"labels": {label: "550"}}})
-    start_operator(*SHARING)
+    start_operator(*await sharing(cluster))
     await cluster.create(GW, workload("driver", spec(), NS))
     job = await _one_job(kubelet)
     await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
@@ -306,19 +352,12 @@ async def test_a_driver_upgrade_on_the_class_measures_again(
     await eventually(rekeyed, what="measured under the new driver")
 
 
-def _fresh_success(peak: int) -> str:
-    """gpu_success, completed now (its fixture's completedAt is months old)."""
-    doc = json.loads(gpu_success(peak, total=L4_TOTAL))
-    doc["completedAt"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return json.dumps(doc, separators=(",", ":"))
-
-
 @pytest.mark.emulated_kubelet
 async def test_revalidation_measures_an_old_result_again_once(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
     # The fixture's result completed on 2026-01-01: older than 300 days by the session's date.
-    start_operator(*SHARING, "--measurement-revalidate-after", str(300 * 86400))
+    start_operator(*await sharing(cluster), "--measurement-revalidate-after", str(300 * 86400))
     await cluster.create(GW, workload("reval", spec(), NS))
     job = await _one_job(kubelet)
     await kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")

@@ -144,26 +144,55 @@ def test_from_cluster_without_a_cluster_says_how_to_fix_it(
     assert "--from-cluster" in capsys.readouterr().err
 
 
-def test_the_operator_learns_from_records_and_counts_each_measurement_once() -> None:
+def test_the_operator_learns_from_trusted_records_only() -> None:
+    """Records no tenant could have written (scope Cluster) teach the cluster, one vote per
+    namespace, from five records in three namespaces up; a namespace's own records (scope
+    Namespace) and a workload's status are no cluster-wide evidence (a tenant who may write
+    them could forge them); a record that goes away is learned without."""
     from gpu_sizer.controller.options import Options
     from gpu_sizer.controller.reconciler import Reconciler
     from gpu_sizer.measurement.backends import KubernetesJobBackend
 
     reconciler = Reconciler(Options(), KubernetesJobBackend())
-    records = [item for item in _items() if item["spec"]["engine"] == "transformers"]
-    serve_a = records[0]
-    producer = _workload("producer", {"measurementKey": serve_a["spec"]["key"]})
-    producer["spec"]["inference"] = {"engine": "transformers"}
+    usable = [
+        i
+        for i in _items()
+        if i["spec"]["engine"] == "transformers" and "reason" not in i["spec"]["result"]
+    ][:3]
+    assert len(usable) == 3
+    records = []
+    # Five trusted records: serve-a..c in team-a..c, and serve-a and serve-b again, measured
+    # for team-a and team-c (five records, three namespaces).
+    for n, (base, team) in enumerate(
+        zip([*usable, *usable[:2]], ("team-a", "team-b", "team-c", "team-a", "team-c"), strict=True)
+    ):
+        record = copy.deepcopy(base)
+        record["metadata"]["name"] = f"{base['metadata']['name'][:40]}-{n}"
+        record["spec"]["scope"] = "Cluster"
+        record["spec"]["result"]["sourceNamespace"] = team
+        record["spec"]["result"]["sourceName"] = f"serve-{n}"
+        records.append(record)
+    # A namespace's own record in a fourth namespace with a large ratio: not the cluster's.
+    forged = copy.deepcopy(usable[0])
+    forged["metadata"]["name"] = "gpum-forged"
+    forged["spec"]["scope"] = "Namespace"
+    forged["spec"]["namespace"] = "team-x"
+    forged["spec"]["result"]["sourceNamespace"] = "team-x"
+    forged["spec"]["result"]["peakDeviceUsedBytes"] *= 3
     own = _workload("own", {})
     own["spec"]["inference"] = {"engine": "transformers"}
-    reconciler._workloads = {("team-b", "producer"): [producer], ("team-b", "own"): [own]}
-    reconciler._records = {r["metadata"]["name"]: [r] for r in records}
+    reconciler._workloads = {("team-b", "own"): [own]}
+    reconciler._records = {r["metadata"]["name"]: [r] for r in [*records, forged]}
     cal = reconciler.calibration()
     assert cal is not None and cal.factors is not None
-    # Three usable records of transformers on L4, plus "own"; "producer" is serve-a's record.
-    assert cal.factors[("transformers", "nvidia-l4", Component.Total)].records == 4
-    # A record that goes away is learned without.
+    factor = cal.factors[("transformers", "nvidia-l4", Component.Total)]
+    assert (factor.records, factor.namespaces, factor.usable) == (5, 3, True)
+    assert "team-b/own" not in factor.sources and not any("team-x" in s for s in factor.sources)
+    # team-x's own record is its own: it may raise team-x's estimates only (one record: not
+    # enough to be used even there).
+    assert ("transformers", "nvidia-l4", Component.Total) in cal.by_namespace["team-x"]
     reconciler.record_seen("DELETED", records[1])
     cal = reconciler.calibration()
     assert cal is not None and cal.factors is not None
-    assert cal.factors[("transformers", "nvidia-l4", Component.Total)].records == 3
+    factor = cal.factors[("transformers", "nvidia-l4", Component.Total)]
+    assert (factor.records, factor.namespaces, factor.usable) == (4, 2, False)

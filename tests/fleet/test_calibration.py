@@ -42,9 +42,10 @@ def _factors() -> dict[tuple[str, str, Component], Factor]:
 def test_factors_are_the_median_ratio_per_engine_class_and_component() -> None:
     # Hand-computed in the fixture's header.
     f = _factors()
-    assert f[("pytorch", A6000, Component.Tensors)] == Factor(5, 1.3)
-    assert f[("pytorch", A6000, Component.RuntimeOverhead)] == Factor(5, 1.2)
-    assert f[("pytorch", A6000, Component.Total)] == Factor(5, 1.29)
+    teams = tuple(f"team-{x}/finetune-{i}" for i, x in enumerate("abcde", 1))
+    assert f[("pytorch", A6000, Component.Tensors)] == Factor(5, 1.3, 5, sources=teams)
+    assert f[("pytorch", A6000, Component.RuntimeOverhead)] == Factor(5, 1.2, 5, sources=teams)
+    assert f[("pytorch", A6000, Component.Total)] == Factor(5, 1.29, 5, sources=teams)
     # NVML only (no PyTorch peaks): the total alone.
     assert ("vllm", "nvidia-h100-80gb", Component.Tensors) not in f
     assert f[("vllm", "nvidia-h100-80gb", Component.Total)].records == 1
@@ -58,7 +59,9 @@ def test_factors_are_the_median_ratio_per_engine_class_and_component() -> None:
 def test_factors_are_bounded_and_need_five_records() -> None:
     assert Factor(9, 3.7).factor == MAX_FACTOR
     assert Factor(9, 0.5).factor == 1.0
-    assert not Factor(4, 1.2).usable
+    assert not Factor(4, 1.2, 4).usable
+    assert not Factor(9, 1.2, 2).usable  # two namespaces: not enough for everyone's estimate
+    assert Factor(9, 1.2, 3).usable and Factor(5, 1.2, 1, scope="Namespace").usable
     # Deterministic: the order of the records does not matter.
     assert learn(reversed(samples_from(_records()))) == _factors()
 

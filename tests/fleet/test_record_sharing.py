@@ -30,6 +30,8 @@ from gpu_sizer.sharing import (
 from tests.controller.test_reconcile import CONFIG, PRESENT, cond, raw, start
 
 NOW = datetime.datetime(2026, 12, 1, 2, 0, tzinfo=datetime.UTC)
+#: When a wait on a Job in flight ends (its deadline, sharing.wait_until).
+UNTIL = NOW + datetime.timedelta(minutes=20)
 IMAGE = "ghcr.io/gpu-sizer/gpu-sizer-probe:1"
 CLASSES = {c.name: c for c in DEFAULT_CATALOG}
 L4 = CLASSES["nvidia-l4"]
@@ -83,7 +85,7 @@ def _find(records: dict[str, Any], jobs: dict[str, str] | None = None, first: st
         probe_image=IMAGE,
         drivers=_no_drivers,
         record=lambda k: records.get(k),
-        in_flight=lambda k: (jobs or {}).get(k),
+        in_flight=lambda k: (j, UNTIL) if (j := (jobs or {}).get(k)) else None,
     )
 
 
@@ -96,7 +98,7 @@ def test_a_fresh_success_record_is_reused() -> None:
 def test_a_job_in_flight_is_waited_for() -> None:
     key = candidate_keys(_spec(), L4, probe_image=IMAGE, drivers=())[0].digest()
     found = _find({}, {key: "team-a/job-1"})
-    assert found == Wait(key, "team-a/job-1", "nvidia-l4")
+    assert found == Wait(key, "team-a/job-1", "nvidia-l4", UNTIL)
 
 
 def test_nothing_shared_means_measuring() -> None:
@@ -118,7 +120,9 @@ def test_an_oom_record_walks_to_the_next_class_like_the_probe_would() -> None:
     assert m.record_expires_at == ok.spec.expires_at
     # The next class measured by someone right now: wait for it.
     key = candidate_keys(_spec(), nxt, probe_image=IMAGE, drivers=())[0].digest()
-    assert _find({oom.spec.key: oom}, {key: "team-a/job-2"}) == Wait(key, "team-a/job-2", nxt.name)
+    assert _find({oom.spec.key: oom}, {key: "team-a/job-2"}) == Wait(
+        key, "team-a/job-2", nxt.name, UNTIL
+    )
     # Nobody on the next class: measure (from the first class, as without records).
     assert _find({oom.spec.key: oom}) is None
 
@@ -279,3 +283,43 @@ def test_jobs_carry_the_key_label_only_when_shared() -> None:
     keyed = job_manifest(_spec(), JobRequest(**{**req.__dict__, "measurement_key": key}))
     assert keyed["metadata"]["labels"][KEY_LABEL] == "a" * 40
     assert keyed["spec"]["template"]["metadata"]["labels"][KEY_LABEL] == "a" * 40
+
+
+def test_only_a_run_no_tenant_could_touch_is_trusted() -> None:
+    from gpu_sizer.sharing import trusted_run
+
+    def trusted(doc: dict[str, Any], **kw: Any) -> bool:
+        args: dict[str, Any] = {
+            "effective_image": IMAGE,
+            "probe_image": IMAGE,
+            "job_namespace": "gpu-sizer",
+            "operator_namespace": "gpu-sizer",
+            "local": False,
+        }
+        args.update(kw)
+        return trusted_run(parse_spec(doc), **args)
+
+    assert trusted(raw())
+    assert not trusted(raw(), job_namespace="team-a")  # a tenant may create pods there
+    assert not trusted(raw(), operator_namespace=None, job_namespace=None)
+    assert not trusted(raw(), effective_image="team/own-probe:1")  # prints what it likes
+    command = raw(measurement={"mode": "Command", "command": ["python", "serve.py"]})
+    assert not trusted(command) and not trusted(command, local=True)
+    assert trusted(raw(), local=True, job_namespace=None, operator_namespace=None)
+
+
+def test_a_wait_ends_at_the_jobs_deadline_plus_the_result_grace() -> None:
+    from gpu_sizer.sharing import WAIT_MARGIN_SECONDS, wait_until
+
+    until = wait_until("2026-12-01T01:00:00Z", 930, 15.0)
+    assert until == datetime.datetime(2026, 12, 1, 1, 0, tzinfo=datetime.UTC) + (
+        datetime.timedelta(seconds=930 + 15 + WAIT_MARGIN_SECONDS)
+    )
+    assert wait_until(None, 930, 15.0) is None and wait_until("x", None, 15.0) is None
+
+
+def test_a_reused_measurement_expires_with_the_ttl_not_the_records_claim() -> None:
+    rec = _record("nvidia-l4")
+    rec.spec.expires_at = "9991-01-01T00:00:00Z"
+    m = reused_measurement(_spec(), "h" * 16, Reuse(rec, ()), ttl_seconds=3600)
+    assert m.record_expires_at == "2026-12-01T03:00:00Z"

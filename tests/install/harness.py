@@ -450,7 +450,9 @@ def kubelet_finishes(admin: Kubectl, namespace: str, job: str, message: str) -> 
     as the termination message) through the ``status`` subresource. Returns the pod."""
 
     def bound() -> Manifest | None:
-        pods = admin.json("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}")
+        # The workload's namespace, or the operator's own for a measurement other namespaces
+        # may reuse (job names carry the workload name and spec hash: one such Job anywhere).
+        pods = admin.json("pods", "-A", "-l", f"batch.kubernetes.io/job-name={job}")
         for pod in (pods or {}).get("items") or []:
             if pod["spec"].get("nodeName"):
                 return dict(pod)
@@ -500,7 +502,7 @@ def kubelet_finishes(admin: Kubectl, namespace: str, job: str, message: str) -> 
         "pod",
         name,
         "-n",
-        namespace,
+        pod["metadata"]["namespace"],
         "--subresource=status",
         "--type=merge",
         "-p",

@@ -5,7 +5,8 @@ real API server: measurement Jobs (created, replaced on a spec change, re-create
 deleted one), their pods, shared GPUMeasurement records (published, re-validated after a
 ``helm upgrade`` turned re-validation on, expired and deleted), Events, both webhooks (the
 caBundle patched, the GPUWorkload a labelled pod names read, namespace labels read), the TLS
-Secret (created, re-issued from a certificate an older release left), DRA ResourceSlices and the
+Secret (created, re-issued from a certificate an older release left), the measurement
+GPU-seconds ledger ConfigMap (read, created, patched), DRA ResourceSlices and the
 ResourceClaimTemplate a Job claims its GPU through, and the finalizer earlier versions left on a
 GPUWorkload. Then the audit log (level Metadata: user, verb, resource, subresource) gives the
 (apiGroup, resource, subresource, verb) set the operator used, compared with what the rendered
@@ -158,6 +159,11 @@ def test_the_operator_uses_every_verb_it_is_granted(
     # the new CA into both caBundles each time.
     # An older release's Secret holds a DNS-only certificate: it is re-issued from the same CA
     # with 127.0.0.1 (the webhook.url host), and the API server's calls through url work.
+    # Other tests of the session may have charged GPU-seconds already: the ledger ConfigMap is
+    # removed so that this run's first charge creates it (the restarts below read it: get).
+    install.admin(
+        "delete", "configmap", "gpu-sizer-ledger", "-n", install.namespace, "--ignore-not-found"
+    )
     for secret in (None, older_releases_secret(install)):
         install.operator.stop()
         if secret is None:
@@ -176,6 +182,9 @@ def test_the_operator_uses_every_verb_it_is_granted(
         check = workload("tls-check", ns, measurement={"mode": "Disabled"})
         install.admin("apply", "--dry-run=server", "-f", "-", input=json.dumps(check))
 
+    # Synthetic runs of the operator's probe image may be shared: they run in the operator's
+    # own namespace (the release namespace), where no tenant creates pods.
+    jns = install.namespace
     # A measured workload: Job created, its pod watched, a GPU success published as a record.
     install.admin.apply(own(workload("measured", ns)))
     job = job_of(install, "measured", ns)
@@ -185,6 +194,14 @@ def test_the_operator_uses_every_verb_it_is_granted(
     assert done["recommendation"]["basis"] == "Measurement"
     record = record_name(done["measurement"]["measurementKey"])
     assert install.admin.json("gpumeasurement", record) is not None
+    # Its GPU-seconds are charged to the namespace in the ledger ConfigMap of the operator's
+    # namespace: read on start (get), created at the first charge (create); the re-measurement
+    # after the upgrade below patches it.
+    ledger = eventually(
+        lambda: install.admin.json("configmap", "gpu-sizer-ledger", "-n", install.namespace),
+        what="the GPU-seconds ledger ConfigMap",
+    )
+    assert json.loads(ledger["data"][ns])["gpuSeconds"] >= 1
 
     # A spec change while measuring: the old Job is deleted, a new one created.
     install.admin.apply(own(workload("changed", ns, inference={"engine": "transformers"})))
@@ -193,7 +210,9 @@ def test_the_operator_uses_every_verb_it_is_granted(
         own(workload("changed", ns, inference={"engine": "transformers", "maxNumSeqs": 2}))
     )
     second = job_of(install, "changed", ns, not_named=first)
-    eventually(lambda: install.admin.json("job", first, "-n", ns) is None, what=f"Job {first} gone")
+    eventually(
+        lambda: install.admin.json("job", first, "-n", jns) is None, what=f"Job {first} gone"
+    )
     assert second != first
     # Someone deletes the running Job in the foreground: it stays, terminating, until its pod
     # is gone. The operator's re-creation finds the name taken, reads the Job (terminating)
@@ -201,26 +220,26 @@ def test_the_operator_uses_every_verb_it_is_granted(
     eventually(
         lambda: [
             p
-            for p in install.admin.json("pods", "-n", ns, "-l",
+            for p in install.admin.json("pods", "-n", jns, "-l",
                                         f"batch.kubernetes.io/job-name={second}")["items"]
             if p["spec"].get("nodeName")
         ],
         what=f"the pod of Job {second} bound",
     )  # fmt: skip
-    install.admin("delete", "job", second, "-n", ns, "--cascade=foreground", "--wait=false")
+    install.admin("delete", "job", second, "-n", jns, "--cascade=foreground", "--wait=false")
     eventually(
         lambda: ("batch", "jobs", "", "get") in used(install, since),
         what="the operator reading the terminating Job",
     )
     install.admin(  # the kubelet, once the container stopped
-        "delete", "pods", "-n", ns, "-l", f"batch.kubernetes.io/job-name={second}",
+        "delete", "pods", "-n", jns, "-l", f"batch.kubernetes.io/job-name={second}",
         "--grace-period=0", "--force",
     )  # fmt: skip
 
     def recreated_changed() -> bool:
         st = status(install, "changed", ns)
         measured = next((c for c in st.get("conditions") or [] if c["type"] == "Measured"), {})
-        job = install.admin.json("job", second, "-n", ns)
+        job = install.admin.json("job", second, "-n", jns)
         alive = bool(job) and not job["metadata"].get("deletionTimestamp")
         return measured.get("reason") == "JobRecreated" and alive
 
@@ -248,12 +267,14 @@ def test_the_operator_uses_every_verb_it_is_granted(
     # there) is read and adopted; a spec change deletes the Job and its template.
     install.admin.apply(own(workload("forty", ns, placement={"gpuClasses": ["nvidia-a100-40gb"]})))
     claimed = job_of(install, "forty", ns)
-    template = install.admin.json("resourceclaimtemplate", claimed, "-n", ns)
-    assert template["metadata"]["ownerReferences"][0]["name"] == "forty"
-    install.admin("delete", "job", claimed, "-n", ns)
+    template = install.admin.json("resourceclaimtemplate", claimed, "-n", jns)
+    # In the operator's namespace no owner reference can name the workload (they do not cross
+    # namespaces): the template names it in annotations, as its Job does.
+    assert template["metadata"]["annotations"]["gpusizer.dev/workload-name"] == "forty"
+    install.admin("delete", "job", claimed, "-n", jns)
 
     def recreated() -> bool:
-        again = install.admin.json("job", claimed, "-n", ns)
+        again = install.admin.json("job", claimed, "-n", jns)
         return bool(again) and not again["metadata"].get("deletionTimestamp")
 
     eventually(recreated, what=f"Job {claimed} created again")
@@ -270,21 +291,36 @@ def test_the_operator_uses_every_verb_it_is_granted(
                      placement={"gpuClasses": ["nvidia-a100-40gb"]}))
     )  # fmt: skip
     eventually(
-        lambda: install.admin.json("resourceclaimtemplate", claimed, "-n", ns) is None,
+        lambda: install.admin.json("resourceclaimtemplate", claimed, "-n", jns) is None,
         what=f"ResourceClaimTemplate {claimed} deleted with its Job",
     )
 
-    # helm upgrade: re-validation on (1 s) and records kept 5 s. The measured workload is
-    # measured again; its record is patched with the newer measurement, then expires and is
-    # deleted. Then the release goes back to its values.
+    # helm upgrade: re-validation on (1 s). The measured workload is measured again; its record
+    # is patched with the newer measurement. A second upgrade keeps records 5 s: the record
+    # expires (the TTL counts from its recordedAt, whatever expiry it states) and is deleted.
+    # Then the release goes back to its values.
     base = install.values
     try:
         install.upgrade(
-            {**base, "measurement": {"revalidateAfterSeconds": 1, "recordTTLSeconds": 5}}
+            {**base, "measurement": {"revalidateAfterSeconds": 1, "recordTTLSeconds": 3600}}
         )
         again = job_of(install, "measured", ns, not_named=job)
         kubelet_finishes(install.admin, ns, again, probe_success(
             7 * GIB, device_name="NVIDIA L4", total_bytes=L4_NVML))  # fmt: skip
+
+        def patched() -> bool:
+            rec = install.admin.json("gpumeasurement", record) or {}
+            peak = ((rec.get("spec") or {}).get("result") or {}).get("peakDeviceUsedBytes")
+            return peak == 7 * GIB
+
+        eventually(patched, what=f"record {record} patched with the newer measurement")
+
+        def charged_twice() -> bool:
+            cm = install.admin.json("configmap", "gpu-sizer-ledger", "-n", install.namespace)
+            return len(json.loads(cm["data"][ns])["jobs"]) >= 2
+
+        eventually(charged_twice, what="the re-measurement charged to the ledger (patch)")
+        install.upgrade({**base, "measurement": {"recordTTLSeconds": 5}})
         eventually(
             lambda: install.admin.json("gpumeasurement", record) is None,
             what=f"record {record} expired and deleted",

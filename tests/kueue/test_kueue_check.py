@@ -100,6 +100,31 @@ def test_retry_when_the_flavors_gpu_is_too_small_or_unknown() -> None:
     assert "names no catalog GPU" in unknown.message
 
 
+def test_a_zero_headroom_is_zero_not_the_default() -> None:
+    """``minHeadroomFraction: 0`` is a value: a GPU left 5% free passes it (a falsy default read
+    0 as 10% and kept such a workload in Retry forever); unset is the API's 10% default, and a
+    value that is not a number is said, never guessed."""
+    a100 = next(c for c in DEFAULT_CATALOG if c.name == "nvidia-a100-80gb")
+    required = int(a100.usable * 0.95)
+    zero = decide(kueue_workload("a100"), gpuw(required=required, headroom=0.0))
+    assert zero is not None and zero.state == "Ready", zero
+    ten = decide(kueue_workload("a100"), gpuw(required=required, headroom=0.1))
+    assert ten is not None and ten.state == "Retry" and "under the required 10%" in ten.message
+    unset = gpuw(required=required)
+    del unset["spec"]["placement"]["minHeadroomFraction"]
+    defaulted = decide(kueue_workload("a100"), unset)
+    assert defaulted is not None and defaulted.state == "Retry", defaulted
+    for junk in ("0.1", True, None):
+        odd = gpuw(required=30 * GIB)
+        odd["spec"]["placement"]["minHeadroomFraction"] = junk
+        verdict = decide(kueue_workload("a100"), odd)
+        assert verdict is not None
+        if junk is None:  # null reads as unset
+            assert verdict.state == "Ready"
+        else:
+            assert verdict.state == "Retry" and "not a number" in verdict.message
+
+
 def test_rejected_when_the_gpu_workload_is_rejected_retry_when_not_ready_or_missing() -> None:
     rejected = decide(kueue_workload(), gpuw("Rejected"))
     assert rejected is not None and rejected.state == "Rejected"

@@ -21,7 +21,7 @@ from gpu_sizer.measurement.backends import (
     slim,
 )
 from gpu_sizer.measurement.job import GIB, JobRequest, job_manifest
-from gpu_sizer.measurement.outcome import OutcomeKind
+from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 
 SPEC = parse_spec(
     {
@@ -50,7 +50,8 @@ class FakeApi:
         name = body["metadata"]["name"]
         if name in self.jobs:
             raise JobExists(name)
-        stored = {**body, "metadata": {**body["metadata"], "uid": next(_uids)}}
+        meta = {**body["metadata"], "uid": next(_uids), "creationTimestamp": "2026-01-01T00:00:00Z"}
+        stored = {**body, "metadata": meta}
         self.jobs[name] = stored
         return stored
 
@@ -70,8 +71,11 @@ class Watch:
     def __init__(self) -> None:
         self.jobs: dict[Any, list[dict[str, Any]]] = {}
         self.pods: dict[Any, list[dict[str, Any]]] = {}
+        #: Every Job shown, by uid (dropped ones included: their pods outlive them).
+        self.all_jobs: dict[str, list[dict[str, Any]]] = {}
 
     def show_job(self, job: Mapping[str, Any]) -> None:
+        self.all_jobs.setdefault(job["metadata"]["uid"], []).append(slim(job))
         self.jobs[("ns", "w")] = [
             j
             for j in self.jobs.get(("ns", "w"), [])
@@ -84,18 +88,31 @@ class Watch:
             j for j in self.jobs.get(("ns", "w"), []) if j["metadata"]["uid"] != uid
         ]
 
-    def show_pod(self, job_uid: str, status: dict[str, Any]) -> None:
+    def show_pod(self, job_uid: str, status: dict[str, Any], **meta: Any) -> None:
+        """The pod the Job controller makes from the Job's template (its containers, its uid
+        label, the controlling owner reference), in the status given."""
+        template = {"containers": [{"name": "probe", "image": "i", "command": ["x"]}]}
+        for job in self.all_jobs.get(job_uid, []):
+            template = job["spec"]["template"]["spec"]
         pod = {
             "metadata": {
                 "name": f"pod-{job_uid}",
                 "uid": f"pod-{job_uid}",
                 "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"batch.kubernetes.io/controller-uid": job_uid},
                 "ownerReferences": [{"kind": "Job", "uid": job_uid, "controller": True}],
+                **meta,
             },
-            "spec": {"nodeName": "n1"},
+            "spec": {"nodeName": "n1", "containers": template["containers"]},
             "status": status,
         }
         self.pods.setdefault(job_uid, []).append(slim(pod))
+
+
+def no_pod_yet(outcome: Outcome) -> bool:
+    """The Job's outcome with no pod of it read: aged from the Job's start for the
+    unschedulable timeout (0 s: the Job was created at NOW), never a result nor Missing."""
+    return outcome.kind is OutcomeKind.Unschedulable and outcome.seconds_unschedulable == 0
 
 
 def backend() -> tuple[KubernetesJobBackend, FakeApi, Watch, list[float]]:
@@ -110,7 +127,7 @@ async def test_a_job_just_created_is_known_before_the_watch_shows_it() -> None:
     b, api, watch, _ = backend()
     view, created = await b.start(manifest())
     assert created and [j.name for j in b.jobs("ns", "w")] == ["gpusizer-w-1"]
-    assert b.observe("ns", view, NOW).kind is OutcomeKind.Pending  # not Missing
+    assert no_pod_yet(b.observe("ns", view, NOW))  # not Missing
     watch.show_job(api.jobs["gpusizer-w-1"])
     b.seen("ADDED", api.jobs["gpusizer-w-1"])
     assert [j.uid for j in b.jobs("ns", "w")] == [view.uid]
@@ -151,7 +168,7 @@ async def test_pods_are_matched_by_the_jobs_uid_never_its_name() -> None:
     watch.show_pod(
         old.uid, {"phase": "Failed", "containerStatuses": [{"state": {"terminated": killed}}]}
     )
-    assert b.observe("ns", new, NOW).kind is OutcomeKind.Pending
+    assert no_pod_yet(b.observe("ns", new, NOW))
     watch.show_pod(new.uid, {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]})
     assert b.observe("ns", new, NOW).kind is OutcomeKind.Running
 
@@ -171,3 +188,129 @@ async def test_expectations_end_when_the_watch_confirms_or_time_runs_out() -> No
     watch.show_job({**manifest(), "metadata": {**manifest()["metadata"], "uid": view.uid}})
     # A watch that never reported the deletion (re-listed meanwhile) is believed again.
     assert [j.uid for j in b.jobs("ns", "w")] == [view.uid]
+
+
+SUCCESS = {
+    "phase": "Succeeded",
+    "containerStatuses": [
+        {
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "message": '{"schema":"gpusizer.dev/probe-result/v1","status":"Succeeded",'
+                    '"mode":"Synthetic","device":"cuda","peakDeviceUsedBytes":3221225472}',
+                }
+            }
+        }
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("forgery", "why"),
+    [
+        ({"labels": {}}, "batch.kubernetes.io/controller-uid"),
+        ({"creationTimestamp": "2025-12-31T23:59:59Z"}, "created before the Job"),
+        (
+            {
+                "ownerReferences": [
+                    {"kind": "Job", "uid": "UID", "controller": True},
+                    {"kind": "ReplicaSet", "uid": "x", "controller": True},
+                ]
+            },
+            "controlling ownerReference",
+        ),
+    ],
+)
+async def test_a_pod_that_only_names_the_job_as_owner_is_never_read(
+    forgery: dict[str, Any], why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone who may create pods can name a Job as their owner; the operator reads only the
+    pod the Job controller made: its uid label, one controller (the Job), the template's
+    container, created after the Job."""
+    b, api, watch, _ = backend()
+    view, _ = await b.start(manifest())
+    watch.show_job(api.jobs["gpusizer-w-1"])
+    if "ownerReferences" in forgery:
+        for ref in forgery["ownerReferences"]:
+            ref["uid"] = view.uid if ref["uid"] == "UID" else ref["uid"]
+    watch.show_pod(view.uid, SUCCESS, **forgery)
+    assert no_pod_yet(b.observe("ns", view, NOW))
+    assert why in caplog.text and "its result is ignored" in caplog.text
+
+
+async def test_a_pod_running_another_image_or_command_is_not_the_jobs_run() -> None:
+    b, api, watch, _ = backend()
+    view, _ = await b.start(manifest())
+    job = api.jobs["gpusizer-w-1"]
+    watch.show_job(job)
+    forged = slim(
+        {
+            "metadata": {
+                "name": "forged",
+                "uid": "forged",
+                "creationTimestamp": "2026-01-01T00:00:01Z",
+                "labels": {"batch.kubernetes.io/controller-uid": view.uid},
+                "ownerReferences": [{"kind": "Job", "uid": view.uid, "controller": True}],
+            },
+            "spec": {"containers": [{"name": "probe", "image": "evil:1", "command": ["echo"]}]},
+            "status": SUCCESS,
+        }
+    )
+    watch.pods.setdefault(view.uid, []).append(forged)
+    assert no_pod_yet(b.observe("ns", view, NOW))
+    watch.show_pod(view.uid, SUCCESS)  # the Job controller's own pod
+    assert b.observe("ns", view, NOW).kind is OutcomeKind.Succeeded
+
+
+def operator_manifest(owner: str = "w-uid") -> dict[str, Any]:
+    req = JobRequest(
+        "gpu-sizer",
+        "w",
+        owner,
+        spec_hash(SPEC),
+        DEFAULT_CATALOG[0],
+        1,
+        4 * GIB,
+        "i",
+        "gpusizer-w-1",
+        workload_namespace="ns",
+    )
+    return job_manifest(SPEC, req)
+
+
+async def test_a_job_in_the_operators_namespace_names_its_workload_in_annotations() -> None:
+    """No owner reference across namespaces (the garbage collector would delete the Job): the
+    annotations say whose it is, and only a Job in the operator's own namespace is read so."""
+    from gpu_sizer.measurement.backends import workload_key
+    from gpu_sizer.measurement.job import job_owner
+
+    body = operator_manifest()
+    meta = body["metadata"]
+    assert "ownerReferences" not in meta and meta["namespace"] == "gpu-sizer"
+    assert meta["annotations"]["gpusizer.dev/workload-namespace"] == "ns"
+    assert meta["annotations"]["gpusizer.dev/workload-uid"] == "w-uid"
+    assert job_owner(body, "gpu-sizer") == ("ns", "w", "w-uid")
+    assert job_owner(body) is None and workload_key(body) == ("gpu-sizer", "w")
+    assert workload_key(body, "gpu-sizer") == ("ns", "w")
+    # The same annotations on a Job in a tenant's namespace are the tenant's words: ignored.
+    forged = {**body, "metadata": {**meta, "namespace": "tenant"}}
+    assert job_owner(forged, "gpu-sizer") is None
+    assert workload_key(forged, "gpu-sizer") == ("tenant", "w")
+
+
+async def test_the_backend_finds_adopts_and_deletes_a_job_in_the_operators_namespace() -> None:
+    clock = [0.0]
+    b = KubernetesJobBackend(clock=lambda: clock[0], trusted_namespace="gpu-sizer")
+    api, watch = FakeApi(), Watch()
+    b.attach(api, watch.jobs, watch.pods)
+    view, created = await b.start(operator_manifest())
+    assert created and view.namespace == "gpu-sizer" and view.workload_namespace == "ns"
+    assert [j.name for j in b.jobs("ns", "w")] == ["gpusizer-w-1"]
+    assert b.live_jobs() == {"ns": 1}
+    again, created = await b.start(operator_manifest())
+    assert not created and again.uid == view.uid
+    with pytest.raises(JobConflict):
+        await b.start(operator_manifest(owner="someone-else"))
+    await b.delete("ns", view)
+    assert api.jobs == {}

@@ -53,6 +53,7 @@ app.kubernetes.io/component: operator
 {{- define "gpu-sizer.webhookServiceName" -}}{{ include "gpu-sizer.fullname" . }}-webhook{{- end }}
 {{- define "gpu-sizer.webhookConfigName" -}}{{ include "gpu-sizer.fullname" . }}-webhook{{- end }}
 {{- define "gpu-sizer.webhookSecretName" -}}{{ include "gpu-sizer.fullname" . }}-webhook-tls{{- end }}
+{{- define "gpu-sizer.ledgerName" -}}{{ include "gpu-sizer.fullname" . }}-ledger{{- end }}
 {{- define "gpu-sizer.metricsServiceName" -}}{{ include "gpu-sizer.fullname" . }}-metrics{{- end }}
 {{- define "gpu-sizer.certificateName" -}}{{ include "gpu-sizer.fullname" . }}-webhook{{- end }}
 {{- define "gpu-sizer.issuerName" -}}{{ include "gpu-sizer.fullname" . }}-selfsigned{{- end }}

@@ -40,15 +40,20 @@ from gpu_sizer.admission.namespaces import (
     describe,
     kubernetes_fetcher,
 )
+from gpu_sizer.admission.pod_gpus import ClaimGpus, claim_gpus
 from gpu_sizer.admission.pods import (
+    ClaimFetcher,
     WorkloadFetcher,
     is_measurement_pod,
+    kubernetes_claim_fetcher,
     kubernetes_workload_fetcher,
     review_pod,
+    workload_label,
 )
-from gpu_sizer.admission.policy import EffectivePolicy, Policy
+from gpu_sizer.admission.policy import EffectivePolicy, PodEnforcement, Policy
 from gpu_sizer.admission.verdict import Answer, Outcome, bounded, defaulted_spec, review
 from gpu_sizer.api import GROUP, PLURAL, VERSION
+from gpu_sizer.api.workload import validate_name
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.metrics import ADMISSION_VERDICTS
 
@@ -78,6 +83,8 @@ class AdmissionConfig:
     workloads: WorkloadFetcher = field(default_factory=kubernetes_workload_fetcher)
     #: Seconds a pod review waits for that read (the webhook's timeoutSeconds is 10 by default).
     workload_timeout: float = 4.0
+    #: Reads the DRA ResourceClaims and ResourceClaimTemplates a labelled pod names (blocking).
+    claims: ClaimFetcher = field(default_factory=kubernetes_claim_fetcher)
     #: Validation answers already given, by spec, namespace and policy (see :mod:`.answers`);
     #: not an argument, so that a config made with other settings starts without them.
     answers: AnswerCache = field(default_factory=AnswerCache, init=False, repr=False)
@@ -234,6 +241,41 @@ async def mutate_gpuworkload(
         patch["spec"] = wire
 
 
+async def _pod_claims(body: Any, namespace: str) -> list[ClaimGpus]:
+    """The GPU devices of each DRA resource claim of a pod (``spec.resourceClaims``), read
+    through :attr:`AdmissionConfig.claims`; a claim that cannot be read counts as unknown."""
+    spec = body.get("spec")
+    entries = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    out: list[ClaimGpus] = []
+    config = _config
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, Mapping):
+            continue  # a malformed pod: review_pod says so
+        claim = str(entry.get("name") or "?")
+        if entry.get("resourceClaimTemplateName"):
+            kind, ref = "ResourceClaimTemplate", str(entry["resourceClaimTemplateName"])
+        elif entry.get("resourceClaimName"):
+            kind, ref = "ResourceClaim", str(entry["resourceClaimName"])
+        else:
+            out.append(ClaimGpus(claim, None, "it names neither a claim nor a template"))
+            continue
+        if validate_name(ref) is not None:
+            out.append(ClaimGpus(claim, None, f"{kind} name {ref!r} is not an object name"))
+            continue
+        try:
+            found = await asyncio.wait_for(
+                asyncio.to_thread(config.claims, namespace, kind, ref), config.workload_timeout
+            )
+        except Exception as exc:  # API error, timeout: unknown, never zero
+            out.append(ClaimGpus(claim, None, f"{kind} {ref} could not be read: {describe(exc)}"))
+            continue
+        if found is None:
+            out.append(ClaimGpus(claim, None, f"{kind} {namespace}/{ref} not found"))
+            continue
+        out.append(claim_gpus(claim, found))
+    return out
+
+
 @kopf.on.mutate("", "v1", "pods", id="mutate-pod", operations=["CREATE"])
 async def mutate_pod(
     *,
@@ -249,13 +291,16 @@ async def mutate_pod(
 
     :raises kopf.AdmissionError: the denial, with the problems and their fixes.
     """
-    from gpu_sizer.placement import WORKLOAD_LABEL
-
-    labels = body.get("metadata", {}).get("labels") or {}
-    name = labels.get(WORKLOAD_LABEL)
-    if operation != "CREATE" or subresource or not name or is_measurement_pod(labels):
+    if operation != "CREATE" or subresource:
+        return
+    meta = body.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if isinstance(labels, Mapping) and is_measurement_pod(labels):
         return  # the operator's own measurement pods are never placed nor refused (.pods)
-    namespace = str(body.get("metadata", {}).get("namespace") or "")
+    name, label_problem = workload_label(body)
+    if name is None and label_problem is None:
+        return  # the pod does not opt in
+    namespace = str((meta.get("namespace") if isinstance(meta, Mapping) else None) or "")
     config = _config
     try:
         policy, stale = await _policy_for(namespace)
@@ -265,21 +310,37 @@ async def mutate_pod(
         return
     workload: Any = None
     error: str | None = None
+    claims: list[ClaimGpus] = []
+    if name is not None:  # a GPUWorkload name: safe in an API path
+        try:
+            workload = await asyncio.wait_for(
+                asyncio.to_thread(config.workloads, namespace, name), config.workload_timeout
+            )
+        except Exception as exc:  # API error, timeout, configuration: said, never a crash
+            error = describe(exc)
+        claims = await _pod_claims(body, namespace)
     try:
-        workload = await asyncio.wait_for(
-            asyncio.to_thread(config.workloads, namespace, str(name)), config.workload_timeout
+        answer = await config.capacity.run(
+            review_pod,
+            dict(body),
+            namespace,
+            workload,
+            enforcement=policy.pod_enforcement,
+            catalog=config.catalog,
+            lookup_error=error,
+            claims=claims,
         )
-    except Exception as exc:  # API error, timeout, configuration: said, never a crash
-        error = describe(exc)
-    answer = await config.capacity.run(
-        review_pod,
-        dict(body),
-        namespace,
-        workload,
-        enforcement=policy.pod_enforcement,
-        catalog=config.catalog,
-        lookup_error=error,
-    )
+    except Exception as exc:  # a review must never fail open by crashing (nor deny under Warn)
+        logging.getLogger(__name__).exception("pod review of %s/%s failed", namespace, name)
+        if policy.pod_enforcement is PodEnforcement.Enforce:
+            raise kopf.AdmissionError(
+                f"pod denied by gpu-sizer (podEnforcement Enforce): the pod could not be "
+                f"reviewed ({type(exc).__name__}: {exc})",
+                code=403,
+            ) from None
+        if policy.pod_enforcement is PodEnforcement.Warn:
+            warnings.append(f"gpu-sizer could not review the pod: {type(exc).__name__}: {exc}")
+        return
     outcome = "Denied" if not answer.allowed else ("Applied" if answer.pod else "Allowed")
     ADMISSION_VERDICTS.labels("CREATE", f"Pod{outcome}").inc()
     warnings.extend(answer.warnings)

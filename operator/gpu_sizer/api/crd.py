@@ -114,6 +114,9 @@ RECORD_PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
      "description": "Measured peak per GPU, GiB."},
     {"name": "OOM", "type": "boolean", "jsonPath": ".spec.result.outOfMemory",
      "description": "The probe hit CUDA out-of-memory on the class."},
+    {"name": "Scope", "type": "string", "jsonPath": ".spec.scope",
+     "description": "Cluster (reusable by every namespace that shares) or Namespace (only by "
+     "spec.namespace)."},
     {"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt", "priority": 1,
      "description": "When the record stops being reused and is deleted."},
     {"name": "Source", "type": "string", "jsonPath": ".spec.result.sourceNamespace",

@@ -7,18 +7,38 @@ it. A ``GPUMeasurement`` holds one finished measurement under that **measurement
 a second workload of the same key, in any namespace, reuses it
 (``status.measurement.reusedFrom``) instead of starting a Job.
 
+**Scope: who could have written the result.** A result is only as trustworthy as the place it
+came from. A tenant who may create pods in a namespace can create one there that names any Job
+as its owner (with ``controller: true`` and the Job controller's labels), run it on a GPU node
+and have it print any result; one who may exec into pods or patch their image can rewrite the
+real probe's; a spec's own image or Command-mode command prints what it likes. So a record is
+``scope: Cluster`` (any namespace that shares may reuse it, and cluster-wide calibration learns
+from it) only when nothing of it was in a tenant's hands: a ``Synthetic`` measurement with the
+operator's own probe image, run by the operator in its own namespace (``--operator-namespace``,
+where no tenant may write) or as a local process. Every other measurement of a namespace that
+shares is recorded ``scope: Namespace``: reused by workloads of that namespace only, and
+learned from by that namespace's own calibration only. A tenant can then fool nobody but
+itself. Who may write records at all is the operator alone: the chart's RBAC grants no one
+else, and its ValidatingAdmissionPolicy refuses a create or update by any other identity
+(cluster administrators included); docs/admission.md keeps the threat model.
+
 The object (``gpusizer.dev/v1alpha1``, cluster-scoped, no status subresource: a record is
 written once and never changes; it is deleted when it expires or to force a re-measure)::
 
     metadata:
-      name: gpum-<first 40 hex of the key>        # idempotent: one record per key
+      name: gpum-<first 40 hex of the key>        # scope Cluster: one record per key
+      #     gpum-<first 40 hex of the key>-<ns>   # scope Namespace: one per key and namespace
       labels:
         gpusizer.dev/measurement-key: <first 40 hex of the key>
         gpusizer.dev/workload-kind: Inference     # Inference | Training | Generation
         gpusizer.dev/engine: vllm                 # vllm | ... | pytorch | diffusers
         gpusizer.dev/model-family: llama          # HF model_type, or the diffusers pipeline class
         gpusizer.dev/gpu-class: nvidia-h100-80gb
+        gpusizer.dev/scope: Cluster               # Cluster | Namespace
+        gpusizer.dev/source-namespace: <namespace of the measured workload>
     spec:
+      scope: Cluster                              # Cluster | Namespace (see above)
+      namespace: <for scope Namespace: the only namespace that may reuse it>
       key: <sha256 hex of keyFields>
       keyFields: {specDigest, gpuClass, probeImage, engine, engineVersion, driverMajor,
                   catalogDigest}
@@ -26,7 +46,7 @@ written once and never changes; it is deleted when it expires or to force a re-m
       estimate: {perGpu: {...Bytes, totalBytes}, gpuCount, parameterCount, verdict}
       result: {the fields of status.measurement, plus sourceNamespace, sourceName}
       recordedAt: <RFC 3339>
-      expiresAt: <RFC 3339>
+      expiresAt: <RFC 3339>                       # never later than recordedAt + the TTL
 
 Pure: no API calls; the controller reads and writes these objects.
 """
@@ -65,16 +85,20 @@ __all__ = [
     "RECORD_PLURAL",
     "RECORD_SHORT_NAME",
     "RECORD_SINGULAR",
+    "SCOPE_LABEL",
+    "SOURCE_NAMESPACE_LABEL",
     "GPUMeasurement",
     "GPUMeasurementSpec",
     "MeasurementKey",
     "RecordEstimate",
     "RecordResult",
+    "RecordScope",
     "WorkloadKind",
     "build_record",
     "catalog_digest",
     "describe",
     "driver_major",
+    "effective_expiry",
     "is_fresh",
     "key_label",
     "measurement_key",
@@ -82,6 +106,8 @@ __all__ = [
     "parse_record",
     "parse_time",
     "record_name",
+    "record_names",
+    "reusable_by",
     "shareable",
 ]
 
@@ -104,6 +130,11 @@ LABEL_KIND: Final = f"{GROUP}/workload-kind"
 LABEL_ENGINE: Final = f"{GROUP}/engine"
 LABEL_FAMILY: Final = f"{GROUP}/model-family"
 LABEL_GPU_CLASS: Final = f"{GROUP}/gpu-class"
+SCOPE_LABEL: Final = f"{GROUP}/scope"
+SOURCE_NAMESPACE_LABEL: Final = f"{GROUP}/source-namespace"
+#: Seconds a record's ``recordedAt`` may lie ahead of the reader's clock (clock skew between the
+#: operator's replicas and nodes); beyond it the record is not trusted.
+CLOCK_SKEW_SECONDS: Final = 300.0
 
 #: GPU Feature Discovery's driver major version labels, newest name first. Both are written by
 #: ``newVersionLabeler`` in NVIDIA/k8s-device-plugin ``internal/lm/nvml.go`` (GFD v0.15+ under
@@ -115,6 +146,13 @@ DRIVER_MAJOR_LABELS: Final = (
 )
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+class RecordScope(StrEnum):
+    """Who may reuse a record (see the module docstring)."""
+
+    Cluster = "Cluster"
+    Namespace = "Namespace"
 
 
 class WorkloadKind(StrEnum):
@@ -237,10 +275,19 @@ def key_label(key: str) -> str:
     return key[:KEY_LABEL_LENGTH]
 
 
-def record_name(key: str) -> str:
-    """The record's name for a key: ``gpum-`` + :func:`key_label` (the same key always names
-    the same record, so two operators or a retried write create it once)."""
-    return f"{RECORD_SHORT_NAME}-{key_label(key)}"
+def record_name(key: str, namespace: str | None = None) -> str:
+    """The record's name for a key: ``gpum-`` + :func:`key_label` for scope Cluster, with
+    ``-<namespace>`` for scope Namespace (the same key always names the same record, so two
+    operators or a retried write create it once; a namespace's private record never takes the
+    name of the cluster's)."""
+    base = f"{RECORD_SHORT_NAME}-{key_label(key)}"
+    return f"{base}-{namespace}" if namespace else base
+
+
+def record_names(key: str, namespace: str) -> tuple[str, str]:
+    """The two records a workload of ``namespace`` may reuse for ``key``, in the order they
+    are tried: the cluster's, then the namespace's own."""
+    return record_name(key), record_name(key, namespace)
 
 
 # ----------------------------------------------------------------------------- the record
@@ -272,6 +319,18 @@ class RecordResult(MeasurementStatus):
 class GPUMeasurementSpec(_Status):
     """One finished GPU measurement, shared under its measurement key."""
 
+    scope: RecordScope = Field(
+        RecordScope.Namespace,
+        description="Cluster: measured where no tenant could write (the operator's namespace, "
+        "Synthetic mode, the operator's probe image), reusable by every namespace that shares; "
+        "Namespace: reusable only by workloads of spec.namespace. Unset (records written before "
+        "scopes): Namespace, of result.sourceNamespace.",
+    )
+    namespace: str | None = Field(
+        None,
+        max_length=63,
+        description="Scope Namespace: the only namespace whose workloads may reuse the record.",
+    )
     key: str = Field(
         pattern=r"^[0-9a-f]{64}$", description="Measurement key: SHA-256 hex of keyFields."
     )
@@ -358,12 +417,18 @@ def build_record(
     estimate: RecordEstimate | None,
     now: datetime.datetime,
     ttl_seconds: float,
+    scope: RecordScope = RecordScope.Namespace,
 ) -> dict[str, Any]:
     """The ``GPUMeasurement`` object (plain data, ready to create) for a finished
-    measurement of ``spec`` under ``key``; it expires ``ttl_seconds`` after ``now``."""
+    measurement of ``spec`` under ``key``; it expires ``ttl_seconds`` after ``now``. ``scope``
+    Namespace (the default: trust is what must be shown) names and keeps it for
+    ``source_namespace`` alone."""
     digest = key.digest()
     kind, engine, family = describe(spec)
+    private = scope is RecordScope.Namespace
     record = GPUMeasurementSpec(
+        scope=scope,
+        namespace=source_namespace if private else None,
         key=digest,
         key_fields=key,
         workload_kind=kind,
@@ -386,12 +451,14 @@ def build_record(
         LABEL_ENGINE: _label_value(engine),
         LABEL_FAMILY: _label_value(family),
         LABEL_GPU_CLASS: _label_value(key.gpu_class),
+        SCOPE_LABEL: str(scope),
+        SOURCE_NAMESPACE_LABEL: _label_value(source_namespace),
     }
     return {
         "apiVersion": RECORD_API_VERSION,
         "kind": RECORD_KIND,
         "metadata": {
-            "name": record_name(digest),
+            "name": record_name(digest, source_namespace if private else None),
             "labels": {k: v for k, v in labels.items() if v},
         },
         "spec": record.model_dump(by_alias=True, mode="json", exclude_none=True),
@@ -416,20 +483,61 @@ def parse_record(obj: Any) -> GPUMeasurement | None:
         return None
 
 
-def is_fresh(record: GPUMeasurement, now: datetime.datetime) -> bool:
-    """Whether the record may still be reused at ``now`` (before its ``expiresAt``, and not
-    being deleted)."""
+def effective_expiry(record: GPUMeasurement, ttl_seconds: float) -> datetime.datetime | None:
+    """When ``record`` stops being reusable: its ``expiresAt``, but never later than
+    ``recordedAt`` plus ``ttl_seconds`` (``--measurement-record-ttl``): a record claiming to
+    live until the year 9991 lives the TTL like any other. None when either time is unreadable
+    (then it is expired)."""
+    expires = parse_time(record.spec.expires_at)
+    recorded = parse_time(record.spec.recorded_at)
+    if expires is None or recorded is None:
+        return None
+    return min(expires, recorded + datetime.timedelta(seconds=ttl_seconds))
+
+
+def is_fresh(
+    record: GPUMeasurement, now: datetime.datetime, ttl_seconds: float | None = None
+) -> bool:
+    """Whether the record may still be reused at ``now``: before its :func:`effective_expiry`
+    (``expiresAt`` alone without a TTL), recorded no later than :data:`CLOCK_SKEW_SECONDS` from
+    now, and not being deleted."""
     if record.metadata.get("deletionTimestamp"):
         return False
-    expires = parse_time(record.spec.expires_at)
+    recorded = parse_time(record.spec.recorded_at)
+    if recorded is None or (recorded - now).total_seconds() > CLOCK_SKEW_SECONDS:
+        return False
+    expires = (
+        parse_time(record.spec.expires_at)
+        if ttl_seconds is None
+        else effective_expiry(record, ttl_seconds)
+    )
     return expires is not None and now < expires
 
 
-def expired(records: Iterable[GPUMeasurement], now: datetime.datetime) -> list[str]:
-    """Names of the records past their ``expiresAt`` (or with an unreadable one) at ``now``."""
+def reusable_by(record: GPUMeasurement, namespace: str) -> bool:
+    """Whether a workload of ``namespace`` may reuse ``record`` (its scope, the module
+    docstring): scope Cluster by any namespace that shares; scope Namespace by its own
+    namespace only, named under that namespace (a record of the cluster's name is the
+    cluster's, whatever namespace it claims)."""
+    spec = record.spec
+    if spec.scope is RecordScope.Cluster:
+        return record.name == record_name(spec.key)
+    own = spec.namespace or spec.result.source_namespace
+    return own == namespace and record.name == record_name(spec.key, namespace)
+
+
+def expired(
+    records: Iterable[GPUMeasurement], now: datetime.datetime, ttl_seconds: float | None = None
+) -> list[str]:
+    """Names of the records past their :func:`effective_expiry` (or with an unreadable one) at
+    ``now``."""
     out = []
     for record in records:
-        expires = parse_time(record.spec.expires_at)
+        expires = (
+            parse_time(record.spec.expires_at)
+            if ttl_seconds is None
+            else effective_expiry(record, ttl_seconds)
+        )
         if expires is None or now >= expires:
             out.append(record.name)
     return out

@@ -220,10 +220,28 @@ class CalibrationFactor(_Status):
     )
     records: int = Field(description="Records the factor was learned from.")
     observed_ratio: float = Field(
-        description="Median of measured / estimated bytes over the records, before the bounds."
+        description="Median of measured / estimated bytes over the records (each namespace's "
+        "median first; outlying namespaces trimmed), before the bounds."
     )
     factor: float = Field(description="The factor: observedRatio bounded to 1.0..1.5.")
-    usable: bool = Field(description="Enough records (at least 5) for the factor to be applied.")
+    usable: bool = Field(
+        description="Enough evidence for the factor to be applied: at least 5 records, and "
+        "cluster-wide from at least 3 namespaces."
+    )
+    namespaces: int | None = Field(
+        None, description="Namespaces the records came from (after trimming outliers)."
+    )
+    scope: str | None = Field(
+        None,
+        description="Cluster (records no tenant could have written) or Namespace (this "
+        "namespace's own records: they only ever raise its own estimates).",
+    )
+    sources: list[Annotated[str, Field(max_length=317)]] = Field(
+        default_factory=list,
+        max_length=10,
+        description="namespace/name of the measured workloads whose records moved the factor "
+        "(at most 10).",
+    )
     before_bytes: int = Field(description="This estimate's analytic bytes of the component.")
     after_bytes: int = Field(description="The bytes with the factor (equal to before when not).")
     applied: bool = Field(description="Whether the estimate's figures include the factor.")

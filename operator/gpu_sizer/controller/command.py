@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 
-from gpu_sizer.argtypes import nonnegative_seconds, positive_int, positive_seconds
+from gpu_sizer.argtypes import nonnegative_seconds, port, positive_int, positive_seconds
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,7 +53,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="also write the kubeconfig here (removed again when the demo ends)",
     )
     d.add_argument(
-        "--port", type=int, default=None, help="API server port on 127.0.0.1 (default: a free one)"
+        "--port",
+        type=port,
+        default=None,
+        metavar="PORT",
+        help="API server port on 127.0.0.1, 0 to 65535 (default or 0: a free one)",
     )
     d.add_argument(
         "--stall-seconds",

@@ -40,7 +40,7 @@ from gpu_sizer.measurement.backends import (
     KubernetesJobBackend,
     job_uid_of_pod,
     slim,
-    workload_of,
+    workload_key,
 )
 from gpu_sizer.measurement.job import LABEL_MANAGED_BY, MANAGED_BY
 
@@ -95,21 +95,24 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     # --- measurement Jobs and their pods
 
+    # A Job (and its pods) in the operator's own namespace may belong to another namespace's
+    # workload (a shareable measurement): keyed by the workload's namespace, read from the
+    # annotations only there (workload_key), never from a tenant's namespace.
+    trusted = opts.operator_namespace
+
     @kopf.index("batch", "v1", "jobs", id="gpu_jobs", labels=MANAGED, registry=registry)
-    async def index_job(
-        *, body: kopf.Body, namespace: str | None, **_: Any
-    ) -> dict[Any, Any] | None:
-        workload = workload_of(body)
-        return {(namespace, workload): slim(body)} if workload else None
+    async def index_job(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
+        key = workload_key(body, trusted)
+        return {key: slim(body)} if key else None
 
     @kopf.on.event("batch", "v1", "jobs", id="job", labels=MANAGED, registry=registry)
     async def job_event(*, event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         if kubernetes is not None:
             kubernetes.seen(event.get("type"), body)
         reconciler.job_seen(body)
-        workload = workload_of(body)
-        if workload:
-            reconciler.queue.add((body.metadata.namespace or "", workload))
+        key = workload_key(body, trusted)
+        if key:
+            reconciler.queue.add(key)
 
     @kopf.index("", "v1", "pods", id="gpu_pods", labels=MANAGED, registry=registry)
     async def index_pod(*, body: kopf.Body, **_: Any) -> dict[Any, Any] | None:
@@ -118,9 +121,11 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     @kopf.on.event("", "v1", "pods", id="pod", labels=MANAGED, registry=registry)
     async def pod_event(*, body: kopf.Body, **indexes: Any) -> None:
-        workload = workload_of(body) or _workload_of_job(indexes["gpu_jobs"], job_uid_of_pod(body))
-        if workload:
-            reconciler.queue.add((body.metadata.namespace or "", workload))
+        key = workload_key(body, trusted) or _workload_of_job(
+            indexes["gpu_jobs"], job_uid_of_pod(body)
+        )
+        if key:
+            reconciler.queue.add(key)
 
     # --- shared measurement records (cluster-scoped GPUMeasurements, issue 15)
 
@@ -211,15 +216,15 @@ def _register_kueue(registry: kopf.OperatorRegistry, checker: KueueChecker) -> N
         await checker.workload_seen((namespace or "", name), None if gone else _plain(body))
 
 
-def _workload_of_job(jobs: Mapping[Any, Any], job_uid: str | None) -> str | None:
-    """The workload of the Job with uid ``job_uid`` (pods of Jobs made before the workload
+def _workload_of_job(jobs: Mapping[Any, Any], job_uid: str | None) -> tuple[str, str] | None:
+    """The workload key of the Job with uid ``job_uid`` (pods of Jobs made before the workload
     annotation was on the pod template)."""
     if not job_uid:
         return None
-    for (_, workload), store in list(jobs.items()):
+    for key, store in list(jobs.items()):
         for job in store:
             if (job.get("metadata") or {}).get("uid") == job_uid:
-                return str(workload)
+                return (str(key[0]), str(key[1]))
     return None
 
 

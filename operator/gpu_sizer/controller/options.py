@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from gpu_sizer import __version__
 from gpu_sizer.api.status import CalibrationMode
+from gpu_sizer.argtypes import listen_address, port
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 
 __all__ = [
@@ -42,6 +44,11 @@ class Options:
     priority: int = 0
     metrics_port: int = 8080
     health_port: int = 8081
+    #: Addresses the /metrics and /healthz listeners bind (``--metrics-listen``,
+    #: ``--health-listen``): ``0.0.0.0`` in a pod (Prometheus and the kubelet connect from
+    #: outside it), ``127.0.0.1`` on a workstation.
+    metrics_listen: str = "0.0.0.0"
+    health_listen: str = "0.0.0.0"
     catalog_file: str | None = None
     policy_file: str | None = None
     probe_image: str = DEFAULT_PROBE_IMAGE
@@ -81,7 +88,25 @@ class Options:
     #: certificate: the hosts of ``url`` webhook client configs.
     webhook_cert_san: tuple[str, ...] = ()
     pod_namespace: str | None = None
+    #: The operator's own namespace, where no tenant may write (``--operator-namespace``,
+    #: default ``POD_NAMESPACE``): shareable measurements run there. None: measurements run in
+    #: the workloads' namespaces and every record stays private to its namespace.
+    operator_namespace: str | None = None
+    #: The ConfigMap in ``operator_namespace`` holding each namespace's measurement GPU-seconds
+    #: of the day (:mod:`gpu_sizer.measurement.ledger`), ``--measurement-ledger``.
+    measurement_ledger: str = "gpu-sizer-ledger"
     catalog: tuple[GPUClass, ...] = field(default=DEFAULT_CATALOG)
+
+    @property
+    def watched_namespaces(self) -> tuple[str, ...]:
+        """The namespaces kopf watches with ``--namespace``: the served ones and the operator's
+        own (its shareable measurement Jobs run there). Cluster-wide (``--all-namespaces``, or
+        no ``--namespace``) it is none: kopf takes either, never both."""
+        if self.all_namespaces or not self.namespaces:
+            return ()
+        if self.operator_namespace and self.operator_namespace not in self.namespaces:
+            return (*self.namespaces, self.operator_namespace)
+        return self.namespaces
 
 
 def _env(flag: str, default: Any) -> Any:
@@ -129,8 +154,35 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         help="kopf peering priority; default derived from POD_NAME so replicas differ (kopf "
         "pauses every replica when two live ones share a priority)",
     )
-    p.add_argument("--metrics-port", type=int, default=_env("metrics-port", 8080))
-    p.add_argument("--health-port", type=int, default=_env("health-port", 8081))
+    p.add_argument(
+        "--metrics-port",
+        type=port,
+        default=_env("metrics-port", 8080),
+        metavar="PORT",
+        help="port of /metrics (default 8080; 0: not served)",
+    )
+    p.add_argument(
+        "--metrics-listen",
+        type=listen_address,
+        default=_env("metrics-listen", "0.0.0.0"),
+        metavar="ADDR",
+        help="address /metrics listens on (default 0.0.0.0, every interface, as a pod needs; "
+        "127.0.0.1 keeps it on the machine)",
+    )
+    p.add_argument(
+        "--health-port",
+        type=port,
+        default=_env("health-port", 8081),
+        metavar="PORT",
+        help="port of /healthz, the liveness endpoint (default 8081; 0: not served)",
+    )
+    p.add_argument(
+        "--health-listen",
+        type=listen_address,
+        default=_env("health-listen", "0.0.0.0"),
+        metavar="ADDR",
+        help="address /healthz listens on (default 0.0.0.0: the kubelet probes the pod's IP)",
+    )
     p.add_argument("--catalog", default=_env("catalog", None), metavar="FILE")
     p.add_argument("--policy", default=_env("policy", None), metavar="FILE")
     p.add_argument("--probe-image", default=_env("probe-image", DEFAULT_PROBE_IMAGE))
@@ -250,8 +302,20 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         "a Kueue Workload whose pod sets carry the label gpusizer.dev/workload is admitted only "
         "when that GPUWorkload is Ready with headroom on the GPU of its assigned ResourceFlavor",
     )
-    p.add_argument("--webhook-port", type=int, default=_env("webhook-port", 9443))
-    p.add_argument("--webhook-listen", default=_env("webhook-listen", "0.0.0.0"))
+    p.add_argument(
+        "--webhook-port",
+        type=port,
+        default=_env("webhook-port", 9443),
+        metavar="PORT",
+        help="port of the admission webhooks (default 9443)",
+    )
+    p.add_argument(
+        "--webhook-listen",
+        type=listen_address,
+        default=_env("webhook-listen", "0.0.0.0"),
+        metavar="ADDR",
+        help="address the admission webhooks listen on (default 0.0.0.0)",
+    )
     p.add_argument("--webhook-cert-dir", default=_env("webhook-cert-dir", None), metavar="DIR")
     p.add_argument("--webhook-tls-secret", default=_env("webhook-tls-secret", None))
     p.add_argument("--webhook-config-name", default=_env("webhook-config-name", None))
@@ -268,6 +332,27 @@ def add_operator_arguments(p: argparse.ArgumentParser) -> None:
         "GPU_SIZER_WEBHOOK_CERT_SAN, comma-separated",
     )
     p.add_argument("--no-webhook", action="store_true", default=_bool_env("no-webhook"))
+    p.add_argument(
+        "--operator-namespace",
+        default=_env("operator-namespace", None),
+        metavar="NS",
+        help="the operator's own namespace, where no tenant may create pods or Jobs (default: "
+        "env POD_NAMESPACE, which the chart sets): measurements that may be shared across "
+        "namespaces (Synthetic mode, the operator's probe image) run there. Unset: every "
+        "measurement runs "
+        "in its workload's namespace and its record is reused by that namespace only (a result "
+        "a tenant could have forged is never shared)",
+    )
+    p.add_argument(
+        "--measurement-ledger",
+        default=_env("measurement-ledger", "gpu-sizer-ledger"),
+        metavar="NAME",
+        help="the ConfigMap in --operator-namespace where each namespace's measurement "
+        "GPU-seconds of the UTC day are kept (namespace policy measurementGpuSecondsPerDay): "
+        "the charge outlives the workloads and operator restarts; default gpu-sizer-ledger "
+        "(the chart: RELEASE-ledger). Without --operator-namespace the budget counts the live "
+        "workloads' statuses only",
+    )
 
 
 def load_catalog(path: str | None) -> tuple[GPUClass, ...]:
@@ -374,6 +459,20 @@ def options_from(
     if args.policy:
         _check_policy(args.policy, float(args.default_headroom), catalog)
     cap = args.local_deadline_cap
+    operator_namespace = args.operator_namespace or os.environ.get("POD_NAMESPACE") or None
+    if operator_namespace is not None:
+        from gpu_sizer.api.workload import validate_namespace
+
+        if validate_namespace(operator_namespace) is not None:
+            raise ValueError(
+                f"{_source('operator-namespace', '--operator-namespace')} must be a namespace "
+                f"name (DNS-1123 label), not {operator_namespace!r}"
+            )
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", args.measurement_ledger or ""):
+        raise ValueError(
+            f"{_source('measurement-ledger', '--measurement-ledger')} must be a ConfigMap name "
+            f"(DNS-1123 subdomain), not {args.measurement_ledger!r}"
+        )
     return Options(
         namespaces=tuple(args.namespace),
         all_namespaces=bool(args.all_namespaces),
@@ -382,6 +481,8 @@ def options_from(
         priority=peering_priority(args.priority, os.environ.get("POD_NAME")),
         metrics_port=args.metrics_port,
         health_port=args.health_port,
+        metrics_listen=args.metrics_listen,
+        health_listen=args.health_listen,
         catalog_file=args.catalog,
         policy_file=args.policy,
         probe_image=args.probe_image,
@@ -410,5 +511,7 @@ def options_from(
         webhook_service=args.webhook_service,
         webhook_cert_san=tuple(args.webhook_cert_san),
         pod_namespace=os.environ.get("POD_NAMESPACE"),
+        operator_namespace=operator_namespace,
+        measurement_ledger=args.measurement_ledger,
         catalog=catalog,
     )

@@ -66,21 +66,20 @@ from gpu_sizer.api.record import (
     RECORD_PLURAL,
     GPUMeasurement,
     RecordEstimate,
+    RecordScope,
     build_record,
+    effective_expiry,
     is_fresh,
     key_label,
     parse_record,
     record_name,
+    record_names,
+    reusable_by,
     shareable,
 )
-from gpu_sizer.calibration import (
-    Calibration,
-    Sample,
-    learn,
-    sample_from_record,
-    sample_from_workload,
-)
+from gpu_sizer.calibration import Calibration, Sample, learn_calibration, sample_from_record
 from gpu_sizer.controller import kube
+from gpu_sizer.controller.ledger_store import LedgerStore
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
 from gpu_sizer.dra import DraNode, claim_template, merge_inventory, parse_resource_slices
@@ -95,6 +94,9 @@ from gpu_sizer.measurement.backends import (
     QuotaExceeded,
 )
 from gpu_sizer.measurement.job import (
+    ANNOTATION_WORKLOAD,
+    ANNOTATION_WORKLOAD_NAMESPACE,
+    ANNOTATION_WORKLOAD_UID,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     JobRequest,
@@ -104,7 +106,13 @@ from gpu_sizer.measurement.job import (
     job_name,
     owner_uid,
 )
-from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, parse_time
+from gpu_sizer.measurement.ledger import Charge
+from gpu_sizer.measurement.outcome import (
+    POD_RESULT_GRACE_SECONDS,
+    Outcome,
+    OutcomeKind,
+    parse_time,
+)
 from gpu_sizer.measurement.queue import Admission, MeasurementQueue, QueueReason
 from gpu_sizer.placement import MigStrategy, for_strategy
 from gpu_sizer.reconcile import (
@@ -119,7 +127,9 @@ from gpu_sizer.reconcile import (
     queued_plan,
     starts_measurement,
 )
+from gpu_sizer.record_checks import implausibilities
 from gpu_sizer.sharing import (
+    UNNAMED_JOB_GRACE_SECONDS,
     Reuse,
     Stale,
     Wait,
@@ -131,6 +141,8 @@ from gpu_sizer.sharing import (
     reused_measurement,
     revalidation_due,
     stale,
+    trusted_run,
+    wait_until,
     waiting_plan,
 )
 from gpu_sizer.sizing import assess
@@ -345,6 +357,15 @@ class Reconciler:
         self._quota_text: dict[str, str] = {}
         #: Namespaces whose daily measurement GPU-second budget is used up (last computed).
         self._budget_out: dict[str, gpu_time.BudgetState] = {}
+        #: Each namespace's GPU-seconds of the day, where no tenant can write (None without an
+        #: operator namespace: the budget then counts the live workloads' statuses only).
+        self._ledger = (
+            LedgerStore(opts.operator_namespace, opts.measurement_ledger)
+            if opts.operator_namespace
+            else None
+        )
+        #: The uid of the measurement Job last observed per workload (charged once per uid).
+        self._job_uids: dict[Key, str] = {}
         self._gauged: set[str] = set()
         #: Namespace policy (its measurement settings: per-namespace limits, Kueue queues).
         self._policy = _load_policy(opts)
@@ -358,11 +379,10 @@ class Reconciler:
         self._started = time.monotonic()
         #: Calibration factors and the monotonic time they were learned (see :meth:`calibration`).
         self._calibration: tuple[Calibration, float] | None = None
-        #: The calibration sample of each workload with a usable measurement (None: not built
-        #: from the index yet); kept up to date from this process's own status writes.
-        self._samples: dict[Key, tuple[Sample, str | None]] | None = None
-        #: The calibration sample of each shared measurement record (by name), with its key.
+        #: The calibration sample of each shared measurement record (by name), with its key;
+        #: built from the index on first use, then kept up to date from the record watch.
         self._record_samples: dict[str, tuple[Sample, str]] = {}
+        self._record_samples_built = False
         #: Shared measurement records (issue 15): the watch's index by name, the records this
         #: process created (until the watch shows them) and deleted (until the watch drops them).
         self._records: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
@@ -370,8 +390,11 @@ class Reconciler:
         self._records_gone: set[str] = set()
         #: Records this process deleted because they expired (their users keep their results).
         self._records_expired: set[str] = set()
-        #: Measurement keys a decision is starting a Job for right now -> the workload.
-        self._claims: dict[str, Key] = {}
+        #: Measurement keys a decision is starting a Job for right now -> the workload, and
+        #: whether its result will be trusted (a Cluster record) or its namespace's own.
+        self._claims: dict[str, tuple[Key, bool]] = {}
+        #: Waiting workloads -> when their wait ends (they are decided again then).
+        self._wait_until: dict[Key, datetime.datetime] = {}
         #: Workloads waiting for another one's measurement, by the key's label value.
         self._waiters: dict[str, set[Key]] = {}
         self._sweeper: asyncio.Task[None] | None = None
@@ -429,49 +452,47 @@ class Reconciler:
 
     def calibration(self) -> Calibration | None:
         """The ``--calibration`` mode with the factors learned from the shared measurement
-        records and the measured workloads in the indexes (:mod:`gpu_sizer.calibration`; a
-        workload whose measurement is a record, produced or reused, counts once, as the
-        record), learned again at most every :data:`CALIBRATION_REFRESH_SECONDS`, after each
-        measurement that ended and each record that came or went; None when off. The same
-        records give the same factors, so a restart writes nothing new over settled workloads.
-        New factors reach a workload when its spec is next estimated."""
+        records (:mod:`gpu_sizer.calibration`: cluster-wide from the records no tenant could
+        have written, from several namespaces; each namespace's own from its own records),
+        learned again at most every :data:`CALIBRATION_REFRESH_SECONDS` and after each record
+        that came or went; None when off. Workload statuses are not evidence: a tenant who may
+        write its workload's status could forge one, and every measurement the operator trusts
+        is a record. The same records give the same factors, so a restart writes nothing new
+        over settled workloads. New factors reach a workload when its spec is next
+        estimated."""
         mode = self.opts.calibration
         if mode is CalibrationMode.Off:
             return None
         now = time.monotonic()
-        if self._samples is None or (
+        if not self._record_samples_built or (
             self._calibration is not None
             and now - self._calibration[1] >= CALIBRATION_REFRESH_SECONDS
         ):
-            # Every sample again from the index (the newest state of each: this process's own
-            # writes the watch has not shown yet included); between, only what changes.
-            self._samples = {}
-            for key in list(self._workloads):
-                self._sample(key)
             self._record_samples = {}
             for name, store in list(self._records.items()):
                 for body in store:
                     self._record_sample(str(name), body)
+            self._record_samples_built = True
             self._calibration = None
         if self._calibration is None:
-            recorded = {k for _, k in self._record_samples.values()}
             samples = [s for s, _ in self._record_samples.values()]
-            samples += [s for s, k in self._samples.values() if k is None or k not in recorded]
-            self._calibration = (Calibration(mode, learn(samples)), now)
+            learned = learn_calibration(mode, samples)
+            self._calibration = (learned, now)
+            self._log_factors(learned)
         return self._calibration[0]
 
-    def _sample(self, key: Key) -> None:
-        """Take the workload's calibration sample from its newest state (or drop it)."""
-        assert self._samples is not None
-        body = self.workload(key)
-        sample = sample_from_workload(body)[0] if body is not None else None
-        if sample is None:
-            self._samples.pop(key, None)
-            return
-        raw = body.get("status") if body is not None else None
-        m = raw.get("measurement") if isinstance(raw, Mapping) else None
-        mk = m.get("measurementKey") if isinstance(m, Mapping) else None
-        self._samples[key] = (sample, str(mk) if mk else None)
+    def _log_factors(self, learned: Calibration) -> None:
+        """Say which cluster-wide factors are usable and which workloads moved them, once per
+        change (the record of who moved calibration)."""
+        for (engine, gpu_class, comp), f in (learned.factors or {}).items():
+            if not f.usable:
+                continue
+            text = (
+                f"x{f.factor:g} (observed {f.observed_ratio:g}) from {f.records} records in "
+                f"{f.namespaces} namespaces: {', '.join(f.sources)}"
+            )
+            if self._say(("", f"calibration {engine} {gpu_class} {comp}"), "factor", text):
+                log.info("calibration: %s on %s, %s %s", engine, gpu_class, comp, text)
 
     def _record_sample(self, name: str, body: Mapping[str, Any] | None) -> None:
         """Take a record's calibration sample (or drop it: gone, or not a usable one)."""
@@ -483,18 +504,21 @@ class Reconciler:
         else:
             self._record_samples[name] = (sample, str(key))
 
-    def _calibration_for(self, prev: GPUWorkloadStatus | None, hash_: str) -> Calibration | None:
-        """The factors a workload is judged with: those learned now when its spec is new or
-        changed; for the same spec, the ones its status was judged with (they are in it). A
-        settled workload keeps its figures and recommendation while the fleet's records grow
-        (a GitOps gate does not flip because other teams measured), and a restart writes
-        nothing new over it; the live factors reach it with its next spec change."""
+    def _calibration_for(
+        self, prev: GPUWorkloadStatus | None, hash_: str, namespace: str
+    ) -> Calibration | None:
+        """The factors a workload is judged with: those learned now (the cluster's, and its
+        namespace's own where they are larger) when its spec is new or changed; for the same
+        spec, the ones its status was judged with (they are in it). A settled workload keeps its
+        figures and recommendation while the fleet's records grow (a GitOps gate does not flip
+        because other teams measured), and a restart writes nothing new over it; the live
+        factors reach it with its next spec change."""
         live = self.calibration()
         if live is None:
             return None
         if prev is not None and prev.spec_hash == hash_ and prev.estimate is not None:
             return Calibration.frozen(live.mode, prev.estimate.calibration)
-        return live
+        return live.for_namespace(namespace)
 
     # ----------------------------------------------------------------------- measurement slots
 
@@ -573,6 +597,23 @@ class Reconciler:
         self._budget_out = self._budgets_out()
         return set(self._quota_blocked) | self._budget_out.keys()
 
+    async def _charge_ledger(self, namespace: str, job_uid: str, seconds: int) -> None:
+        """Charge ``seconds`` GPU-seconds of the Job ``job_uid`` to ``namespace`` in the ledger
+        (and write the charges that did not land before); a failed write stays pending and
+        counts against the budget meanwhile (see :mod:`gpu_sizer.controller.ledger_store`)."""
+        if self._ledger is None or self._client is None:
+            return
+        if seconds > 0:
+            now = datetime.datetime.now(datetime.UTC)
+            self._ledger.charge(namespace, Charge(job_uid, gpu_time.day_of(now), seconds))
+        await self._ledger.flush(self._client, namespace)
+
+    async def _read_ledger(self) -> None:
+        """Read the ledger once (the first decision after a start): the namespaces' charges of
+        the day survive the restart."""
+        if self._ledger is not None and self._client is not None and not self._ledger.loaded:
+            await self._ledger.load(self._client)
+
     def _gpu_seconds_limit(self, namespace: str) -> int | None:
         known = self._ns_policy.get(namespace)
         return known[0].measurement_gpu_seconds_per_day if known is not None else None
@@ -590,7 +631,8 @@ class Reconciler:
         now = datetime.datetime.now(datetime.UTC)
         out: dict[str, gpu_time.BudgetState] = {}
         for ns, limit in limits.items():
-            state = gpu_time.budget_state(self._statuses(ns), limit, now)
+            charged = self._ledger.used(ns, now) if self._ledger is not None else 0
+            state = gpu_time.budget_state(self._statuses(ns), limit, now, charged)
             metrics.MEASUREMENT_GPU_SECONDS_TODAY.labels(ns).set(state.used)
             if state.exhausted:
                 out[ns] = state
@@ -839,45 +881,134 @@ class Reconciler:
                 return parsed
         return self._records_made.get(name)
 
-    def _fresh_record(self, key: str) -> GPUMeasurement | None:
-        """The reusable record of ``key``: fresh, of that very key, with a shareable result."""
-        rec = self._record_named(record_name(key))
+    def _reusable(
+        self, key: str, me: Key, estimate: Any, *, say: bool = True
+    ) -> GPUMeasurement | None:
+        """The record of ``key`` the workload ``me`` may reuse: the cluster's, else its
+        namespace's own (:func:`~gpu_sizer.api.record.reusable_by`); fresh (its expiry capped
+        by the TTL), of that very key, with a shareable result, and plausible against the
+        workload's own ``estimate`` and the class (:mod:`gpu_sizer.record_checks`). A record
+        that fails a check is said once and passed over: the workload measures instead."""
         now = datetime.datetime.now(datetime.UTC)
-        if rec is None or rec.spec.key != key or not is_fresh(rec, now):
-            return None
-        limit = self.opts.measurement_revalidate_after
-        taken = parse_time(rec.spec.result.completed_at)
-        if limit and taken is not None and (now - taken).total_seconds() >= limit:
-            return None  # older than the re-validation interval: measured again, not reused
-        return rec if shareable(rec.spec.result) else None
+        for name in record_names(key, me[0]):
+            rec = self._record_named(name)
+            if rec is None or rec.spec.key != key or not reusable_by(rec, me[0]):
+                continue
+            if not is_fresh(rec, now, self.opts.measurement_record_ttl):
+                continue
+            limit = self.opts.measurement_revalidate_after
+            taken = parse_time(rec.spec.result.completed_at)
+            if limit and taken is not None and (now - taken).total_seconds() >= limit:
+                continue  # older than the re-validation interval: measured again, not reused
+            if not shareable(rec.spec.result):
+                continue
+            cls = _class_named(self.config.catalog, rec.spec.gpu_class)
+            problems = (
+                ["its class is not in the catalog"]
+                if cls is None
+                else implausibilities(rec, cls, estimate, now)
+            )
+            if problems:
+                if say and self._say(me, f"record {name}", "; ".join(problems)):
+                    log.warning(
+                        "%s/%s: GPUMeasurement %s not reused, implausible: %s",
+                        *me,
+                        name,
+                        "; ".join(problems),
+                    )
+                continue
+            return rec
+        return None
 
-    def _in_flight(self, key: str, me: Key) -> str | None:
-        """``namespace/name`` of another workload's live measurement Job of ``key`` (found by
-        its label, so also after a restart), or of one being started right now."""
-        owner = self._claims.get(key)
-        if owner is not None and owner != me:
-            return f"{owner[0]}/{owner[1]} (starting)"
+    def _in_flight(self, key: str, me: Key) -> tuple[str, datetime.datetime | None] | None:
+        """``namespace/name`` of another workload's live measurement Job of ``key`` whose record
+        ``me`` could reuse (a trusted run, or one of its own namespace), found by its label, so
+        also after a restart, or of one being started right now; and until when it is waited
+        for (:func:`gpu_sizer.sharing.wait_until`). Only a Job with a live owner counts: its
+        workload exists and names it as its unfinished measurement (or has not written its
+        status since creating it, for at most :data:`UNNAMED_JOB_GRACE_SECONDS`)."""
+        claim = self._claims.get(key)
+        if claim is not None and claim[0] != me and (claim[1] or claim[0][0] == me[0]):
+            return f"{claim[0][0]}/{claim[0][1]} (starting)", None
+        now = datetime.datetime.now(datetime.UTC)
         for namespace, job in self.backend.labelled(KEY_LABEL, key_label(key)):
             owner = (namespace, job.workload)
             if owner == me:
                 continue
-            if not job.finished or not self._recorded(owner, job.name):
-                # Running, or finished with its result not in its workload's status yet (the
-                # record follows in that workload's next decision).
-                return f"{namespace}/{job.name}"
+            trusted = bool(self.opts.operator_namespace) and (
+                job.namespace == self.opts.operator_namespace
+            )
+            if self.config.runner != "Job":
+                trusted = True  # local probes: the operator's own processes
+            if not trusted and namespace != me[0]:
+                continue  # its result stays private to its namespace: nothing to wait for
+            until = wait_until(job.started, job.deadline_seconds, POD_RESULT_GRACE_SECONDS)
+            if until is not None and now >= until:
+                continue  # past its deadline: it cannot produce a result any more
+            if self._live_owner(owner, job, now):
+                return f"{job.namespace or namespace}/{job.name}", until
         return None
 
-    def _recorded(self, owner: Key, job_name: str) -> bool:
-        """Whether the workload ``owner`` holds the finished outcome of its Job ``job_name``
-        (or is gone, or has moved on to another Job)."""
+    def _live_owner(self, owner: Key, job: JobView, now: datetime.datetime) -> bool:
+        """Whether ``job`` still works for a live workload ``owner``: it exists (the uid the
+        Job names), is not being deleted, and its status names ``job`` as its measurement
+        without a result yet; or it has not named any Job since this one was created, for at
+        most :data:`UNNAMED_JOB_GRACE_SECONDS`."""
         body = self.workload(owner)
         if body is None:
-            return True
+            return False
+        meta = _meta(body)
+        if meta.get("deletionTimestamp") or (job.owner_uid and meta.get("uid") != job.owner_uid):
+            return False
         status = body.get("status")
         m = status.get("measurement") if isinstance(status, Mapping) else None
-        if not isinstance(m, Mapping) or m.get("jobName") != job_name:
-            return True
-        return bool(m.get("completedAt"))
+        if isinstance(m, Mapping) and m.get("jobName") == job.name:
+            return not m.get("completedAt")
+        created = parse_time(job.started)
+        young = created is not None and (now - created).total_seconds() < UNNAMED_JOB_GRACE_SECONDS
+        named_other = isinstance(m, Mapping) and bool(m.get("jobName")) and m.get("completedAt")
+        return young and not job.finished and not named_other
+
+    def _job_namespace(self, namespace: str, spec: GPUWorkloadSpec) -> str:
+        """Where a new measurement Job of a workload of ``namespace`` runs: the operator's own
+        namespace when its result may be shared with other namespaces (sharing on, a trusted
+        run by :func:`~gpu_sizer.sharing.trusted_run`, no Kueue LocalQueue, which is a
+        namespace's own), else the workload's namespace."""
+        operator_ns = self.opts.operator_namespace
+        if (
+            operator_ns
+            and self.config.runner == "Job"
+            and self._sharing(namespace)
+            and self._kueue_queue(namespace) is None
+            and trusted_run(
+                spec,
+                effective_image=self._image(spec),
+                probe_image=self.opts.probe_image,
+                job_namespace=operator_ns,
+                operator_namespace=operator_ns,
+                local=False,
+            )
+        ):
+            return operator_ns
+        return namespace
+
+    def _scope(self, key: Key, m: MeasurementStatus, spec: GPUWorkloadSpec) -> RecordScope:
+        """The scope of the record of the finished measurement ``m``: Cluster only when the Job
+        that ran it (found again by name, its namespace and image as the API has them) was a
+        trusted run (:func:`~gpu_sizer.sharing.trusted_run`)."""
+        local = self.config.runner != "Job"
+        job = next((j for j in self.backend.jobs(*key) if j.name == m.job_name), None)
+        if job is None and not local:
+            return RecordScope.Namespace
+        trusted = trusted_run(
+            spec,
+            effective_image=(job.image if job is not None and job.image else self._image(spec)),
+            probe_image=self.opts.probe_image,
+            job_namespace=job.namespace if job is not None else None,
+            operator_namespace=self.opts.operator_namespace,
+            local=local,
+        )
+        return RecordScope.Cluster if trusted else RecordScope.Namespace
 
     def _image(self, spec: GPUWorkloadSpec) -> str:
         return spec.measurement.image or self.opts.probe_image
@@ -893,16 +1024,20 @@ class Reconciler:
     def _stale(self, m: MeasurementStatus, spec: GPUWorkloadSpec, namespace: str) -> Stale | None:
         now = datetime.datetime.now(datetime.UTC)
         gone = False
-        name = m.reused_from or (record_name(m.measurement_key) if m.measurement_key else None)
+        names: tuple[str, ...] = ()
+        if m.reused_from:
+            names = (m.reused_from,)
+        elif m.measurement_key:
+            names = record_names(m.measurement_key, namespace)
         expires = parse_time(m.record_expires_at)
         if (
-            name is not None
+            names
             and expires is not None
             and expires > now
             and self._sharing(namespace)
-            and name not in self._records_expired
+            and not any(n in self._records_expired for n in names)
         ):
-            gone = self._record_named(name) is None
+            gone = all(self._record_named(n) is None for n in names)
         return stale(
             m,
             spec,
@@ -998,7 +1133,9 @@ class Reconciler:
         m = measurement or plan.status.measurement
         if m is None or m.key_fields is None or not m.measurement_key or not shareable(m):
             return
-        name = record_name(m.measurement_key)
+        scope = self._scope(key, m, spec)
+        private = scope is RecordScope.Namespace
+        name = record_name(m.measurement_key, key[0] if private else None)
         existing = self._record_named(name)
         if existing is not None and existing.spec.result.completed_at == m.completed_at:
             return  # this very measurement, published already
@@ -1027,6 +1164,7 @@ class Reconciler:
             estimate=estimate,
             now=now,
             ttl_seconds=self.opts.measurement_record_ttl,
+            scope=scope,
         )
         assert self._client is not None
         answer: Any = None
@@ -1047,7 +1185,7 @@ class Reconciler:
         if parsed is not None:
             self._records_made[name] = parsed
         self._records_gone.discard(name)
-        log.info("%s/%s: published GPUMeasurement %s", *key, name)
+        log.info("%s/%s: published GPUMeasurement %s (scope %s)", *key, name, scope)
 
     def record_seen(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         """The watch delivered a GPUMeasurement: wake the workloads waiting for its key; when
@@ -1057,7 +1195,7 @@ class Reconciler:
         raw_labels = meta.get("labels")
         labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
         self._records_made.pop(name, None)
-        if self._samples is not None:  # the calibration's records (learned again when asked)
+        if self._record_samples_built:  # the calibration's records (learned again when asked)
             self._record_sample(name, None if event_type == "DELETED" else body)
             self._calibration = None
         if event_type == "DELETED":
@@ -1068,7 +1206,9 @@ class Reconciler:
                 if not isinstance(m, Mapping):
                     continue
                 mk = m.get("measurementKey")
-                if m.get("reusedFrom") == name or (isinstance(mk, str) and record_name(mk) == name):
+                if m.get("reusedFrom") == name or (
+                    isinstance(mk, str) and name in record_names(mk, key[0])
+                ):
                     self.queue.add(key)
         else:
             self._sweep_now.set()
@@ -1085,6 +1225,7 @@ class Reconciler:
             self.queue.add(key)
 
     def _forget_waiter(self, key: Key) -> None:
+        self._wait_until.pop(key, None)
         for label in [lb for lb, keys in self._waiters.items() if key in keys]:
             self._waiters[label].discard(key)
             if not self._waiters[label]:
@@ -1101,7 +1242,9 @@ class Reconciler:
                     rec = parse_record(body)
                     if rec is None or rec.metadata.get("deletionTimestamp"):
                         continue
-                    expires = parse_time(rec.spec.expires_at)
+                    # Capped by the TTL from recordedAt: a record claiming to live until the
+                    # year 9991 is deleted when any other would be.
+                    expires = effective_expiry(rec, self.opts.measurement_record_ttl)
                     if expires is not None and expires > now:
                         soonest = min(soonest, (expires - now).total_seconds())
                         continue
@@ -1185,9 +1328,11 @@ class Reconciler:
             # kopf fills every index before any event handler runs, so the workloads' index
             # holds every workload there is at the first decision.
             self._resuming = {k for k, _ in self._all_workloads()}
+        await self._read_ledger()
         namespace, name = key
         body = self.workload(key)
         if body is None or _meta(body).get("deletionTimestamp"):
+            self._job_uids.pop(key, None)
             await self._clean_up(key, body)
             self._count_resume(key, False)
             return None
@@ -1226,7 +1371,7 @@ class Reconciler:
                 parsed,
                 self.config.catalog,
                 present=present,
-                calibration=self._calibration_for(prev, hash_),
+                calibration=self._calibration_for(prev, hash_, namespace),
                 capacity=self.inventory().capacity() if parsed.gpu_count > 1 else None,
             )
             weights = host = 0
@@ -1279,7 +1424,12 @@ class Reconciler:
             if why is not None:
                 plan = restated(plan, why, real_prev, now)
         outcome = seen[-1] if seen else None
-        plan = _charged(plan, prev, outcome, watched[-1] if watched else None)
+        plan, seconds = _charged(plan, prev, outcome, watched[-1] if watched else None)
+        if seconds:
+            job_uid = self._job_uids.get(key) or f"{uid}/{watched[-1].job_name}"
+            await self._charge_ledger(namespace, job_uid, seconds)
+        elif self._ledger is not None and self._ledger.pending(namespace):
+            await self._charge_ledger(namespace, "", 0)  # a write that did not land earlier
         reserved = False
         retry_quota = False
         if any(isinstance(a, StartJob) for a in plan.actions):
@@ -1302,11 +1452,12 @@ class Reconciler:
         recorded: list[JobView] = []
         claimed: list[str] = []
         if spec is not None and self._sharing(namespace):
+            trusted = self._job_namespace(namespace, spec) != namespace
             for action in plan.actions:
                 if isinstance(action, StartJob):
                     claim = self._job_key(spec, action.gpu_class)
                     if claim not in self._claims:
-                        self._claims[claim] = key
+                        self._claims[claim] = (key, trusted or self.config.runner != "Job")
                         claimed.append(claim)
         try:
             recorded = await self._jobs(key, uid, plan, body, spec, hash_, stored)
@@ -1337,11 +1488,6 @@ class Reconciler:
                 await self._publish(key, plan, spec, at, oom)
         plan = self._for_cluster(plan)
         changed = await self._write(key, body, stored, plan)
-        if changed and outcome is not None and outcome.finished and self._samples is not None:
-            # A new sample, now in the status this process knows: learn again at the next
-            # decision (not before the write: a decision in between would miss it).
-            self._sample(key)
-            self._calibration = None
         ended = plan.status.measurement
         if spec is not None and ended is not None and ended.completed_at and changed:
             # Whatever its outcome, the workloads waiting for this measurement decide again.
@@ -1394,6 +1540,11 @@ class Reconciler:
             until = self._quota_blocked.get(namespace, 0.0)
             return max(0.1, until - time.monotonic())
         deadline = self._deadline(plan, outcome)
+        wait_ends = self._wait_until.get(key)
+        if wait_ends is not None:
+            # A wait ends at the Job's deadline: decided again then, measuring itself.
+            ends = max(0.5, (wait_ends - datetime.datetime.now(datetime.UTC)).total_seconds() + 0.5)
+            deadline = ends if deadline is None else min(deadline, ends)
         due = revalidation_due(
             plan.status.measurement,
             datetime.datetime.now(datetime.UTC),
@@ -1415,6 +1566,7 @@ class Reconciler:
         """A plan that starts a new measurement, checked against the shared records: reuse a
         fresh record of the key, wait for a measurement of the key in flight, or go ahead."""
         start = next(a for a in plan.actions if isinstance(a, StartJob))
+        estimate = plan.status.estimate
         found = find_shared(
             wl.spec,
             start.gpu_class,
@@ -1422,17 +1574,19 @@ class Reconciler:
             self.present(),
             probe_image=self._image(wl.spec),
             drivers=self._drivers,
-            record=self._fresh_record,
+            record=lambda k: self._reusable(k, key, estimate),
             in_flight=lambda k: self._in_flight(k, key),
         )
         if isinstance(found, Wait):
             self._forget_waiter(key)
             self._waiters.setdefault(key_label(found.key), set()).add(key)
+            if found.until is not None:
+                self._wait_until[key] = found.until
             return waiting_plan(plan, wl, self.config, wait=found, now=now)
         self._forget_waiter(key)
         if not isinstance(found, Reuse):
             return plan
-        m = reused_measurement(wl.spec, wl.spec_hash, found)
+        m = reused_measurement(wl.spec, wl.spec_hash, found, self.opts.measurement_record_ttl)
         reusing = Workload(
             wl.name,
             wl.namespace,
@@ -1519,6 +1673,7 @@ class Reconciler:
         now = datetime.datetime.now(datetime.UTC)
         for job in self.backend.jobs(namespace, name):
             if job.name == m.job_name and job.owner_uid == uid and not job.deleting:
+                self._job_uids[(namespace, name)] = job.uid
                 return self.backend.observe(namespace, job, now)
         return Outcome(OutcomeKind.Missing, "the measurement Job does not exist")
 
@@ -1600,7 +1755,9 @@ class Reconciler:
             # collector would take it with the workload; a retry on another class should not
             # leave it behind until then).
             group, ver = version.split("/", 1)
-            path = kube.object_path(group, ver, "resourceclaimtemplates", key[0], job.name)
+            path = kube.object_path(
+                group, ver, "resourceclaimtemplates", job.namespace or key[0], job.name
+            )
             try:
                 await self._client.delete(path)
             except kube.NotFound:
@@ -1623,8 +1780,9 @@ class Reconciler:
                 # Known to exist (the watch, or our own creation whose status write failed).
                 log.info("%s/%s: adopted existing Job %s", namespace, name, action.name)
                 return
+        where = self._job_namespace(namespace, spec)
         req = JobRequest(
-            namespace=namespace,
+            namespace=where,
             workload=name,
             workload_uid=uid,
             spec_hash=hash_,
@@ -1635,13 +1793,14 @@ class Reconciler:
             name=action.name,
             image_pull_secrets=self.opts.probe_image_pull_secrets,
             priority_class_name=self.opts.measurement_priority_class,
-            kueue_queue=self._kueue_queue(namespace),
+            kueue_queue=self._kueue_queue(namespace) if where == namespace else None,
             mig_strategy=self.mig_strategy(action.gpu_class.name),
             catalog=self.config.catalog,
-            claim_template=await self._claim_template(key, uid, action, spec),
+            claim_template=await self._claim_template(key, uid, action, spec, where),
             measurement_key=(
                 self._job_key(spec, action.gpu_class) if self._sharing(namespace) else None
             ),
+            workload_namespace=namespace,
         )
         try:
             _, created = await self.backend.start(job_manifest(spec, req))
@@ -1662,12 +1821,24 @@ class Reconciler:
         else:
             verb = ("started" if created else "found running") + f" {runner}"
         log.info(
-            "%s/%s: %s %s on class %s", namespace, name, verb, action.name, action.gpu_class.name
+            "%s/%s: %s %s on class %s%s",
+            namespace,
+            name,
+            verb,
+            action.name,
+            action.gpu_class.name,
+            f" in namespace {where} (a measurement that may be shared)"
+            if where != namespace
+            else "",
         )
 
-    async def _claim_template(self, key: Key, uid: str, action: StartJob, spec: Any) -> str | None:
+    async def _claim_template(
+        self, key: Key, uid: str, action: StartJob, spec: Any, where: str
+    ) -> str | None:
         """Create (or find) the ResourceClaimTemplate of a Job whose class is claimed through
-        DRA; its name (the Job's), or None for a Job that requests an extended resource."""
+        DRA, in the Job's namespace ``where``; its name (the Job's), or None for a Job that
+        requests an extended resource. In the operator's own namespace it names its workload
+        in annotations, as the Job does (no owner reference across namespaces)."""
         cls = action.gpu_class
         version = self._dra_version
         if cls.name not in self._claimed or version is None or self._client is None:
@@ -1687,15 +1858,21 @@ class Reconciler:
         body = claim_template(
             version,
             action.name,
-            namespace,
-            owner,
+            where,
+            owner if where == namespace else None,
             cls,
             job_gpu_count(spec, action.gpus),
             products,
             {LABEL_MANAGED_BY: MANAGED_BY},
         )
+        if where != namespace:
+            body["metadata"]["annotations"] = {
+                ANNOTATION_WORKLOAD: name,
+                ANNOTATION_WORKLOAD_NAMESPACE: namespace,
+                ANNOTATION_WORKLOAD_UID: uid,
+            }
         group, ver = version.split("/", 1)
-        path = kube.collection_path(group, ver, "resourceclaimtemplates", namespace)
+        path = kube.collection_path(group, ver, "resourceclaimtemplates", where)
         try:
             await self._client.create(path, body)
         except kube.Conflict:
@@ -1705,10 +1882,10 @@ class Reconciler:
                 existing = await self._client.get(f"{path}/{action.name}")
             except kube.ApiError as exc:
                 raise BackendError(f"reading ResourceClaimTemplate {action.name}: {exc}") from exc
-            if owner_uid(existing) != uid:
+            if owner_uid(existing, self.opts.operator_namespace) != uid:
                 raise BackendError(
-                    f"ResourceClaimTemplate {namespace}/{action.name} exists and is not owned by "
-                    f"GPUWorkload {name} (uid {uid}); delete it"
+                    f"ResourceClaimTemplate {where}/{action.name} exists and is not owned by "
+                    f"GPUWorkload {namespace}/{name} (uid {uid}); delete it"
                 ) from None
         except kube.ApiError as exc:
             raise BackendError(f"creating ResourceClaimTemplate {action.name}: {exc}") from exc
@@ -1780,8 +1957,6 @@ class Reconciler:
         self._dequeue(key)
         self._forget_waiter(key)
         self._wake()
-        if self._samples is not None and self._samples.pop(key, None) is not None:
-            self._calibration = None  # learned again without it, as a restart would
         if body is None:
             self._written.pop(key, None)
             self._said.pop(key, None)
@@ -1947,17 +2122,23 @@ def _charged(
     prev: GPUWorkloadStatus | None,
     outcome: Outcome | None,
     watched: MeasurementStatus | None,
-) -> Plan:
+) -> tuple[Plan, int]:
     """``plan`` with ``status.measurementUsage`` carried over from ``prev``, and the Job that
-    ``outcome`` saw end charged to it (once: see :func:`gpu_time.charge`)."""
-    usage = prev.measurement_usage if prev is not None else None
+    ``outcome`` saw end charged to it (once: see :func:`gpu_time.charge`); with the GPU-seconds
+    newly charged (0 when none)."""
+    before = usage = prev.measurement_usage if prev is not None else None
     if outcome is not None and outcome.finished:
         est = plan.status.estimate or (prev.estimate if prev is not None else None)
         gpus = est.gpu_count if est is not None else 1
         usage = gpu_time.charge(usage, watched, gpus, datetime.datetime.now(datetime.UTC))
+    seconds = 0
+    if usage is not None and usage != before:
+        same_day = before is not None and before.day == usage.day
+        seconds = usage.gpu_seconds - (before.gpu_seconds if same_day and before else 0)
     if usage == plan.status.measurement_usage:
-        return plan
-    return replace(plan, status=plan.status.model_copy(update={"measurement_usage": usage}))
+        return plan, seconds
+    status = plan.status.model_copy(update={"measurement_usage": usage})
+    return replace(plan, status=status), seconds
 
 
 def _observe_outcome(

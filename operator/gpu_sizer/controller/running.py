@@ -68,7 +68,7 @@ def make_backend(opts: Options) -> Backend:
             deadline_cap_seconds=opts.local_deadline_cap,
             max_concurrency=opts.local_max_concurrency,
         )
-    return KubernetesJobBackend()
+    return KubernetesJobBackend(trusted_namespace=opts.operator_namespace)
 
 
 def credentials_problem() -> str | None:
@@ -114,9 +114,9 @@ def run(opts: Options) -> int:
         # retrying: fail the startup so that the process exits and says why.
         try:
             if opts.metrics_port:
-                metrics.serve(opts.metrics_port)
+                metrics.serve(opts.metrics_port, opts.metrics_listen)
             configure_admission(settings, opts, logger)
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, OverflowError) as exc:
             raise kopf.PermanentError(f"cannot start: {exc}") from exc
         logger.info(
             "gpu-sizer operator: backend=%s, %d GPU classes in the catalog",
@@ -142,7 +142,7 @@ def run(opts: Options) -> int:
                 "running without the webhook"
             )
 
-    liveness = f"http://0.0.0.0:{opts.health_port}/healthz" if opts.health_port else None
+    liveness = _liveness_url(opts)
     try:
         asyncio.run(
             kopf.operator(
@@ -151,7 +151,7 @@ def run(opts: Options) -> int:
                 peering_name=opts.peering,
                 priority=opts.priority,
                 clusterwide=opts.all_namespaces,
-                namespaces=list(opts.namespaces),
+                namespaces=list(opts.watched_namespaces),
                 liveness_endpoint=liveness,
                 identity=Identity(operator_identity()),
             )
@@ -160,6 +160,17 @@ def run(opts: Options) -> int:
         logging.getLogger(__name__).error("gpu-sizer operator: %s", exc)
         return 1
     return 0
+
+
+def _liveness_url(opts: Options) -> str | None:
+    """kopf's liveness endpoint for ``--health-listen`` and ``--health-port`` (None: off); an
+    IPv6 address in brackets, as a URL needs."""
+    if not opts.health_port:
+        return None
+    host = opts.health_listen
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{opts.health_port}/healthz"
 
 
 def configure_admission(settings: kopf.OperatorSettings, opts: Options, logger: Any) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import os
 import socket
 import sys
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpu_sizer.measurement.job import ANNOTATION_WORKLOAD, adoptable, owner_uid
+from gpu_sizer.measurement.identity import made_by_job, template_container
+from gpu_sizer.measurement.job import ANNOTATION_WORKLOAD, adoptable, job_owner, owner_uid
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
 from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, parse_result
 
@@ -37,8 +39,11 @@ __all__ = [
     "LocalProcessBackend",
     "QuotaExceeded",
     "job_uid_of_pod",
+    "workload_key",
     "workload_of",
 ]
+
+log = logging.getLogger("gpu_sizer.controller")
 
 
 class BackendError(RuntimeError):
@@ -69,7 +74,10 @@ class JobView:
     ``uid`` tells incarnations of one name apart (a spec changed A -> B -> A reuses A's Job
     name); ``owner_uid`` is the uid of the GPUWorkload that controls it; ``finished`` once it
     has a ``Complete`` or ``Failed`` condition (or its process ended); ``deleting`` once a
-    deletion was requested (by anyone).
+    deletion was requested (by anyone). ``namespace`` is where the Job is, ``workload_namespace``
+    where its workload is (the operator's own namespace runs shareable measurements of other
+    namespaces' workloads); ``started`` the Job's ``status.startTime`` (else its creation),
+    ``deadline_seconds`` its ``activeDeadlineSeconds``, ``image`` its probe container's image.
     """
 
     name: str
@@ -78,6 +86,11 @@ class JobView:
     workload: str = ""
     finished: bool = False
     deleting: bool = False
+    namespace: str = ""
+    workload_namespace: str = ""
+    started: str | None = None
+    deadline_seconds: int | None = None
+    image: str | None = None
 
 
 Notify = Callable[[str, str], None]
@@ -131,6 +144,21 @@ def workload_of(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
+def workload_key(
+    obj: Mapping[str, Any], trusted_namespace: str | None = None
+) -> tuple[str, str] | None:
+    """``(namespace, name)`` of the GPUWorkload a Job (or its pod) belongs to: the workload's
+    own namespace, also for a Job the operator runs in ``trusted_namespace`` (its own) for
+    another namespace's workload; None when it names no workload."""
+    owner = job_owner(obj, trusted_namespace)
+    name = workload_of(obj)
+    if owner is not None:
+        return owner[0], name or owner[1]
+    if not name:
+        return None
+    return str((obj.get("metadata") or {}).get("namespace") or ""), name
+
+
 def job_uid_of_pod(pod: Mapping[str, Any]) -> str | None:
     """The uid of the Job that owns ``pod``: its controlling ``Job`` owner reference, else the
     Job controller's ``batch.kubernetes.io/controller-uid`` (or legacy ``controller-uid``)
@@ -151,15 +179,27 @@ def _finished(job: Mapping[str, Any]) -> bool:
     return False
 
 
-def _view(job: Mapping[str, Any], *, deleting: bool = False) -> JobView:
+def _view(
+    job: Mapping[str, Any], *, deleting: bool = False, trusted_namespace: str | None = None
+) -> JobView:
     meta = job.get("metadata") or {}
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    key = workload_key(job, trusted_namespace)
+    deadline = spec.get("activeDeadlineSeconds")
+    container = template_container(job)
     return JobView(
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        owner_uid=owner_uid(job),
-        workload=workload_of(job) or "",
+        owner_uid=owner_uid(job, trusted_namespace),
+        workload=key[1] if key else (workload_of(job) or ""),
         finished=_finished(job),
         deleting=deleting or bool(meta.get("deletionTimestamp")),
+        namespace=str(meta.get("namespace") or ""),
+        workload_namespace=key[0] if key else str(meta.get("namespace") or ""),
+        started=status.get("startTime") or meta.get("creationTimestamp"),
+        deadline_seconds=deadline if isinstance(deadline, int) else None,
+        image=str(container.get("image")) if container and container.get("image") else None,
     )
 
 
@@ -205,8 +245,17 @@ class KubernetesJobBackend:
     :func:`slim`), ``pods_index`` a Job uid to its pods: kopf indexes, or any such mapping.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        trusted_namespace: str | None = None,
+    ) -> None:
         self.notify: Notify | None = None
+        #: The operator's own namespace: its Jobs may belong to other namespaces' workloads.
+        self.trusted_namespace = trusted_namespace
+        #: Pods ignored because the Job controller did not make them (uid -> why), logged once.
+        self._forged: dict[str, str] = {}
         self._api: JobApi | None = None
         self._jobs: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
         self._pods: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
@@ -260,9 +309,12 @@ class KubernetesJobBackend:
                 found.setdefault(uid, job)
         return found
 
+    def _view(self, job: Mapping[str, Any]) -> JobView:
+        return _view(job, trusted_namespace=self.trusted_namespace)
+
     def jobs(self, namespace: str, workload: str) -> list[JobView]:
         return [
-            _view(job)
+            self._view(job)
             for uid, job in self._bodies(namespace, workload).items()
             if uid not in self._deleted
         ]
@@ -282,11 +334,8 @@ class KubernetesJobBackend:
                 bodies[str((job.get("metadata") or {}).get("uid") or "")] = job
         for uid, (_, job, _) in self._created.items():
             bodies.setdefault(uid, job)
-        live = _count_live(
-            (str((b.get("metadata") or {}).get("namespace") or ""), _view(b))
-            for uid, b in bodies.items()
-            if uid not in self._deleted
-        )
+        views = [self._view(b) for uid, b in bodies.items() if uid not in self._deleted]
+        live = _count_live((v.workload_namespace, v) for v in views)
         self._live = (live, now)
         return dict(live)
 
@@ -303,23 +352,45 @@ class KubernetesJobBackend:
             meta = body.get("metadata") or {}
             if uid in self._deleted or (meta.get("labels") or {}).get(label) != value:
                 continue
-            view = _view(body)
+            view = self._view(body)
             if view.owner_uid is not None and not view.deleting:
-                out.append((str(meta.get("namespace") or ""), view))
+                out.append((view.workload_namespace, view))
         return out
 
     def observe(self, namespace: str, job: JobView, now: datetime) -> Outcome:
+        """Where ``job`` stands, from the Job and the pods the Job controller made for it
+        (:func:`gpu_sizer.measurement.identity.made_by_job`): a pod that only names the Job as
+        its owner is ignored, and said once in the log."""
         body = None
         if job.uid not in self._deleted:
             body = self._bodies(namespace, job.workload).get(job.uid)
-        pods = [p for p in self._pods.get(job.uid, ()) if job_uid_of_pod(p) == job.uid]
+        pods = []
+        for pod in self._pods.get(job.uid, ()):
+            if job_uid_of_pod(pod) != job.uid:
+                continue
+            why = made_by_job(pod, body) if body is not None else None
+            if why is None:
+                pods.append(pod)
+                continue
+            pod_meta = pod.get("metadata") or {}
+            pod_uid = str(pod_meta.get("uid") or "")
+            if self._forged.get(pod_uid) != why:
+                self._forged[pod_uid] = why
+                log.warning(
+                    "pod %s/%s names measurement Job %s as its owner but is not the Job "
+                    "controller's pod of it (%s): its result is ignored",
+                    pod_meta.get("namespace"),
+                    pod_meta.get("name"),
+                    job.name,
+                    why,
+                )
         return classify(body, pods, now)
 
     async def start(self, manifest: Mapping[str, Any]) -> tuple[JobView, bool]:
         assert self._api is not None, "attach() first"
         meta = manifest["metadata"]
         namespace, name = str(meta["namespace"]), str(meta["name"])
-        workload = workload_of(manifest) or ""
+        key = workload_key(manifest, self.trusted_namespace) or (namespace, "")
         try:
             created = await self._api.create_job(namespace, manifest)
         except JobExists:
@@ -328,26 +399,26 @@ class KubernetesJobBackend:
                 raise JobTerminating(
                     f"Job {name} was deleted while being created; retrying"
                 ) from None
-            view = _view(existing)
+            view = self._view(existing)
             if view.deleting or view.uid in self._deleted:
                 raise JobTerminating(
                     f"Job {name} (uid {view.uid}) is still being deleted; "
                     "creating it again once it is gone"
                 ) from None
-            why = adoptable(existing, manifest)
+            why = adoptable(existing, manifest, self.trusted_namespace)
             if why is not None:
                 raise JobConflict(why) from None
-            self._created[view.uid] = ((namespace, workload), slim(existing), self._clock())
+            self._created[view.uid] = (key, slim(existing), self._clock())
             self._live = None
             return view, False
-        view = _view(created)
-        self._created[view.uid] = ((namespace, workload), slim(created), self._clock())
+        view = self._view(created)
+        self._created[view.uid] = (key, slim(created), self._clock())
         self._live = None
         return view, True
 
     async def delete(self, namespace: str, job: JobView) -> None:
         assert self._api is not None, "attach() first"
-        await self._api.delete_job(namespace, job.name, job.uid)
+        await self._api.delete_job(job.namespace or namespace, job.name, job.uid)
         self._created.pop(job.uid, None)
         self._deleted[job.uid] = self._clock()
         self._live = None
@@ -361,13 +432,28 @@ def _count_live(jobs: Iterable[tuple[str, JobView]]) -> dict[str, int]:
     return out
 
 
+def _containers(pod_spec: Any) -> list[dict[str, Any]]:
+    """Name, image, command and args of each container (what identifies a probe run)."""
+    if not isinstance(pod_spec, Mapping):
+        return []
+    return [
+        {k: _plain(c.get(k)) for k in ("name", "image", "command", "args") if c.get(k) is not None}
+        for c in pod_spec.get("containers") or ()
+        if isinstance(c, Mapping)
+    ]
+
+
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the outcome classifier and the controller read of a Job or pod (keeps the watch
     caches small): identity, owners, labels and annotations, node and scheduler, deadline,
-    status."""
+    status, and the probe container's image and command (a pod's own, a Job's template's) to
+    tell the Job controller's pods from pods that merely name the Job as their owner."""
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
-    return {
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    pod_spec = template.get("spec") if isinstance(template, Mapping) else spec
+    containers = _containers(pod_spec)
+    out = {
         "metadata": {
             "name": meta.get("name"),
             "namespace": meta.get("namespace"),
@@ -386,6 +472,11 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
         },
         "status": _plain(body.get("status") or {}),
     }
+    if isinstance(template, Mapping):
+        out["spec"]["template"] = {"spec": {"containers": containers}}
+    else:
+        out["spec"]["containers"] = containers
+    return out
 
 
 def _plain(value: Any) -> Any:
@@ -453,12 +544,17 @@ class LocalProcessBackend:
     @staticmethod
     def _view(run: _Run) -> JobView:
         meta = run.manifest["metadata"]
+        container = template_container(run.manifest)
         return JobView(
             name=str(meta["name"]),
             uid=run.uid,
             owner_uid=owner_uid(run.manifest),
             workload=workload_of(run.manifest) or "",
             finished=run.task.done(),
+            namespace=str(meta["namespace"]),
+            workload_namespace=str(meta["namespace"]),
+            deadline_seconds=run.manifest["spec"].get("activeDeadlineSeconds"),
+            image=str(container.get("image")) if container else None,
         )
 
     def live_jobs(self) -> dict[str, int]:

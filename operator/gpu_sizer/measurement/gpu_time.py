@@ -17,11 +17,16 @@ message can name exactly (the next 00:00 UTC), the same for every namespace; (3)
 quota and a bill. The price: a namespace may spend its budget twice within a few hours across
 midnight.
 
-**Restart.** Nothing lives only in memory: the used figure of a namespace is the sum over its
-workloads' statuses (``measurementUsage`` of today) plus the running measurements' seconds so
-far (``status.measurement.startedAt`` of a workload in phase ``Measuring``). A deleted workload
-takes its charge with it (its Jobs are deleted with it too): the budget bounds what a namespace's
-live workloads spent today.
+**Where the charge lives.** The charge is the namespace's, not the workload's: each Job's is
+kept in the ledger ConfigMap in the operator's own namespace (:mod:`gpu_sizer.measurement.ledger`,
+which no tenant can write), so deleting or recreating a workload does not give its GPU-seconds
+back, and a restarted operator reads them again. The workload's ``status.measurementUsage``
+still records its own charges (what it spent, for its owner). The used figure of a namespace is
+``max(ledger, sum of its workloads' measurementUsage of today)`` (the larger of the two: a
+ledger written by no earlier release, or a ledger write that has not landed yet, loses nothing)
+plus the running measurements' seconds so far (``status.measurement.startedAt`` of a workload in
+phase ``Measuring``). Without an operator namespace there is no ledger, and the budget bounds
+what a namespace's live workloads spent today.
 
 **Gate, not kill.** The budget decides whether a *new* measurement may start; a running Job is
 never stopped because the budget ran out during it (it is charged in full when it ends).
@@ -50,9 +55,11 @@ __all__ = [
     "budget_state",
     "charge",
     "charge_view",
+    "charged_today",
     "day_of",
     "job_gpu_seconds",
     "next_day_start",
+    "running_seconds",
     "used_today",
 ]
 
@@ -101,15 +108,22 @@ def charge(
     return MeasurementUsage(day=today, gpu_seconds=before + seconds, last_job_name=ended.job_name)
 
 
-def used_today(statuses: Iterable[GPUWorkloadStatus], now: _dt.datetime) -> int:
-    """GPU-seconds a namespace's workloads (their ``statuses``) used on the UTC day of ``now``:
-    the Jobs charged today plus the running measurements' GPU-seconds so far."""
+def charged_today(statuses: Iterable[GPUWorkloadStatus], now: _dt.datetime) -> int:
+    """GPU-seconds of the Jobs charged on the UTC day of ``now`` in ``statuses``
+    (``measurementUsage``)."""
     today = day_of(now)
+    return sum(
+        s.measurement_usage.gpu_seconds
+        for s in statuses
+        if s.measurement_usage is not None and s.measurement_usage.day == today
+    )
+
+
+def running_seconds(statuses: Iterable[GPUWorkloadStatus], now: _dt.datetime) -> int:
+    """GPU-seconds so far of the measurements still running in ``statuses``, not charged yet."""
     total = 0
     for status in statuses:
         usage = status.measurement_usage
-        if usage is not None and usage.day == today:
-            total += usage.gpu_seconds
         m = status.measurement
         if status.phase is Phase.Measuring and m is not None and not m.completed_at:
             if usage is not None and usage.last_job_name == m.job_name:
@@ -117,6 +131,14 @@ def used_today(statuses: Iterable[GPUWorkloadStatus], now: _dt.datetime) -> int:
             gpus = status.estimate.gpu_count if status.estimate is not None else 1
             total += job_gpu_seconds(gpus, m.started_at, now)
     return total
+
+
+def used_today(statuses: Iterable[GPUWorkloadStatus], now: _dt.datetime, ledger: int = 0) -> int:
+    """GPU-seconds a namespace used on the UTC day of ``now``: the larger of ``ledger`` (its
+    ledger's charges of today) and its workloads' (``statuses``) charges of today, plus the
+    running measurements' GPU-seconds so far."""
+    seen = list(statuses)
+    return max(ledger, charged_today(seen, now)) + running_seconds(seen, now)
 
 
 def charge_view(raw: Any) -> GPUWorkloadStatus | None:
@@ -181,12 +203,12 @@ class BudgetState:
 
 
 def budget_state(
-    statuses: Iterable[GPUWorkloadStatus], limit: int, now: _dt.datetime
+    statuses: Iterable[GPUWorkloadStatus], limit: int, now: _dt.datetime, ledger: int = 0
 ) -> BudgetState:
-    """The budget of a namespace whose workloads have ``statuses``, under ``limit`` GPU-seconds
-    per UTC day, at ``now``."""
+    """The budget of a namespace whose workloads have ``statuses`` and whose ledger holds
+    ``ledger`` GPU-seconds of today, under ``limit`` GPU-seconds per UTC day, at ``now``."""
     return BudgetState(
-        used=used_today(statuses, now),
+        used=used_today(statuses, now, ledger),
         limit=limit,
         day=day_of(now),
         frees_at=next_day_start(now).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -23,6 +23,8 @@ from gpu_sizer.placement import MigStrategy, gpu_resource, node_affinity
 
 __all__ = [
     "ANNOTATION_WORKLOAD",
+    "ANNOTATION_WORKLOAD_NAMESPACE",
+    "ANNOTATION_WORKLOAD_UID",
     "LABEL_GPU_CLASS",
     "LABEL_KUEUE_QUEUE",
     "LABEL_MANAGED_BY",
@@ -35,6 +37,7 @@ __all__ = [
     "job_gpu_count",
     "job_manifest",
     "job_name",
+    "job_owner",
     "owner_uid",
 ]
 
@@ -47,6 +50,13 @@ LABEL_GPU_CLASS: Final = "gpusizer.dev/gpu-class"
 #: The full GPUWorkload name, on the Job and its pods (labels are cut to 63 characters; names
 #: may be longer): how the operator maps a Job or pod event to its workload.
 ANNOTATION_WORKLOAD: Final = "gpusizer.dev/workload-name"
+#: A Job the operator runs in its own namespace for a workload of another namespace cannot be
+#: owned by it (Kubernetes refuses owner references across namespaces: the garbage collector
+#: treats such an owner as absent and deletes the dependent), so the Job names its workload
+#: here. Read only on Jobs in the operator's own namespace (:func:`job_owner`): in any other
+#: namespace they are a tenant's to write.
+ANNOTATION_WORKLOAD_NAMESPACE: Final = "gpusizer.dev/workload-namespace"
+ANNOTATION_WORKLOAD_UID: Final = "gpusizer.dev/workload-uid"
 #: Kueue's label naming the LocalQueue a Job is submitted to (Kueue docs, "Run a Kubernetes
 #: Job": ``kueue.x-k8s.io/queue-name``; kueue ``pkg/controller/constants``, QueueLabel).
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
@@ -99,12 +109,32 @@ def job_name(
     return f"gpusizer-{_slug(workload, 42)}-{digest}"
 
 
-def owner_uid(job: Mapping[str, Any]) -> str | None:
-    """The uid of the GPUWorkload that controls ``job`` (its controller ownerReference)."""
-    for ref in (job.get("metadata") or {}).get("ownerReferences") or []:
+def job_owner(
+    job: Mapping[str, Any], trusted_namespace: str | None = None
+) -> tuple[str, str, str] | None:
+    """``(namespace, name, uid)`` of the GPUWorkload a measurement Job (or its pod) belongs to:
+    its controlling GPUWorkload ownerReference (the same namespace, as owner references are);
+    for an object in ``trusted_namespace`` (the operator's own, where no tenant writes), the
+    workload annotations. None when neither says (not a GPUWorkload's Job)."""
+    meta = job.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("controller"):
-            return str(ref.get("uid") or "")
+            return namespace, str(ref.get("name") or ""), str(ref.get("uid") or "")
+    annotations = meta.get("annotations") or {}
+    if trusted_namespace and namespace == trusted_namespace:
+        owner_ns = annotations.get(ANNOTATION_WORKLOAD_NAMESPACE)
+        name = annotations.get(ANNOTATION_WORKLOAD)
+        uid = annotations.get(ANNOTATION_WORKLOAD_UID)
+        if owner_ns and name and uid:
+            return str(owner_ns), str(name), str(uid)
     return None
+
+
+def owner_uid(job: Mapping[str, Any], trusted_namespace: str | None = None) -> str | None:
+    """The uid of the GPUWorkload that controls ``job`` (:func:`job_owner`)."""
+    owner = job_owner(job, trusted_namespace)
+    return owner[2] if owner is not None else None
 
 
 def _controller(obj: Mapping[str, Any]) -> str:
@@ -114,7 +144,9 @@ def _controller(obj: Mapping[str, Any]) -> str:
     return "no owner"
 
 
-def adoptable(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | None:
+def adoptable(
+    existing: Mapping[str, Any], wanted: Mapping[str, Any], trusted_namespace: str | None = None
+) -> str | None:
     """Why the ``existing`` Job may not be adopted for the ``wanted`` manifest (None: it may).
 
     Adoption is for our own Job found again after a restart: same controlling owner (uid),
@@ -127,10 +159,11 @@ def adoptable(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> str | N
     have_labels = have_meta.get("labels") or {}
     want_labels = want_meta.get("labels") or {}
     name = want_meta.get("name")
-    if owner_uid(existing) != owner_uid(wanted):
+    have, want = owner_uid(existing, trusted_namespace), owner_uid(wanted, trusted_namespace)
+    if have is None or have != want:
         return (
             f"Job {name} already exists and is controlled by {_controller(existing)}, not by "
-            f"this GPUWorkload (uid {owner_uid(wanted)!r})"
+            f"this GPUWorkload (uid {want!r})"
         )
     for label in (LABEL_MANAGED_BY, LABEL_SPEC_HASH):
         if have_labels.get(label) != want_labels.get(label):
@@ -220,6 +253,10 @@ class JobRequest:
     #: ``gpusizer.dev/measurement-key`` (its first 40 hex), so that a workload of the same key in
     #: another namespace waits for this Job instead of measuring twice, also after a restart.
     measurement_key: str | None = None
+    #: The workload's namespace when the Job runs elsewhere (``namespace`` is then the
+    #: operator's own, for a measurement that may be shared): the Job names its workload in
+    #: annotations instead of an owner reference (:data:`ANNOTATION_WORKLOAD_NAMESPACE`).
+    workload_namespace: str | None = None
 
 
 def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
@@ -316,15 +353,17 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
     job_labels = dict(labels)
     if req.kueue_queue:
         job_labels[LABEL_KUEUE_QUEUE] = req.kueue_queue
+    annotations = {ANNOTATION_WORKLOAD: req.workload}
+    elsewhere = req.workload_namespace is not None and req.workload_namespace != req.namespace
+    if elsewhere:
+        annotations[ANNOTATION_WORKLOAD_NAMESPACE] = str(req.workload_namespace)
+        annotations[ANNOTATION_WORKLOAD_UID] = req.workload_uid
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "activeDeadlineSeconds": timeout + DEADLINE_GRACE_SECONDS,
         "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
         "template": {
-            "metadata": {
-                "labels": labels,
-                "annotations": {ANNOTATION_WORKLOAD: req.workload},
-            },
+            "metadata": {"labels": labels, "annotations": dict(annotations)},
             "spec": pod_spec,
         },
     }
@@ -332,24 +371,21 @@ def job_manifest(spec: GPUWorkloadSpec, req: JobRequest) -> dict[str, Any]:
         # Kueue admits suspended Jobs. activeDeadlineSeconds counts from admission: resuming
         # a Job resets its status.startTime (Kubernetes docs, "Jobs", Suspending a Job).
         job_spec["suspend"] = True
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": req.name,
-            "namespace": req.namespace,
-            "labels": job_labels,
-            "annotations": {ANNOTATION_WORKLOAD: req.workload},
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": req.workload,
-                    "uid": req.workload_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": job_spec,
+    metadata: dict[str, Any] = {
+        "name": req.name,
+        "namespace": req.namespace,
+        "labels": job_labels,
+        "annotations": annotations,
     }
+    if not elsewhere:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": req.workload,
+                "uid": req.workload_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
