@@ -31,8 +31,11 @@ def _result(tensors: int, runtime: int) -> str:
     ).model_dump_json(by_alias=True, exclude_none=True)
 
 
-def _transformers() -> dict[str, Any]:
-    return spec(inference={"engine": "transformers"})
+def _transformers(image: str | None = None) -> dict[str, Any]:
+    """The same model and engine; ``image`` (a probe image of the tenant's) gives each of the
+    five its own measurement key, so that each runs and publishes a record of its own."""
+    measurement = {"image": image} if image else {}
+    return spec(inference={"engine": "transformers"}, measurement=measurement)
 
 
 async def _status(cluster, name: str, phase: str | None = None) -> dict[str, Any] | None:
@@ -46,10 +49,19 @@ async def _status(cluster, name: str, phase: str | None = None) -> dict[str, Any
 async def test_apply_calibrates_the_next_estimate_from_five_measurements(
     cluster, start_operator, kubelet: Kubelet
 ) -> None:
-    start_operator("--calibration", "apply", "--max-concurrent-measurements", "8")
+    # Calibration learns from measurement records: sharing on. A tenant's image makes each
+    # record private to the namespace (scope Namespace), whose own estimates it then raises.
+    start_operator(
+        "--calibration",
+        "apply",
+        "--max-concurrent-measurements",
+        "8",
+        "--measurement-sharing",
+        "Enabled",
+    )
     names = [f"rec-{i}" for i in range(1, 6)]
     for name in names:
-        await cluster.create(GW, workload(name, _transformers()))
+        await cluster.create(GW, workload(name, _transformers(f"registry.test/probe:{name}")))
     analytic: dict[str, Any] = {}
     for name in names:
         status = await eventually(lambda name=name: _status(cluster, name), 60, f"{name} estimated")

@@ -32,6 +32,15 @@ async def test_spec_change_mid_measurement(cluster, start_operator, kubelet: Kub
     old = await kubelet.wait_job()
     kubelet.hold(old)  # its pod reports its (late) end below, after the Job is gone
     old_hash = old["metadata"]["labels"]["gpusizer.dev/spec-hash"]
+
+    async def measuring_old() -> Any:
+        # Mid-measurement: the status says the old Job runs (a change that lands before that
+        # status is written is a first decision of the new spec, with no SpecChanged to say).
+        obj = await cluster.get(GW, NS, "change")
+        running = ((obj.get("status") or {}).get("measurement") or {}).get("jobName")
+        return obj if running == old["metadata"]["name"] else None
+
+    await eventually(measuring_old, what="the status naming the old Job")
     await cluster.change_spec(GW, NS, "change", {"inference": {"maxNumSeqs": 8}})
     new = await kubelet.wait_job(not_named={old["metadata"]["name"]})
     assert new["metadata"]["labels"]["gpusizer.dev/spec-hash"] != old_hash
