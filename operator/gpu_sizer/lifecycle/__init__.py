@@ -1,9 +1,9 @@
 """The pure workload state machine: (spec, assessment, observed state) -> status and actions.
 
 kopf handlers call these functions and only move their results in and out of the API; nothing
-here reads the cluster, the clock or the network (import-linter's pure-core contract holds it to
-that). The same :func:`estimated_status` gives ``gpu-sizer estimate -o json`` the status the
-operator would write before measuring.
+here reads the cluster or the clock (the time comes in as ``now``), and import-linter's pure-core
+contract keeps kopf and the Kubernetes client out. The same :func:`estimated_status` gives
+``gpu-sizer estimate -o json`` the status the operator would write before measuring.
 
 Modules, by idea: :mod:`~gpu_sizer.lifecycle.plan` (what a decision takes and returns),
 :mod:`~gpu_sizer.lifecycle.conditions` (condition rules), :mod:`~gpu_sizer.lifecycle.estimated`

@@ -1,8 +1,8 @@
 """Which GPU class a measurement runs on.
 
 The recommended class first; after a CUDA out-of-memory, the next larger class the spec allows.
-Among candidates, the smallest one with nodes in the cluster is preferred (a class without nodes
-would leave the measurement pod unschedulable), else the smallest allowed.
+Among candidates, the smallest one with nodes in the cluster is preferred (on a class without
+nodes the measurement pod waits unschedulable), else the smallest candidate.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from gpu_sizer.lifecycle.plan import Config
 
 
 def _allowed(spec: GPUWorkloadSpec, config: Config) -> list[GPUClass]:
+    """The catalog classes ``spec.placement.gpuClasses`` allows (all when it is empty), smallest
+    memory first."""
     names = spec.placement.gpu_classes
     return sorted(
         (c for c in config.catalog if not names or c.name in names), key=lambda c: c.memory_bytes
@@ -37,6 +39,7 @@ def _pick(candidates: Sequence[GPUClass], present: frozenset[str] | None) -> GPU
 
 
 def _where(cls: GPUClass, present: frozenset[str] | None) -> str:
+    """The class as messages name it, saying so when the cluster has no node of it."""
     if present is not None and cls.name not in present:
         return f"class {cls.name} (no node of this class found in the cluster yet)"
     return f"class {cls.name}"
