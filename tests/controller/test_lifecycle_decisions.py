@@ -215,3 +215,16 @@ def test_without_a_generation_no_condition_is_restated_as_not_evaluated() -> Non
     assert current_conditions([old], None, "T5") == [old]
     (restated,) = current_conditions([old], 2, "T5")
     assert (restated.status, restated.reason) == (ConditionStatus.unknown, "NotEvaluated")
+
+
+def test_a_workload_ready_on_the_estimate_announces_it_once_not_on_every_new_figure() -> None:
+    """Measurement disabled: the EstimateOnly Event marks entering Ready. A placement change
+    (outside the spec hash) that moves the estimate's figures rewrites the Ready message but
+    posts no second Event."""
+    first = start(raw(measurement={"mode": "Disabled"}))
+    assert first.status.phase is Phase.Ready
+    assert [a.reason for a in first.actions if isinstance(a, Emit)] == ["EstimateOnly"]
+    moved = raw(measurement={"mode": "Disabled"}, placement={"minHeadroomFraction": 0.3})
+    again = start(moved, prev=first.status, gen=2, now="T4")
+    assert again.status.phase is Phase.Ready and again.actions == ()
+    assert cond(again.status, "Ready").message != cond(first.status, "Ready").message
