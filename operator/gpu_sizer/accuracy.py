@@ -19,7 +19,7 @@ spec its status describes (``measurement.specHash == status.specHash``, ``device
 failure ``reason``). Its error is ``(estimated - measured) / measured`` with
 
 - estimated: ``status.estimate.perGpu.totalBytes`` (bytes on the most loaded GPU);
-- measured: the peak the recommendation rests on (:func:`gpu_sizer.reconcile.measured_peak`:
+- measured: the peak the recommendation rests on (:func:`gpu_sizer.lifecycle.measured_peak`:
   NVML device-used, else PyTorch reserved, else allocated bytes).
 
 Positive errors over-estimate (safe, maybe wasteful); negative ones under-estimate (the case
@@ -123,7 +123,7 @@ def _objects(docs: Iterable[Any]) -> Iterable[Mapping[str, Any]]:
 
 
 def _peak(m: Mapping[str, Any]) -> int | None:
-    # The order of gpu_sizer.reconcile.measured_peak (plain data here: exported objects of
+    # The order of gpu_sizer.lifecycle.measured_peak (plain data here: exported objects of
     # older versions may not validate against today's model).
     for key in ("peakDeviceUsedBytes", "peakReservedBytes", "peakAllocatedBytes"):
         value = m.get(key)

@@ -17,7 +17,7 @@ the ones the peaks separate:
 - ``RuntimeOverhead``: ``runtimeOverheadBytes`` (CUDA context, library workspaces, allocator
   cache) against ``peakDeviceUsedBytes - peakAllocatedBytes``. Needs both peaks.
 - ``Total``: ``totalBytes`` against the peak a recommendation rests on
-  (:func:`gpu_sizer.reconcile.measured_peak`: device-used, else reserved, else allocated). Every
+  (:func:`gpu_sizer.lifecycle.measured_peak`: device-used, else reserved, else allocated). Every
   GPU record gives one, Command mode included; it is applied only where neither component factor
   is usable (never on top of them).
 

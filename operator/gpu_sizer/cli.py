@@ -416,7 +416,7 @@ def _now() -> str:
 def _estimate(args: argparse.Namespace) -> int:
     from gpu_sizer.api import InvalidWorkload, parse_workload, spec_hash
     from gpu_sizer.catalog import DEFAULT_CATALOG, InvalidCatalog, load_catalog_file
-    from gpu_sizer.reconcile import estimated_status
+    from gpu_sizer.lifecycle import estimated_status
     from gpu_sizer.sizing import Assessment, Verdict, assess
 
     out, err = sys.stdout, sys.stderr

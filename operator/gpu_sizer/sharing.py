@@ -6,9 +6,10 @@ Reuse. A workload about to start a *new* measurement first looks for a fresh
 ``GPUMeasurement`` of its measurement key (:mod:`gpu_sizer.api.record`), walking the classes in
 the order its own measurement would: the class it would measure on first; after a record saying
 CUDA out-of-memory there, the next larger allowed class, as the probe would after a real OOM
-(:func:`gpu_sizer.reconcile._measure_class`). The first record of a success is reused, with the
-classes found too small on the way listed in ``outOfMemoryClasses``; a walk that runs out of
-larger classes reuses the last OOM record (the workload is rejected as its own run would be).
+(:func:`gpu_sizer.lifecycle.gpu_class._measure_class`). The first record of a success is
+reused, with the classes found too small on the way listed in ``outOfMemoryClasses``; a walk that
+runs out of larger classes reuses the last OOM record (the workload is rejected as its own run
+would be).
 A key with no record but a measurement Job in flight (any namespace, found by the Job's key
 label, so a restarted operator sees it) is waited for instead of measured twice. Otherwise the
 workload measures itself.
@@ -67,7 +68,7 @@ from gpu_sizer.api.record import (
 )
 from gpu_sizer.api.status import MeasurementKey
 from gpu_sizer.catalog import GPUClass
-from gpu_sizer.reconcile import (
+from gpu_sizer.lifecycle import (
     Action,
     Config,
     DeleteJob,
@@ -75,11 +76,10 @@ from gpu_sizer.reconcile import (
     Plan,
     StartJob,
     Workload,
-    _by_name,
-    _Conds,
-    _measure_class,
-    _settled,
 )
+from gpu_sizer.lifecycle.conditions import _Conds
+from gpu_sizer.lifecycle.gpu_class import _by_name, _measure_class
+from gpu_sizer.lifecycle.plan import _settled
 
 #: ``Measured`` reason of a workload waiting for another namespace's measurement of its key.
 WAITING: str = "WaitingForSharedMeasurement"

@@ -7,9 +7,7 @@ from typing import Any
 
 from gpu_sizer.api import GPUWorkloadStatus, Phase, parse_spec, spec_hash
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
-from gpu_sizer.measurement.result import NvmlInfo, ProbeResult
-from gpu_sizer.reconcile import (
+from gpu_sizer.lifecycle import (
     Config,
     DeleteJob,
     Emit,
@@ -21,6 +19,8 @@ from gpu_sizer.reconcile import (
     plan_outcome,
     plan_spec,
 )
+from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
+from gpu_sizer.measurement.result import NvmlInfo, ProbeResult
 from gpu_sizer.sizing import assess
 from tests.architectures import LLAMA_3_2_1B
 
@@ -252,7 +252,7 @@ def test_invalid_spec_leaves_no_condition_of_the_old_spec_standing() -> None:
 
 def test_a_condition_no_decision_restated_is_unknown_for_the_new_generation() -> None:
     from gpu_sizer.api import Condition
-    from gpu_sizer.reconcile import current_conditions
+    from gpu_sizer.lifecycle import current_conditions
 
     old = Condition(
         type="HeadroomSufficient",

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from gpu_sizer.api import Phase, parse_spec, spec_hash
-from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
-from gpu_sizer.reconcile import (
+from gpu_sizer.lifecycle import (
     DeleteJob,
     Emit,
     StartJob,
@@ -12,6 +11,7 @@ from gpu_sizer.reconcile import (
     queued_plan,
     starts_measurement,
 )
+from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 from tests.controller.test_reconcile import CONFIG, cond, observe, raw, start
 
 

@@ -11,10 +11,10 @@ from gpu_sizer.api import parse_spec, spec_hash
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.reconciler import Reconciler
+from gpu_sizer.lifecycle import DeleteJob, Workload, decide
 from gpu_sizer.measurement.backends import KubernetesJobBackend, slim
 from gpu_sizer.measurement.job import GIB, JobRequest, job_manifest
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
-from gpu_sizer.reconcile import DeleteJob, Workload, decide
 from gpu_sizer.sizing import assess
 from tests.controller.test_reconcile import CONFIG, PRESENT, namer, observe, raw, start
 

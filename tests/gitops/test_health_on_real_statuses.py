@@ -1,4 +1,4 @@
-"""The Argo CD health check on statuses the operator's own pure core writes (gpu_sizer.reconcile)
+"""The Argo CD health check on statuses the operator's own pure core writes (gpu_sizer.lifecycle)
 for every example: a workload that fits is Progressing while its measurement is pending and
 Healthy when measurement is disabled; one with no safe headroom is Degraded."""
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gpu_sizer.api import parse_workload, spec_hash
-from gpu_sizer.reconcile import estimated_status
+from gpu_sizer.lifecycle import estimated_status
 from gpu_sizer.sizing import Verdict, assess
 from tests.example_files import WORKLOAD_FILES
 

@@ -8,11 +8,11 @@ from typing import Any
 from gpu_sizer.api import GPUWorkloadStatus, Phase, parse_spec, spec_hash
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.lifecycle import Config, StartJob, Workload, plan_outcome, plan_spec
 from gpu_sizer.measurement.job import JobRequest, job_gpu_count, job_manifest
 from gpu_sizer.measurement.node_scope import derive, node_scope
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 from gpu_sizer.measurement.result import NvmlInfo, ProbeResult
-from gpu_sizer.reconcile import Config, StartJob, Workload, plan_outcome, plan_spec
 from gpu_sizer.sizing import assess
 from tests.architectures import LLAMA_3_8B
 

@@ -10,7 +10,7 @@ config.json, GPU classes and headroom. Each valid one goes through the three ent
 * ``gpu-sizer estimate -o json`` in-process (its exit status and the ``Ready`` condition of the
   status it prints);
 * the validating webhook's pure decision (:func:`gpu_sizer.admission.verdict.review`);
-* the operator's pure decision after estimating (:func:`gpu_sizer.reconcile.plan_spec`).
+* the operator's pure decision after estimating (:func:`gpu_sizer.lifecycle.plan_spec`).
 
 and :func:`gpu_sizer.sizing.assess_or_raise` must not raise on any of them. Examples are bounded
 (CI runs on two loaded cores): the strategies favour the regimes, not the volume.
@@ -35,7 +35,7 @@ from gpu_sizer.api import InvalidWorkload, parse_spec, spec_hash
 from gpu_sizer.api.hf import model_from_hf_config
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.cli import main
-from gpu_sizer.reconcile import Config, Workload, plan_spec
+from gpu_sizer.lifecycle import Config, Workload, plan_spec
 from gpu_sizer.sizing import Verdict, assess, assess_or_raise
 from tests.admission.specs import spec_documents
 from tests.api.test_hf_quantization import FP8_DYNAMIC, W4A16, W8A8_INT8

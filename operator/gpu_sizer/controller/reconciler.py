@@ -84,6 +84,18 @@ from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
 from gpu_sizer.dra import DraNode, claim_template, merge_inventory, parse_resource_slices
 from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory
+from gpu_sizer.lifecycle import (
+    Config,
+    DeleteJob,
+    Emit,
+    Plan,
+    StartJob,
+    Workload,
+    decide,
+    invalid_plan,
+    queued_plan,
+    starts_measurement,
+)
 from gpu_sizer.measurement import gpu_time
 from gpu_sizer.measurement.backends import (
     Backend,
@@ -115,18 +127,6 @@ from gpu_sizer.measurement.outcome import (
 )
 from gpu_sizer.measurement.queue import Admission, MeasurementQueue, QueueReason
 from gpu_sizer.placement import MigStrategy, for_strategy
-from gpu_sizer.reconcile import (
-    Config,
-    DeleteJob,
-    Emit,
-    Plan,
-    StartJob,
-    Workload,
-    decide,
-    invalid_plan,
-    queued_plan,
-    starts_measurement,
-)
 from gpu_sizer.record_checks import implausibilities
 from gpu_sizer.sharing import (
     UNNAMED_JOB_GRACE_SECONDS,
