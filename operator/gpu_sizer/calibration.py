@@ -1,4 +1,4 @@
-"""Calibration from the fleet (issue 15, item 4): per (engine, GPU class, component) correction
+"""Calibration from the fleet: per (engine, GPU class, component) correction
 factors learned from measurement records, shown in ``status.estimate.calibration`` and, with
 ``--calibration=apply``, applied to the estimate. Pure.
 

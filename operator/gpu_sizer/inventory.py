@@ -20,7 +20,7 @@ with the reason:
   against GFD's ``nvidia.com/mig-<profile>.memory``) and whole GPUs only as far as
   ``nvidia.com/gpu`` is advertised *and* ``nvidia.com/gpu.count`` leaves GPUs the slices do not
   fill. The device plugin can keep a stale ``nvidia.com/gpu`` capacity next to the slices
-  (NVIDIA gpu-operator issue 637: ``nvidia.com/gpu: 2`` with ``mig-1g.10gb: 6`` and
+  (NVIDIA/gpu-operator#637: ``nvidia.com/gpu: 2`` with ``mig-1g.10gb: 6`` and
   ``mig-2g.20gb: 4`` on two A100-80GB, i.e. both GPUs fully cut); that count is capped to what
   ``gpu.count`` minus the slices allows, and said in the node's notes.
 - A node with several GPU models carries the *first* GPU's labels only (GFD labels one product
@@ -327,7 +327,7 @@ def _parse_mixed(
             notes.append(
                 f"allocatable {RESOURCE_GPU}={whole} but {LABEL_COUNT}={physical} and the MIG "
                 f"slices advertised fill at least {filled} GPU(s): {capped} whole GPU(s) counted "
-                "(stale device-plugin capacity, as in NVIDIA gpu-operator issue 637)"
+                "(stale device-plugin capacity, as in NVIDIA/gpu-operator#637)"
             )
             whole = capped
     if whole:

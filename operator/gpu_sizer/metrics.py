@@ -128,8 +128,9 @@ class WorkloadGauges:
     ``gpusizer_recommendation_headroom_fraction``) as one custom collector over plain tuples,
     the shape prometheus-client documents for values kept elsewhere ("Custom Collectors",
     ``GaugeMetricFamily``). A labelled ``Gauge`` child costs about 850 bytes and a label
-    validation per ``labels()`` call; with 11 to 14 series per workload that was 9 KiB of the
-    operator's memory per workload and a third of a settled workload's decision (issue 17).
+    validation per ``labels()`` call, and a workload has 11 to 14 series: kilobytes per
+    workload and a large share of a settled workload's decision (figures: docs/benchmarks.md,
+    "Operator").
     Samples, names and labels are those of the ``Gauge`` objects they replace.
 
     Written from the event loop, read by the metrics server's thread: :meth:`collect` copies

@@ -53,7 +53,8 @@ __all__ = [
     "snippets",
 ]
 
-#: Pods opt in to recommendation-applying admission with this label (DESIGN.md, Additions).
+#: Pods opt in to recommendation-applying admission with this label: a pod the label does not
+#: name is never changed, so the webhook rewrites only what its owner asked it to.
 WORKLOAD_LABEL: Final = "gpusizer.dev/workload"
 #: What was applied to a pod (webhook) or pod template (patch).
 ANNOTATION_CLASS: Final = "gpusizer.dev/gpu-class"

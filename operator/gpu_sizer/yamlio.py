@@ -108,9 +108,9 @@ class _Loader(_Strict, yaml.SafeLoader):
 
 
 #: libyaml's parser and composer (``yaml.CSafeLoader``: C scanner, parser and composer; the same
-#: pure-Python resolver and SafeConstructor, so the same types). It reads the examples' documents
-#: 6.6 times faster than the pure-Python loader (issue 17; docs/benchmarks.md). None when PyYAML
-#: was built without libyaml.
+#: pure-Python resolver and SafeConstructor, so the same types): loading is most of the CLI's
+#: time over many documents, and the C scanner is several times faster (figures:
+#: docs/benchmarks.md, "YAML"). None when PyYAML was built without libyaml.
 _CLoader: type | None = None
 if getattr(yaml, "__with_libyaml__", False):
 

@@ -277,7 +277,7 @@ class ApiServerEmulator(KubectlApi, kmock.KubernetesEmulator):
     def _KubernetesEmulator__get_objs(self, request: Any, strict: bool) -> list[Any]:
         # kmock 0.8 finds the object of every get, create, update and delete by walking every
         # stored object (``KubernetesEmulator.__get_objs``): O(objects) per request, so the
-        # emulator, not the operator, was what slowed down at 10,000 workloads (issue 17). A
+        # emulator, not the operator, is what slows down at thousands of workloads. A
         # request naming its object in one namespace is one dict lookup; any other (lists,
         # watches, a name in any namespace) and a miss keep kmock's walk.
         if request.name is not None and (strict or request.namespace is not None):

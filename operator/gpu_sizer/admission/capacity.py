@@ -2,9 +2,9 @@
 
 The API server waits ``timeoutSeconds`` (10 s by default, the chart's value) for a webhook and
 tells it so in the request's ``?timeout=`` parameter; an answer later than that is wasted work,
-and a queue that grows without bound turns a burst into minutes of answers nobody waits for
-(issue 13: at 200 reviews/s on a shared 2-core machine the p50 latency reached 10 s and 4,080 of
-6,000 reviews timed out, and RSS reached 843 MiB against the chart's 512 MiB limit). So:
+and a queue that grows without bound turns a burst into minutes of answers nobody waits for,
+while the decoded bodies it holds grow the webhook past its memory limit (figures from before
+this bound: docs/benchmarks.md, "Admission webhook"). So:
 
 * reviews are worked on within a budget of :data:`CAPACITY_UNITS` units: a review costs one unit
   plus one per :data:`UNIT_BYTES` of its body (an 8 MiB body decodes into some 100 MiB of Python

@@ -30,10 +30,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-__all__ = ["FAMILIES", "GENERIC", "Attention", "Family", "Mamba", "Mlp", "Moe", "family"]
+__all__ = [
+    "FAMILIES",
+    "GENERIC",
+    "Activation",
+    "Attention",
+    "Family",
+    "Mamba",
+    "Mlp",
+    "Moe",
+    "family",
+]
 
 #: How q/k/v biases are decided: by ``attentionBias`` (Llama's flag) or always present (Qwen2).
 BiasRule = Literal["flag", "always", "never"]
+#: The MLP's activation as the family's modeling file applies it (``hidden_act``'s default):
+#: SiLU (Llama and most), GELU (GPT-NeoX, Falcon, Gemma's ``gelu_pytorch_tanh``), ReLU (OPT) and
+#: squared ReLU (Nemotron-H's ``relu2``). It changes compute, not memory; the probe runs it.
+Activation = Literal["silu", "gelu", "relu", "relu2"]
 #: Default per-layer attention pattern when the config has no ``layerTypes``.
 Pattern = Literal[
     "uniform",  # every layer alike; ``slidingWindow`` (if set) slides every layer
@@ -136,6 +150,14 @@ class Family:
     attention_bias: bool = False
     #: where the checkpoint keeps the decoder layers (``<prefix>.<index>.<Linear.path>``).
     layers_prefix: str = "model.layers"
+    activation: Activation = "silu"
+    #: attention and MLP read the same input and add to one residual (GPT-NeoX's
+    #: ``use_parallel_residual``; Falcon decides it from its config, see
+    #: :func:`gpu_sizer.budget.family_wiring.wiring`).
+    parallel_residual: bool = False
+    #: learned absolute positions, ``max_position_embeddings + offset`` rows (OPT's
+    #: ``OPTLearnedPositionalEmbedding``: offset 2); ``None``: rotary, no position table.
+    learned_positions_offset: int | None = None
 
 
 _LLAMA = Family()
@@ -144,7 +166,11 @@ _MOE_QWEN = Moe(shared="qwen2")
 _DEEPSEEK = Family(moe=Moe(shared="deepseek"))
 _NEOX = Attention(fused_qkv="query_key_value", o="dense")
 _GEMMA3 = Family(
-    tied=True, norms=4, attention=Attention(qk_norm="head"), pattern="every_nth_global"
+    tied=True,
+    norms=4,
+    attention=Attention(qk_norm="head"),
+    pattern="every_nth_global",
+    activation="gelu",
 )
 
 #: Every family the sizing engine knows, by Hugging Face ``model_type``.
@@ -161,8 +187,8 @@ FAMILIES: dict[str, Family] = {
     "qwen2_moe": Family(attention=Attention(qkv_bias="always"), moe=_MOE_QWEN),
     "qwen3": Family(attention=Attention(qk_norm="head")),
     "qwen3_moe": Family(attention=Attention(qk_norm="head"), moe=Moe()),
-    "gemma": Family(tied=True),
-    "gemma2": Family(tied=True, norms=4, pattern="gemma2"),
+    "gemma": Family(tied=True, activation="gelu"),
+    "gemma2": Family(tied=True, norms=4, pattern="gemma2", activation="gelu"),
     "gemma3_text": _GEMMA3,
     "gemma3": replace(_GEMMA3, layers_prefix="language_model.model.layers"),
     "phi3": Family(
@@ -175,6 +201,8 @@ FAMILIES: dict[str, Family] = {
         layer_norm=True,
         attention_bias=True,
         layers_prefix="gpt_neox.layers",
+        activation="gelu",
+        parallel_residual=True,
     ),
     "falcon": Family(
         attention=Attention(fused_qkv="query_key_value", o="dense"),
@@ -182,6 +210,7 @@ FAMILIES: dict[str, Family] = {
         layer_norm=True,
         tied=True,
         layers_prefix="transformer.h",
+        activation="gelu",
     ),
     "opt": Family(
         attention=Attention(o="out_proj"),
@@ -190,6 +219,8 @@ FAMILIES: dict[str, Family] = {
         tied=True,
         attention_bias=True,
         layers_prefix="model.decoder.layers",
+        activation="relu",
+        learned_positions_offset=2,
     ),
     "deepseek_v2": _DEEPSEEK,
     "deepseek_v3": _DEEPSEEK,
@@ -225,10 +256,12 @@ FAMILIES: dict[str, Family] = {
     "nemotron_h": Family(
         mlp=Mlp(prefix="mixer", gated=False),
         mamba=Mamba(version=2),
-        attention=Attention(prefix="mixer"),
+        # NemotronHAttention: bias=False on every projection, whatever attention_bias says.
+        attention=Attention(prefix="mixer", qkv_bias="never", o_bias="never"),
         norms=1,
         pattern="hybrid_pattern",
         layers_prefix="backbone.layers",
+        activation="relu2",
     ),
     "jamba": Family(
         mlp=Mlp(prefix="feed_forward"),

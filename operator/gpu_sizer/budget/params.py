@@ -46,6 +46,7 @@ from typing import Literal, NamedTuple
 
 from gpu_sizer.api import Architecture
 from gpu_sizer.budget.families import FAMILIES, Family, Mlp, Moe, family
+from gpu_sizer.budget.family_wiring import Wiring, wiring
 
 __all__ = [
     "LayerGroup",
@@ -237,16 +238,6 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _flag(arch: Architecture, name: str, family_default: bool) -> bool:
-    """A boolean the spec may leave unset (``None``): then the family's config default applies.
-
-    Unset is ``None`` rather than "absent from the input" so that a spec re-serialised with its
-    defaults filled (the mutating webhook, ``model_dump``) keeps the same meaning and hash.
-    """
-    value = getattr(arch, name)
-    return family_default if value is None else bool(value)
-
-
 _WINDOWS: dict[str, Window] = {
     "full_attention": "full",
     "attention": "full",
@@ -425,21 +416,20 @@ def _layout(
 
     h = arch.hidden_size
     vocab = _ceil_div(arch.vocab_size, tp)
-    tied = _flag(arch, "tie_word_embeddings", fam.tied)
-    attn_bias = _flag(arch, "attention_bias", fam.attention_bias)
-    norm = 2 * h if fam.layer_norm else h
+    wired = wiring(arch, fam)
+    tied = wired.tied
+    norm = 2 * h if wired.layer_norm else h
     plan = layer_plan(arch)
     indices: dict[LayerKind, list[int]] = {}
     for i in range(len(plan)) if layers is None else layers:
         indices.setdefault(plan[i], []).append(i)
     groups = tuple(
-        _group(arch, fam, kind, tuple(idx), tp, attn_bias, norm, experts)
-        for kind, idx in indices.items()
+        _group(arch, wired, kind, tuple(idx), tp, norm, experts) for kind, idx in indices.items()
     )
     embedding = vocab * h
     head = (0 if tied else vocab * h) + norm
     if arch.model_type == "opt":
-        embedding, head = _opt_outer(arch, vocab, tied)
+        embedding, head = _opt_outer(arch, wired, vocab)
     return Layout(
         family=arch.model_type,
         groups=groups,
@@ -453,18 +443,19 @@ def _layout(
     )
 
 
-def _opt_outer(arch: Architecture, vocab: int, tied: bool) -> tuple[int, int]:
+def _opt_outer(arch: Architecture, wired: Wiring, vocab: int) -> tuple[int, int]:
     """OPT's embedding side (learned positions with ``OPTLearnedPositionalEmbedding``'s offset of
     2, ``project_in``) and head side (lm_head, ``project_out``, the final LayerNorm only with
     ``do_layer_norm_before``)."""
     h = arch.hidden_size
     proj = arch.word_embed_proj_dim or h
-    embedding = vocab * proj + (arch.max_position_embeddings + 2) * h
-    head = 0 if tied else vocab * proj
+    offset = wired.learned_positions_offset or 0
+    embedding = vocab * proj + (arch.max_position_embeddings + offset) * h
+    head = 0 if wired.tied else vocab * proj
     if proj != h:
         embedding += proj * h
         head += h * proj
-    if arch.do_layer_norm_before:
+    if wired.final_norm:
         head += 2 * h
     return embedding, head
 
@@ -475,50 +466,40 @@ def _path(prefix: str, name: str) -> str:
 
 def _group(
     arch: Architecture,
-    fam: Family,
+    wired: Wiring,
     kind: LayerKind,
     indices: tuple[int, ...],
     tp: int,
-    attn_bias: bool,
     norm: int,
     experts: tuple[int, int] | None = None,
 ) -> LayerGroup:
     linears: list[Linear] = []
     vectors = 0
     if kind.mixer == "attention":
-        vectors += _attention(arch, fam, tp, attn_bias, linears)
+        vectors += _attention(arch, wired, tp, linears)
     elif kind.mixer == "mla":
-        vectors += _mla(arch, tp, attn_bias, linears)
+        vectors += _mla(arch, tp, wired.attention_bias, linears)
     elif kind.mixer == "mamba":
-        vectors += _mamba(arch, fam, tp, linears)
+        vectors += _mamba(arch, wired.family, tp, linears)
     if kind.ffn == "dense":
-        _dense(arch, fam, tp, attn_bias, linears)
+        _dense(arch, wired, tp, linears)
     elif kind.ffn == "moe":
-        _moe(arch, fam, tp, linears, experts)
+        _moe(arch, wired.family, tp, linears, experts)
     both = kind.mixer != "none" and kind.ffn != "none"
-    norms = fam.norms if both else fam.block_norms
-    if arch.model_type == "falcon":
-        # FalconDecoderLayer: ln_attn + ln_mlp (new architecture), input + post-attention
-        # (sequential), one shared input_layernorm with parallel_attn.
-        norms = 2 if arch.new_decoder_architecture or not arch.parallel_attn else 1
+    norms = wired.norms if both else wired.block_norms
     vectors += norms * norm + sum(lin.bias_params for lin in linears)
     return LayerGroup(kind=kind, indices=indices, linears=tuple(linears), vectors=vectors)
 
 
-def _attention(arch: Architecture, fam: Family, tp: int, attn_bias: bool, out: list[Linear]) -> int:
+def _attention(arch: Architecture, wired: Wiring, tp: int, out: list[Linear]) -> int:
     """q/k/v/o (or fused qkv) into ``out``; returns the layer's extra vectors (q/k norms, sinks)."""
-    part = fam.attention
+    part = wired.family.attention
     h = arch.hidden_size
     hd = arch.head_size
     q_heads = max(1, arch.num_attention_heads // tp)
     q_out = q_heads * hd
     kv_out = max(1, arch.kv_heads // tp) * hd
-    qkv_bias = part.qkv_bias == "always" or (part.qkv_bias == "flag" and attn_bias)
-    o_bias = part.o_bias == "always" or (part.o_bias == "flag" and attn_bias)
-    if arch.model_type == "falcon":
-        qkv_bias = o_bias = attn_bias or arch.mlp_bias
-    if arch.model_type == "nemotron_h":
-        qkv_bias = o_bias = False  # NemotronHAttention: bias=False on every projection
+    qkv_bias, o_bias = wired.qkv_bias, wired.o_bias
     p = part.prefix
     if part.fused_qkv is not None:
         name = part.fused_qkv
@@ -531,9 +512,9 @@ def _attention(arch: Architecture, fam: Family, tp: int, attn_bias: bool, out: l
         ]
     out.append(Linear("o", part.o, q_out, h, 1, o_bias, True, _path(p, part.o)))
     vectors = 0
-    if part.qk_norm == "head" or (part.qk_norm == "head_if_flag" and arch.use_qk_norm):
+    if wired.qk_norm == "head":
         vectors += 2 * hd
-    elif part.qk_norm == "width":
+    elif wired.qk_norm == "width":
         vectors += (arch.num_attention_heads + arch.kv_heads) * hd
     if part.sinks:
         vectors += q_heads
@@ -623,24 +604,15 @@ def _mamba(arch: Architecture, fam: Family, tp: int, out: list[Linear]) -> int:
     return conv + inner * state + inner + rank + 2 * state
 
 
-def _mlp_bias(arch: Architecture, fam: Family, attn_bias: bool) -> bool:
-    rule = fam.mlp.bias
-    if rule == "always":
-        return True
-    if rule == "attention":
-        return attn_bias or arch.mlp_bias
-    return arch.mlp_bias
-
-
-def _dense(arch: Architecture, fam: Family, tp: int, attn_bias: bool, out: list[Linear]) -> None:
-    part = fam.mlp
+def _dense(arch: Architecture, wired: Wiring, tp: int, out: list[Linear]) -> None:
+    part = wired.family.mlp
     width = getattr(arch, part.width_key, None) or arch.intermediate_size
     _gated(
         arch.hidden_size,
         _ceil_div(width, tp),
         part.prefix,
         part,
-        _mlp_bias(arch, fam, attn_bias),
+        wired.mlp_bias,
         out,
     )
 

@@ -236,7 +236,7 @@ class KubernetesJobBackend:
 
     The watch is the truth, but it lags: a Job the operator just created may not be in it yet,
     and one it just deleted may still be. Decisions made on that lagging view recreated Jobs the
-    operator had deleted itself (issue 13, item 2). So the backend keeps its own confirmed
+    operator had deleted itself. So the backend keeps its own confirmed
     writes (the created Job as the API returned it, the uid it deleted) and overlays them on the
     watch until the watch shows them, or :data:`EXPECTATION_SECONDS` pass. Pods are matched to
     their Job by the Job's uid, never by name (item 3).

@@ -1,4 +1,4 @@
-"""GPU-seconds per day per namespace (issue 15, item 1): what each measurement Job is charged and
+"""GPU-seconds per day per namespace: what each measurement Job is charged and
 whether a namespace's daily budget (namespace policy ``measurementGpuSecondsPerDay``) lets a new
 measurement start. Pure: the controller passes the statuses and the time.
 

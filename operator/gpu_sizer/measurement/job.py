@@ -1,9 +1,9 @@
 """The measurement Job manifest, built from a spec as plain data. Pure.
 
-The manifest follows DESIGN.md's measurement protocol; tests check it against the official
-kubernetes client models (``kubernetes.client.V1Job``) and ``kubernetes-validate``. Field
-meanings: Kubernetes API reference, "Job v1 batch" and "Pod v1 core"; the restricted security
-context is the Pod Security Standards "restricted" profile.
+The manifest runs the probe in one pod on one node, with the GPUs the spec asks for; tests check it
+against the official kubernetes client models (``kubernetes.client.V1Job``) and
+``kubernetes-validate``. Field meanings: Kubernetes API reference, "Job v1 batch" and "Pod v1 core";
+the restricted security context is the Pod Security Standards "restricted" profile.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Measuring a job wider than one node: what one node shows, and what is derived. Pure.
 
-A measurement Job runs on one node (DESIGN.md, "Measurement protocol"). A data-parallel job of
-W workers x G GPUs cannot be run whole there, so the Job runs the part one node can show: the
-node's G ranks with the job's micro-batch, sequence length, precision, optimizer, tensor,
-pipeline and context parallelism, and the data-parallel size reduced to what fills the node.
+A measurement Job runs on one node: the probe starts its ranks with ``torchrun --standalone
+--nnodes=1`` in one pod (:mod:`gpu_sizer.probe.launch`), and a measurement should not hold several
+nodes' GPUs. A data-parallel job of W workers x G GPUs cannot be run whole there, so the Job runs
+the part one node can show: the node's G ranks with the job's micro-batch, sequence length,
+precision, optimizer, tensor, pipeline and context parallelism, and the data-parallel size reduced
+to what fills the node.
 Per rank this is the job's own step except for what sharding divides: ZeRO/FSDP shard the model
 states over G ranks instead of the job's N, so each rank holds more of them (a DDP replica
 holds the same). The measured peak is therefore an upper bound of the job's per-GPU peak, and

@@ -1,5 +1,5 @@
 """Measurement slots: a cluster-wide cap on concurrent measurement Jobs, per-namespace limits and
-a fair queue across namespaces (issue 15, item 1). Pure: the controller says what runs and who
+a fair queue across namespaces. Pure: the controller says what runs and who
 waits; this module says who may start now and where the others stand.
 
 Fairness is the interleaving Kubernetes' own API Priority and Fairness and Kueue's fair sharing

@@ -4,7 +4,10 @@
   termination message);
 - :mod:`gpu_sizer.probe.nvml`: the NVML device-memory sampler;
 - :mod:`gpu_sizer.probe.model`, :mod:`~gpu_sizer.probe.inference`,
-  :mod:`~gpu_sizer.probe.training`: the synthetic workloads (torch);
+  :mod:`~gpu_sizer.probe.training`: the synthetic workloads (torch); the model's parts are
+  :mod:`~gpu_sizer.probe.attention`, :mod:`~gpu_sizer.probe.mamba`,
+  :mod:`~gpu_sizer.probe.feed_forward`, :mod:`~gpu_sizer.probe.decoder_layer`,
+  :mod:`~gpu_sizer.probe.vision_tower` and :mod:`~gpu_sizer.probe.loss`;
 - :mod:`gpu_sizer.probe.command_mode`, :mod:`~gpu_sizer.probe.vllm_log`: Command mode;
 - :mod:`gpu_sizer.probe.support`: what synthetic mode cannot reproduce, and why;
 - :mod:`gpu_sizer.probe.memory`: per-phase peaks, out-of-memory recognition;

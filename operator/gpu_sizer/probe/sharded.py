@@ -48,8 +48,8 @@ from gpu_sizer.api import (
 from gpu_sizer.budget.training_load import initialization
 from gpu_sizer.budget.training_precision import recipe
 from gpu_sizer.budget.training_sharding import deepspeed_options, shard_degree
+from gpu_sizer.probe.decoder_layer import DecoderLayer
 from gpu_sizer.probe.memory import Recorder
-from gpu_sizer.probe.model import DecoderLayer
 from gpu_sizer.probe.training import (
     Stepper,
     TrainingFigures,
