@@ -3,7 +3,6 @@ listed with the official kubernetes client (kubeconfig, or the in-cluster servic
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 __all__ = ["ClusterUnreadable", "kubeconfig_problem", "list_records"]
@@ -46,23 +45,15 @@ def list_records(kubeconfig: str | None, context: str | None) -> list[dict[str, 
     :raises ClusterUnreadable: no configuration, or the API server refused or could not be
         reached (the message says which and how to fix it).
     """
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 
     from gpu_sizer.api import GROUP, KIND, PLURAL, VERSION
+    from gpu_sizer.kube.client import new_api_client
 
     try:
-        if kubeconfig or context or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context
-            )
-        else:
-            configuration = client.Configuration()
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-            api_client = client.ApiClient(configuration)
+        api_client = new_api_client(kubeconfig, context)
     except (ConfigException, OSError) as exc:
         raise ClusterUnreadable(
             f"no usable kubeconfig ({exc}); give --kubeconfig FILE or set KUBECONFIG"
