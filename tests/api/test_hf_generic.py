@@ -7,9 +7,12 @@ from typing import Any
 
 import pytest
 
+from gpu_sizer.api import Problem
 from gpu_sizer.api.hf import UnsupportedConfig
 from gpu_sizer.api.hf_generic import (
     TransformersReading,
+    architecture_refused_only,
+    keep_count_only,
     model_from_reading,
     model_without_reading,
 )
@@ -63,3 +66,13 @@ def test_without_a_reading_a_count_is_required() -> None:
     model = model_without_reading(CONFIG, 8_000_000_000, "not installed", notes, serving=True)
     assert model["architecture"]["numHiddenLayers"] == 32
     assert any("unchecked" in n for n in notes)
+
+
+def test_a_refused_architecture_alone_keeps_the_count_and_nothing_else() -> None:
+    arch = [Problem("spec.model.architecture.layerTypes[3]", "not sized")]
+    assert architecture_refused_only(arch)
+    assert not architecture_refused_only([])
+    assert not architecture_refused_only([*arch, Problem("spec.inference.maxNumSeqs", "x")])
+    model: dict[str, Any] = {"name": "m", "architecture": {"numHiddenLayers": 32}}
+    keep_count_only(model, 8_000_000_000)
+    assert model == {"name": "m", "parameterCount": 8_000_000_000}

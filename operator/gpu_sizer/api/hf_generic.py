@@ -15,16 +15,35 @@ estimate may then count is decided here, on the safe side:
 
 Without a reading (transformers missing, or it cannot build the model) a hand-given parameter
 count is required, and the geometry is config.json's keys as written.
+
+A model whose architecture the API refuses (a layer kind gpu-sizer does not size yet, such as
+Nemotron-H's MoE layers) is kept as its parameter count alone when every problem is in the
+architecture (:func:`architecture_refused_only`, :func:`keep_count_only`): the estimate is then
+Incomplete, never a fit, where any other problem still refuses the document.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpu_sizer.api.hf import UnsupportedConfig, model_from_hf_config
 
-__all__ = ["TransformersReading", "model_from_reading", "model_without_reading"]
+if TYPE_CHECKING:
+    from gpu_sizer.api.errors import Problem
+
+__all__ = [
+    "ARCHITECTURE_PATH",
+    "TransformersReading",
+    "architecture_refused_only",
+    "keep_count_only",
+    "model_from_reading",
+    "model_without_reading",
+]
+
+#: Where the API's problems with the attention geometry are reported.
+ARCHITECTURE_PATH = "spec.model.architecture"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +132,17 @@ def model_without_reading(
         "attention geometry is config.json's keys as written, unchecked"
     )
     return model_from_hf_config(config, notes, serving=serving)
+
+
+def architecture_refused_only(problems: Sequence[Problem]) -> bool:
+    """Whether the API refused the document for its ``spec.model.architecture`` alone (at
+    least one problem, every one under that path)."""
+    return bool(problems) and all(p.path.startswith(ARCHITECTURE_PATH) for p in problems)
+
+
+def keep_count_only(model: dict[str, Any], parameter_count: int) -> None:
+    """Drop ``model``'s architecture and keep ``parameter_count`` (edits ``model``): the
+    weights are counted, the KV cache and activations are not, so the estimate is Incomplete.
+    Only for a model :func:`architecture_refused_only` says is refused for its architecture."""
+    del model["architecture"]
+    model["parameterCount"] = parameter_count

@@ -204,14 +204,13 @@ def run(args: argparse.Namespace) -> int:
 def _count_only(
     config: dict[str, Any], model: dict[str, Any], problems: list[Problem], source: str
 ) -> bool:
-    """Keep a model whose architecture gpu-sizer refuses (a layer kind it does not size yet,
-    such as Nemotron-H's MoE layers) as its parameter count alone, when every problem is in
-    the architecture and a count is at hand (``--parameter-count`` or ``transformers``): the
-    estimate is then Incomplete, never a fit. Edits ``model``; ``False`` when it cannot."""
+    """Keep a model whose architecture gpu-sizer refuses as its parameter count alone (the
+    core's rule, :func:`gpu_sizer.api.hf_generic.keep_count_only`), when a count is at hand
+    (``--parameter-count`` or ``transformers``). Edits ``model``; ``False`` when it cannot."""
+    from gpu_sizer.api.hf_generic import architecture_refused_only, keep_count_only
     from gpu_sizer.cli.hf_meta import HfUnavailable, read_with_transformers
 
-    arch = "spec.model.architecture"
-    if not problems or any(not p.path.startswith(arch) for p in problems):
+    if not architecture_refused_only(problems):
         return False
     count = model.get("parameterCount")
     if count is None:
@@ -219,8 +218,7 @@ def _count_only(
             count = read_with_transformers(config).parameters
         except HfUnavailable:
             return False
-    del model["architecture"]
-    model["parameterCount"] = count
+    keep_count_only(model, count)
     print(
         f"Warning: {source}: {problems[0]}; spec.model.architecture is left out and "
         f"parameterCount {count} written (counted by transformers on the meta device unless "
