@@ -30,9 +30,10 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from gpu_sizer.admission import certs, handlers, kube  # handlers: registers the kopf handlers
+from gpu_sizer.admission import certs, handlers  # handlers: registers the kopf handlers
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
 from gpu_sizer.admission.server import AdmissionServer, configure
+from gpu_sizer.kube import client as kube
 
 NAMESPACES = {
     "default": {},

@@ -19,8 +19,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from gpu_sizer.admission import certs, kube
+from gpu_sizer.admission import certs
 from gpu_sizer.admission.server import AdmissionServer, configure
+from gpu_sizer.kube import client as kube
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 NAMES = certs.service_dns_names("gpu-sizer-webhook", "gpu-sizer")

@@ -349,7 +349,7 @@ def test_meta_count_of_a_config_the_class_refuses_is_none() -> None:
     """transformers' strict config validators raise StrictDataclassClassValidationError (not a
     ValueError): the component is left uncounted instead of a traceback."""
     pytest.importorskip("transformers")
-    from gpu_sizer.cli import _meta_parameter_count
+    from gpu_sizer.cli.hf_meta import meta_parameter_count
 
     config = {
         "hidden_size": 4095,
@@ -358,4 +358,4 @@ def test_meta_count_of_a_config_the_class_refuses_is_none() -> None:
         "intermediate_size": 64,
         "vocab_size": 100,
     }
-    assert _meta_parameter_count("transformers", "LlamaModel", config) is None
+    assert meta_parameter_count("transformers", "LlamaModel", config) is None

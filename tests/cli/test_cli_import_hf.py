@@ -473,7 +473,7 @@ def test_a_vision_tower_of_an_unknown_family_leaves_the_estimate_incomplete(
 def test_without_transformers_the_count_is_asked_for(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpu_sizer import hf_meta
+    from gpu_sizer.cli import hf_meta
 
     def unavailable(config: dict[str, Any]) -> Any:
         raise hf_meta.HfUnavailable(f"transformers is not installed ({hf_meta.INSTALL_HINT})")
@@ -520,7 +520,7 @@ def test_a_known_family_with_a_layer_kind_not_sized_keeps_its_count(
 def test_without_a_count_a_refused_architecture_stays_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpu_sizer import hf_meta
+    from gpu_sizer.cli import hf_meta
 
     def unavailable(config: dict[str, Any]) -> Any:
         raise hf_meta.HfUnavailable("transformers is not installed")

@@ -137,7 +137,7 @@ def kubernetes_fetcher(timeout: float = 2.0) -> LabelsFetcher:
     def fetch(namespace: str) -> Labels:
         from kubernetes.client import CoreV1Api
 
-        from gpu_sizer.admission.kube import api_client
+        from gpu_sizer.kube.client import api_client
 
         ns = CoreV1Api(api_client()).read_namespace(namespace, _request_timeout=timeout)
         return dict((ns.metadata and ns.metadata.labels) or {})

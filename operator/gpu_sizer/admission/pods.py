@@ -414,7 +414,7 @@ def kubernetes_claim_fetcher(timeout: float = 2.0) -> ClaimFetcher:
         from kubernetes.client import CustomObjectsApi
         from kubernetes.client.exceptions import ApiException
 
-        from gpu_sizer.admission.kube import api_client
+        from gpu_sizer.kube.client import api_client
 
         plural = "resourceclaimtemplates" if kind == "ResourceClaimTemplate" else "resourceclaims"
         api = CustomObjectsApi(api_client())
@@ -443,8 +443,8 @@ def kubernetes_workload_fetcher(timeout: float = 2.0) -> WorkloadFetcher:
         from kubernetes.client import CustomObjectsApi
         from kubernetes.client.exceptions import ApiException
 
-        from gpu_sizer.admission.kube import api_client
         from gpu_sizer.api import GROUP, PLURAL, VERSION
+        from gpu_sizer.kube.client import api_client
 
         try:
             obj = CustomObjectsApi(api_client()).get_namespaced_custom_object(

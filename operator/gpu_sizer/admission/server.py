@@ -637,7 +637,7 @@ def configure(
         if not any(isinstance(f, log_filter) for f in target.filters):
             target.addFilter(log_filter())
     capacity = AdmissionCapacity()
-    from gpu_sizer.admission.kube import import_client
+    from gpu_sizer.kube.client import import_client
 
     import_client()
     configure_admission(
@@ -656,7 +656,7 @@ def configure(
         cafile: Path | None = directory / "ca.crt"
     else:
         from gpu_sizer.admission import certs
-        from gpu_sizer.admission.kube import api_client
+        from gpu_sizer.kube.client import api_client
 
         namespace = os.environ.get("POD_NAMESPACE")
         secret = _opt(options, "webhook_tls_secret")

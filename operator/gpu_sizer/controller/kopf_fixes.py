@@ -1,4 +1,4 @@
-"""One fix to kopf 1.45's start-up over many existing objects (issue 17).
+"""One fix to kopf 1.45's start-up over many existing objects, until kopf carries it.
 
 kopf pre-populates every index before any handler runs (``kopf/_core/reactor/queueing.py``,
 ``watcher``: one ``Toggle`` per object of the initial listing in the ``operator_indexed``
@@ -13,6 +13,10 @@ The waiters of a ``ToggleSet`` wait for its overall state (``is_on()``), and the
 toggles for their own toggle's state, which adding or dropping another toggle never changes. So
 waking them only when a drop or an addition changes the set's overall state wakes every waiter
 whose condition changed, and none other: the same semantics, N wake-ups instead of N**2 / 2.
+
+The same change, as a patch to kopf 1.45.2, is hack/upstream/kopf-1.45.2-toggleset-notify-on-
+change.patch; pyproject pins kopf to 1.45 and tests/controller/test_kopf_upstream.py fails when
+kopf's ``ToggleSet`` code differs from the one this replaces.
 """
 
 from __future__ import annotations

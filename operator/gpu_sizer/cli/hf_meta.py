@@ -8,16 +8,27 @@ download) and its parameters are counted, a tied matrix once (``nn.Module.parame
 shared tensor once, as ``PreTrainedModel.num_parameters`` counts). The test suite builds every
 known family the same way as its oracle (``tests/budget/test_budget_families.py``).
 
+``gpu-sizer import-diffusers`` uses :func:`meta_parameter_count` the same way for a pipeline
+component of a class gpu-sizer does not size.
+
 Only the CLI imports this module, and only when it needs it: the operator, the webhook and the
-pure core never import ``transformers`` or ``torch`` (``.importlinter``).
+pure core never import ``transformers``, ``diffusers`` or ``torch`` (``.importlinter``). What the
+reading decides for ``spec.model`` is the core's (:mod:`gpu_sizer.api.hf_generic`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["INSTALL_HINT", "HfUnavailable", "TransformersReading", "read_with_transformers"]
+from gpu_sizer.api.hf_generic import TransformersReading
+
+__all__ = [
+    "INSTALL_HINT",
+    "HfUnavailable",
+    "TransformersReading",
+    "meta_parameter_count",
+    "read_with_transformers",
+]
 
 #: How to get the extra; torch's CPU build first, so that pip does not pull a CUDA build.
 INSTALL_HINT: Final = (
@@ -31,26 +42,6 @@ _AUTO_CLASSES: Final = ("AutoModelForCausalLM", "AutoModelForImageTextToText", "
 class HfUnavailable(RuntimeError):
     """``transformers`` or torch is not installed, or the installed release cannot build the
     model (an unknown ``model_type``, a model that needs ``trust_remote_code``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TransformersReading:
-    """What ``transformers`` makes of a config.json.
-
-    :ivar config: the config as its class reads it (``PretrainedConfig.to_dict``: defaults filled,
-        derived keys such as ``layer_types`` present).
-    :ivar parameters: parameters of the model built from it (tied matrices once).
-    :ivar attention_layers: attention modules of the model (outermost modules whose class name
-        ends in ``Attention``): one per decoder layer for a model that only attends.
-    :ivar model_class: the class that was built.
-    :ivar version: ``transformers.__version__``.
-    """
-
-    config: dict[str, Any]
-    parameters: int
-    attention_layers: int
-    model_class: str
-    version: str
 
 
 def _import() -> tuple[Any, Any]:
@@ -133,3 +124,39 @@ def _attention_modules(model: Any) -> int:
             continue
         found.append(name)
     return len(found)
+
+
+def meta_parameter_count(library: str, cls: str, config: dict[str, Any]) -> int | None:
+    """Parameters of ``cls`` built from ``config`` by its library on PyTorch's meta device (no
+    memory), or ``None`` when the library or the class is not available. An optional extra of
+    this command only: the operator and the webhook never import diffusers or transformers.
+
+    ``library`` is the ``model_index.json`` entry's: ``diffusers``, ``transformers``, or a
+    ``diffusers.pipelines`` module (``stable_diffusion`` for SD's safety checker), as
+    ``diffusers``' ``load_sub_model`` resolves it. A transformers model is built from its
+    config class (``from_dict``: nested ``text_config``/``vision_config`` objects included).
+    """
+    import importlib
+    import warnings
+
+    try:
+        torch = importlib.import_module("torch")
+        if library in ("diffusers", "transformers"):
+            lib = importlib.import_module(library)
+        else:
+            lib = importlib.import_module(f"diffusers.pipelines.{library}")
+        model_cls = getattr(lib, cls)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    try:
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            config_class = getattr(model_cls, "config_class", None)
+            if config_class is not None and hasattr(config_class, "from_dict"):
+                model = model_cls(config_class.from_dict(config))
+            else:
+                model = model_cls.from_config(config)
+        return int(sum(p.numel() for p in model.parameters()))
+    except Exception:  # any refusal of the library's config or model class
+        # (huggingface_hub's StrictDataclassClassValidationError is not a ValueError)
+        return None  # a config the class's constructor refuses: left uncounted
