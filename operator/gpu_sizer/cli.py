@@ -111,7 +111,7 @@ def _add_offline_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
         choices=["off", "report", "apply"],
         type=str.lower,
         default="report",
-        help="correction factors learned from --records (gpu_sizer.calibration): report "
+        help="correction factors learned from --records (gpu_sizer.records.calibration): report "
         "(default) shows them in status.estimate.calibration, apply also scales the figures "
         "and judges the verdict with them, off ignores them",
     )
@@ -417,7 +417,7 @@ def _estimate(args: argparse.Namespace) -> int:
     from gpu_sizer.api import InvalidWorkload, parse_workload, spec_hash
     from gpu_sizer.catalog import DEFAULT_CATALOG, InvalidCatalog, load_catalog_file
     from gpu_sizer.reconcile import estimated_status
-    from gpu_sizer.sizing import Assessment, Verdict, assess
+    from gpu_sizer.sizing.verdict import Assessment, Verdict, assess
 
     out, err = sys.stdout, sys.stderr
     if args.container is not None:
@@ -443,7 +443,7 @@ def _estimate(args: argparse.Namespace) -> int:
             return EXIT_INVALID
     calibration = None
     if args.calibration != "off":
-        from gpu_sizer.calibration import Calibration, learn, parse_mode, samples_from
+        from gpu_sizer.records.calibration import Calibration, learn, parse_mode, samples_from
 
         records: list[Any] = []
         if args.records:
@@ -514,7 +514,7 @@ def _estimate(args: argparse.Namespace) -> int:
             invalid = True
             continue
         if assessment.recommendation is not None and args.mig_strategy == "mixed":
-            from gpu_sizer.placement import for_strategy
+            from gpu_sizer.sizing.placement import for_strategy
 
             mixed = for_strategy(assessment.recommendation, "mixed", catalog)
             assessment = dataclasses.replace(assessment, recommendation=mixed)
@@ -574,7 +574,7 @@ def _print_patches(
     """One strategic-merge patch per workload with a recommendation (YAML; with several workloads
     each is headed by a comment naming it, separated by ``---``); the others are said on
     stderr."""
-    from gpu_sizer.placement import memory_request, pod_template_patch
+    from gpu_sizer.sizing.placement import memory_request, pod_template_patch
 
     patches: list[tuple[str, dict[str, Any]]] = []
     for (doc, assessment), obj in zip(rows, objects, strict=True):
@@ -1087,7 +1087,7 @@ def _meta_parameter_count(library: str, cls: str, config: dict[str, Any]) -> int
 def _accuracy(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from gpu_sizer.accuracy import format_table, read_records, summarize
+    from gpu_sizer.records.accuracy import format_table, read_records, summarize
 
     if not args.files and not args.from_cluster:
         print("give FILE|DIR arguments or --from-cluster", file=sys.stderr)

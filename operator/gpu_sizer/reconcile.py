@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from gpu_sizer import pool_verdict
 from gpu_sizer.api import (
     Basis,
     Condition,
@@ -28,9 +27,10 @@ from gpu_sizer.budget.engines import models_pool
 from gpu_sizer.catalog import GPUClass, headroom_fraction
 from gpu_sizer.measurement.node_scope import derive, node_scope
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
-from gpu_sizer.placement import snippets
-from gpu_sizer.sizing import Assessment, Verdict
-from gpu_sizer.workers import recommendation_fields
+from gpu_sizer.sizing import pool_verdict
+from gpu_sizer.sizing.placement import snippets
+from gpu_sizer.sizing.verdict import Assessment, Verdict
+from gpu_sizer.sizing.workers import recommendation_fields
 
 __all__ = [
     "Action",
@@ -775,7 +775,7 @@ def _from_measurement(
     if scope is not None and m.scope:
         what = f"{m.scope}; on {m.gpu_class} ({_fmt(capacity)} usable)"
     if m.reused_from:
-        # A shared GPUMeasurement of the same measurement key (gpu_sizer.sharing).
+        # A shared GPUMeasurement of the same measurement key (gpu_sizer.records.sharing).
         what = f"reused GPUMeasurement {m.reused_from}: {what}"
     conds.put(ConditionType.Measured, T, reason, what)
     same_class = est_rec is not None and cls is not None and est_rec.gpu_class == cls.name
@@ -876,9 +876,9 @@ def _lower_fraction(
 
     The engine's footprint is its fraction of the GPU plus what lies outside it; the measured
     excess over ``(1 - minHeadroomFraction) x usable`` comes off the fraction, and the engine is
-    re-planned on the same class with it (:mod:`gpu_sizer.pool_verdict`). When that smaller pool
-    still serves ``targetConcurrency``, the recommendation keeps the class with the lowered flag;
-    otherwise the workload is rejected with the figures.
+    re-planned on the same class with it (:mod:`gpu_sizer.sizing.pool_verdict`). When that smaller
+    pool still serves ``targetConcurrency``, the recommendation keeps the class with the lowered
+    flag; otherwise the workload is rejected with the figures.
     """
     spec = wl.spec
     inf = spec.inference
@@ -1314,7 +1314,7 @@ def _measured_recommendation(
     host: int | None = None,
 ) -> RecommendationStatus:
     """A recommendation resting on a measured ``peak`` (bytes per GPU) on class ``cls``; with
-    ``spec``, split into workers as the estimate's is (:mod:`gpu_sizer.workers`)."""
+    ``spec``, split into workers as the estimate's is (:mod:`gpu_sizer.sizing.workers`)."""
     placed = snippets(cls, gpus) if spec is None else recommendation_fields(spec, cls, host)
     return RecommendationStatus(
         gpu_class=cls.name,

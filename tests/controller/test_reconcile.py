@@ -21,7 +21,7 @@ from gpu_sizer.reconcile import (
     plan_outcome,
     plan_spec,
 )
-from gpu_sizer.sizing import assess
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_2_1B
 
 GIB = 1 << 30

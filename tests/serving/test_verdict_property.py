@@ -12,8 +12,8 @@ config.json, GPU classes and headroom. Each valid one goes through the three ent
 * the validating webhook's pure decision (:func:`gpu_sizer.admission.verdict.review`);
 * the operator's pure decision after estimating (:func:`gpu_sizer.reconcile.plan_spec`).
 
-and :func:`gpu_sizer.sizing.assess_or_raise` must not raise on any of them. Examples are bounded
-(CI runs on two loaded cores): the strategies favour the regimes, not the volume.
+and :func:`gpu_sizer.sizing.verdict.assess_or_raise` must not raise on any of them. Examples are
+bounded (CI runs on two loaded cores): the strategies favour the regimes, not the volume.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gpu_sizer.admission.policy import Policy
 from gpu_sizer.admission.verdict import Outcome, review
 from gpu_sizer.api import InvalidWorkload, parse_spec, spec_hash
 from gpu_sizer.api.hf import model_from_hf_config
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.cli import main
+from gpu_sizer.policy.namespace import Policy
 from gpu_sizer.reconcile import Config, Workload, plan_spec
-from gpu_sizer.sizing import Verdict, assess, assess_or_raise
+from gpu_sizer.sizing.verdict import Verdict, assess, assess_or_raise
 from tests.admission.specs import spec_documents
 from tests.api.test_hf_quantization import FP8_DYNAMIC, W4A16, W8A8_INT8
 from tests.architectures import LLAMA_3_2_1B, LLAMA_3_8B

@@ -18,7 +18,6 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from gpu_sizer import pool_verdict
 from gpu_sizer.api import (
     Basis,
     CalibrationStatus,
@@ -36,7 +35,6 @@ from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
 from gpu_sizer.budget.engines import EnginePlan, command_args, models_pool
 from gpu_sizer.budget.estimate import plan_estimate
-from gpu_sizer.calibration import Calibration, calibrate, engine_of
 from gpu_sizer.catalog import (
     DEFAULT_CATALOG,
     Choice,
@@ -47,10 +45,12 @@ from gpu_sizer.catalog import (
     fits,
     headroom_fraction,
 )
-from gpu_sizer.fix_cost import fix_cost
-from gpu_sizer.inventory import ClassCapacity
-from gpu_sizer.placement import snippets
-from gpu_sizer.workers import bound_problem, recommendation_fields
+from gpu_sizer.inventory.nodes import ClassCapacity
+from gpu_sizer.records.calibration import Calibration, calibrate, engine_of
+from gpu_sizer.sizing import pool_verdict
+from gpu_sizer.sizing.fix_cost import fix_cost
+from gpu_sizer.sizing.placement import snippets
+from gpu_sizer.sizing.workers import bound_problem, recommendation_fields
 
 __all__ = ["Assessment", "Fix", "Verdict", "assess", "assess_or_raise"]
 
@@ -225,16 +225,16 @@ def assess_or_raise(
     """Estimate ``spec`` and choose the first allowed class (rank order) with the headroom.
 
     ``calibration`` (``--calibration``, factors learned from measurement records, see
-    :mod:`gpu_sizer.calibration`): in mode Report the estimate shows the factors of its engine
-    on the chosen class; in mode Apply each class is judged by the estimate with that class's
+    :mod:`gpu_sizer.records.calibration`): in mode Report the estimate shows the factors of its
+    engine on the chosen class; in mode Apply each class is judged by the estimate with that class's
     factors, so the verdict and the recommendation follow the calibrated figures.
 
     ``present`` names the classes that have nodes in the cluster (the operator's inventory);
     present classes are preferred, and ``recommendation.cheapestFittingClass`` still names the
     cheapest catalog class that fits. ``gpuCount`` is only the parallelism the spec declares;
-    a job wider than a node is split into workers (:mod:`gpu_sizer.workers`), and a class whose
-    nodes cannot hold it (``capacity``: the inventory's GPUs per class; without it the bound of
-    :data:`~gpu_sizer.workers.MAX_JOB_GPUS`) is not chosen.
+    a job wider than a node is split into workers (:mod:`gpu_sizer.sizing.workers`), and a class
+    whose nodes cannot hold it (``capacity``: the inventory's GPUs per class; without it the bound
+    of :data:`~gpu_sizer.sizing.workers.MAX_JOB_GPUS`) is not chosen.
 
     Verdicts: ``Fits``; ``NoSafeHeadroom`` (no allowed class leaves
     ``spec.placement.minHeadroomFraction`` free; computed fixes attached); ``Incomplete`` (the
@@ -426,7 +426,7 @@ def _assess_pool(
     warnings: list[str],
     catalog: Sequence[GPUClass],
 ) -> Assessment:
-    """The verdict for a pre-allocating engine: per class, see :mod:`gpu_sizer.pool_verdict`.
+    """The verdict for a pre-allocating engine: per class, see :mod:`gpu_sizer.sizing.pool_verdict`.
 
     Classes are planned in rank order until the cheapest serving one (and, with an inventory,
     the cheapest present one) is found: an admission review rarely needs more than a few."""
@@ -511,7 +511,7 @@ def _pool_fixes(
     catalog: Sequence[GPUClass] = (),
 ) -> list[Fix]:
     """The computed fixes of an unserved pre-allocating spec, cheapest first
-    (:func:`gpu_sizer.fix_cost.fix_cost`)."""
+    (:func:`gpu_sizer.sizing.fix_cost.fix_cost`)."""
     out = []
     for path, value, plan, what in pool_verdict.fix_candidates(spec, allowed, largest, catalog):
         if plan is not None:
@@ -822,7 +822,7 @@ def _fixes(
                     )
                     break
                 dp *= 2
-    # cheapest first (gpu_sizer.fix_cost); image and video fixes returned above keep theirs
+    # cheapest first (gpu_sizer.sizing.fix_cost); image and video fixes returned above keep theirs
     return sorted(out, key=lambda f: fix_cost(f.field))
 
 
