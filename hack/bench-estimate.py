@@ -46,7 +46,8 @@ from gpu_sizer.budget.diffusion.resolved import cache_clear as components_clear
 from gpu_sizer.budget.kv_cache import kv_geometry
 from gpu_sizer.budget.params import layer_plan, layout
 from gpu_sizer.sizing import verdict as sizing
-from gpu_sizer.sizing.verdict import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The mid-size MoE the throughput target names (issue 10): Qwen3-30B-A3B.

@@ -417,7 +417,8 @@ def _estimate(args: argparse.Namespace) -> int:
     from gpu_sizer.api import InvalidWorkload, parse_workload, spec_hash
     from gpu_sizer.catalog import DEFAULT_CATALOG, InvalidCatalog, load_catalog_file
     from gpu_sizer.reconcile import estimated_status
-    from gpu_sizer.sizing.verdict import Assessment, Verdict, assess
+    from gpu_sizer.sizing.assessment import Assessment, Verdict
+    from gpu_sizer.sizing.verdict import assess
 
     out, err = sys.stdout, sys.stderr
     if args.container is not None:

@@ -28,8 +28,8 @@ from gpu_sizer.catalog import GPUClass, headroom_fraction
 from gpu_sizer.measurement.node_scope import derive, node_scope
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 from gpu_sizer.sizing import pool_verdict
+from gpu_sizer.sizing.assessment import Assessment, Verdict
 from gpu_sizer.sizing.placement import snippets
-from gpu_sizer.sizing.verdict import Assessment, Verdict
 from gpu_sizer.sizing.workers import recommendation_fields
 
 __all__ = [

@@ -20,7 +20,8 @@ from gpu_sizer.admission.verdict import (
 from gpu_sizer.api import parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.policy.namespace import Policy
-from gpu_sizer.sizing.verdict import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_8B
 
 OPEN = Policy().for_namespace({})

@@ -33,7 +33,8 @@ from gpu_sizer.api import EstimateStatus, GPUWorkloadSpec, InvalidWorkload, pars
 from gpu_sizer.api.spec import MAX_MIN_HEADROOM_FRACTION
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.sizing import verdict as sizing
-from gpu_sizer.sizing.verdict import Assessment, Verdict, assess
+from gpu_sizer.sizing.assessment import Assessment, Verdict
+from gpu_sizer.sizing.verdict import assess
 
 ARCHITECTURES = [
     LLAMA_3_8B,

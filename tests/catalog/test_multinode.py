@@ -12,8 +12,9 @@ from gpu_sizer.api import Initialization, parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.cli import main
 from gpu_sizer.inventory.nodes import ClassCapacity
+from gpu_sizer.sizing.assessment import Verdict
 from gpu_sizer.sizing.placement import pod_template_patch
-from gpu_sizer.sizing.verdict import Verdict, assess
+from gpu_sizer.sizing.verdict import assess
 from gpu_sizer.sizing.workers import MAX_JOB_GPUS, split
 
 H100 = "nvidia-h100-80gb"

@@ -24,7 +24,8 @@ from gpu_sizer.records.calibration import (
     sample_from_workload,
     samples_from,
 )
-from gpu_sizer.sizing.verdict import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 RECORDS = Path(__file__).parent / "records" / "calibration.yaml"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "llama-2-13b-lora.yaml"

@@ -16,8 +16,9 @@ import pytest
 from gpu_sizer.api import parse_spec
 from gpu_sizer.budget.engines.sglang import default_mem_fraction_static
 from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.sizing.assessment import Fix, Verdict
 from gpu_sizer.sizing.fix_cost import fix_cost
-from gpu_sizer.sizing.verdict import Fix, Verdict, assess
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_8B
 
 BY_NAME = {c.name: c for c in DEFAULT_CATALOG}

@@ -22,7 +22,8 @@ from gpu_sizer.api import GPUWorkloadSpec, InvalidWorkload, parse_spec
 from gpu_sizer.api.spec import spec_to_wire
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.policy.namespace import EffectivePolicy, IncompleteEstimates
-from gpu_sizer.sizing.verdict import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 __all__ = ["MAX_MESSAGE_CHARS", "Answer", "Outcome", "bounded", "defaulted_spec", "review"]
 

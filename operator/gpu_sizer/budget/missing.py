@@ -1,7 +1,7 @@
 """Components an estimate cannot count, as data: what is missing and which spec fields supply it.
 
 An estimate that leaves out a component the workload needs is a lower bound. It must never read
-as a fit (``gpu_sizer.sizing.verdict.Verdict.Incomplete``), and every consumer (the CLI's exit
+as a fit (``gpu_sizer.sizing.assessment.Verdict.Incomplete``), and every consumer (the CLI's exit
 status, the webhook's namespace policy, the operator's conditions) decides from
 ``EstimateStatus.missingComponents``, built here, rather than from prose notes.
 
