@@ -75,7 +75,7 @@ from gpu_sizer.controller.ledger_store import LedgerStore
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
 from gpu_sizer.inventory.dra import DraNode, claim_template, merge_inventory, parse_resource_slices
-from gpu_sizer.inventory.nodes import GpuNode, IgnoredNode, Inventory
+from gpu_sizer.inventory.nodes import GpuNode, IgnoredNode, Inventory, MigStrategy
 from gpu_sizer.measurement import gpu_time
 from gpu_sizer.measurement.backends import (
     Backend,
@@ -144,7 +144,7 @@ from gpu_sizer.records.sharing import (
     wait_until,
     waiting_plan,
 )
-from gpu_sizer.sizing.placement import MigStrategy, for_strategy
+from gpu_sizer.sizing.placement import for_strategy
 from gpu_sizer.sizing.verdict import assess
 
 __all__ = ["CompactWorkload", "Key", "Reconciler", "merge_patch", "slim_workload"]

@@ -20,7 +20,7 @@ with the reason:
   against GFD's ``nvidia.com/mig-<profile>.memory``) and whole GPUs only as far as
   ``nvidia.com/gpu`` is advertised *and* ``nvidia.com/gpu.count`` leaves GPUs the slices do not
   fill. The device plugin can keep a stale ``nvidia.com/gpu`` capacity next to the slices
-  (NVIDIA gpu-operator issue 637: ``nvidia.com/gpu: 2`` with ``mig-1g.10gb: 6`` and
+  (github.com/NVIDIA/gpu-operator/issues/637: ``nvidia.com/gpu: 2`` with ``mig-1g.10gb: 6`` and
   ``mig-2g.20gb: 4`` on two A100-80GB, i.e. both GPUs fully cut); that count is capped to what
   ``gpu.count`` minus the slices allows, and said in the node's notes.
 - A node with several GPU models carries the *first* GPU's labels only (GFD labels one product
@@ -43,17 +43,21 @@ from typing import Any, Literal
 
 from gpu_sizer.api.record import driver_major
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
-from gpu_sizer.sizing.placement import MigStrategy
 
 #: How a pod asks for a class: ``nvidia.com/gpu`` (``single``), ``nvidia.com/mig-<profile>``
 #: (``mixed``), or a DRA ResourceClaim (``dra``).
 RequestMode = Literal["single", "mixed", "dra"]
+#: The NVIDIA GPU Operator's MIG strategy on a node: ``single`` offers a slice as
+#: ``nvidia.com/gpu``, ``mixed`` as ``nvidia.com/mig-<profile>``. The cluster decides it, so it
+#: is the inventory's; placement reads it to name the resource a pod requests.
+MigStrategy = Literal["single", "mixed"]
 
 __all__ = [
     "ClassCapacity",
     "GpuNode",
     "IgnoredNode",
     "Inventory",
+    "MigStrategy",
     "Offer",
     "RequestMode",
     "build_inventory",
@@ -327,7 +331,7 @@ def _parse_mixed(
             notes.append(
                 f"allocatable {RESOURCE_GPU}={whole} but {LABEL_COUNT}={physical} and the MIG "
                 f"slices advertised fill at least {filled} GPU(s): {capped} whole GPU(s) counted "
-                "(stale device-plugin capacity, as in NVIDIA gpu-operator issue 637)"
+                "(stale device-plugin capacity, as in NVIDIA/gpu-operator#637)"
             )
             whole = capped
     if whole:

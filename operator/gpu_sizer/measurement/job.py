@@ -18,8 +18,9 @@ from typing import Any, Final
 from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementMode, spec_to_wire
 from gpu_sizer.api.record import KEY_LABEL, key_label
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.inventory.nodes import MigStrategy
 from gpu_sizer.measurement.node_scope import node_scope
-from gpu_sizer.sizing.placement import MigStrategy, gpu_resource, node_affinity
+from gpu_sizer.sizing.placement import gpu_resource, node_affinity
 
 __all__ = [
     "ANNOTATION_WORKLOAD",
