@@ -31,7 +31,7 @@ raise the top-level floor, never lower it; ``maxMinHeadroomFraction`` is cluster
 a lower bound): ``Warn`` (default) admits it with an admission warning naming the missing fields,
 ``Deny`` refuses it with the same text; a rule's value replaces the top-level one.
 
-Measurement (issue 15; read by the operator, not the webhook): ``maxConcurrentMeasurements``
+Measurement (read by the operator, not the webhook): ``maxConcurrentMeasurements``
 (top level or per rule; a rule's replaces the top-level one) caps the measurement Jobs running at
 once in *each* namespace it applies to, below the cluster-wide ``--max-concurrent-measurements``;
 ``measurementGpuSecondsPerDay`` (top level or per rule; a rule's replaces the top-level one) is

@@ -1,4 +1,4 @@
-"""Estimate versus measurement across a fleet: ``gpu-sizer accuracy`` (issue 15, item 4). Pure.
+"""Estimate versus measurement across a fleet: ``gpu-sizer accuracy``. Pure.
 
 Every GPU measurement is also a test of the estimate it was taken against. This module reads
 exported objects (``kubectl get gpumeasurements -o yaml`` and/or ``kubectl get gpuworkloads -A

@@ -1,6 +1,7 @@
-"""Calibration from the fleet (issue 15, item 4): per (engine, GPU class, component) correction
-factors learned from measurement records, shown in ``status.estimate.calibration`` and, with
-``--calibration=apply``, applied to the estimate. Pure.
+"""Calibration from the fleet: per (engine, GPU class, component) correction factors learned
+from measurement records, so that the estimate learns what a cluster's measurements found;
+shown in ``status.estimate.calibration`` and, with ``--calibration=apply``, applied to the
+estimate. Pure.
 
 **What a component can be.** A measurement keeps three peaks per GPU (``status.measurement``,
 and the ``result`` of a ``GPUMeasurement`` record): PyTorch's ``max_memory_allocated`` (the

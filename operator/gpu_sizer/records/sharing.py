@@ -1,6 +1,6 @@
-"""Shared measurement records in a decision, and re-measuring when the world changes (issue 15,
-items 3 and 5). Pure: the controller passes what it knows of the cluster as plain values and
-functions, and acts on the answer.
+"""Shared measurement records in a decision, and re-measuring when the world changes: one GPU
+measurement of a key serves every workload allowed to trust it. Pure: the controller passes
+what it knows of the cluster as plain values and functions, and acts on the answer.
 
 Reuse. A workload about to start a *new* measurement first looks for a fresh
 ``GPUMeasurement`` of its measurement key (:mod:`gpu_sizer.api.record`), walking the classes in
