@@ -331,7 +331,7 @@ def _parse_mixed(
             notes.append(
                 f"allocatable {RESOURCE_GPU}={whole} but {LABEL_COUNT}={physical} and the MIG "
                 f"slices advertised fill at least {filled} GPU(s): {capped} whole GPU(s) counted "
-                "(stale device-plugin capacity, as in NVIDIA/gpu-operator#637)"
+                "(stale device-plugin capacity, as in NVIDIA gpu-operator issue 637)"
             )
             whole = capped
     if whole:
