@@ -39,14 +39,15 @@ from typing import Any
 
 import yaml
 
-from gpu_sizer import sizing
 from gpu_sizer.api import parse_workload
 from gpu_sizer.budget.activations import activation_token_elements
 from gpu_sizer.budget.diffusion.estimate import estimates_clear
 from gpu_sizer.budget.diffusion.resolved import cache_clear as components_clear
 from gpu_sizer.budget.kv_cache import kv_geometry
 from gpu_sizer.budget.params import layer_plan, layout
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing import verdict as sizing
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The mid-size MoE the throughput target names (issue 10): Qwen3-30B-A3B.

@@ -31,7 +31,7 @@ from tests.serving.figures import FIGURES, GIB, Figure
 
 from gpu_sizer.budget.engines import EnginePlan
 from gpu_sizer.budget.estimate import engine_plans
-from gpu_sizer.pool_verdict import serves
+from gpu_sizer.sizing.pool_verdict import serves
 
 TOLERANCE = 0.10
 

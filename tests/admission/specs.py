@@ -12,9 +12,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from gpu_sizer.admission.policy import EffectivePolicy
 from gpu_sizer.api.spec import MAX_MIN_HEADROOM_FRACTION
 from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.policy.namespace import EffectivePolicy
 from tests import architectures
 
 ARCHITECTURES: list[dict[str, Any]] = [

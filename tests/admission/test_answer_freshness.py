@@ -24,9 +24,9 @@ import yaml
 from gpu_sizer.admission import handlers, server
 from gpu_sizer.admission.capacity import AdmissionCapacity, Overloaded
 from gpu_sizer.admission.namespaces import NamespaceLabels
-from gpu_sizer.admission.policy import EffectivePolicy, parse_policy
 from gpu_sizer.admission.verdict import review
 from gpu_sizer.catalog import DEFAULT_CATALOG, catalog_to_data
+from gpu_sizer.policy.namespace import EffectivePolicy, parse_policy
 
 from .conftest import workload
 from .test_webhook import inference

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 
 from gpu_sizer.admission import handlers
 from gpu_sizer.admission.answers import MAX_KEY_CHARS, AnswerCache, AnswerKey, spec_key
-from gpu_sizer.admission.policy import EffectivePolicy, Policy
 from gpu_sizer.admission.verdict import Answer, Outcome, review
 from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.policy.namespace import EffectivePolicy, Policy
 from tests.example_files import WORKLOAD_FILES
 
 from .specs import effective_policies, spec_documents

@@ -27,11 +27,11 @@ import kopf
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gpu_sizer.admission.policy import EffectivePolicy, Policy
 from gpu_sizer.admission.verdict import Outcome, defaulted_spec, review
 from gpu_sizer.api import parse_spec
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.policy.namespace import EffectivePolicy, Policy
 from tests.architectures import LLAMA_3_2_1B, LLAMA_3_8B
 
 from .specs import effective_policies, spec_documents

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from gpu_sizer.admission import handlers
 from gpu_sizer.admission.pod_gpus import ClaimGpus, claim_gpus, effective_request
-from gpu_sizer.admission.policy import PodEnforcement, parse_policy
+from gpu_sizer.policy.namespace import PodEnforcement, parse_policy
 
 from .test_pods import gpuw, pod, review, valid
 

@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 
 from gpu_sizer.admission.pods import review_pod
-from gpu_sizer.admission.policy import PodEnforcement, parse_policy
 from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.policy.namespace import PodEnforcement, parse_policy
 
 K8S = kubernetes_validate.utils.latest_version()
 BY_NAME = {c.name: c for c in DEFAULT_CATALOG}
@@ -267,7 +267,7 @@ def test_mixed_strategy_recommendation_snippets_drive_the_limit_and_affinity() -
     # The operator writes the snippets for the MIG strategy of the class's nodes (mixed here:
     # nvidia.com/mig-<profile> on nodes of the whole GPU, NVIDIA k8s-device-plugin README).
     from gpu_sizer.api import RecommendationStatus
-    from gpu_sizer.placement import for_strategy
+    from gpu_sizer.sizing.placement import for_strategy
 
     w = gpuw(gpu_class="nvidia-a100-80gb-mig-1g.10gb")
     rec = RecommendationStatus.model_validate(w["status"]["recommendation"])

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_sizer.admission.policy import (
+from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.policy.namespace import (
     IncompleteEstimates,
     Policy,
     PolicyError,
     load_policy,
     parse_policy,
 )
-from gpu_sizer.catalog import DEFAULT_CATALOG
 
 
 def test_empty_policy_reproduces_the_api_default() -> None:

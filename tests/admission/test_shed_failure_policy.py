@@ -33,12 +33,12 @@ from gpu_sizer.admission import certs, handlers
 from gpu_sizer.admission.capacity import AdmissionCapacity
 from gpu_sizer.admission.handlers import DIRECT_ROUTES
 from gpu_sizer.admission.namespaces import NamespaceLabels
-from gpu_sizer.admission.policy import Policy
 from gpu_sizer.admission.server import AdmissionServer
 from gpu_sizer.admission.verdict import Outcome, review
 from gpu_sizer.api.crd import CRD_NAME
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.metrics import ADMISSION_SHED
+from gpu_sizer.policy.namespace import Policy
 from tests.conftest import Kubectl
 
 from .test_webhook import no_headroom_spec

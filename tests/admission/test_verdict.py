@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_sizer.admission.handlers import MAX_LOGGED_DENIAL_CHARS, DenialLogFilter
-from gpu_sizer.admission.policy import Policy
 from gpu_sizer.admission.verdict import (
     MAX_MESSAGE_CHARS,
     Outcome,
@@ -20,7 +19,9 @@ from gpu_sizer.admission.verdict import (
 )
 from gpu_sizer.api import parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.policy.namespace import Policy
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_8B
 
 OPEN = Policy().for_namespace({})
@@ -166,7 +167,7 @@ def test_a_failure_in_sizing_is_a_named_denial_never_a_500(
 ) -> None:
     """Any exception inside the memory model (forced here) is the verdict SizingFailed: a
     422 denial naming the cause, the same verdict the CLI and the operator get."""
-    import gpu_sizer.sizing as sizing
+    import gpu_sizer.sizing.verdict as sizing
 
     def fail(*_: Any, **__: Any) -> None:
         raise exc

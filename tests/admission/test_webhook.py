@@ -17,7 +17,8 @@ import pytest
 from gpu_sizer.api import parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.metrics import ADMISSION_VERDICTS
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_8B
 
 from .conftest import Webhook, admission_review, workload

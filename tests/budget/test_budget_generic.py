@@ -17,7 +17,8 @@ from gpu_sizer.api.hf import model_from_hf_config
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.params import layout
 from gpu_sizer.probe.support import synthetic_unsupported_reason
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 CONFIGS = Path(__file__).parent / "configs"
 INFERENCE = {"maxModelLen": 8192, "maxNumSeqs": 16}

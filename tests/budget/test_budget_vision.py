@@ -23,7 +23,8 @@ from gpu_sizer.budget.vision import (
     encoder_output_tokens,
     encoder_profile_patches,
 )
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 GIB = 2**30
 CONFIG = Path(__file__).parent / "configs" / "qwen2.5-vl-72b-instruct.json"

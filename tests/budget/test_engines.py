@@ -27,7 +27,8 @@ from gpu_sizer.budget.engines.tgi import max_batch_prefill_tokens
 from gpu_sizer.budget.engines.vllm import TP_INSIDE_BYTES_V19
 from gpu_sizer.budget.estimate import engine_plans
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 GIB = 1 << 30
 MIB = 1 << 20

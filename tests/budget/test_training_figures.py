@@ -18,7 +18,8 @@ from gpu_sizer.budget.training_loss import logits_bytes
 from gpu_sizer.budget.training_precision import optimizer_state_bytes, recipe
 from gpu_sizer.budget.training_sharding import partitioned
 from gpu_sizer.catalog import GPUClass
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 GIB = 1 << 30
 #: LLaMA-7B / Llama-2-7B parameters (the model cards' 6.74B; ``LLAMA_2_7B`` counts them).

@@ -350,7 +350,8 @@ def test_a_memory_override_moves_the_usable_figure() -> None:
     from tests.architectures import LLAMA_3_8B
 
     from gpu_sizer.api import parse_spec
-    from gpu_sizer.sizing import Verdict, assess
+    from gpu_sizer.sizing.assessment import Verdict
+    from gpu_sizer.sizing.verdict import assess
 
     spec = parse_spec({"model": {"architecture": LLAMA_3_8B},
                        "inference": {"engine": "vllm", "maxModelLen": 4096, "maxNumSeqs": 8},

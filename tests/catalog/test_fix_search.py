@@ -29,11 +29,12 @@ from tests.architectures import (
     QWEN2_7B,
 )
 
-from gpu_sizer import sizing
 from gpu_sizer.api import EstimateStatus, GPUWorkloadSpec, InvalidWorkload, parse_spec
 from gpu_sizer.api.spec import MAX_MIN_HEADROOM_FRACTION
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.sizing import Assessment, Verdict, assess
+from gpu_sizer.sizing import verdict as sizing
+from gpu_sizer.sizing.assessment import Assessment, Verdict
+from gpu_sizer.sizing.verdict import assess
 
 ARCHITECTURES = [
     LLAMA_3_8B,

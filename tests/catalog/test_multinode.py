@@ -11,10 +11,11 @@ from tests.architectures import LLAMA_3_8B, LLAMA_3_70B
 from gpu_sizer.api import Initialization, parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.cli import main
-from gpu_sizer.inventory import ClassCapacity
-from gpu_sizer.placement import pod_template_patch
-from gpu_sizer.sizing import Verdict, assess
-from gpu_sizer.workers import MAX_JOB_GPUS, split
+from gpu_sizer.inventory.nodes import ClassCapacity
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.placement import pod_template_patch
+from gpu_sizer.sizing.verdict import assess
+from gpu_sizer.sizing.workers import MAX_JOB_GPUS, split
 
 H100 = "nvidia-h100-80gb"
 

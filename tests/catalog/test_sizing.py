@@ -19,7 +19,8 @@ from gpu_sizer.api import GPUWorkloadSpec, parse_spec
 from gpu_sizer.api.spec import MAX_MIN_HEADROOM_FRACTION
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG, fits
-from gpu_sizer.sizing import MIN_FIX_MAX_MODEL_LEN, Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import MIN_FIX_MAX_MODEL_LEN, assess
 
 GIB = 1 << 30
 BY_NAME = {c.name: c for c in DEFAULT_CATALOG}
@@ -445,7 +446,7 @@ def test_every_reported_integer_fits_int64_even_at_the_field_maxima() -> None:
 def test_an_estimate_within_the_cap_is_kept_as_it_is() -> None:
     """The cap check reads the figures without dumping the estimate (admission throughput);
     an estimate with nothing to cap is passed on unchanged, the same object."""
-    from gpu_sizer.sizing import _capped
+    from gpu_sizer.sizing.assessment import cap_figures as _capped
 
     est = estimate(spec())
     assert _capped(est) == (est, False) and _capped(est)[0] is est

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from gpu_sizer import __version__
-from gpu_sizer.admission.policy import parse_policy
 from gpu_sizer.catalog import load_catalog
 from gpu_sizer.controller.options import add_operator_arguments
+from gpu_sizer.policy.namespace import parse_policy
 
 from .conftest import (
     CHART,

@@ -20,7 +20,8 @@ from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion.estimate import pipeline_parameter_count
 from gpu_sizer.budget.diffusion.pipelines import PIPELINES
 from gpu_sizer.cli import main
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 HUB = Path(__file__).resolve().parents[1] / "budget" / "diffusion" / "hub"
 #: Folders with their components' config.json (tiny-wan-pipe holds only model_index.json).

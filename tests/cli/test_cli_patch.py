@@ -18,7 +18,7 @@ import yaml
 from gpu_sizer.api import Basis, RecommendationStatus
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.cli import main
-from gpu_sizer.placement import node_affinity, pod_template_patch, resources, snippets
+from gpu_sizer.sizing.placement import node_affinity, pod_template_patch, resources, snippets
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -13,14 +13,14 @@ import celpy
 import yaml
 
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.dra import (
+from gpu_sizer.inventory.dra import (
     claim_template,
     device_selector,
     merge_inventory,
     parse_quantity,
     parse_resource_slices,
 )
-from gpu_sizer.inventory import Offer, build_inventory
+from gpu_sizer.inventory.nodes import Offer, build_inventory
 
 MIB = 1 << 20
 

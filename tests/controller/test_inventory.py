@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.inventory import (
+from gpu_sizer.inventory.nodes import (
     GpuNode,
     IgnoredNode,
     Offer,

@@ -13,7 +13,7 @@ from typing import Any
 
 from gpu_sizer.api import Phase, parse_spec
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.pool_verdict import class_plans
+from gpu_sizer.sizing.pool_verdict import class_plans
 from tests.architectures import LLAMA_3_8B
 from tests.controller.test_reconcile import cond, gpu_result, observe, start
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from gpu_sizer_testbed.emulator import LoopbackCluster, kueue_resources
 
-from gpu_sizer.kueue_check import CONTROLLER_NAME
+from gpu_sizer.inventory.kueue_check import CONTROLLER_NAME
 
 from .conftest import CRDS, GW, NS, eventually, open_cluster, spec, workload
 from .real_cluster import RealCluster

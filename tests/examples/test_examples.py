@@ -17,7 +17,8 @@ from tests.example_files import WORKLOAD_FILES
 
 from gpu_sizer.api import parse_workload
 from gpu_sizer.api.crd import VALIDATION_RULES, build_crd
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = WORKLOAD_FILES

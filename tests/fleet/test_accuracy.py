@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_sizer.accuracy import format_table, percentile, read_records, summarize
 from gpu_sizer.cli import main
+from gpu_sizer.records.accuracy import format_table, percentile, read_records, summarize
 
 FIXTURE = Path(__file__).parent / "records" / "gpuworkloads.yaml"
 

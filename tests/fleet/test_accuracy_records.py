@@ -14,11 +14,11 @@ import pytest
 import yaml
 from gpu_sizer_testbed.emulator import LoopbackCluster, crd_document
 
-from gpu_sizer.accuracy import read_records
 from gpu_sizer.api import GROUP, VERSION
 from gpu_sizer.api.record import parse_record
-from gpu_sizer.calibration import Component, learn, sample_from_record, samples_from
 from gpu_sizer.cli import main
+from gpu_sizer.records.accuracy import read_records
+from gpu_sizer.records.calibration import Component, learn, sample_from_record, samples_from
 
 HERE = Path(__file__).parent / "records"
 RECORDS = HERE / "gpumeasurements.yaml"

@@ -1,6 +1,7 @@
 """Calibration from the fleet (issue 15, item 4): factors per (engine, GPU class, component)
 learned from measured GPUWorkloads, bounded, shown in status.estimate.calibration and, with
-apply, moving the verdict and the recommendation (gpu_sizer.calibration, gpu_sizer.sizing)."""
+apply, moving the verdict and the recommendation (gpu_sizer.records.calibration,
+gpu_sizer.sizing)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 import yaml
 
 from gpu_sizer.api import CalibrationMode, parse_workload
-from gpu_sizer.calibration import (
+from gpu_sizer.cli import main
+from gpu_sizer.records.calibration import (
     MAX_FACTOR,
     Calibration,
     Component,
@@ -22,8 +24,8 @@ from gpu_sizer.calibration import (
     sample_from_workload,
     samples_from,
 )
-from gpu_sizer.cli import main
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 RECORDS = Path(__file__).parent / "records" / "calibration.yaml"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "llama-2-13b-lora.yaml"

@@ -1,6 +1,6 @@
-"""No one namespace moves calibration for everyone (gpu_sizer.calibration): cluster-wide factors
-learn only from records no tenant could have written, from at least three namespaces, each one
-vote, outliers trimmed (Iglewicz and Hoaglin's modified z-score); a namespace's own records
+"""No one namespace moves calibration for everyone (gpu_sizer.records.calibration): cluster-wide
+factors learn only from records no tenant could have written, from at least three namespaces, each
+one vote, outliers trimmed (Iglewicz and Hoaglin's modified z-score); a namespace's own records
 raise only its own estimates. The attack run's cases: seven Command-mode workloads of one
 namespace allocating extra memory pushed the L4 factor to its 1.5 cap; five hand-made records
 did the same."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_sizer.api import CalibrationMode
-from gpu_sizer.calibration import (
+from gpu_sizer.records.calibration import (
     MIN_NAMESPACES,
     Calibration,
     Component,
@@ -107,7 +107,7 @@ def test_a_frozen_status_keeps_the_factors_it_was_judged_with() -> None:
     rows = [sample(1.3, ns) for ns in ("a", "b", "c", "d", "e")]
     live = Calibration(CalibrationMode.Apply, learn(rows))
     from gpu_sizer.api import EstimateStatus, PerGpuBreakdown
-    from gpu_sizer.calibration import calibrate
+    from gpu_sizer.records.calibration import calibrate
 
     est = EstimateStatus(
         parameter_count=1, gpu_count=1, per_gpu=PerGpuBreakdown(total_bytes=10 * GIB)

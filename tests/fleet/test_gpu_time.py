@@ -7,7 +7,6 @@ import datetime as dt
 
 import yaml
 
-from gpu_sizer.admission.policy import parse_policy
 from gpu_sizer.api.status import (
     EstimateStatus,
     GPUWorkloadStatus,
@@ -17,6 +16,7 @@ from gpu_sizer.api.status import (
     Phase,
 )
 from gpu_sizer.measurement import gpu_time
+from gpu_sizer.policy.namespace import parse_policy
 
 
 def _at(text: str) -> dt.datetime:

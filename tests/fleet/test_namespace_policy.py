@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from gpu_sizer.admission.policy import PolicyError, parse_policy
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.reconciler import Reconciler
 from gpu_sizer.measurement.backends import KubernetesJobBackend
+from gpu_sizer.policy.namespace import PolicyError, parse_policy
 
 POLICY = """
 maxConcurrentMeasurements: 3

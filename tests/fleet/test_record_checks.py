@@ -1,5 +1,5 @@
 """A shared record is checked against the reader's own estimate and the class before it is
-reused (gpu_sizer.record_checks): the forgeries of the attack run (a 3 GiB peak for
+reused (gpu_sizer.records.checks): the forgeries of the attack run (a 3 GiB peak for
 Llama-3-8B, whose bf16 weights alone are 14.96 GiB: 8,030,261,248 parameters x 2 bytes, the
 model card; a 10**15-byte peak; an out-of-memory for a 1B model on an 80 GB GPU) fail, a genuine
 measurement passes."""
@@ -14,9 +14,9 @@ import pytest
 from gpu_sizer.api import MeasurementStatus, parse_spec
 from gpu_sizer.api.record import GPUMeasurement, RecordScope, build_record, parse_record
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.record_checks import implausibilities
-from gpu_sizer.sharing import candidate_keys
-from gpu_sizer.sizing import assess
+from gpu_sizer.records.checks import implausibilities
+from gpu_sizer.records.sharing import candidate_keys
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_2_1B, LLAMA_3_8B
 
 GIB = 1 << 30

@@ -9,7 +9,6 @@ from typing import Any
 
 import yaml
 
-from gpu_sizer.admission.policy import MeasurementSharing, parse_policy
 from gpu_sizer.api import MeasurementStatus, Phase, parse_spec, spec_hash
 from gpu_sizer.api.record import KEY_LABEL, build_record, parse_record
 from gpu_sizer.catalog import DEFAULT_CATALOG
@@ -286,7 +285,7 @@ def test_jobs_carry_the_key_label_only_when_shared() -> None:
 
 
 def test_only_a_run_no_tenant_could_touch_is_trusted() -> None:
-    from gpu_sizer.sharing import trusted_run
+    from gpu_sizer.records.sharing import trusted_run
 
     def trusted(doc: dict[str, Any], **kw: Any) -> bool:
         args: dict[str, Any] = {
@@ -309,7 +308,7 @@ def test_only_a_run_no_tenant_could_touch_is_trusted() -> None:
 
 
 def test_a_wait_ends_at_the_jobs_deadline_plus_the_result_grace() -> None:
-    from gpu_sizer.sharing import WAIT_MARGIN_SECONDS, wait_until
+    from gpu_sizer.records.sharing import WAIT_MARGIN_SECONDS, wait_until
 
     until = wait_until("2026-12-01T01:00:00Z", 930, 15.0)
     assert until == datetime.datetime(2026, 12, 1, 1, 0, tzinfo=datetime.UTC) + (

@@ -1,4 +1,4 @@
-"""The Kueue AdmissionCheck decision (gpu_sizer.kueue_check): pure, one case per rule.
+"""The Kueue AdmissionCheck decision (gpu_sizer.inventory.kueue_check): pure, one case per rule.
 
 Object shapes follow Kueue's API (kubernetes-sigs/kueue apis/kueue/v1beta1/workload_types.go:
 spec.podSets[].template, status.admission.podSetAssignments[].flavors, status.admissionChecks[]
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.kueue_check import (
+from gpu_sizer.inventory.kueue_check import (
     CONTROLLER_NAME,
     CheckVerdict,
     check_names,

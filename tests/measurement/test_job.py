@@ -272,7 +272,7 @@ def test_mig_slice_job_follows_the_nodes_mig_strategy() -> None:
 def test_dra_job_claims_its_gpu_through_the_template() -> None:
     # DRA: no extended resource, a pod resourceClaim from the template, the container using it;
     # no product node affinity (the scheduler places the pod where the claim is allocatable).
-    from gpu_sizer.dra import claim_template
+    from gpu_sizer.inventory.dra import claim_template
 
     h = spec_hash(SPEC)
     name = job_name("llama", h, H100.name, 18 * GIB)

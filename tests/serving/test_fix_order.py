@@ -1,9 +1,9 @@
 """Computed fixes are listed by what they cost the user, and each one that claims to fit does.
 
-The order (``gpu_sizer.fix_cost``): an engine flag, then an FP8 KV cache, then a shorter context,
-then a larger class, then more GPUs. The issue's example: Llama-3-8B on SGLang restricted to an
-L4 is refused at SGLang's own default ``--mem-fraction-static`` (0.687 there) and was told to go
-to tensor parallelism 2, while raising the flag serves it with headroom to spare.
+The order (``gpu_sizer.sizing.fix_cost``): an engine flag, then an FP8 KV cache, then a shorter
+context, then a larger class, then more GPUs. The issue's example: Llama-3-8B on SGLang restricted
+to an L4 is refused at SGLang's own default ``--mem-fraction-static`` (0.687 there) and was told to
+go to tensor parallelism 2, while raising the flag serves it with headroom to spare.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 from gpu_sizer.api import parse_spec
 from gpu_sizer.budget.engines.sglang import default_mem_fraction_static
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.fix_cost import fix_cost
-from gpu_sizer.sizing import Fix, Verdict, assess
+from gpu_sizer.sizing.assessment import Fix, Verdict
+from gpu_sizer.sizing.fix_cost import fix_cost
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_8B
 
 BY_NAME = {c.name: c for c in DEFAULT_CATALOG}

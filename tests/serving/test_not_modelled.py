@@ -30,7 +30,8 @@ from gpu_sizer.budget.engines import (
 from gpu_sizer.budget.estimate import engine_plans
 from gpu_sizer.budget.params import layout
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_8B
 
 

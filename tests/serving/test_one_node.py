@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from gpu_sizer.api import parse_spec
-from gpu_sizer.inventory import ClassCapacity
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.inventory.nodes import ClassCapacity
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_8B
 
 

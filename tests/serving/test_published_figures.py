@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_sizer.budget.estimate import engine_plans
-from gpu_sizer.pool_verdict import serves
+from gpu_sizer.sizing.pool_verdict import serves
 from tests.serving.figures import FIGURES, GIB, Figure
 
 #: Relative KV-pool tolerance per run (default 5 %).

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import gpu_sizer.sizing as sizing
+import gpu_sizer.sizing.verdict as sizing
 from gpu_sizer.api import parse_spec
 from gpu_sizer.api.hf import model_from_hf_config
 from gpu_sizer.lifecycle import estimated_status

@@ -12,8 +12,8 @@ config.json, GPU classes and headroom. Each valid one goes through the three ent
 * the validating webhook's pure decision (:func:`gpu_sizer.admission.verdict.review`);
 * the operator's pure decision after estimating (:func:`gpu_sizer.lifecycle.plan_spec`).
 
-and :func:`gpu_sizer.sizing.assess_or_raise` must not raise on any of them. Examples are bounded
-(CI runs on two loaded cores): the strategies favour the regimes, not the volume.
+and :func:`gpu_sizer.sizing.verdict.assess_or_raise` must not raise on any of them. Examples are
+bounded (CI runs on two loaded cores): the strategies favour the regimes, not the volume.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gpu_sizer.admission.policy import Policy
 from gpu_sizer.admission.verdict import Outcome, review
 from gpu_sizer.api import InvalidWorkload, parse_spec, spec_hash
 from gpu_sizer.api.hf import model_from_hf_config

@@ -12,7 +12,7 @@ LLM spec, milliseconds for a denied diffusion pipeline) buys nothing.
 The key is immutable and normalized: the spec as canonical JSON text (keys sorted, no
 whitespace; equal for equal documents, different for any difference the validator can see,
 ``1`` against ``1.0`` or ``true`` included), the namespace, and the
-:class:`~gpu_sizer.admission.policy.EffectivePolicy` (a frozen dataclass). The catalog is not in
+:class:`~gpu_sizer.policy.namespace.EffectivePolicy` (a frozen dataclass). The catalog is not in
 the key: a cache belongs to one :class:`~gpu_sizer.admission.handlers.AdmissionConfig` and is
 replaced with it. Memory is bounded twice, by entries and by characters held (keys, messages
 and warnings); a spec whose text alone is longer than :data:`MAX_KEY_CHARS` is never stored.
@@ -34,8 +34,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from gpu_sizer.admission.policy import EffectivePolicy
 from gpu_sizer.admission.verdict import Answer, Outcome
+from gpu_sizer.policy.namespace import EffectivePolicy
 
 __all__ = [
     "MAX_ENTRIES",

@@ -50,12 +50,12 @@ from gpu_sizer.admission.pods import (
     review_pod,
     workload_label,
 )
-from gpu_sizer.admission.policy import EffectivePolicy, PodEnforcement, Policy
 from gpu_sizer.admission.verdict import Answer, Outcome, bounded, defaulted_spec, review
 from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.api.workload import validate_name
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
 from gpu_sizer.metrics import ADMISSION_VERDICTS
+from gpu_sizer.policy.namespace import EffectivePolicy, PodEnforcement, Policy
 
 __all__ = [
     "DIRECT_ROUTES",

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
-from gpu_sizer.inventory import DRA_DEVICE_CLASSES
+from gpu_sizer.inventory.nodes import DRA_DEVICE_CLASSES
 
 __all__ = [
     "GPU_RESOURCE_PREFIXES",

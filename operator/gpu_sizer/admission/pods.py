@@ -7,7 +7,7 @@ the label, ``failurePolicy: Ignore``), on CREATE. What the webhook does, in the 
 Vertical Pod Autoscaler's admission controller for CPU and memory:
 
 - Required node affinity for the recommended class (``recommendation.nodeAffinity``, else
-  :func:`gpu_sizer.placement.node_affinity`): its requirement is ANDed into every existing
+  :func:`gpu_sizer.sizing.placement.node_affinity`): its requirement is ANDed into every existing
   ``nodeSelectorTerms`` entry (terms are ORed, so each keeps its meaning and gains the class), or
   becomes the only term.
 - The GPU limit (``recommendation.gpuCount`` of the resource ``recommendation.resources`` names:
@@ -60,12 +60,12 @@ from gpu_sizer.admission.pod_gpus import (
     gpu_resources_asked,
     shape_problems,
 )
-from gpu_sizer.admission.policy import PodEnforcement
 from gpu_sizer.api import RecommendationStatus
 from gpu_sizer.api.workload import validate_name
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.measurement.job import LABEL_MANAGED_BY, MANAGED_BY
-from gpu_sizer.placement import (
+from gpu_sizer.policy.namespace import PodEnforcement
+from gpu_sizer.sizing.placement import (
     ANNOTATION_BASIS,
     ANNOTATION_CLASS,
     ANNOTATION_SPEC_HASH,

@@ -58,9 +58,9 @@ from gpu_sizer.admission.handlers import (
     configure_admission,
 )
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
-from gpu_sizer.admission.policy import PolicyError, load_policy, parse_policy
 from gpu_sizer.api import GROUP, PLURAL, VERSION, problems_from
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
+from gpu_sizer.policy.namespace import PolicyError, load_policy, parse_policy
 
 __all__ = [
     "BODY_TIMEOUT",

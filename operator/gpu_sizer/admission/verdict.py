@@ -4,9 +4,9 @@ Pure: plain data in (the ``.spec`` mapping as the API server sent it, the namesp
 policy, the GPU catalog), a plain :class:`Answer` out. The kopf handlers in
 :mod:`gpu_sizer.admission.handlers` only move data in and out of this module.
 
-The sizing verdict itself comes from :func:`gpu_sizer.sizing.assess`, the one code path shared with
-``gpu-sizer estimate`` and the controller: for the same spec and catalog the webhook denies with
-exactly the message ``gpu-sizer estimate`` prints. Spec errors are the lines
+The sizing verdict itself comes from :func:`gpu_sizer.sizing.verdict.assess`, the one code path
+shared with ``gpu-sizer estimate`` and the controller: for the same spec and catalog the webhook
+denies with exactly the message ``gpu-sizer estimate`` prints. Spec errors are the lines
 :func:`gpu_sizer.api.parse_spec` gives, one per problem, each naming its field path.
 """
 
@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gpu_sizer.admission.policy import EffectivePolicy, IncompleteEstimates
 from gpu_sizer.api import GPUWorkloadSpec, InvalidWorkload, parse_spec
 from gpu_sizer.api.spec import spec_to_wire
 from gpu_sizer.catalog import GPUClass
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.policy.namespace import EffectivePolicy, IncompleteEstimates
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 __all__ = ["MAX_MESSAGE_CHARS", "Answer", "Outcome", "bounded", "defaulted_spec", "review"]
 
@@ -145,8 +146,8 @@ def review(
 
     Order: spec errors (every one, up to :data:`gpu_sizer.api.errors.MAX_PROBLEMS`), then the
     namespace policy (headroom floor and maximum,
-    allowed classes), then :func:`gpu_sizer.sizing.assess`, where a spec that allows every class
-    is limited to the classes its namespace allows. Allowed answers carry the assessment's
+    allowed classes), then :func:`gpu_sizer.sizing.verdict.assess`, where a spec that allows every
+    class is limited to the classes its namespace allows. Allowed answers carry the assessment's
     warnings (headroom under twice the minimum, revision unpinned, measurement disabled), as
     ``gpu-sizer estimate`` prints them. An ``Incomplete`` assessment is denied or admitted with
     its message as the first warning, as the namespace's ``incompleteEstimates`` says. The

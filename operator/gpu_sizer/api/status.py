@@ -208,7 +208,8 @@ class CalibrationMode(StrEnum):
 
 
 class CalibrationFactor(_Status):
-    """One correction factor learned from measurement records (see gpu_sizer.calibration)."""
+    """One correction factor learned from measurement records (see
+    gpu_sizer.records.calibration)."""
 
     engine: str = Field(
         description="Engine of the records: vllm, ..., pytorch (training), diffusers."

@@ -1,7 +1,7 @@
 """Assemble the per-GPU memory budget of a spec. Pure.
 
 :func:`estimate` is the memory model's single entry point: the webhook, the CLI and the controller
-all read their figures from it (through ``gpu_sizer.sizing.assess``). It adds up independent
+all read their figures from it (through ``gpu_sizer.sizing.verdict.assess``). It adds up independent
 components on the most loaded GPU of one replica:
 
 - inference: weights (+ quantization metadata), KV cache, activations of the largest forward pass,

@@ -1,8 +1,8 @@
 """Components an estimate cannot count, as data: what is missing and which spec fields supply it.
 
 An estimate that leaves out a component the workload needs is a lower bound. It must never read
-as a fit (``gpu_sizer.sizing.Verdict.Incomplete``), and every consumer (the CLI's exit status, the
-webhook's namespace policy, the operator's conditions) decides from
+as a fit (``gpu_sizer.sizing.assessment.Verdict.Incomplete``), and every consumer (the CLI's exit
+status, the webhook's namespace policy, the operator's conditions) decides from
 ``EstimateStatus.missingComponents``, built here, rather than from prose notes.
 
 Which terms need which fields follows the budget modules that compute them:

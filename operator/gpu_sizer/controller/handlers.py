@@ -34,7 +34,7 @@ from gpu_sizer.controller import kube
 from gpu_sizer.controller.kueue import KueueChecker
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.reconciler import CompactWorkload, Reconciler, now_rfc3339
-from gpu_sizer.inventory import GpuNode, IgnoredNode, parse_node
+from gpu_sizer.inventory.nodes import GpuNode, IgnoredNode, parse_node
 from gpu_sizer.measurement.backends import (
     Backend,
     KubernetesJobBackend,

@@ -1,5 +1,5 @@
 """The Kueue AdmissionCheck controller (``--kueue-admission-check``): the imperative shell around
-:mod:`gpu_sizer.kueue_check`.
+:mod:`gpu_sizer.inventory.kueue_check`.
 
 It keeps the AdmissionChecks, ResourceFlavors and Workloads of ``kueue.x-k8s.io`` it is told
 about (kopf watches them in the version discovery prefers: Kueue serves ``v1beta1`` and, in
@@ -19,7 +19,7 @@ from typing import Any
 
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.controller import kube
-from gpu_sizer.kueue_check import (
+from gpu_sizer.inventory.kueue_check import (
     CONTROLLER_NAME,
     WORKLOAD_LABEL,
     check_names,

@@ -66,7 +66,8 @@ class Options:
     #: ``priorityClassName`` of measurement pods; None: the cluster's default.
     measurement_priority_class: str | None = None
     probe_image_pull_secrets: tuple[str, ...] = ()
-    #: Correction factors learned from measurements (gpu_sizer.calibration): Off, Report, Apply.
+    #: Correction factors learned from measurements (gpu_sizer.records.calibration): Off, Report,
+    #: Apply.
     calibration: CalibrationMode = CalibrationMode.Report
     #: Shared measurement records (GPUMeasurement) at all; when on, the namespace policy's
     #: ``measurementSharing`` decides per namespace.
@@ -410,9 +411,9 @@ def _check_policy(path: str, default_headroom: float, catalog: Sequence[GPUClass
     the operator reads its measurement settings too, and docs/admission.md promises that it
     refuses to start on an invalid policy.
 
-    :raises gpu_sizer.admission.policy.PolicyError: a ValueError naming each key path.
+    :raises gpu_sizer.policy.namespace.PolicyError: a ValueError naming each key path.
     """
-    from gpu_sizer.admission.policy import PolicyError, load_policy
+    from gpu_sizer.policy.namespace import PolicyError, load_policy
 
     policy = load_policy(path, default_headroom=default_headroom)
     unknown = policy.unknown_classes(catalog)

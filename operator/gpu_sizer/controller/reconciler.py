@@ -39,13 +39,6 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from gpu_sizer import metrics
-from gpu_sizer.admission.policy import (
-    EffectivePolicy,
-    MeasurementSharing,
-    Policy,
-    PolicyError,
-    load_policy,
-)
 from gpu_sizer.api import (
     API_VERSION,
     GROUP,
@@ -77,7 +70,6 @@ from gpu_sizer.api.record import (
     reusable_by,
     shareable,
 )
-from gpu_sizer.calibration import Calibration, Sample, learn_calibration, sample_from_record
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.ledger_store import LedgerStore
 from gpu_sizer.controller.options import Options
@@ -145,7 +137,8 @@ from gpu_sizer.sharing import (
     wait_until,
     waiting_plan,
 )
-from gpu_sizer.sizing import assess
+from gpu_sizer.sizing.placement import for_strategy
+from gpu_sizer.sizing.verdict import assess
 
 __all__ = ["CompactWorkload", "Key", "Reconciler", "merge_patch", "slim_workload"]
 
@@ -452,7 +445,7 @@ class Reconciler:
 
     def calibration(self) -> Calibration | None:
         """The ``--calibration`` mode with the factors learned from the shared measurement
-        records (:mod:`gpu_sizer.calibration`: cluster-wide from the records no tenant could
+        records (:mod:`gpu_sizer.records.calibration`: cluster-wide from the records no tenant could
         have written, from several namespaces; each namespace's own from its own records),
         learned again at most every :data:`CALIBRATION_REFRESH_SECONDS` and after each record
         that came or went; None when off. Workload statuses are not evidence: a tenant who may
@@ -887,7 +880,7 @@ class Reconciler:
         """The record of ``key`` the workload ``me`` may reuse: the cluster's, else its
         namespace's own (:func:`~gpu_sizer.api.record.reusable_by`); fresh (its expiry capped
         by the TTL), of that very key, with a shareable result, and plausible against the
-        workload's own ``estimate`` and the class (:mod:`gpu_sizer.record_checks`). A record
+        workload's own ``estimate`` and the class (:mod:`gpu_sizer.records.checks`). A record
         that fails a check is said once and passed over: the workload measures instead."""
         now = datetime.datetime.now(datetime.UTC)
         for name in record_names(key, me[0]):
@@ -924,7 +917,7 @@ class Reconciler:
         """``namespace/name`` of another workload's live measurement Job of ``key`` whose record
         ``me`` could reuse (a trusted run, or one of its own namespace), found by its label, so
         also after a restart, or of one being started right now; and until when it is waited
-        for (:func:`gpu_sizer.sharing.wait_until`). Only a Job with a live owner counts: its
+        for (:func:`gpu_sizer.records.sharing.wait_until`). Only a Job with a live owner counts: its
         workload exists and names it as its unfinished measurement (or has not written its
         status since creating it, for at most :data:`UNNAMED_JOB_GRACE_SECONDS`)."""
         claim = self._claims.get(key)
@@ -972,7 +965,7 @@ class Reconciler:
     def _job_namespace(self, namespace: str, spec: GPUWorkloadSpec) -> str:
         """Where a new measurement Job of a workload of ``namespace`` runs: the operator's own
         namespace when its result may be shared with other namespaces (sharing on, a trusted
-        run by :func:`~gpu_sizer.sharing.trusted_run`, no Kueue LocalQueue, which is a
+        run by :func:`~gpu_sizer.records.sharing.trusted_run`, no Kueue LocalQueue, which is a
         namespace's own), else the workload's namespace."""
         operator_ns = self.opts.operator_namespace
         if (
@@ -995,7 +988,7 @@ class Reconciler:
     def _scope(self, key: Key, m: MeasurementStatus, spec: GPUWorkloadSpec) -> RecordScope:
         """The scope of the record of the finished measurement ``m``: Cluster only when the Job
         that ran it (found again by name, its namespace and image as the API has them) was a
-        trusted run (:func:`~gpu_sizer.sharing.trusted_run`)."""
+        trusted run (:func:`~gpu_sizer.records.sharing.trusted_run`)."""
         local = self.config.runner != "Job"
         job = next((j for j in self.backend.jobs(*key) if j.name == m.job_name), None)
         if job is None and not local:

@@ -18,8 +18,9 @@ from typing import Any, Final
 from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementMode, spec_to_wire
 from gpu_sizer.api.record import KEY_LABEL, key_label
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.inventory.nodes import MigStrategy
 from gpu_sizer.measurement.node_scope import node_scope
-from gpu_sizer.placement import MigStrategy, gpu_resource, node_affinity
+from gpu_sizer.sizing.placement import gpu_resource, node_affinity
 
 __all__ = [
     "ANNOTATION_WORKLOAD",
@@ -239,15 +240,15 @@ class JobRequest:
     #: ``kueue.x-k8s.io/queue-name`` and is created with ``suspend: true``; Kueue unsuspends it
     #: when it admits the workload under its quotas.
     kueue_queue: str | None = None
-    #: How the cluster's nodes offer a MIG class (:meth:`gpu_sizer.inventory.Inventory.
+    #: How the cluster's nodes offer a MIG class (:meth:`gpu_sizer.inventory.nodes.Inventory.
     #: mig_strategy`): ``mixed`` requests ``nvidia.com/mig-<profile>`` on nodes of the whole
     #: GPU's product, ``single`` one ``nvidia.com/gpu`` on the ``-MIG-<profile>`` product.
     mig_strategy: MigStrategy = "single"
     #: The catalog the class comes from (a MIG class's parent products, for ``mixed``).
     catalog: Sequence[GPUClass] = DEFAULT_CATALOG
-    #: A ResourceClaimTemplate (:func:`gpu_sizer.dra.claim_template`) in the namespace: the pod
-    #: claims its GPUs through it (DRA) instead of requesting an extended resource, and has no
-    #: product node affinity (the scheduler places the pod where the claim can be allocated).
+    #: A ResourceClaimTemplate (:func:`gpu_sizer.inventory.dra.claim_template`) in the namespace:
+    #: the pod claims its GPUs through it (DRA) instead of requesting an extended resource, and has
+    #: no product node affinity (the scheduler places the pod where the claim can be allocated).
     claim_template: str | None = None
     #: Measurement key of what the Job measures (:mod:`gpu_sizer.api.record`): labelled
     #: ``gpusizer.dev/measurement-key`` (its first 40 hex), so that a workload of the same key in

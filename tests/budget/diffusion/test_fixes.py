@@ -20,7 +20,8 @@ from gpu_sizer.api import GPUWorkloadSpec
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.sizing import Fix, Verdict, assess, fits
+from gpu_sizer.sizing.assessment import Fix, Verdict
+from gpu_sizer.sizing.verdict import assess, fits
 
 GIB = 1 << 30
 FLUX_DEV = "black-forest-labs/FLUX.1-dev"

@@ -12,7 +12,8 @@ from tests.budget.diffusion.specs import pipeline_spec
 from gpu_sizer.api import EstimateStatus
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion import generation_estimate
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 WAN14 = "Wan-AI/Wan2.1-T2V-14B-Diffusers"
 FLUX = "black-forest-labs/FLUX.1-dev"

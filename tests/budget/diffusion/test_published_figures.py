@@ -17,7 +17,8 @@ from tests.budget.diffusion.specs import pipeline_spec
 from gpu_sizer.api import EstimateStatus, parse_spec
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 
 GIB = 1 << 30
 GB = 10**9

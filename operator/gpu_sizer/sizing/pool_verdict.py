@@ -36,7 +36,7 @@ from gpu_sizer.api import Dtype, GPUWorkloadSpec, KvCacheDtype
 from gpu_sizer.budget.engines import EnginePlan
 from gpu_sizer.budget.estimate import engine_planner, engine_plans
 from gpu_sizer.catalog import GPUClass
-from gpu_sizer.fraction_fix import fraction_fix
+from gpu_sizer.sizing.fraction_fix import fraction_fix
 
 __all__ = [
     "FixCandidate",
@@ -189,12 +189,12 @@ def fix_candidates(
 
     ``largest`` is the plan on the largest allowed class (what "not enough alone" is measured
     against). Candidates: the engine's fraction (the serving value nearest the one it would run
-    with, above the engine's default where the memory allows, :mod:`gpu_sizer.fraction_fix`) or,
-    the other side of a contradiction between a set fraction and the policy,
+    with, above the engine's default where the memory allows, :mod:`gpu_sizer.sizing.fraction_fix`)
+    or, the other side of a contradiction between a set fraction and the policy,
     ``minHeadroomFraction`` (what the spec's fraction leaves), ``targetConcurrency`` (what the
     best class holds), ``maxModelLen`` (largest that serves, by bisection), an FP8 KV cache, a
     catalog class the spec's ``gpuClasses`` leaves out (``catalog``), a larger tensor-parallel
-    size. The caller orders them by what they cost (:func:`gpu_sizer.fix_cost.fix_cost`).
+    size. The caller orders them by what they cost (:func:`gpu_sizer.sizing.fix_cost.fix_cost`).
     """
     inf = spec.inference
     arch = spec.model.architecture

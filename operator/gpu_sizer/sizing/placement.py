@@ -24,7 +24,7 @@ refuses requests different from them (Kubernetes docs, "Schedule GPUs").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from gpu_sizer.api import (
     NodeAffinitySnippet,
@@ -35,6 +35,7 @@ from gpu_sizer.api import (
     ResourcesSnippet,
 )
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
+from gpu_sizer.inventory.nodes import MigStrategy
 
 __all__ = [
     "ANNOTATION_BASIS",
@@ -43,7 +44,6 @@ __all__ = [
     "ANNOTATION_SPEC_HASH",
     "ANNOTATION_WORKERS",
     "WORKLOAD_LABEL",
-    "MigStrategy",
     "for_strategy",
     "gpu_resource",
     "memory_request",
@@ -70,9 +70,6 @@ _GIB: Final = 1 << 30
 def memory_request(host_bytes: int) -> str:
     """A Kubernetes memory quantity for ``host_bytes``, rounded up to whole GiB (``Gi``)."""
     return f"{-(-host_bytes // _GIB)}Gi"
-
-
-MigStrategy = Literal["single", "mixed"]
 
 
 def _parent(cls: GPUClass, catalog: Sequence[GPUClass]) -> GPUClass | None:

@@ -12,13 +12,9 @@ the budget tests check with hypothesis).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import Any, Final
 
-from pydantic import BaseModel
-
-from gpu_sizer import pool_verdict
 from gpu_sizer.api import (
     Basis,
     CalibrationStatus,
@@ -27,16 +23,13 @@ from gpu_sizer.api import (
     EstimateStatus,
     GPUWorkloadSpec,
     KvCacheDtype,
-    MeasurementMode,
     ParallelStrategy,
-    PerGpuBreakdown,
     RecommendationStatus,
 )
 from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
 from gpu_sizer.budget.engines import EnginePlan, command_args, models_pool
 from gpu_sizer.budget.estimate import plan_estimate
-from gpu_sizer.calibration import Calibration, calibrate, engine_of
 from gpu_sizer.catalog import (
     DEFAULT_CATALOG,
     Choice,
@@ -47,24 +40,35 @@ from gpu_sizer.catalog import (
     fits,
     headroom_fraction,
 )
-from gpu_sizer.fix_cost import fix_cost
-from gpu_sizer.inventory import ClassCapacity
-from gpu_sizer.placement import snippets
-from gpu_sizer.workers import bound_problem, recommendation_fields
+from gpu_sizer.inventory.nodes import ClassCapacity
+from gpu_sizer.records.calibration import Calibration, calibrate, engine_of
+from gpu_sizer.sizing import pool_verdict
+from gpu_sizer.sizing.assessment import (
+    Assessment,
+    Fix,
+    Verdict,
+    cap_figures,
+    gib,
+    incomplete_text,
+    largest_components,
+    mig_names,
+    parallel_path,
+    presence_note,
+    room,
+    sizing_failed,
+    spec_warnings,
+)
+from gpu_sizer.sizing.fix_cost import fix_cost
+from gpu_sizer.sizing.placement import snippets
+from gpu_sizer.sizing.workers import bound_problem, recommendation_fields
 
-__all__ = ["Assessment", "Fix", "Verdict", "assess", "assess_or_raise"]
+__all__ = ["assess", "assess_or_raise"]
 
-GIB: Final = 1 << 30
 #: Tensor-parallel sizes tried for the TP fix: GPUs of one node (vLLM, TGI and SGLang shard
 #: attention heads across a node's GPUs; beyond 8 they need pipeline parallelism across nodes).
 MAX_TENSOR_PARALLEL: Final = 8
 #: Data-parallel sizes tried for the ZeRO-3 fix.
 MAX_DATA_PARALLEL: Final = 64
-#: Largest figure an assessment reports, in bytes or counts (1 EiB = 2**60). The field maxima of
-#: the API keep real and mistyped specs below it; a spec whose shape still multiplies out beyond it
-#: (every maximum at once) is reported at this cap with a note, so that every status integer fits
-#: the int64 the API server stores.
-MAX_REPORTED: Final = 1 << 60
 #: Shortest maxModelLen a fix may suggest, in tokens. A serving context shorter than this cannot
 #: hold a typical chat request (a system prompt of a few hundred tokens plus the question and the
 #: answer), so a smaller "fix" would make the spec fit by making the service useless; below it
@@ -72,96 +76,6 @@ MAX_REPORTED: Final = 1 << 60
 MIN_FIX_MAX_MODEL_LEN: Final = 512
 #: Engines that implement tensor parallelism (transformers' device_map splits layers instead).
 TP_ENGINES: Final = frozenset({Engine.vllm, Engine.tgi, Engine.sglang})
-
-_COMPONENTS: Final = (
-    ("weights_bytes", "weights"),
-    ("quantization_overhead_bytes", "quantization metadata"),
-    ("kv_cache_bytes", "KV cache"),
-    ("activation_bytes", "activations"),
-    ("gradient_bytes", "gradients"),
-    ("optimizer_state_bytes", "optimizer state"),
-    ("master_weight_bytes", "master weights"),
-    ("communication_buffer_bytes", "communication buffers"),
-    ("runtime_overhead_bytes", "runtime overhead"),
-)
-
-
-class Verdict(StrEnum):
-    """Outcome of an assessment.
-
-    ``Incomplete``: the estimate leaves out a component the workload needs
-    (``EstimateStatus.missingComponents``), so what it counts is a lower bound; it is never
-    ``Fits``. A lower bound that already fits no allowed class is ``NoSafeHeadroom``: that
-    rejection holds whatever the missing components add.
-    """
-
-    Fits = "Fits"
-    NoSafeHeadroom = "NoSafeHeadroom"
-    Incomplete = "Incomplete"
-    UnknownGpuClass = "UnknownGpuClass"
-    #: The memory model raised on a spec that passed validation (a gpu-sizer bug). Never
-    #: admitted: the webhook denies with the cause, the operator writes it as the reason.
-    SizingFailed = "SizingFailed"
-
-
-@dataclass(frozen=True)
-class Fix:
-    """A computed change that makes the spec fit (or the best it can do).
-
-    ``field`` is the spec path to change (``spec.inference.maxNumSeqs``), ``value`` the new value,
-    ``required_bytes_per_gpu`` the re-estimated per-GPU total with the change, ``gpu_class`` the
-    class it would then run on (``None`` when it still fits none), ``gpu_count`` GPUs per replica.
-    ``str(fix)`` is the human phrase used in messages.
-    """
-
-    field: str
-    value: Any
-    required_bytes_per_gpu: int
-    gpu_class: str | None
-    gpu_count: int
-    text: str
-
-    @property
-    def fits(self) -> bool:
-        """Whether the change alone makes the spec fit an allowed class."""
-        return self.gpu_class is not None
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass(frozen=True)
-class Assessment:
-    """Everything decided about one spec before measuring.
-
-    ``message`` is one or two lines, as ``kubectl`` prints an admission denial or a condition.
-    ``fixes`` is empty unless the verdict is ``NoSafeHeadroom``. ``recommendation`` is set only
-    for ``Fits``; for ``Incomplete``, ``lower_bound`` names the first class the counted components
-    fit (where a measurement starts), which is never published as a recommendation.
-    """
-
-    estimate: EstimateStatus
-    verdict: Verdict
-    message: str
-    recommendation: RecommendationStatus | None = None
-    fixes: list[Fix] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    lower_bound: RecommendationStatus | None = None
-
-
-def _parallel_path(spec: GPUWorkloadSpec) -> str:
-    return "spec.training.parallelism" if spec.training is not None else "spec.inference"
-
-
-def _gib(n: int | float) -> str:
-    return f"{n / GIB:.1f} GiB"
-
-
-def _largest_components(est: EstimateStatus, k: int = 3) -> str:
-    per = est.per_gpu
-    parts = [(getattr(per, attr), label) for attr, label in _COMPONENTS]
-    parts = sorted((p for p in parts if p[0] > 0), key=lambda p: -p[0])[:k]
-    return ", ".join(f"{label} {_gib(n)}" for n, label in parts)
 
 
 def assess(
@@ -184,34 +98,7 @@ def assess(
             spec, catalog, present=present, calibration=calibration, capacity=capacity
         )
     except Exception as exc:  # the barrier: any bug becomes a verdict
-        return _sizing_failed(spec, exc)
-
-
-def _sizing_failed(spec: GPUWorkloadSpec, exc: Exception) -> Assessment:
-    text = str(exc) or "no message"
-    message = (
-        f"gpu-sizer could not size this spec ({type(exc).__name__}: {text[:300]}); the spec "
-        "passed validation, so this is a gpu-sizer bug: please report it with the spec"
-    )
-    empty = PerGpuBreakdown(
-        weights_bytes=0,
-        quantization_overhead_bytes=0,
-        kv_cache_bytes=0,
-        activation_bytes=0,
-        gradient_bytes=0,
-        optimizer_state_bytes=0,
-        master_weight_bytes=0,
-        runtime_overhead_bytes=0,
-        total_bytes=0,
-    )
-    est = EstimateStatus(
-        parameter_count=spec.model.parameter_count or 0,
-        gpu_count=spec.gpu_count,
-        kv_cache_bytes_per_token=0,
-        per_gpu=empty,
-        notes=[message],
-    )
-    return Assessment(est, Verdict.SizingFailed, message)
+        return sizing_failed(spec, exc)
 
 
 def assess_or_raise(
@@ -225,16 +112,16 @@ def assess_or_raise(
     """Estimate ``spec`` and choose the first allowed class (rank order) with the headroom.
 
     ``calibration`` (``--calibration``, factors learned from measurement records, see
-    :mod:`gpu_sizer.calibration`): in mode Report the estimate shows the factors of its engine
-    on the chosen class; in mode Apply each class is judged by the estimate with that class's
+    :mod:`gpu_sizer.records.calibration`): in mode Report the estimate shows the factors of its
+    engine on the chosen class; in mode Apply each class is judged by the estimate with that class's
     factors, so the verdict and the recommendation follow the calibrated figures.
 
     ``present`` names the classes that have nodes in the cluster (the operator's inventory);
     present classes are preferred, and ``recommendation.cheapestFittingClass`` still names the
     cheapest catalog class that fits. ``gpuCount`` is only the parallelism the spec declares;
-    a job wider than a node is split into workers (:mod:`gpu_sizer.workers`), and a class whose
-    nodes cannot hold it (``capacity``: the inventory's GPUs per class; without it the bound of
-    :data:`~gpu_sizer.workers.MAX_JOB_GPUS`) is not chosen.
+    a job wider than a node is split into workers (:mod:`gpu_sizer.sizing.workers`), and a class
+    whose nodes cannot hold it (``capacity``: the inventory's GPUs per class; without it the bound
+    of :data:`~gpu_sizer.sizing.workers.MAX_JOB_GPUS`) is not chosen.
 
     Verdicts: ``Fits``; ``NoSafeHeadroom`` (no allowed class leaves
     ``spec.placement.minHeadroomFraction`` free; computed fixes attached); ``Incomplete`` (the
@@ -247,13 +134,13 @@ def assess_or_raise(
     unknown = [n for n in names if n not in known]
     if unknown:
         return Assessment(
-            _capped(estimate(spec))[0],
+            cap_figures(estimate(spec))[0],
             Verdict.UnknownGpuClass,
             "spec.placement.gpuClasses: unknown GPU class "
             + ", ".join(repr(n) for n in unknown)
             + "; known classes: "
             + ", ".join(c.name for c in catalog if not c.is_mig)
-            + _mig_names(catalog),
+            + mig_names(catalog),
         )
     allowed = allowed_classes(catalog, names)
     if spec.gpu_count > 1:
@@ -262,7 +149,7 @@ def assess_or_raise(
         whole = [c for c in allowed if not c.is_mig]
         if not whole:
             return Assessment(
-                _capped(estimate(spec))[0],
+                cap_figures(estimate(spec))[0],
                 Verdict.NoSafeHeadroom,
                 f"spec.placement.gpuClasses allows only MIG slices, and the spec shards over "
                 f"{spec.gpu_count} GPUs; MIG devices cannot be combined (no peer-to-peer): allow a "
@@ -274,14 +161,14 @@ def assess_or_raise(
     if not held:
         widest = max(allowed, key=lambda c: c.gpus_per_node)
         return Assessment(
-            _capped(estimate(spec))[0],
+            cap_figures(estimate(spec))[0],
             Verdict.NoSafeHeadroom,
-            f"{_parallel_path(spec)}: no allowed class can hold the job: {bounds[widest.name]}; "
+            f"{parallel_path(spec)}: no allowed class can hold the job: {bounds[widest.name]}; "
             "reduce the parallel sizes or allow a class the cluster has enough of",
         )
     allowed = held
     min_room = spec.placement.min_headroom_fraction
-    warnings = _warnings(spec)
+    warnings = spec_warnings(spec)
     engine = engine_of(spec)
     if models_pool(spec):
         pooled = _assess_pool(spec, allowed, present, bool(names), warnings, catalog)
@@ -291,7 +178,7 @@ def assess_or_raise(
         return replace(
             pooled, estimate=calibrate(pooled.estimate, engine, on, calibration, pool=True)
         )
-    est, capped = _capped(estimate(spec))
+    est, capped = cap_figures(estimate(spec))
     if calibration is None:
         choice = choose_class(est.per_gpu.total_bytes, min_room, allowed, present)
     else:
@@ -302,9 +189,9 @@ def assess_or_raise(
         fixes = [] if capped else _fixes(spec, est, allowed, largest)
         scope = "allowed class" if names else "class in the catalog"
         message = (
-            f"needs {_gib(required)} per GPU x{est.gpu_count} ({_largest_components(est)}); "
-            f"the largest {scope}, {largest.name} ({_gib(largest.usable)} usable), "
-            f"{_room(largest, required)}; {min_room:.0%} headroom required "
+            f"needs {gib(required)} per GPU x{est.gpu_count} ({largest_components(est)}); "
+            f"the largest {scope}, {largest.name} ({gib(largest.usable)} usable), "
+            f"{room(largest, required)}; {min_room:.0%} headroom required "
             "(spec.placement.minHeadroomFraction)."
         )
         good = [str(f) for f in fixes if f.fits]
@@ -319,7 +206,7 @@ def assess_or_raise(
         if parts:
             message += "\n" + " ".join(parts)
         if est.missing_components:
-            message += "\nThe real need is higher: " + _incomplete_text(est) + "."
+            message += "\nThe real need is higher: " + incomplete_text(est) + "."
         return Assessment(est, Verdict.NoSafeHeadroom, message, None, fixes, warnings)
     cls = choice.gpu_class
     rec = RecommendationStatus(
@@ -335,9 +222,9 @@ def assess_or_raise(
     )
     if est.missing_components:
         message = (
-            _incomplete_text(est)
-            + f"; what is counted needs {_gib(required)} per GPU x{est.gpu_count} "
-            f"({_largest_components(est)}), a lower bound: at least {cls.name}"
+            incomplete_text(est)
+            + f"; what is counted needs {gib(required)} per GPU x{est.gpu_count} "
+            f"({largest_components(est)}), a lower bound: at least {cls.name}"
         )
         return Assessment(est, Verdict.Incomplete, message, None, [], warnings, rec)
     if choice.headroom_fraction < 2 * min_room:
@@ -346,10 +233,10 @@ def assess_or_raise(
             f"{min_room:.0%}: a runtime or batch change may not fit"
         )
     message = (
-        f"{cls.name} x{est.gpu_count}: needs {_gib(required)} of {_gib(cls.usable)} per "
-        f"GPU ({_largest_components(est)}), {choice.headroom_fraction:.0%} headroom"
+        f"{cls.name} x{est.gpu_count}: needs {gib(required)} of {gib(cls.usable)} per "
+        f"GPU ({largest_components(est)}), {choice.headroom_fraction:.0%} headroom"
     )
-    message += _inventory(choice, warnings)
+    message += presence_note(choice, warnings)
     return Assessment(est, Verdict.Fits, message, rec, [], warnings)
 
 
@@ -390,7 +277,7 @@ def _calibrated_choice(
     )
     notes = [
         f"calibration (--calibration=apply) ruled out {c.name}: its factors raise the need "
-        f"from {_gib(analytic.per_gpu.total_bytes)} to {_gib(on.per_gpu.total_bytes)} per GPU"
+        f"from {gib(analytic.per_gpu.total_bytes)} to {gib(on.per_gpu.total_bytes)} per GPU"
         for c, on in ruled
     ]
     return (
@@ -404,20 +291,6 @@ def _calibrated_choice(
     )
 
 
-def _inventory(choice: Choice, warnings: list[str]) -> str:
-    """The warning when no node has a fitting class, and the message's suffix when the cheapest
-    fitting class has none."""
-    cls = choice.gpu_class
-    if choice.present_in_cluster is False:
-        warnings.append(
-            f"no node in the cluster has a fitting class; add {cls.name} nodes "
-            f"(label {cls.product_label} in {', '.join(cls.products)})"
-        )
-    if choice.cheapest is not None and choice.cheapest.name != cls.name:
-        return f"; cheapest fitting class {choice.cheapest.name} has no nodes in the cluster"
-    return ""
-
-
 def _assess_pool(
     spec: GPUWorkloadSpec,
     allowed: Sequence[GPUClass],
@@ -426,7 +299,7 @@ def _assess_pool(
     warnings: list[str],
     catalog: Sequence[GPUClass],
 ) -> Assessment:
-    """The verdict for a pre-allocating engine: per class, see :mod:`gpu_sizer.pool_verdict`.
+    """The verdict for a pre-allocating engine: per class, see :mod:`gpu_sizer.sizing.pool_verdict`.
 
     Classes are planned in rank order until the cheapest serving one (and, with an inventory,
     the cheapest present one) is found: an admission review rarely needs more than a few."""
@@ -443,7 +316,7 @@ def _assess_pool(
     choice = choose_fitting(serving, present)
     if choice is None:
         largest = on(max(allowed, key=lambda c: (c.usable, -c.rank)))
-        est, capped = _capped(plan_estimate(spec, largest))
+        est, capped = cap_figures(plan_estimate(spec, largest))
         fixes = [] if capped else _pool_fixes(spec, allowed, largest, catalog)
         scope = "allowed class" if named else "class in the catalog"
         message = (
@@ -461,7 +334,7 @@ def _assess_pool(
             message += "\n" + " ".join(parts)
         return Assessment(est, Verdict.NoSafeHeadroom, message, None, fixes, warnings)
     plan = next(p for p in plans if p.gpu.name == choice.gpu_class.name)
-    est, _ = _capped(plan_estimate(spec, plan))
+    est, _ = cap_figures(plan_estimate(spec, plan))
     cls = plan.gpu
     rec = RecommendationStatus(
         gpu_class=cls.name,
@@ -480,28 +353,8 @@ def _assess_pool(
         f"{cls.name} x{est.gpu_count}: {pool_verdict.describe(spec, plan)}, "
         f"{plan.headroom:.0%} headroom"
     )
-    message += _inventory(choice, warnings)
+    message += presence_note(choice, warnings)
     return Assessment(est, Verdict.Fits, message, rec, [], warnings)
-
-
-def _mig_names(catalog: Sequence[GPUClass]) -> str:
-    """``; MIG slices: ...`` grouped by whole-GPU class, or nothing without MIG classes."""
-    groups: dict[str, list[str]] = {}
-    for c in catalog:
-        if c.is_mig:
-            groups.setdefault(c.parent, []).append(c.mig_profile)
-    if not groups:
-        return ""
-    return "; MIG slices <class>-mig-<profile>: " + "; ".join(
-        f"{parent} {', '.join(profiles)}" for parent, profiles in groups.items()
-    )
-
-
-def _incomplete_text(est: EstimateStatus) -> str:
-    """``incomplete estimate: <what> not counted: needs <fields>; <fix>`` for every missing part."""
-    parts = [m.message for m in est.missing_components]
-    fixes = list(dict.fromkeys(m.fix for m in est.missing_components if m.fix))
-    return "incomplete estimate: " + "; ".join(parts + fixes)
 
 
 def _pool_fixes(
@@ -511,16 +364,16 @@ def _pool_fixes(
     catalog: Sequence[GPUClass] = (),
 ) -> list[Fix]:
     """The computed fixes of an unserved pre-allocating spec, cheapest first
-    (:func:`gpu_sizer.fix_cost.fix_cost`)."""
+    (:func:`gpu_sizer.sizing.fix_cost.fix_cost`)."""
     out = []
     for path, value, plan, what in pool_verdict.fix_candidates(spec, allowed, largest, catalog):
         if plan is not None:
             where = (
-                f"{plan.gpu.name} x{spec.gpu_count}: KV pool {_gib(plan.kv_pool)}, "
+                f"{plan.gpu.name} x{spec.gpu_count}: KV pool {gib(plan.kv_pool)}, "
                 f"{plan.max_concurrency:.1f} x maxModelLen"
             )
             if path == "spec.inference.tensorParallelSize":
-                where = f"{plan.gpu.name} x{value}: KV pool {_gib(plan.kv_pool)}"
+                where = f"{plan.gpu.name} x{value}: KV pool {gib(plan.kv_pool)}"
         else:
             where = f"still not enough on {largest.gpu.name}"
         out.append(
@@ -534,70 +387,6 @@ def _pool_fixes(
             )
         )
     return sorted(out, key=lambda f: fix_cost(f.field))
-
-
-def _over_cap(model: BaseModel) -> bool:
-    """Whether an integer of ``model`` or of a model it holds (not in lists, as in
-    :func:`_capped`) is above :data:`MAX_REPORTED`. Reads the fields without dumping: the common
-    case, nothing capped, costs a few microseconds instead of a full ``model_dump``."""
-    for value in vars(model).values():
-        if isinstance(value, BaseModel):
-            if _over_cap(value):
-                return True
-        elif isinstance(value, int) and not isinstance(value, bool) and value > MAX_REPORTED:
-            return True
-    return False
-
-
-def _capped(est: EstimateStatus) -> tuple[EstimateStatus, bool]:
-    """``est`` with every integer at most :data:`MAX_REPORTED`, and whether any was capped."""
-    if not _over_cap(est):
-        return est, False
-    data = est.model_dump()
-    capped = False
-
-    def cap(value: Any) -> Any:
-        nonlocal capped
-        if isinstance(value, dict):
-            return {k: cap(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [cap(v) for v in value]
-        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_REPORTED:
-            capped = True
-            return MAX_REPORTED
-        return value
-
-    data = cap(data)
-    if not capped:
-        return est, False
-    data.pop("total_gib", None)
-    data["per_gpu"].pop("total_gib", None)
-    data["notes"] = [
-        *est.notes,
-        f"figures above {MAX_REPORTED} (1 EiB) are shown at that cap: the architecture and "
-        "token counts multiply out beyond any GPU; check them",
-    ]
-    return EstimateStatus.model_validate(data), True
-
-
-def _room(cls: GPUClass, required: int) -> str:
-    room = (cls.usable - required) / cls.usable
-    if room >= 0:
-        return f"would leave {room:.0%} free"
-    return f"is {_gib(required - cls.usable)} short"
-
-
-def _warnings(spec: GPUWorkloadSpec) -> list[str]:
-    out: list[str] = []
-    if not spec.model.revision:
-        out.append(
-            "spec.model.revision is not set: measurements cannot be tied to the exact weights"
-        )
-    if spec.measurement.mode is MeasurementMode.Disabled:
-        out.append(
-            "spec.measurement.mode is Disabled: the recommendation rests on the estimate alone"
-        )
-    return out
 
 
 # --- computed fixes ----------------------------------------------------------------------------
@@ -690,7 +479,7 @@ def _fixes(
             e.per_gpu.total_bytes,
             choice.gpu_class.name if choice else None,
             e.gpu_count,
-            f"{what} ({_gib(e.per_gpu.total_bytes)} per GPU, {where})",
+            f"{what} ({gib(e.per_gpu.total_bytes)} per GPU, {where})",
         )
 
     out: list[Fix] = []
@@ -822,7 +611,7 @@ def _fixes(
                     )
                     break
                 dp *= 2
-    # cheapest first (gpu_sizer.fix_cost); image and video fixes returned above keep theirs
+    # cheapest first (gpu_sizer.sizing.fix_cost); image and video fixes returned above keep theirs
     return sorted(out, key=lambda f: fix_cost(f.field))
 
 

@@ -21,7 +21,8 @@ What is checked, each with its reason:
   included (a 10**15-byte peak made a workload ``Rejected``); PyTorch's allocated peak never
   exceeds its reserved peak (``max_memory_allocated <= max_memory_reserved``: the caching
   allocator hands out only what it reserved); ``gpuMemoryBytes`` is the class's memory within
-  5 %, the tolerance GPU Feature Discovery labels get (``gpu_sizer.inventory.MEMORY_TOLERANCE``).
+  5 %, the tolerance GPU Feature Discovery labels get
+  (``gpu_sizer.inventory.nodes.MEMORY_TOLERANCE``).
 - **The estimate.** A success holds at least :data:`MIN_WEIGHT_FRACTION` of the estimated weights
   on the GPU (the probe allocates every parameter before it measures anything; a 3 GiB peak for
   15 GiB of weights cannot be true); for a complete estimate of an engine that does not
@@ -39,7 +40,7 @@ from typing import Final
 from gpu_sizer.api.record import CLOCK_SKEW_SECONDS, GPUMeasurement, parse_time
 from gpu_sizer.api.status import EstimateStatus
 from gpu_sizer.catalog import GPUClass
-from gpu_sizer.inventory import MEMORY_TOLERANCE
+from gpu_sizer.inventory.nodes import MEMORY_TOLERANCE
 
 __all__ = [
     "DEVICE_TOLERANCE",

@@ -72,7 +72,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from gpu_sizer.accuracy import RECORD_KIND, counted_elsewhere, record_keys
 from gpu_sizer.api.spec import GPUWorkloadSpec
 from gpu_sizer.api.status import (
     CalibrationFactor,
@@ -81,6 +80,7 @@ from gpu_sizer.api.status import (
     EstimateStatus,
     PerGpuBreakdown,
 )
+from gpu_sizer.records.accuracy import RECORD_KIND, counted_elsewhere, record_keys
 
 __all__ = [
     "MAD_CUTOFF",

@@ -65,7 +65,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
-from gpu_sizer.inventory import (
+from gpu_sizer.inventory.nodes import (
     DRA_DEVICE_CLASSES,
     MEMORY_TOLERANCE,
     GpuNode,

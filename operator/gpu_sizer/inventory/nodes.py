@@ -43,17 +43,21 @@ from typing import Any, Literal
 
 from gpu_sizer.api.record import driver_major
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
-from gpu_sizer.placement import MigStrategy
 
 #: How a pod asks for a class: ``nvidia.com/gpu`` (``single``), ``nvidia.com/mig-<profile>``
 #: (``mixed``), or a DRA ResourceClaim (``dra``).
 RequestMode = Literal["single", "mixed", "dra"]
+#: The NVIDIA GPU Operator's MIG strategy on a node: ``single`` offers a slice as
+#: ``nvidia.com/gpu``, ``mixed`` as ``nvidia.com/mig-<profile>``. The cluster decides it, so it
+#: is the inventory's; placement reads it to name the resource a pod requests.
+MigStrategy = Literal["single", "mixed"]
 
 __all__ = [
     "ClassCapacity",
     "GpuNode",
     "IgnoredNode",
     "Inventory",
+    "MigStrategy",
     "Offer",
     "RequestMode",
     "build_inventory",
@@ -72,7 +76,7 @@ LABEL_IGNORE = "gpusizer.dev/ignore"
 RESOURCE_GPU = "nvidia.com/gpu"
 RESOURCE_MIG_PREFIX = "nvidia.com/mig-"
 #: DRA DeviceClasses of NVIDIA's driver: an ``Offer`` with one of these as its resource is
-#: claimed through a ResourceClaim (:mod:`gpu_sizer.dra`), not requested as a resource.
+#: claimed through a ResourceClaim (:mod:`gpu_sizer.inventory.dra`), not requested as a resource.
 DRA_DEVICE_CLASSES = frozenset({"gpu.nvidia.com", "mig.nvidia.com"})
 #: Allowed relative disagreement between the memory label and the catalog class memory.
 MEMORY_TOLERANCE = 0.05
@@ -150,7 +154,7 @@ class Inventory:
 
     def capacity(self) -> dict[str, ClassCapacity]:
         """Per present class: GPUs of its largest node, all its GPUs and its nodes (what a job
-        wider than one node can be placed on, :func:`gpu_sizer.workers.bound_problem`)."""
+        wider than one node can be placed on, :func:`gpu_sizer.sizing.workers.bound_problem`)."""
         out: dict[str, ClassCapacity] = {}
         for n in self.nodes:
             for o in n.offers or (Offer(n.gpu_class, n.gpu_count),):
@@ -166,8 +170,8 @@ class Inventory:
 
     def request_modes(self) -> dict[str, RequestMode]:
         """How a pod asks for each present class, in one pass over the offers: ``dra`` when
-        more of its devices are offered by ResourceSlices (:mod:`gpu_sizer.dra`, claimed through
-        a ResourceClaim) than by device plugins; else ``mixed`` when more are advertised as
+        more of its devices are offered by ResourceSlices (:mod:`gpu_sizer.inventory.dra`, claimed
+        through a ResourceClaim) than by device plugins; else ``mixed`` when more are advertised as
         ``nvidia.com/mig-<profile>`` (MIG ``mixed`` strategy) than as ``nvidia.com/gpu``; else
         ``single`` (whole GPUs, and MIG slices under the ``single`` strategy). One pod asks for
         one resource, so a class offered several ways is requested the way most of its devices

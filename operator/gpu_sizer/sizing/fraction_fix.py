@@ -10,8 +10,8 @@ whose weights nearly fill that share is refused while 0.8 would serve it with 15
 still free.
 
 On one class a fraction *f* serves the spec when the engine starts, its pool holds the
-concurrency and the footprint leaves the headroom (:func:`gpu_sizer.pool_verdict.serves`). The
-first two only get better as *f* grows (a larger pool), the headroom only worse (a larger
+concurrency and the footprint leaves the headroom (:func:`gpu_sizer.sizing.pool_verdict.serves`).
+The first two only get better as *f* grows (a larger pool), the headroom only worse (a larger
 footprint), except vLLM V1's refusal when the free memory at start is below the request, which
 also comes with a larger *f*. So the fractions that serve form one interval, and the fix is its
 end nearest the fraction the engine would run with now: the smallest that serves when raising
@@ -43,7 +43,7 @@ STEP: Final = 0.01
 
 
 def _serves(spec: GPUWorkloadSpec, plan: EnginePlan) -> bool:
-    from gpu_sizer.pool_verdict import serves
+    from gpu_sizer.sizing.pool_verdict import serves
 
     return serves(spec, plan)
 

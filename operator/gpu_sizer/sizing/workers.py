@@ -34,8 +34,8 @@ from typing import Any, Final
 from gpu_sizer.api import GPUWorkloadSpec, LaunchStatus
 from gpu_sizer.budget import estimate
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
-from gpu_sizer.inventory import ClassCapacity
-from gpu_sizer.placement import snippets
+from gpu_sizer.inventory.nodes import ClassCapacity
+from gpu_sizer.sizing.placement import snippets
 
 __all__ = [
     "MAX_JOB_GPUS",

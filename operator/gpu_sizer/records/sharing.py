@@ -23,7 +23,7 @@ With whom (:mod:`gpu_sizer.api.record`, scopes): a result no tenant could have w
 namespace or as its local process) is a record of scope Cluster, reused by every namespace that
 shares; any other result of a sharing namespace is its own (scope Namespace). A workload looks
 for the cluster's record, then its namespace's, and each is checked against its own estimate
-before it is reused (:mod:`gpu_sizer.record_checks`). Likewise a workload waits only for a
+before it is reused (:mod:`gpu_sizer.records.checks`). Likewise a workload waits only for a
 measurement whose record it could reuse: a trusted one, or one of its own namespace.
 
 A wait has a live owner and a deadline (:func:`wait_until`): the Job waited for must belong to a
