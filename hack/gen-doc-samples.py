@@ -111,9 +111,9 @@ CHAT = EXAMPLES / "llama-3-8b-vllm-bf16.yaml"
 
 
 def _review(path: Path) -> Any:
-    from gpu_sizer.admission.policy import Policy
     from gpu_sizer.admission.verdict import review
     from gpu_sizer.catalog import DEFAULT_CATALOG
+    from gpu_sizer.policy.namespace import Policy
 
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     return review(
@@ -151,8 +151,8 @@ def _pod(workload: str, image: str) -> dict[str, Any]:
 
 def _review_pod(path: Path, enforcement: str) -> Any:
     from gpu_sizer.admission.pods import review_pod
-    from gpu_sizer.admission.policy import PodEnforcement
     from gpu_sizer.catalog import DEFAULT_CATALOG
+    from gpu_sizer.policy.namespace import PodEnforcement
 
     (obj,) = _objects(path)
     meta = obj["metadata"]

@@ -20,7 +20,7 @@ from api_docs import inference_doc, training_doc
 from gpu_sizer.api import InvalidWorkload, parse_workload, spec_hash
 from gpu_sizer.api.crd import CRD_NAME, PRINTER_COLUMNS, VALIDATION_RULES, build_crd, crd_yaml
 from gpu_sizer.lifecycle import estimated_status
-from gpu_sizer.sizing import assess
+from gpu_sizer.sizing.verdict import assess
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILES = [

@@ -24,7 +24,7 @@ from tests.example_files import WORKLOAD_FILES
 from gpu_sizer.api import InvalidWorkload, parse_workload, spec_hash
 from gpu_sizer.api.crd import CRD_NAME, RECORD_CRD_NAME
 from gpu_sizer.lifecycle import estimated_status
-from gpu_sizer.sizing import assess
+from gpu_sizer.sizing.verdict import assess
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = WORKLOAD_FILES

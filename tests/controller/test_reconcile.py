@@ -21,7 +21,7 @@ from gpu_sizer.lifecycle import (
 )
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
 from gpu_sizer.measurement.result import NvmlInfo, ProbeResult
-from gpu_sizer.sizing import assess
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_2_1B
 
 GIB = 1 << 30

@@ -12,10 +12,11 @@ import yaml
 from gpu_sizer.api import MeasurementStatus, Phase, parse_spec, spec_hash
 from gpu_sizer.api.record import KEY_LABEL, build_record, parse_record
 from gpu_sizer.catalog import DEFAULT_CATALOG
-from gpu_sizer.inventory import GpuNode, parse_node
+from gpu_sizer.inventory.nodes import GpuNode, parse_node
 from gpu_sizer.lifecycle import StartJob, Workload
 from gpu_sizer.measurement.job import JobRequest, job_manifest
-from gpu_sizer.sharing import (
+from gpu_sizer.policy.namespace import MeasurementSharing, parse_policy
+from gpu_sizer.records.sharing import (
     WAITING,
     Reuse,
     Wait,

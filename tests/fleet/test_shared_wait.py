@@ -15,7 +15,7 @@ from gpu_sizer.lifecycle import DeleteJob, Workload, decide
 from gpu_sizer.measurement.backends import KubernetesJobBackend, slim
 from gpu_sizer.measurement.job import GIB, JobRequest, job_manifest
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
-from gpu_sizer.sizing import assess
+from gpu_sizer.sizing.verdict import assess
 from tests.controller.test_reconcile import CONFIG, PRESENT, namer, observe, raw, start
 
 SPEC = parse_spec(raw())

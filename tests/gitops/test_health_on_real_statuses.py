@@ -13,7 +13,8 @@ import yaml
 
 from gpu_sizer.api import parse_workload, spec_hash
 from gpu_sizer.lifecycle import estimated_status
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 from tests.example_files import WORKLOAD_FILES
 
 from .test_argocd_health import run_health

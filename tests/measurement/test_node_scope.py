@@ -13,7 +13,7 @@ from gpu_sizer.measurement.job import JobRequest, job_gpu_count, job_manifest
 from gpu_sizer.measurement.node_scope import derive, node_scope
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
 from gpu_sizer.measurement.result import NvmlInfo, ProbeResult
-from gpu_sizer.sizing import assess
+from gpu_sizer.sizing.verdict import assess
 from tests.architectures import LLAMA_3_8B
 
 GIB = 1 << 30

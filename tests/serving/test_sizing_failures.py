@@ -13,7 +13,8 @@ import gpu_sizer.sizing.verdict as sizing
 from gpu_sizer.api import parse_spec
 from gpu_sizer.api.hf import model_from_hf_config
 from gpu_sizer.lifecycle import estimated_status
-from gpu_sizer.sizing import Verdict, assess
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess
 from tests.api.test_hf_quantization import FP8_DYNAMIC, W4A16, W8A8_INT8
 
 LLAMA_8B_HF = {

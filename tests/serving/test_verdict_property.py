@@ -35,7 +35,9 @@ from gpu_sizer.api.hf import model_from_hf_config
 from gpu_sizer.catalog import DEFAULT_CATALOG
 from gpu_sizer.cli import main
 from gpu_sizer.lifecycle import Config, Workload, plan_spec
-from gpu_sizer.sizing import Verdict, assess, assess_or_raise
+from gpu_sizer.policy.namespace import Policy
+from gpu_sizer.sizing.assessment import Verdict
+from gpu_sizer.sizing.verdict import assess, assess_or_raise
 from tests.admission.specs import spec_documents
 from tests.api.test_hf_quantization import FP8_DYNAMIC, W4A16, W8A8_INT8
 from tests.architectures import LLAMA_3_2_1B, LLAMA_3_8B

@@ -1,7 +1,7 @@
 """``gpu-sizer accuracy``: estimate versus measurement over measurement records.
 
 Records come from files (``kubectl get gpumeasurements -o yaml``) or from the cluster
-(:mod:`.cluster`); the figures are :mod:`gpu_sizer.accuracy`'s.
+(:mod:`.cluster`); the figures are :mod:`gpu_sizer.records.accuracy`'s.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from gpu_sizer.accuracy import format_table, read_records, summarize
     from gpu_sizer.cli.cluster import ClusterUnreadable, kubeconfig_problem, list_records
+    from gpu_sizer.records.accuracy import format_table, read_records, summarize
 
     if not args.files and not args.from_cluster:
         print("give FILE|DIR arguments or --from-cluster", file=sys.stderr)

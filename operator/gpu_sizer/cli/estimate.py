@@ -1,6 +1,6 @@
 """``gpu-sizer estimate``: size GPUWorkload files without a cluster, as the webhook and the
-operator do before measuring (:func:`gpu_sizer.sizing.assess`, then the status
-:func:`gpu_sizer.reconcile.estimated_status` writes).
+operator do before measuring (:func:`gpu_sizer.sizing.verdict.assess`, then the status
+:func:`gpu_sizer.lifecycle.estimated_status` writes).
 
 Output (:mod:`.estimate_output`): a kubectl-style table, the objects with their status (json,
 yaml), or strategic-merge patches of a pod template. Exit status as :mod:`gpu_sizer.cli` says.
@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         choices=["off", "report", "apply"],
         type=str.lower,
         default="report",
-        help="correction factors learned from --records (gpu_sizer.calibration): report "
+        help="correction factors learned from --records (gpu_sizer.records.calibration): report "
         "(default) shows them in status.estimate.calibration, apply also scales the figures "
         "and judges the verdict with them, off ignores them",
     )
@@ -101,8 +101,9 @@ def _now() -> str:
 def run(args: argparse.Namespace) -> int:
     from gpu_sizer.api import InvalidWorkload, parse_workload, spec_hash
     from gpu_sizer.catalog import DEFAULT_CATALOG, InvalidCatalog, load_catalog_file
-    from gpu_sizer.reconcile import estimated_status
-    from gpu_sizer.sizing import Assessment, Verdict, assess
+    from gpu_sizer.lifecycle import estimated_status
+    from gpu_sizer.sizing.assessment import Assessment, Verdict
+    from gpu_sizer.sizing.verdict import assess
 
     out, err = sys.stdout, sys.stderr
     if args.container is not None:
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_INVALID
     calibration = None
     if args.calibration != "off":
-        from gpu_sizer.calibration import Calibration, learn, parse_mode, samples_from
+        from gpu_sizer.records.calibration import Calibration, learn, parse_mode, samples_from
 
         records: list[Any] = []
         if args.records:
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             invalid = True
             continue
         if assessment.recommendation is not None and args.mig_strategy == "mixed":
-            from gpu_sizer.placement import for_strategy
+            from gpu_sizer.sizing.placement import for_strategy
 
             mixed = for_strategy(assessment.recommendation, "mixed", catalog)
             assessment = dataclasses.replace(assessment, recommendation=mixed)

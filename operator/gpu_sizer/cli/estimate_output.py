@@ -38,7 +38,7 @@ def print_patches(
     """One strategic-merge patch per workload with a recommendation (YAML; with several workloads
     each is headed by a comment naming it, separated by ``---``); the others are said on
     stderr."""
-    from gpu_sizer.placement import memory_request, pod_template_patch
+    from gpu_sizer.sizing.placement import memory_request, pod_template_patch
 
     patches: list[tuple[str, dict[str, Any]]] = []
     for (doc, assessment), obj in zip(rows, objects, strict=True):

@@ -3,7 +3,7 @@
 Level-triggered, as Kubernetes controllers are: every event about a workload (its own object,
 its measurement Job, the Job's pods, a GPU node joining) only marks the workload in the
 :class:`~gpu_sizer.controller.workqueue.WorkQueue`; :meth:`Reconciler.reconcile` then reads the
-latest state and runs the pure decision (:func:`gpu_sizer.reconcile.decide`). Nothing polls: a
+latest state and runs the pure decision (:func:`gpu_sizer.lifecycle.decide`). Nothing polls: a
 measurement is followed through its Job's and pods' watch events, and the only timer is the
 unschedulable deadline of a pod that waits for a node.
 
@@ -74,8 +74,8 @@ from gpu_sizer.controller import kube
 from gpu_sizer.controller.ledger_store import LedgerStore
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.workqueue import Requeue, WorkQueue
-from gpu_sizer.dra import DraNode, claim_template, merge_inventory, parse_resource_slices
-from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory
+from gpu_sizer.inventory.dra import DraNode, claim_template, merge_inventory, parse_resource_slices
+from gpu_sizer.inventory.nodes import GpuNode, IgnoredNode, Inventory, MigStrategy
 from gpu_sizer.lifecycle import (
     Config,
     DeleteJob,
@@ -118,9 +118,16 @@ from gpu_sizer.measurement.outcome import (
     parse_time,
 )
 from gpu_sizer.measurement.queue import Admission, MeasurementQueue, QueueReason
-from gpu_sizer.placement import MigStrategy, for_strategy
-from gpu_sizer.record_checks import implausibilities
-from gpu_sizer.sharing import (
+from gpu_sizer.policy.namespace import (
+    EffectivePolicy,
+    MeasurementSharing,
+    Policy,
+    PolicyError,
+    load_policy,
+)
+from gpu_sizer.records.calibration import Calibration, Sample, learn_calibration, sample_from_record
+from gpu_sizer.records.checks import implausibilities
+from gpu_sizer.records.sharing import (
     UNNAMED_JOB_GRACE_SECONDS,
     Reuse,
     Stale,

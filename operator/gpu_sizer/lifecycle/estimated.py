@@ -17,7 +17,7 @@ from gpu_sizer.api import (
     Phase,
 )
 from gpu_sizer.lifecycle.conditions import F, T, set_condition
-from gpu_sizer.sizing import Assessment, Verdict
+from gpu_sizer.sizing.assessment import Assessment, Verdict
 
 
 def estimated_status(

@@ -14,7 +14,7 @@ from gpu_sizer.lifecycle.outcome import _plan_outcome
 from gpu_sizer.lifecycle.plan import Config, DeleteJob, Plan, StartJob, Workload, _settled
 from gpu_sizer.lifecycle.spec import _plan_spec
 from gpu_sizer.measurement.outcome import Outcome
-from gpu_sizer.sizing import Assessment
+from gpu_sizer.sizing.assessment import Assessment
 
 #: Endings the operator brings about by deleting the Job (its pod never ran, or never will): a
 #: Job of such an ending that still exists is deleted on every decision until it is gone, so a

@@ -129,7 +129,7 @@ def _from_measurement(
     if scope is not None and m.scope:
         what = f"{m.scope}; on {m.gpu_class} ({_fmt(capacity)} usable)"
     if m.reused_from:
-        # A shared GPUMeasurement of the same measurement key (gpu_sizer.sharing).
+        # A shared GPUMeasurement of the same measurement key (gpu_sizer.records.sharing).
         what = f"reused GPUMeasurement {m.reused_from}: {what}"
     conds.put(ConditionType.Measured, T, reason, what)
     same_class = est_rec is not None and cls is not None and est_rec.gpu_class == cls.name

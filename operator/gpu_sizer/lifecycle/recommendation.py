@@ -2,7 +2,7 @@
 
 On the class it was measured on, on a larger class the peak fits with headroom, or (for an engine
 that pre-allocates a fraction of the GPU, where a larger class only grows its pool) on the same
-class at a lowered fraction, re-planned by :mod:`gpu_sizer.pool_verdict`.
+class at a lowered fraction, re-planned by :mod:`gpu_sizer.sizing.pool_verdict`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-from gpu_sizer import pool_verdict
 from gpu_sizer.api import (
     Basis,
     ConditionType,
@@ -23,8 +22,9 @@ from gpu_sizer.api import (
 from gpu_sizer.catalog import GPUClass, headroom_fraction
 from gpu_sizer.lifecycle.conditions import F, _Conds, _finish
 from gpu_sizer.lifecycle.plan import Workload, _fmt
-from gpu_sizer.placement import snippets
-from gpu_sizer.workers import recommendation_fields
+from gpu_sizer.sizing import pool_verdict
+from gpu_sizer.sizing.placement import snippets
+from gpu_sizer.sizing.workers import recommendation_fields
 
 
 def _host(base: GPUWorkloadStatus) -> int | None:
@@ -44,7 +44,7 @@ def _measured_recommendation(
     host: int | None = None,
 ) -> RecommendationStatus:
     """A recommendation resting on a measured ``peak`` (bytes per GPU) on class ``cls``; with
-    ``spec``, split into workers as the estimate's is (:mod:`gpu_sizer.workers`)."""
+    ``spec``, split into workers as the estimate's is (:mod:`gpu_sizer.sizing.workers`)."""
     placed = snippets(cls, gpus) if spec is None else recommendation_fields(spec, cls, host)
     return RecommendationStatus(
         gpu_class=cls.name,
@@ -75,9 +75,9 @@ def _lower_fraction(
 
     The engine's footprint is its fraction of the GPU plus what lies outside it; the measured
     excess over ``(1 - minHeadroomFraction) x usable`` comes off the fraction, and the engine is
-    re-planned on the same class with it (:mod:`gpu_sizer.pool_verdict`). When that smaller pool
-    still serves ``targetConcurrency``, the recommendation keeps the class with the lowered flag;
-    otherwise the workload is rejected with the figures.
+    re-planned on the same class with it (:mod:`gpu_sizer.sizing.pool_verdict`). When that smaller
+    pool still serves ``targetConcurrency``, the recommendation keeps the class with the lowered
+    flag; otherwise the workload is rejected with the figures.
     """
     spec = wl.spec
     inf = spec.inference

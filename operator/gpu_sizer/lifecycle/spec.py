@@ -33,7 +33,7 @@ from gpu_sizer.lifecycle.plan import (
     _quiet_if_unchanged,
     _settled,
 )
-from gpu_sizer.sizing import Assessment, Verdict
+from gpu_sizer.sizing.assessment import Assessment, Verdict
 
 
 def invalid_plan(
