@@ -25,6 +25,7 @@ import kmock
 
 from gpu_sizer.api import GROUP, KIND, PLURAL, SHORT_NAME, SINGULAR, VERSION
 from gpu_sizer.api.record import RECORD_KIND, RECORD_PLURAL, RECORD_SHORT_NAME, RECORD_SINGULAR
+from gpu_sizer.api.times import rfc3339
 from gpu_sizer_testbed.kubectl import KubectlApi
 
 __all__ = [
@@ -199,7 +200,7 @@ def record_crd_document() -> dict[str, Any]:
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.datetime.now(datetime.UTC))
 
 
 _CURRENT_REQUEST: contextvars.ContextVar[Any] = contextvars.ContextVar("request", default=None)

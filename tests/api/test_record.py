@@ -368,7 +368,7 @@ def test_parse_time_reads_a_timestamp_without_offset_as_utc() -> None:
     must not raise (the reconciler compares expiry and completion times)."""
     import datetime
 
-    from gpu_sizer.api.record import parse_time
+    from gpu_sizer.api.times import parse_time
 
     utc = datetime.UTC
     assert parse_time("2026-12-01T03:04:05Z") == datetime.datetime(2026, 12, 1, 3, 4, 5, tzinfo=utc)

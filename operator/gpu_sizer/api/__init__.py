@@ -1,10 +1,10 @@
 """GPUWorkload API types (``gpusizer.dev/v1alpha1``): spec, status, parsing, errors."""
 
 from gpu_sizer.api.errors import InvalidWorkload, Problem, problems_from
-from gpu_sizer.api.generation import *  # noqa: F403
-from gpu_sizer.api.generation import __all__ as _generation_all
 from gpu_sizer.api.spec import *  # noqa: F403
 from gpu_sizer.api.spec import __all__ as _spec_all
+from gpu_sizer.api.spec.generation import *  # noqa: F403
+from gpu_sizer.api.spec.generation import __all__ as _generation_all
 from gpu_sizer.api.status import *  # noqa: F403
 from gpu_sizer.api.status import __all__ as _status_all
 from gpu_sizer.api.workload import (

@@ -1,4 +1,4 @@
-"""Shared measurement records: the cluster-scoped ``GPUMeasurement`` kind (issue 15, item 3).
+"""Shared measurement records: the cluster-scoped ``GPUMeasurement`` kind.
 
 A GPU measurement is a property of *what* ran (the memory-relevant part of a spec), *where*
 (GPU class, node driver), *with what* (probe image, engine and its version) and *against which
@@ -71,6 +71,7 @@ from gpu_sizer.api.status import (
     PerGpuBreakdown,
     _Status,
 )
+from gpu_sizer.api.times import parse_time, rfc3339
 from gpu_sizer.api.workload import API_VERSION, CATEGORY, GROUP, VERSION
 
 __all__ = [
@@ -104,7 +105,6 @@ __all__ = [
     "measurement_key",
     "memory_spec_digest",
     "parse_record",
-    "parse_time",
     "record_name",
     "record_names",
     "reusable_by",
@@ -390,23 +390,6 @@ def _label_value(text: str) -> str:
     return value if _LABEL_VALUE.match(value) else ""
 
 
-def _rfc3339(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime.datetime | None:
-    """RFC 3339 (``2026-01-02T03:04:05Z``) to an aware datetime; a timestamp without an offset
-    (someone's ``kubectl edit``) is read as UTC, so comparing it with ``now`` cannot raise;
-    ``None`` when empty or unreadable."""
-    if not text:
-        return None
-    try:
-        t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=datetime.UTC)
-
-
 def build_record(
     key: MeasurementKey,
     spec: GPUWorkloadSpec,
@@ -442,8 +425,8 @@ def build_record(
             source_namespace=source_namespace,
             source_name=source_name,
         ),
-        recorded_at=_rfc3339(now),
-        expires_at=_rfc3339(now + datetime.timedelta(seconds=ttl_seconds)),
+        recorded_at=rfc3339(now),
+        expires_at=rfc3339(now + datetime.timedelta(seconds=ttl_seconds)),
     )
     labels = {
         KEY_LABEL: key_label(digest),

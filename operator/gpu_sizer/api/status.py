@@ -586,8 +586,9 @@ class RecommendationStatus(_Status):
 
 class MeasurementUsage(_Status):
     """GPU-seconds this workload's measurement Jobs used on one UTC day, charged to its
-    namespace's ``measurementGpuSecondsPerDay`` budget (namespace policy, issue 15). Kept in the
-    status so that the charge survives an operator restart and a re-measurement."""
+    namespace's ``measurementGpuSecondsPerDay`` budget (the namespace policy's daily cap on
+    measurement GPU time). Kept in the status so that the charge survives an operator restart
+    and a re-measurement."""
 
     day: str = Field(description="The UTC day charged, YYYY-MM-DD.")
     gpu_seconds: int = Field(

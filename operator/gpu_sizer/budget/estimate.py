@@ -39,6 +39,7 @@ from gpu_sizer.api import (
     EstimateStatus,
     FinetuningMethod,
     GPUWorkloadSpec,
+    Inference,
     Initialization,
     MissingComponent,
     Optimizer,
@@ -293,25 +294,13 @@ def estimate(spec: GPUWorkloadSpec, gpu_class: GPUClass | None = None) -> Estima
         notes.append(_count_note(spec.model.parameter_count, params))
     if inf is not None:
         weights, quant = weight_bytes(lay, spec.model, outer)
-        element = kv_element_bytes(spec.model, inf)
-        geometry = kv_geometry(arch, element, tp, pp, state_element_bytes(spec.model))
-        per_token = geometry.bytes_per_token
-        if models_pool(spec):
-            # Class-independent demand: the pool must hold targetConcurrency requests.
-            request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
-            kv = math.ceil((inf.target_concurrency or 1.0) * request)
-            kv_tokens = math.ceil((inf.target_concurrency or 1.0) * inf.max_model_len)
-        else:
-            kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
+        per_token, kv, kv_tokens = _kv_cache(spec, inf, arch, tp, pp)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
         acts = inference_activation_bytes(
             arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
         ) + dequantization_workspace_bytes(lay, spec.model.quantization, training=False)
         batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
-        graphs = 0
-        if batch:
-            per_seq = activation_token_elements(arch, tp) * act_bytes
-            graphs = CUDA_GRAPH_BASE_BYTES + batch * per_seq
+        graphs = _graph_pool_bytes(arch, tp, act_bytes, batch)
         groups = (tp > 1) + (pp > 1)
         comm = groups * COMM_GROUP_BYTES
         runtime = base_overhead_bytes(0) + comm + graphs + allocator_reserve_bytes(acts)
@@ -333,6 +322,36 @@ def estimate(spec: GPUWorkloadSpec, gpu_class: GPUClass | None = None) -> Estima
         )
     tb = training_budget(spec, lay, outer)
     return _training_estimate(spec, tb, params, trainable_parameter_count(whole, tr), notes)
+
+
+def _kv_cache(
+    spec: GPUWorkloadSpec, inf: Inference, arch: Architecture, tp: int, pp: int
+) -> tuple[int, int, int]:
+    """The KV cache of the most loaded GPU, before any GPU class is known: (bytes per token,
+    bytes, tokens).
+
+    An engine that pre-allocates a pool (:func:`models_pool`) sizes the pool per class; what the
+    workload demands of it, whatever the class, is ``targetConcurrency`` requests of
+    ``maxModelLen`` tokens. Otherwise the cache grows with the batch: ``maxNumSeqs`` sequences of
+    ``maxModelLen`` tokens (:func:`gpu_sizer.budget.kv_cache.kv_cache_bytes`).
+    """
+    element = kv_element_bytes(spec.model, inf)
+    geometry = kv_geometry(arch, element, tp, pp, state_element_bytes(spec.model))
+    if models_pool(spec):
+        request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
+        kv = math.ceil((inf.target_concurrency or 1.0) * request)
+        kv_tokens = math.ceil((inf.target_concurrency or 1.0) * inf.max_model_len)
+    else:
+        kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
+    return geometry.bytes_per_token, kv, kv_tokens
+
+
+def _graph_pool_bytes(arch: Architecture, tp: int, act_bytes: int, batch: int) -> int:
+    """Bytes of the CUDA graph pool captured up to ``batch`` sequences (0: no graphs): the base
+    pool plus one decode token's activations per captured sequence."""
+    if not batch:
+        return 0
+    return CUDA_GRAPH_BASE_BYTES + batch * activation_token_elements(arch, tp) * act_bytes
 
 
 def _generic_note(model_type: str) -> str:
@@ -419,7 +438,8 @@ def _estimate_from_parameter_count(
             if pp > 1:
                 notes.append(_generic_stage_note(arch, pp))
         batch = cuda_graph_batch(inf.engine, inf.max_num_seqs, inf.enforce_eager)
-        # non-torch memory of each parallel group (engines.common.COMM_GROUP_BYTES, issue 9)
+        # non-torch memory of each parallel group: NCCL communicators and all-reduce buffers
+        # (engines.common.COMM_GROUP_BYTES)
         comm = ((tp > 1) + (pp > 1)) * COMM_GROUP_BYTES
         if arch is None:
             runtime = base_overhead_bytes(0) + comm + (CUDA_GRAPH_BASE_BYTES if batch else 0)
@@ -432,28 +452,17 @@ def _estimate_from_parameter_count(
                 notes=notes,
                 missing_components=missing,
             )
-        element = kv_element_bytes(spec.model, inf)
-        geometry = kv_geometry(arch, element, tp, pp, state_element_bytes(spec.model))
-        if models_pool(spec):
-            # Class-independent demand, as for a known family: targetConcurrency requests.
-            request, _ = kv_cache_bytes(geometry, inf.max_model_len, 1)
-            kv = math.ceil((inf.target_concurrency or 1.0) * request)
-            kv_tokens = math.ceil((inf.target_concurrency or 1.0) * inf.max_model_len)
-        else:
-            kv, kv_tokens = kv_cache_bytes(geometry, inf.max_model_len, inf.max_num_seqs)
+        per_token, kv, kv_tokens = _kv_cache(spec, inf, arch, tp, pp)
         act_bytes = max(2, DTYPE_BYTES[spec.model.dtype])
         acts = inference_activation_bytes(
             arch, inf, act_bytes, prefill_tokens(inf), inf.max_num_seqs
         )
-        graphs = 0
-        if batch:
-            per_seq = activation_token_elements(arch, tp) * act_bytes
-            graphs = CUDA_GRAPH_BASE_BYTES + batch * per_seq
+        graphs = _graph_pool_bytes(arch, tp, act_bytes, batch)
         runtime = base_overhead_bytes(0) + comm + graphs + allocator_reserve_bytes(acts)
         return EstimateStatus(
             parameter_count=params,
             gpu_count=spec.gpu_count,
-            kv_cache_bytes_per_token=geometry.bytes_per_token,
+            kv_cache_bytes_per_token=per_token,
             kv_cache_tokens=kv_tokens,
             per_gpu=_breakdown(weights, quant, kv, acts, 0, 0, 0, runtime),
             notes=notes,

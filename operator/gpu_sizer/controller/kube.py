@@ -32,6 +32,7 @@ import kopf
 from kopf._cogs.clients import api as kopf_api  # no public client in kopf
 from kopf._cogs.clients import errors as kopf_errors
 
+from gpu_sizer.api.times import rfc3339
 from gpu_sizer.measurement.backends import BackendError, JobExists, QuotaExceeded
 
 __all__ = [
@@ -178,7 +179,7 @@ class Client:
         message: str,
     ) -> None:
         """Post a core/v1 Event about ``involved`` (apiVersion, kind, name, namespace, uid)."""
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339(datetime.datetime.now(datetime.UTC))
         namespace = str(involved.get("namespace") or "default")
         body = {
             "apiVersion": "v1",

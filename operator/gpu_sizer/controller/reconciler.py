@@ -70,6 +70,7 @@ from gpu_sizer.api.record import (
     reusable_by,
     shareable,
 )
+from gpu_sizer.api.times import rfc3339
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.ledger_store import LedgerStore
 from gpu_sizer.controller.options import Options
@@ -179,7 +180,7 @@ POSITION_SCAN_SECONDS = 1.0
 
 def now_rfc3339() -> str:
     """Current UTC time, second precision, ``Z`` suffix (metav1.Time)."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.datetime.now(datetime.UTC))
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -1079,7 +1080,7 @@ class Reconciler:
         update: dict[str, Any] = {"measurement_key": fields.digest(), "key_fields": fields}
         if publish_at is not None and shareable(m):
             expires = publish_at + datetime.timedelta(seconds=self.opts.measurement_record_ttl)
-            update["record_expires_at"] = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+            update["record_expires_at"] = rfc3339(expires)
         keyed = m.model_copy(update=update)
         return Plan(plan.status.model_copy(update={"measurement": keyed}), plan.actions), True
 

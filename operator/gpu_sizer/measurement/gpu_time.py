@@ -48,7 +48,7 @@ from gpu_sizer.api.status import (
     PerGpuBreakdown,
     Phase,
 )
-from gpu_sizer.measurement.outcome import parse_time
+from gpu_sizer.api.times import parse_time, rfc3339
 
 __all__ = [
     "BudgetState",
@@ -211,5 +211,5 @@ def budget_state(
         used=used_today(statuses, now, ledger),
         limit=limit,
         day=day_of(now),
-        frees_at=next_day_start(now).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        frees_at=rfc3339(next_day_start(now)),
     )

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from gpu_sizer.api.record import parse_time
+from gpu_sizer.api.times import parse_time
 
 __all__ = ["CONTAINER", "made_by_job", "template_container"]
 

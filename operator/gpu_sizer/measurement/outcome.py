@@ -27,7 +27,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from gpu_sizer.api.record import parse_time
+from gpu_sizer.api.times import parse_time
 from gpu_sizer.measurement.job import LABEL_KUEUE_QUEUE
 from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, ProbeResult, parse_result
 

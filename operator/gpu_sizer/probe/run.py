@@ -31,6 +31,7 @@ from gpu_sizer.api import (
     parse_spec,
     spec_hash,
 )
+from gpu_sizer.api.times import rfc3339
 from gpu_sizer.budget import estimate
 from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
 from gpu_sizer.probe.command_mode import TIMEOUT_EXIT_CODE
@@ -70,7 +71,7 @@ class Options:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.now(UTC))
 
 
 def deadline_seconds(spec: GPUWorkloadSpec, given: float | None) -> float:

@@ -37,8 +37,9 @@ from __future__ import annotations
 import datetime
 from typing import Final
 
-from gpu_sizer.api.record import CLOCK_SKEW_SECONDS, GPUMeasurement, parse_time
+from gpu_sizer.api.record import CLOCK_SKEW_SECONDS, GPUMeasurement
 from gpu_sizer.api.status import EstimateStatus
+from gpu_sizer.api.times import parse_time
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.inventory.nodes import MEMORY_TOLERANCE
 

@@ -64,9 +64,9 @@ from gpu_sizer.api.record import (
     catalog_digest,
     effective_expiry,
     measurement_key,
-    parse_time,
 )
 from gpu_sizer.api.status import MeasurementKey
+from gpu_sizer.api.times import parse_time, rfc3339
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.lifecycle import (
     Action,
@@ -272,7 +272,7 @@ def _expiry_text(rec: GPUMeasurement, ttl_seconds: float | None) -> str:
     if ttl_seconds is None:
         return rec.spec.expires_at
     capped = effective_expiry(rec, ttl_seconds)
-    return capped.strftime("%Y-%m-%dT%H:%M:%SZ") if capped is not None else rec.spec.expires_at
+    return rfc3339(capped) if capped is not None else rec.spec.expires_at
 
 
 def reuse_previous(
@@ -400,7 +400,7 @@ def waiting_plan(plan: Plan, wl: Workload, config: Config, *, wait: Wait, now: s
     if kept is not None and kept.spec_hash != wl.spec_hash:
         kept = None
     until = (
-        f" (until {wait.until.strftime('%Y-%m-%dT%H:%M:%SZ')} at most, then measuring itself)"
+        f" (until {rfc3339(wait.until)} at most, then measuring itself)"
         if wait.until is not None
         else ""
     )

@@ -74,6 +74,7 @@ __all__ = [
     "class_inputs",
     "comm_group_bytes",
     "communication_groups",
+    "engine_plan",
     "fp8_weight_only",
     "graph_pool_bytes",
     "kv_capacity",
@@ -483,6 +484,61 @@ class EnginePlan(NamedTuple):
     def error(self) -> str | None:
         """Why the engine cannot serve on this class, in the engine's terms, if it cannot."""
         return self.start_error or self.runtime_error
+
+
+def engine_plan(
+    gpu: GPUClass,
+    inf: Inference,
+    version: str,
+    facts: ServingFacts,
+    kv: KvDemand,
+    *,
+    fraction: float,
+    fraction_default: float,
+    fraction_chosen: bool,
+    weights: int,
+    quant: int,
+    activations: int,
+    pool: int,
+    runtime: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    start_error: str | None,
+    runtime_error: str | None = None,
+    engine_args: dict[str, str],
+    notes: tuple[str, ...],
+) -> EnginePlan:
+    """The plan of an engine that pre-allocates a KV pool of ``pool`` bytes in ``block_size``-
+    token pages, as each engine's model computes its parts.
+
+    A pool at or below zero is the engine's refusal to start (its ``start_error``), not a size:
+    the plan holds an empty pool then. An engine that does not start serves nothing, so its
+    capacity and concurrency are zero whatever the pool; otherwise they are :func:`kv_capacity`'s.
+    """
+    tokens, concurrency = (0, 0.0) if start_error else kv_capacity(pool, kv, block_size)
+    return EnginePlan(
+        gpu=gpu,
+        engine=inf.engine,
+        version=version,
+        fraction=fraction,
+        fraction_default=fraction_default,
+        fraction_chosen=fraction_chosen,
+        weights=weights,
+        quant=quant,
+        activations=activations,
+        kv_pool=max(pool, 0),
+        runtime=runtime,
+        capacity_tokens=tokens,
+        max_concurrency=concurrency,
+        max_num_batched_tokens=max_num_batched_tokens,
+        parameter_count=facts.parameter_count,
+        kv_token_bytes=kv.token_bytes,
+        block_size=block_size,
+        start_error=start_error,
+        runtime_error=runtime_error,
+        engine_args=engine_args,
+        notes=notes,
+    )
 
 
 class ClassInputs(NamedTuple):

@@ -57,6 +57,7 @@ from gpu_sizer.budget.engines.common import (
     choose_fraction,
     class_inputs,
     comm_group_bytes,
+    engine_plan,
     graph_pool_bytes,
     kv_capacity,
     parallel_args,
@@ -206,7 +207,7 @@ def plan(
     # An unread release's margin (facts.margin_bytes) is in the activations outside the static
     # share and also out of the pool: what it allocates otherwise may sit on either side.
     pool = static - weights - quant - facts.margin_bytes
-    tokens, concurrency = kv_capacity(pool, kv, 1)
+    tokens, _ = kv_capacity(pool, kv, 1)
     start_error = None
     runtime_error = None
     if pool <= 0:
@@ -215,7 +216,6 @@ def plan(
             f"SGLang {rel.version} refuses to start: loaded weights leave no GPU memory for the "
             f"KV cache under --mem-fraction-static={fraction:g} (raise it above {minimum:.3f})"
         )
-        tokens, concurrency = 0, 0.0
     elif kv.token_bytes and tokens < inf.max_model_len:
         notes = (
             *notes,
@@ -248,23 +248,21 @@ def plan(
         args["--chunked-prefill-size"] = str(inf.max_num_batched_tokens)
     if inf.enforce_eager:
         args["--disable-cuda-graph"] = "true"
-    return EnginePlan(
-        gpu=gpu,
-        engine=inf.engine,
-        version=rel.version,
+    return engine_plan(
+        gpu,
+        inf,
+        rel.version,
+        facts,
+        kv,
         fraction=fraction,
         fraction_default=default,
         fraction_chosen=chosen,
         weights=weights,
         quant=quant,
         activations=acts,
-        kv_pool=max(pool, 0),
+        pool=pool,
         runtime=outside + graphs + marlin_excess,
-        capacity_tokens=tokens,
-        max_concurrency=concurrency,
         max_num_batched_tokens=chunk,
-        parameter_count=facts.parameter_count,
-        kv_token_bytes=kv.token_bytes,
         block_size=1,
         start_error=start_error,
         runtime_error=runtime_error,

@@ -63,6 +63,7 @@ from gpu_sizer.budget.engines.common import (
     choose_fraction,
     class_inputs,
     comm_group_bytes,
+    engine_plan,
     graph_pool_bytes,
     kv_capacity,
     profile_activation_bytes,
@@ -219,7 +220,7 @@ def plan(
     prefill, acts, warmup_kv, held = holds(fraction)
     budget = int(fraction * usable)
     pool = int(rel.wiggle * (budget - held)) + warmup_kv if budget > held else budget - held
-    tokens, concurrency = kv_capacity(pool, kv, block)
+    tokens, _ = kv_capacity(pool, kv, block)
     start_error = None
     if inf.pipeline_parallel_size > 1:
         start_error = "TGI has no pipeline parallelism (its shards are tensor-parallel only)"
@@ -234,8 +235,6 @@ def plan(
             f"TGI {rel.version} refuses to start: not enough memory to handle "
             f"`max_total_tokens={inf.max_model_len}` (the KV blocks hold {tokens} tokens)"
         )
-    if start_error is not None:
-        tokens, concurrency = 0, 0.0
     old_names = int(rel.version.split(".")[0]) < 2  # 1.x: --max-input-length
     args = {
         "--max-input-length" if old_names else "--max-input-tokens": str(
@@ -251,23 +250,21 @@ def plan(
         args["--kv-cache-dtype"] = "fp8_e5m2" if kv_flag == "fp8_e5m2" else "fp8_e4m3fn"
     if inf.enforce_eager:
         args["--cuda-graphs"] = "0"
-    return EnginePlan(
-        gpu=gpu,
-        engine=inf.engine,
-        version=rel.version,
+    return engine_plan(
+        gpu,
+        inf,
+        rel.version,
+        facts,
+        kv,
         fraction=fraction,
         fraction_default=1.0,
         fraction_chosen=chosen,
         weights=facts.weights,
         quant=quant,
         activations=acts,
-        kv_pool=max(pool, 0),
+        pool=pool,
         runtime=inside + beyond,
-        capacity_tokens=tokens,
-        max_concurrency=concurrency,
         max_num_batched_tokens=prefill,
-        parameter_count=facts.parameter_count,
-        kv_token_bytes=kv.token_bytes,
         block_size=block,
         start_error=start_error,
         engine_args=args,

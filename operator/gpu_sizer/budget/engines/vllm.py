@@ -133,8 +133,8 @@ from gpu_sizer.budget.engines.common import (
     choose_fraction,
     class_inputs,
     comm_group_bytes,
+    engine_plan,
     graph_pool_bytes,
-    kv_capacity,
     parallel_args,
     profile_activation_bytes,
 )
@@ -344,27 +344,25 @@ def planner(
         start_error = _start_error(
             spec, rel, usable, fraction, requested, before_snapshot, pool, kv
         )
-        tokens, concurrency = (0, 0.0) if start_error else kv_capacity(pool, kv, BLOCK_SIZE)
         args = {**base_args, "--gpu-memory-utilization": f"{fraction:g}", **extra_args}
         if kv_flag != "auto":
             args["--kv-cache-dtype"] = kv_flag
-        return EnginePlan(
-            gpu=gpu,
-            engine=inf.engine,
-            version=rel.version,
+        return engine_plan(
+            gpu,
+            inf,
+            rel.version,
+            facts,
+            kv,
             fraction=fraction,
             fraction_default=DEFAULT_UTILIZATION,
             fraction_chosen=chosen,
             weights=weights,
             quant=quant,
             activations=acts,
-            kv_pool=max(pool, 0),
+            pool=pool,
             runtime=non_torch + beyond,
-            capacity_tokens=tokens,
-            max_concurrency=concurrency,
             max_num_batched_tokens=batched,
-            parameter_count=facts.parameter_count,
-            kv_token_bytes=kv.token_bytes,
+            block_size=BLOCK_SIZE,
             start_error=start_error,
             engine_args=args,
             notes=notes,

@@ -22,13 +22,10 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, StrictBool, model_validator
 
 from gpu_sizer.api.components import COMPONENT_CLASSES, checked_config, resolved_config
-from gpu_sizer.api.spec import (
-    LIMITS,
-    Dtype,
-    Quantization,
-    _Model,
-    _Problems,
-)
+from gpu_sizer.api.spec.base import _Model, _Problems
+from gpu_sizer.api.spec.bounds import LIMITS
+from gpu_sizer.api.spec.enums import Dtype
+from gpu_sizer.api.spec.quantization import Quantization
 
 __all__ = [
     "PIPELINE_OPTIONS",
