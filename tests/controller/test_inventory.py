@@ -142,7 +142,7 @@ def test_gpu_operator_issue_637_mixed_mig_node_offers_slices_not_stale_gpus() ->
         Offer("nvidia-a100-80gb-mig-2g.20gb", 4, "nvidia.com/mig-2g.20gb"),
     )
     assert "nvidia-a100-80gb" not in parsed.classes()
-    assert any("issue 637" in note and "0 whole GPU(s)" in note for note in parsed.notes)
+    assert any("gpu-operator#637" in note and "0 whole GPU(s)" in note for note in parsed.notes)
     inv = build_inventory([n], DEFAULT_CATALOG)
     assert inv.present_classes() == {
         "nvidia-a100-80gb-mig-1g.10gb",
