@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gpu_sizer.api import API_VERSION, KIND, GPUWorkloadSpec, MeasurementStatus
@@ -90,17 +90,19 @@ class JobActuator:
         #: The uid of the measurement Job last observed per workload (charged once per uid).
         self.job_uids: dict[Key, str] = {}
 
-    def outcomes(self, key: Key, uid: str) -> tuple[dict[str, Outcome], dict[str, str]]:
+    def outcomes(self, key: Key, uid: str) -> tuple[Mapping[str, Outcome], dict[str, str]]:
         """Where each of the workload's own live Jobs stands, by Job name, and their uids (a
-        Job of another owner uid, or being deleted, is not the workload's measurement)."""
-        now = datetime.datetime.now(datetime.UTC)
-        outcomes: dict[str, Outcome] = {}
-        uids: dict[str, str] = {}
+        Job of another owner uid, or being deleted, is not the workload's measurement).
+
+        A Job is observed when the decision reads its entry (most decisions read none: a
+        settled workload's Job is not looked at), and the uids fill as Jobs are observed.
+        """
+        jobs: dict[str, JobView] = {}
         for job in self._backend.jobs(*key):
-            if job.owner_uid == uid and not job.deleting and job.name not in outcomes:
-                outcomes[job.name] = self._backend.observe(key[0], job, now)
-                uids[job.name] = job.uid
-        return outcomes, uids
+            if job.owner_uid == uid and not job.deleting and job.name not in jobs:
+                jobs[job.name] = job
+        uids: dict[str, str] = {}
+        return _Observed(self._backend, key[0], jobs, uids), uids
 
     def where(self, namespace: str, spec: GPUWorkloadSpec) -> str:
         """The namespace a new measurement Job of a workload of ``namespace`` runs in
@@ -336,3 +338,30 @@ class JobActuator:
                 body["spec"]["spec"]["devices"]["requests"][0],
             )
         return action.name
+
+
+class _Observed(Mapping[str, Outcome]):
+    """A workload's Jobs by name, each observed (once) when its entry is first read."""
+
+    def __init__(
+        self, backend: Backend, namespace: str, jobs: dict[str, JobView], uids: dict[str, str]
+    ) -> None:
+        self._backend = backend
+        self._namespace = namespace
+        self._jobs = jobs
+        self._uids = uids
+        self._seen: dict[str, Outcome] = {}
+
+    def __getitem__(self, name: str) -> Outcome:
+        if name not in self._seen:
+            job = self._jobs[name]
+            now = datetime.datetime.now(datetime.UTC)
+            self._seen[name] = self._backend.observe(self._namespace, job, now)
+            self._uids[name] = job.uid
+        return self._seen[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)

@@ -41,13 +41,6 @@ from typing import Any
 
 from gpu_sizer import metrics
 from gpu_sizer.admission.policy import EffectivePolicy
-from gpu_sizer.api import (
-    GPUWorkloadStatus,
-    InvalidWorkload,
-    Phase,
-    parse_spec,
-    spec_hash,
-)
 from gpu_sizer.api.record import key_label
 from gpu_sizer.calibration import Calibration
 from gpu_sizer.controller import kube
@@ -58,12 +51,13 @@ from gpu_sizer.controller.jobs import JobActuator
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.policy_cache import PolicyCache
 from gpu_sizer.controller.record_store import RecordStore
+from gpu_sizer.controller.resume import ResumeLog
 from gpu_sizer.controller.slots import Slots
+from gpu_sizer.controller.snapshot import SnapshotReader
 from gpu_sizer.controller.status_writer import (
     StatusWriter,
     log_transition,
     observe_outcome,
-    record_metrics,
 )
 from gpu_sizer.controller.workloads import (
     CompactWorkload,
@@ -78,12 +72,9 @@ from gpu_sizer.dra import DraNode
 from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory
 from gpu_sizer.lifecycle import decide as lifecycle
 from gpu_sizer.measurement.backends import Backend, BackendError, JobView, QuotaExceeded
-from gpu_sizer.measurement.job import host_memory_bytes, job_name
-from gpu_sizer.measurement.outcome import Outcome, OutcomeKind
+from gpu_sizer.measurement.outcome import Outcome
 from gpu_sizer.placement import MigStrategy
-from gpu_sizer.reconcile import Config, Emit, StartJob
-from gpu_sizer.sharing import revalidation_due
-from gpu_sizer.sizing import assess
+from gpu_sizer.reconcile import Config, Emit, Plan, StartJob
 
 __all__ = ["CompactWorkload", "Key", "Reconciler", "merge_patch", "now_rfc3339", "slim_workload"]
 
@@ -141,14 +132,17 @@ class Reconciler:
             self.said,
         )
         self.status = StatusWriter(self._api, self.workloads)
-        #: Workloads decided at least once by this process (to log a restart's takeover once).
-        self._resumed: set[Key] = set()
-        #: The workloads known when the first decision was made, not decided yet since the
-        #: start (None before that, and after each was decided once); see :meth:`_count_resume`.
-        self._resuming: set[Key] | None = None
-        self._resume_done = False
-        self._resume_writes = 0
-        self._started = time.monotonic()
+        self.snapshots = SnapshotReader(
+            opts,
+            self.config,
+            self.said,
+            self.nodes,
+            self.policy,
+            self.records,
+            self.calibrations,
+            self.jobs,
+        )
+        self.resume = ResumeLog()
         backend.notify = self.notify
 
     def _api(self) -> kube.Client | None:
@@ -186,7 +180,7 @@ class Reconciler:
         self.workloads.index = workloads
         if records is not None:
             self.records.start(records)
-        self._started = time.monotonic()
+        self.resume.started = time.monotonic()
         self.events.start()
         self.queue.start()
 
@@ -287,10 +281,7 @@ class Reconciler:
 
         :raises kube.ApiError, BackendError: a write did not land (the queue retries).
         """
-        if self._resuming is None and not self._resume_done:
-            # kopf fills every index before any event handler runs, so the workloads' index
-            # holds every workload there is at the first decision.
-            self._resuming = {k for k, _ in self.workloads.all()}
+        self.resume.begin(lambda: (k for k, _ in self.workloads.all()))
         await self.slots.read_ledger()
         namespace = key[0]
         body = self.workload(key)
@@ -299,12 +290,12 @@ class Reconciler:
         if body is None or meta.get("deletionTimestamp"):
             self.jobs.job_uids.pop(key, None)
             await self._clean_up(key, body)
-            self._count_resume(key, False)
+            self.resume.counted(key, False)
             return None
         uid = str(meta.get("uid") or "")
         raw_status = body.get("status")
         stored = raw_status if isinstance(raw_status, Mapping) else {}
-        snap, uids = await self._snapshot(key, body, stored)
+        snap, uids = await self.snapshots.read(key, body, stored)
         decision = lifecycle.decide(snap)
         if decision.look_up is not None:
             assert snap.spec is not None
@@ -395,7 +386,7 @@ class Reconciler:
                 self.records.wake_waiters(key_label(self.records.job_key(snap.spec, cls)))
         for job in recorded:  # their outcome is in the status now: they may go
             await self.jobs.delete(key, job)
-        self._log_decided(key, stored, plan, changed, meta)
+        self.resume.decided(key, stored, plan, changed, meta)
         if changed:
             log_transition(key, stored, plan)
             for action in plan.actions:
@@ -407,92 +398,8 @@ class Reconciler:
         self.slots.wake()
         return self._next_decision(key, plan, outcome, retry_quota)
 
-    async def _snapshot(
-        self, key: Key, body: Mapping[str, Any], stored: Mapping[str, Any]
-    ) -> tuple[lifecycle.Snapshot, dict[str, str]]:
-        """What the operator knows of the workload now (and its live Jobs' uids by name)."""
-        namespace, name = key
-        meta = body.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        generation = meta.get("generation")
-        prev = self._previous(key, stored)
-        now = now_rfc3339()
-        at = datetime.datetime.now(datetime.UTC)
-        base = lifecycle.Snapshot(
-            name,
-            namespace,
-            generation,
-            None,
-            None,
-            prev,
-            self.config,
-            now,
-            at,
-            record_ttl_seconds=self.opts.measurement_record_ttl,
-        )
-        try:
-            spec = parse_spec(body.get("spec"))
-        except InvalidWorkload as exc:
-            problems = tuple(str(p) for p in exc.problems)
-            if self.said.say(key, "spec", "; ".join(problems)):
-                log.warning(
-                    "%s/%s: invalid spec (stored without the webhook?): %s",
-                    namespace,
-                    name,
-                    "; ".join(problems),
-                )
-            return replace(base, problems=problems), {}
-        self.said.unsay(key, "spec")
-        hash_ = spec_hash(spec)
-        present = self.present()
-        assessment = assess(
-            spec,
-            self.config.catalog,
-            present=present,
-            calibration=self.calibrations.for_workload(prev, hash_, namespace),
-            capacity=self.inventory().capacity() if spec.gpu_count > 1 else None,
-        )
-        weights = host = 0
-        if assessment.estimate is not None:
-            weights = assessment.estimate.per_gpu.weights_bytes * assessment.estimate.gpu_count
-            host = assessment.estimate.host_bytes_per_node or 0
-        # The namespace's measurement settings (its limits, queue, sharing) are read before a
-        # decision that may start a measurement or publish one rests on them.
-        await self.policy.read(namespace)
-        sharing = self.policy.sharing(namespace)
-        # Re-measure when the world changed under a finished measurement (its record gone,
-        # another driver on the class's nodes, the re-validation interval passed).
-        why = None
-        old_m = prev.measurement if prev is not None else None
-        if (
-            prev is not None
-            and old_m is not None
-            and prev.phase is not Phase.Measuring
-            and prev.spec_hash == hash_
-            and old_m.spec_hash == hash_
-            and old_m.key_fields is not None
-        ):
-            why = self.records.stale(old_m, spec, namespace, sharing)
-        outcomes, uids = self.jobs.outcomes(key, uid)
-
-        def namer(gpu_class: str, mem: int, retry: int) -> str:
-            return job_name(name, hash_, gpu_class, mem, retry, namespace=namespace, uid=uid)
-
-        return replace(
-            base,
-            spec=spec,
-            spec_hash=hash_,
-            stale=why,
-            assessment=assessment,
-            present=present,
-            memory_bytes=host_memory_bytes(spec, weights, host),
-            job_name=namer,
-            outcomes=outcomes,
-            sharing=sharing,
-        ), uids
-
     def _next_decision(
-        self, key: Key, plan: Any, outcome: Outcome | None, retry_quota: bool
+        self, key: Key, plan: Plan, outcome: Outcome | None, retry_quota: bool
     ) -> float | None:
         """Seconds until the workload must be decided again by time alone (None: only an
         event can change its decision)."""
@@ -503,82 +410,14 @@ class Reconciler:
                 # Out of today's GPU-seconds: decided again when the budget frees (00:00 UTC).
                 return max(1.0, frees + 1.0)
             return self.slots.quota_pause_left(namespace)
-        deadline = _deadline(plan, outcome, self.config.unschedulable_timeout_seconds)
-        wait_ends = self.records.wait_ends(key)
-        if wait_ends is not None:
-            # A wait ends at the Job's deadline: decided again then, measuring itself.
-            ends = max(0.5, (wait_ends - datetime.datetime.now(datetime.UTC)).total_seconds() + 0.5)
-            deadline = ends if deadline is None else min(deadline, ends)
-        due = revalidation_due(
-            plan.status.measurement,
-            datetime.datetime.now(datetime.UTC),
-            self.opts.measurement_revalidate_after,
+        return lifecycle.next_decision(
+            plan,
+            outcome,
+            unschedulable_timeout_seconds=self.config.unschedulable_timeout_seconds,
+            wait_ends=self.records.wait_ends(key),
+            revalidate_after_seconds=self.opts.measurement_revalidate_after,
+            now=datetime.datetime.now(datetime.UTC),
         )
-        if due is not None and plan.status.phase is not Phase.Measuring:
-            deadline = due + 0.5 if deadline is None else min(deadline, due + 0.5)
-        return deadline
-
-    def _log_decided(
-        self, key: Key, stored: Mapping[str, Any], plan: Any, changed: bool, meta: Mapping[str, Any]
-    ) -> None:
-        if key not in self._resumed:
-            self._resumed.add(key)
-            if stored.get("phase"):
-                # After a restart: which workloads this process took over; its Job actions
-                # (an adoption, a deletion) are done by now. Said at INFO for a workload in
-                # flight (measuring, or its status changed); for a settled one at DEBUG: a
-                # line each costs more than the decision over 10,000 settled workloads, and
-                # the resume's summary line counts them.
-                in_flight = changed or plan.status.phase is Phase.Measuring
-                log.log(
-                    logging.INFO if in_flight else logging.DEBUG,
-                    "%s/%s: resumed in phase %s",
-                    *key,
-                    plan.status.phase,
-                )
-        self._count_resume(key, changed)
-        record_metrics(key, plan.status)
-        log.debug(
-            "%s/%s: decided: %s, status %s (on resourceVersion %s)",
-            *key,
-            plan.status.phase,
-            "written" if changed else "unchanged",
-            meta.get("resourceVersion"),
-        )
-
-    def _count_resume(self, key: Key, wrote: bool) -> None:
-        """Count the resume after a (re)start: once every workload known at the first decision
-        has been decided, say how long that took and how many statuses it wrote (over settled
-        workloads: none)."""
-        if self._resuming is None:
-            return
-        self._resume_writes += wrote
-        self._resuming.discard(key)
-        if not self._resuming:
-            self._resuming = None
-            self._resume_done = True
-            log.info(
-                "resumed: every workload known at the start decided, %.1f s after the start, "
-                "%d status writes",
-                time.monotonic() - self._started,
-                self._resume_writes,
-            )
-
-    def _previous(self, key: Key, status: Mapping[str, Any]) -> GPUWorkloadStatus | None:
-        if not status or not status.get("phase"):
-            return None
-        try:
-            previous = GPUWorkloadStatus.model_validate(status)
-        except ValueError as exc:
-            if self.said.say(key, "status", "unreadable"):
-                log.warning(
-                    "%s/%s: stored status unreadable, deciding from scratch: %s",
-                    *key,
-                    str(exc).splitlines()[0],
-                )
-            return None
-        self.said.unsay(key, "status")
-        return previous
 
     async def _clean_up(self, key: Key, body: Mapping[str, Any] | None) -> None:
         """The workload is gone (or going): delete its Jobs, forget what was kept for it. (A
@@ -591,7 +430,7 @@ class Reconciler:
         if body is None:
             self.workloads.forget(key)
             self.said.forget(key)
-            self._resumed.discard(key)
+            self.resume.forget(key)
             metrics.WORKLOADS.forget(*key)
 
     def _failed(self, key: Key, exc: BaseException, delay: float) -> None:
@@ -609,17 +448,3 @@ class Reconciler:
                 delay,
                 exc_info=level == logging.ERROR,
             )
-
-
-def _deadline(plan: Any, outcome: Outcome | None, unschedulable_timeout: float) -> float | None:
-    """Seconds until the observation can change by time alone: an unschedulable measurement
-    pod reaching its timeout, a Job that ended with its pod's result still on its way; None
-    when only an event can change it (nothing pending)."""
-    if outcome is None or plan.status.phase is not Phase.Measuring:
-        return None
-    if outcome.wait_seconds is not None:
-        return max(0.5, outcome.wait_seconds)
-    if outcome.kind is not OutcomeKind.Unschedulable:
-        return None
-    left = unschedulable_timeout - outcome.seconds_unschedulable
-    return max(0.5, left + 0.5)

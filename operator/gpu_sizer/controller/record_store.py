@@ -5,8 +5,8 @@ GPUMeasurement named by its measurement key (:mod:`gpu_sizer.api.record`); a wor
 same key reuses it instead of measuring, or waits for a measurement of that key in flight
 rather than running a second one (:func:`gpu_sizer.sharing.find_shared`). A record is Cluster
 scope only when no tenant could have written its result; otherwise it stays its namespace's.
-Records expire (``--measurement-record-ttl``) and are deleted by a sweep that wakes at the
-next expiry.
+Records expire (``--measurement-record-ttl``) and are deleted by a sweep
+(:mod:`gpu_sizer.controller.record_sweep`).
 
 The store overlays the record watch with this process's own writes: a record it created is
 known until the watch shows it, and one it deleted is gone until the watch drops it, so a
@@ -15,8 +15,6 @@ decision right after a publish does not measure again.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import datetime
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -30,7 +28,6 @@ from gpu_sizer.api.record import (
     RecordEstimate,
     RecordScope,
     build_record,
-    effective_expiry,
     is_fresh,
     key_label,
     parse_record,
@@ -43,6 +40,7 @@ from gpu_sizer.catalog import GPUClass
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.events import Said
 from gpu_sizer.controller.options import Options
+from gpu_sizer.controller.record_sweep import RecordSweeper
 from gpu_sizer.controller.workloads import Key, WorkloadIndex
 from gpu_sizer.lifecycle.decide import class_named, record_scope
 from gpu_sizer.measurement.backends import Backend, JobView
@@ -103,8 +101,7 @@ class RecordStore:
         self.index: Mapping[Any, Iterable[Mapping[str, Any]]] = {}
         self._made: dict[str, GPUMeasurement] = {}
         self._gone: set[str] = set()
-        #: Records this process deleted because they expired (their users keep their results).
-        self._expired: set[str] = set()
+        self.sweeper = RecordSweeper(opts.measurement_record_ttl, client, lambda: self.index)
         #: Measurement keys a decision is starting a Job for right now -> the workload, and
         #: whether its result will be trusted (a Cluster record) or its namespace's own.
         self._claims: dict[str, tuple[Key, bool]] = {}
@@ -112,21 +109,15 @@ class RecordStore:
         self._wait_until: dict[Key, datetime.datetime] = {}
         #: Workloads waiting for another one's measurement, by the key's label value.
         self._waiters: dict[str, set[Key]] = {}
-        self._sweeper: asyncio.Task[None] | None = None
-        self._sweep_now = asyncio.Event()
 
     def start(self, index: Mapping[Any, Iterable[Mapping[str, Any]]]) -> None:
         """Follow the record watch's ``index``; start the expiry sweep."""
         self.index = index
-        self._sweeper = asyncio.create_task(self._sweep(), name="gpu-sizer records")
+        self.sweeper.start()
 
     async def stop(self) -> None:
         """Stop the expiry sweep."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await self.sweeper.stop()
 
     def image(self, spec: GPUWorkloadSpec) -> str:
         """The image a measurement of ``spec`` runs (its own, else ``--probe-image``)."""
@@ -279,7 +270,7 @@ class RecordStore:
             and expires is not None
             and expires > now
             and sharing
-            and not any(n in self._expired for n in names)
+            and not any(n in self.sweeper.expired for n in names)
         ):
             gone = all(self.named(n) is None for n in names)
         return stale(
@@ -355,7 +346,7 @@ class RecordStore:
                 ):
                     self._wake_one(key)
         else:
-            self._sweep_now.set()
+            self.sweeper.poke()
         self.wake_waiters(str(labels.get(KEY_LABEL) or ""))
 
     def job_seen(self, body: Mapping[str, Any]) -> None:
@@ -448,43 +439,3 @@ class RecordStore:
             self._made[name] = parsed
         self._gone.discard(name)
         log.info("%s/%s: published GPUMeasurement %s (scope %s)", *key, name, scope)
-
-    # ----------------------------------------------------------------------- expiry
-
-    async def _sweep(self) -> None:
-        """Delete expired records, waking at the next expiry (at most an hour apart, and on
-        every new record)."""
-        while True:
-            now = datetime.datetime.now(datetime.UTC)
-            soonest: float = 3600.0
-            for name, store in list(self.index.items()):
-                for body in list(store):
-                    rec = parse_record(body)
-                    if rec is None or rec.metadata.get("deletionTimestamp"):
-                        continue
-                    # Capped by the TTL from recordedAt: a record claiming to live until the
-                    # year 9991 is deleted when any other would be.
-                    expires = effective_expiry(rec, self._opts.measurement_record_ttl)
-                    if expires is not None and expires > now:
-                        soonest = min(soonest, (expires - now).total_seconds())
-                        continue
-                    soonest = min(soonest, await self._expire(str(name)))
-            self._sweep_now.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.5, soonest)):
-                    await self._sweep_now.wait()
-
-    async def _expire(self, name: str) -> float:
-        """Delete one expired record; seconds until the sweep should look again."""
-        client = self._client()
-        assert client is not None
-        self._expired.add(name)
-        try:
-            await client.delete(kube.object_path(GROUP, VERSION, RECORD_PLURAL, None, name))
-        except kube.NotFound:
-            pass
-        except kube.ApiError as exc:
-            log.warning("GPUMeasurement %s expired but could not be deleted: %s", name, exc)
-            return 30.0
-        log.info("GPUMeasurement %s expired (--measurement-record-ttl): deleted", name)
-        return 3600.0

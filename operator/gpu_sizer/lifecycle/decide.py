@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpu_sizer.api import GPUWorkloadSpec, GPUWorkloadStatus, MeasurementStatus
+from gpu_sizer.api import GPUWorkloadSpec, GPUWorkloadStatus, MeasurementStatus, Phase
 from gpu_sizer.api.record import RecordScope, shareable
 from gpu_sizer.catalog import GPUClass
 from gpu_sizer.measurement import gpu_time
@@ -58,6 +58,7 @@ from gpu_sizer.sharing import (
     restated,
     reuse_previous,
     reused_measurement,
+    revalidation_due,
     trusted_run,
     waiting_plan,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "decide",
     "finish",
     "job_namespace",
+    "next_decision",
     "queued",
     "record_scope",
 ]
@@ -102,7 +104,9 @@ class Snapshot:
     :param job_name: the name a Job of this workload gets for (class, memory bytes, retry);
         a pure function of the workload's identity and spec hash.
     :param outcomes: where each of the workload's own live Jobs stands, by Job name (a Job the
-        status names and that is not here is missing).
+        status names and that is not here is missing). The controller passes a mapping that
+        observes a Job when its entry is read, so that a settled workload's Jobs are not
+        looked at; the same watch state gives the same outcome.
     :param sharing: whether the namespace takes part in shared measurement records.
     :param looked_up: whether :attr:`shared` holds the answer of the shared records.
     :param shared: what the shared records offer the measurement the plan starts (a record to
@@ -485,6 +489,44 @@ def _for_cluster(plan: Plan, config: Config, mixed: frozenset[str]) -> Plan:
     local = for_strategy(rec, "mixed", config.catalog)
     status = plan.status.model_copy(update={"recommendation": local})
     return dataclasses.replace(plan, status=status)
+
+
+def next_decision(
+    plan: Plan,
+    outcome: Outcome | None,
+    *,
+    unschedulable_timeout_seconds: float,
+    wait_ends: datetime.datetime | None,
+    revalidate_after_seconds: float | None,
+    now: datetime.datetime,
+) -> float | None:
+    """Seconds from ``now`` until the workload's decision can change by time alone, or None
+    when only an event can change it: an unschedulable measurement pod reaching its timeout,
+    a Job that ended with its pod's result on its way, the end of a wait for another
+    workload's measurement (``wait_ends``: then it measures itself), a finished measurement
+    due for re-validation (``--measurement-revalidate-after``)."""
+    deadline = _deadline(plan, outcome, unschedulable_timeout_seconds)
+    if wait_ends is not None:
+        ends = max(0.5, (wait_ends - now).total_seconds() + 0.5)
+        deadline = ends if deadline is None else min(deadline, ends)
+    due = revalidation_due(plan.status.measurement, now, revalidate_after_seconds)
+    if due is not None and plan.status.phase is not Phase.Measuring:
+        deadline = due + 0.5 if deadline is None else min(deadline, due + 0.5)
+    return deadline
+
+
+def _deadline(plan: Plan, outcome: Outcome | None, unschedulable_timeout: float) -> float | None:
+    """Seconds until the observation can change by time alone: an unschedulable measurement
+    pod reaching its timeout, a Job that ended with its pod's result still on its way; None
+    when only an event can change it (nothing pending)."""
+    if outcome is None or plan.status.phase is not Phase.Measuring:
+        return None
+    if outcome.wait_seconds is not None:
+        return max(0.5, outcome.wait_seconds)
+    if outcome.kind is not OutcomeKind.Unschedulable:
+        return None
+    left = unschedulable_timeout - outcome.seconds_unschedulable
+    return max(0.5, left + 0.5)
 
 
 def job_namespace(
