@@ -129,7 +129,8 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         if key:
             reconciler.queue.add(key)
 
-    # --- shared measurement records (cluster-scoped GPUMeasurements, issue 15)
+    # --- shared measurement records (cluster-scoped GPUMeasurements: one measurement serves
+    # every workload of its key, so the index follows them for reuse, waiting and expiry)
 
     @kopf.index(GROUP, VERSION, RECORD_PLURAL, id="gpu_records", registry=registry)
     async def index_record(*, body: kopf.Body, name: str, **_: Any) -> dict[Any, Any]:
