@@ -70,7 +70,8 @@ from gpu_sizer.controller.workloads import (
 from gpu_sizer.controller.workqueue import WorkQueue
 from gpu_sizer.dra import DraNode
 from gpu_sizer.inventory import GpuNode, IgnoredNode, Inventory
-from gpu_sizer.lifecycle import decide as lifecycle
+from gpu_sizer.lifecycle.decide import class_named, finish, next_decision, queued
+from gpu_sizer.lifecycle.decide import decide as decide_plan
 from gpu_sizer.measurement.backends import Backend, BackendError, JobView, QuotaExceeded
 from gpu_sizer.measurement.outcome import Outcome
 from gpu_sizer.placement import MigStrategy
@@ -296,7 +297,7 @@ class Reconciler:
         raw_status = body.get("status")
         stored = raw_status if isinstance(raw_status, Mapping) else {}
         snap, uids = await self.snapshots.read(key, body, stored)
-        decision = lifecycle.decide(snap)
+        decision = decide_plan(snap)
         if decision.look_up is not None:
             assert snap.spec is not None
             found = self.records.find(
@@ -306,7 +307,7 @@ class Reconciler:
                 snap.present,
                 decision.plan.status.estimate,
             )
-            decision = lifecycle.decide(replace(snap, looked_up=True, shared=found))
+            decision = decide_plan(replace(snap, looked_up=True, shared=found))
         plan, outcome = decision.plan, decision.outcome
         if decision.observed is not None and decision.observed.job_name in uids:
             self.jobs.job_uids[key] = uids[decision.observed.job_name]
@@ -328,7 +329,7 @@ class Reconciler:
             wanted = [a.name for a in plan.actions if isinstance(a, StartJob)]
             wait, reserved = self.slots.admit(key, wanted, stored, snap.now)
             if wait is not None:
-                plan = lifecycle.queued(plan, wl, self.config, wait, snap.now)
+                plan = queued(plan, wl, self.config, wait, snap.now)
             # Waiting on a quota refusal: try again when its namespace's pause ends.
             retry_quota = not reserved and self.slots.quota_paused(namespace)
         else:
@@ -350,7 +351,7 @@ class Reconciler:
             wait = self.slots.quota_refused(key, text, stored, snap.now)
             if self.said.say(key, "quota", text):
                 log.warning("%s/%s: measurement Job refused by quota, queued: %s", *key, text)
-            plan = lifecycle.queued(plan, wl, self.config, wait, snap.now)
+            plan = queued(plan, wl, self.config, wait, snap.now)
             retry_quota = True
         finally:
             for claim in claimed:
@@ -360,7 +361,7 @@ class Reconciler:
         if snap.spec is not None:
             await self.policy.read(namespace)
         at = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        done = lifecycle.finish(
+        done = finish(
             plan,
             snap.spec,
             snap.previous.measurement if snap.previous is not None else None,
@@ -381,7 +382,7 @@ class Reconciler:
         ended = plan.status.measurement
         if snap.spec is not None and ended is not None and ended.completed_at and changed:
             # Whatever its outcome, the workloads waiting for this measurement decide again.
-            cls = lifecycle.class_named(self.config.catalog, ended.gpu_class)
+            cls = class_named(self.config.catalog, ended.gpu_class)
             if cls is not None:
                 self.records.wake_waiters(key_label(self.records.job_key(snap.spec, cls)))
         for job in recorded:  # their outcome is in the status now: they may go
@@ -410,7 +411,7 @@ class Reconciler:
                 # Out of today's GPU-seconds: decided again when the budget frees (00:00 UTC).
                 return max(1.0, frees + 1.0)
             return self.slots.quota_pause_left(namespace)
-        return lifecycle.next_decision(
+        return next_decision(
             plan,
             outcome,
             unschedulable_timeout_seconds=self.config.unschedulable_timeout_seconds,

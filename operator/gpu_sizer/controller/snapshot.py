@@ -23,7 +23,7 @@ from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.policy_cache import PolicyCache
 from gpu_sizer.controller.record_store import RecordStore
 from gpu_sizer.controller.workloads import Key, now_rfc3339
-from gpu_sizer.lifecycle import decide as lifecycle
+from gpu_sizer.lifecycle.decide import Snapshot
 from gpu_sizer.measurement.job import host_memory_bytes, job_name
 from gpu_sizer.reconcile import Config
 from gpu_sizer.sizing import assess
@@ -59,7 +59,7 @@ class SnapshotReader:
 
     async def read(
         self, key: Key, body: Mapping[str, Any], stored: Mapping[str, Any]
-    ) -> tuple[lifecycle.Snapshot, dict[str, str]]:
+    ) -> tuple[Snapshot, dict[str, str]]:
         """What the operator knows of the workload ``body`` (its stored status ``stored``) now,
         and the uids of its live Jobs by name."""
         namespace, name = key
@@ -69,7 +69,7 @@ class SnapshotReader:
         prev = self.previous(key, stored)
         now = now_rfc3339()
         at = datetime.datetime.now(datetime.UTC)
-        base = lifecycle.Snapshot(
+        base = Snapshot(
             name,
             namespace,
             generation,
