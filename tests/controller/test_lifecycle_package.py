@@ -1,7 +1,7 @@
 """The lifecycle package's public names stay what they are, whatever modules are imported.
 
 Importing a submodule binds it as an attribute of its package: a module named like one of the
-names ``gpu_sizer.lifecycle`` re-exports (``lifecycle/decide.py`` next to the re-exported
+names ``gpu_sizer.lifecycle`` re-exports (a ``lifecycle/decide.py`` next to the re-exported
 ``decide`` function) would replace that name for every import that runs afterwards, and callers
 would get a module where they expect a function, depending on import order.
 """

@@ -96,7 +96,7 @@ def test_never_more_start_than_the_free_slots(
 
 
 def test_positions_are_exact_up_to_ten_then_steps() -> None:
-    from gpu_sizer.controller.reconciler import _shown_position
+    from gpu_sizer.controller.slots import shown_position as _shown_position
 
     assert [_shown_position(p) for p in (1, 10)] == [(False, 1), (False, 10)]
     assert _shown_position(11) == (True, 10)

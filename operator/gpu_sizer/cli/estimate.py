@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from gpu_sizer.api.times import rfc3339
 from gpu_sizer.cli.catalog import print_catalog_problems
 from gpu_sizer.cli.documents import Doc, read_docs, row_name
 from gpu_sizer.cli.estimate_output import print_patches, print_table
@@ -90,12 +91,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _now() -> str:
-    return (
-        datetime.datetime.now(datetime.UTC)
-        .replace(microsecond=0)
-        .isoformat()
-        .replace("+00:00", "Z")
-    )
+    return rfc3339(datetime.datetime.now(datetime.UTC))
 
 
 def run(args: argparse.Namespace) -> int:

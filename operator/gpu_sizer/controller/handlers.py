@@ -33,7 +33,8 @@ from gpu_sizer.api.record import RECORD_PLURAL
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.kueue import KueueChecker
 from gpu_sizer.controller.options import Options
-from gpu_sizer.controller.reconciler import CompactWorkload, Reconciler, now_rfc3339
+from gpu_sizer.controller.reconciler import Reconciler
+from gpu_sizer.controller.workloads import CompactWorkload, now_rfc3339
 from gpu_sizer.inventory.nodes import GpuNode, IgnoredNode, parse_node
 from gpu_sizer.measurement.backends import (
     Backend,
@@ -43,6 +44,7 @@ from gpu_sizer.measurement.backends import (
     workload_key,
 )
 from gpu_sizer.measurement.job import LABEL_MANAGED_BY, MANAGED_BY
+from gpu_sizer.measurement.plain import plain
 
 __all__ = ["register"]
 
@@ -127,7 +129,8 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
         if key:
             reconciler.queue.add(key)
 
-    # --- shared measurement records (cluster-scoped GPUMeasurements, issue 15)
+    # --- shared measurement records (cluster-scoped GPUMeasurements: one measurement serves
+    # every workload of its key, so the index follows them for reuse, waiting and expiry)
 
     @kopf.index(GROUP, VERSION, RECORD_PLURAL, id="gpu_records", registry=registry)
     async def index_record(*, body: kopf.Body, name: str, **_: Any) -> dict[Any, Any]:
@@ -142,7 +145,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     @kopf.index("", "v1", "nodes", id="gpu_nodes", registry=registry)
     async def index_node(*, body: kopf.Body, name: str, **_: Any) -> dict[Any, Any] | None:
-        parsed = parse_node(_plain(body), opts.catalog)
+        parsed = parse_node(plain(body), opts.catalog)
         if reconciler.node_seen(name, parsed):
             # Said once per change, not on every status update of the node.
             if isinstance(parsed, IgnoredNode):
@@ -170,7 +173,7 @@ def register(registry: kopf.OperatorRegistry, opts: Options, backend: Backend) -
 
     @kopf.index("resource.k8s.io", "resourceslices", id="dra_slices", registry=registry)
     async def index_slice(*, body: kopf.Body, name: str, **_: Any) -> dict[Any, Any] | None:
-        if reconciler.slice_seen(name, _plain(body)):
+        if reconciler.slice_seen(name, plain(body)):
             node = str((body.get("spec") or {}).get("nodeName") or "")
             found = reconciler.dra_nodes().get(node)
             if found is not None:  # said once per change, for the node of this slice
@@ -199,21 +202,21 @@ def _register_kueue(registry: kopf.OperatorRegistry, checker: KueueChecker) -> N
         *, event: Mapping[str, Any], body: kopf.Body, name: str, **_: Any
     ) -> None:
         gone = event.get("type") == "DELETED"
-        await checker.check_seen(name, None if gone else _plain(body))
+        await checker.check_seen(name, None if gone else plain(body))
 
     @kopf.on.event("kueue.x-k8s.io", "resourceflavors", id="kueue_flavor", registry=registry)
     async def flavor_event(
         *, event: Mapping[str, Any], body: kopf.Body, name: str, **_: Any
     ) -> None:
         gone = event.get("type") == "DELETED"
-        await checker.flavor_seen(name, None if gone else _plain(body))
+        await checker.flavor_seen(name, None if gone else plain(body))
 
     @kopf.on.event("kueue.x-k8s.io", "workloads", id="kueue_workload", registry=registry)
     async def kueue_workload_event(
         *, event: Mapping[str, Any], body: kopf.Body, name: str, namespace: str | None, **_: Any
     ) -> None:
         gone = event.get("type") == "DELETED"
-        await checker.workload_seen((namespace or "", name), None if gone else _plain(body))
+        await checker.workload_seen((namespace or "", name), None if gone else plain(body))
 
 
 def _workload_of_job(jobs: Mapping[Any, Any], job_uid: str | None) -> tuple[str, str] | None:
@@ -234,16 +237,8 @@ def _slim_record(body: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "metadata": {
             "name": meta.get("name"),
-            "labels": _plain(meta.get("labels") or {}),
+            "labels": plain(meta.get("labels") or {}),
             "deletionTimestamp": meta.get("deletionTimestamp"),
         },
-        "spec": _plain(body.get("spec")),
+        "spec": plain(body.get("spec")),
     }
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value

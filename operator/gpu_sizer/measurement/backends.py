@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from gpu_sizer.measurement.identity import made_by_job, template_container
 from gpu_sizer.measurement.job import ANNOTATION_WORKLOAD, adoptable, job_owner, owner_uid
 from gpu_sizer.measurement.outcome import Outcome, OutcomeKind, classify
+from gpu_sizer.measurement.plain import plain
 from gpu_sizer.measurement.result import ImplausibleResult, InvalidResult, parse_result
 
 __all__ = [
@@ -437,7 +438,7 @@ def _containers(pod_spec: Any) -> list[dict[str, Any]]:
     if not isinstance(pod_spec, Mapping):
         return []
     return [
-        {k: _plain(c.get(k)) for k in ("name", "image", "command", "args") if c.get(k) is not None}
+        {k: plain(c.get(k)) for k in ("name", "image", "command", "args") if c.get(k) is not None}
         for c in pod_spec.get("containers") or ()
         if isinstance(c, Mapping)
     ]
@@ -460,9 +461,9 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta.get("uid"),
             "creationTimestamp": meta.get("creationTimestamp"),
             "deletionTimestamp": meta.get("deletionTimestamp"),
-            "labels": _plain(meta.get("labels") or {}),
-            "annotations": _plain(meta.get("annotations") or {}),
-            "ownerReferences": _plain(list(meta.get("ownerReferences") or [])),
+            "labels": plain(meta.get("labels") or {}),
+            "annotations": plain(meta.get("annotations") or {}),
+            "ownerReferences": plain(list(meta.get("ownerReferences") or [])),
         },
         "spec": {
             "nodeName": spec.get("nodeName"),
@@ -470,21 +471,13 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
             "activeDeadlineSeconds": spec.get("activeDeadlineSeconds"),
             "suspend": spec.get("suspend"),
         },
-        "status": _plain(body.get("status") or {}),
+        "status": plain(body.get("status") or {}),
     }
     if isinstance(template, Mapping):
         out["spec"]["template"] = {"spec": {"containers": containers}}
     else:
         out["spec"]["containers"] = containers
     return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 
 
 @dataclass
