@@ -18,7 +18,7 @@ grouped by what they cache:
   (vLLM ``ChunkedLocalAttentionSpec``).
 - ``mla``: multi-head latent attention caches one latent vector of ``kvLoraRank +
   qkRopeHeadDim`` per token per layer, shared by all heads and replicated on every
-  tensor-parallel rank (vLLM ``MLAAttentionSpec`` with one KV head; vLLM issue 15871:
+  tensor-parallel rank (vLLM ``MLAAttentionSpec`` with one KV head; vllm-project/vllm#15871:
   DeepSeek-V2-Lite, 576 x 2 bytes x 27 layers = 31,104 bytes per token in bf16, where counting it
   as multi-head attention gives 221,184).
 - ``state``: state-space (Mamba) layers keep a fixed state per sequence, whatever its length:

@@ -1,8 +1,8 @@
 """The ``Load`` phase of training: initialisation and checkpoint load, before sharding. Pure.
 
 Before the first step each rank must get its part of the model, and how it does so can need
-more memory than the step (llama-cookbook issue 100: Llama-2-7B under FSDP on 24 GB GPUs ran
-out of memory inside ``FSDP(model, ...)`` because every rank first held the unsharded fp32
+more memory than the step (meta-llama/llama-cookbook#100: Llama-2-7B under FSDP on 24 GB GPUs
+ran out of memory inside ``FSDP(model, ...)`` because every rank first held the unsharded fp32
 model, 25.1 GiB). ``spec.training.initialization`` says how:
 
 - ``GpuPerRank``: the full model (this rank's tensor-parallel part of its pipeline stage) is

@@ -51,8 +51,9 @@ Per strategy:
   enables only for stage 3) and the rank's partition is kept in ``grads_in_partition``. Stage 1
   keeps every 16-bit gradient until the step; stage 2 frees the others' as they are reduced. At
   the step (``step``) the partition is copied to fp32 (``flat_grad_partition.to(...)``, 4P/N)
-  for the optimizer: 2P + 18P/N of model states for stage 2 with mixed-precision Adam (DeepSpeed
-  issue 5102 and the review of PR 5099, ``estimate_zero2_model_states_mem_needs``).
+  for the optimizer: 2P + 18P/N of model states for stage 2 with mixed-precision Adam
+  (deepspeedai/DeepSpeed#5102 and the review of deepspeedai/DeepSpeed#5099,
+  ``estimate_zero2_model_states_mem_needs``).
 - ``zero3`` (``deepspeed/runtime/zero/stage3.py``, ``partitioned_param_coordinator.py``):
   parameters partitioned, except those of at most ``stage3_param_persistence_threshold``
   elements (norms, biases), which stay whole. Modules are gathered before use; what stays
