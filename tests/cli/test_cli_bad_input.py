@@ -377,3 +377,42 @@ def test_accuracy_malformed_kubeconfig_env(
     code, _, err = run(capsys, "accuracy", "--from-cluster")
     assert code == 2
     assert err.startswith(f"KUBECONFIG {kubeconfig}: not a kubeconfig: line 2: invalid YAML")
+
+
+@pytest.mark.parametrize("command", [["estimate", str(FITS)], ["catalog"]])
+@pytest.mark.parametrize("text", ["", "\n# only a comment\n", "---\n"])
+def test_an_empty_catalog_file_is_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str], text: str
+) -> None:
+    # An empty file is a wrong path or an unrendered value, not a wish for the defaults.
+    empty = tmp_path / "catalog.yaml"
+    empty.write_text(text)
+    code, out, err = run(capsys, command[0], "--catalog", str(empty), *command[1:])
+    assert code == 2 and out == ""
+    assert f"{empty}: empty catalog file" in err and "leave --catalog out" in err
+
+
+def test_a_catalog_without_classes_keeps_the_defaults(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # What the chart renders when its catalog value overrides nothing.
+    path = tmp_path / "catalog.yaml"
+    path.write_text("replaceDefaults: false\nclasses: []\n")
+    code, out, _ = run(capsys, "estimate", "--catalog", str(path), str(FITS))
+    assert code == 0 and "nvidia-l4" in out
+
+
+def test_no_workload_documents_names_the_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n")
+    code, _, err = run(capsys, "estimate", str(path))
+    assert code == 2 and f"{path}: No GPUWorkload documents found." in err
+
+
+def test_the_same_file_twice_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "estimate", str(FITS), str(FITS))
+    assert code == 0 and out.count("inference/llama-3-8b-chat ") == 1
+    assert f"the same document is twice on the command line ({FITS}); estimated once" in err
+    assert "documents 1 and 1" not in err

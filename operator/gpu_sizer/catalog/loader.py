@@ -241,6 +241,18 @@ def load_catalog_file(path: str | Path) -> tuple[GPUClass, ...]:
         data = load(text)
     except YamlError as exc:
         raise InvalidCatalog([Problem(str(path), f"invalid YAML: {exc}")]) from None
+    if data is None:
+        # A file with no document is a wrong path or an unrendered value far more often than a
+        # wish for the defaults: say so, as empty workload input does, so that a gate fails.
+        raise InvalidCatalog(
+            [
+                Problem(
+                    str(path),
+                    "empty catalog file: give a mapping with 'classes' (and 'replaceDefaults'), "
+                    "or leave --catalog out to use the built-in classes",
+                )
+            ]
+        )
     return load_catalog(data)
 
 

@@ -24,13 +24,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "catalog",
         help="print the GPU classes",
-        description="Print the GPU classes gpu-sizer chooses from: usable memory (GiB as NVML "
-        "reports it), RANK, vendor and the node label values that identify each class. RANK "
-        "is the order of preference: a workload is recommended the first class in rank order "
-        "(lowest first) that leaves spec.placement.minHeadroomFraction free, preferring classes "
-        "with nodes in the cluster. The default ranks follow typical on-demand price per GPU, "
-        "cheapest first; a catalog file (--catalog, or the chart's catalog value) sets your "
-        "own order, e.g. your prices or what you have reserved.",
+        description="Print the GPU classes gpu-sizer chooses from: NVML's total and the usable "
+        "memory (GiB a CUDA process can allocate), RANK, vendor and the node label values that "
+        "identify each class. RANK is the order of preference: a workload is recommended the "
+        "first class in rank order (lowest first) that leaves "
+        "spec.placement.minHeadroomFraction free, preferring classes with nodes in the cluster. "
+        "The default ranks follow typical on-demand price per GPU, cheapest first; a catalog "
+        "file (--catalog, or the chart's catalog value) sets your own order, e.g. your prices "
+        "or what you have reserved.",
     )
     p.add_argument("-o", "--output", choices=["table", "yaml"], default="table")
     p.add_argument("--catalog", metavar="FILE", help="GPU class catalog YAML (overrides defaults)")

@@ -149,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
         calibration = Calibration(parse_mode(args.calibration), learn(samples))
     docs, invalid = read_docs(args.files, err)
     if not docs and not invalid:
-        print("No GPUWorkload documents found.", file=err)
+        names = ", ".join("(stdin)" if f == "-" else str(f) for f in args.files)
+        print(f"{names}: No GPUWorkload documents found.", file=err)
         invalid = True
     seen: dict[str, Doc] = {}
     unique: list[Doc] = []
@@ -161,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
             continue
         where = (
             f"twice in {doc.source} (documents {first.index + 1} and {doc.index + 1})"
+            if first.source == doc.source and first.index != doc.index
+            else f"twice on the command line ({doc.source})"
             if first.source == doc.source
             else f"also in {first.source}"
         )

@@ -53,8 +53,10 @@ def print_patches(
         spec_hash = obj.get("status", {}).get("specHash")
         args = _engine_container_args(doc, rec.engine_command_args)
         if args:
-            print(f"{who}: the patch sets the container's args to the engine's ({name!r}): a "
-                  "strategic merge replaces the whole list", file=err)  # fmt: skip
+            print(f"{who}: the patch sets the args of container {name!r} to the engine's "
+                  "(--model and the memory flag): a strategic merge replaces the whole list, so "
+                  "add your own flags (--port, --served-model-name) to the patch before applying "
+                  "it", file=err)  # fmt: skip
         patches.append(
             (who, pod_template_patch(rec, container=name, spec_hash=spec_hash, args=args))
         )
