@@ -30,7 +30,10 @@ Read from ``diffusers`` 0.42.1, the version the memory model follows
   divisible by 8; a side divisible by 8 but not by ``vae_scale_factor_spatial * patch_size``
   (16) gives an odd latent side, which ``CogVideoXTransformer3DModel.forward`` patchifies with
   floor division and unpatchifies one latent row or column short, so the scheduler step fails
-  on mismatched shapes at the first step: refused as well;
+  on mismatched shapes at the first step: refused as well. CogVideoX 1.5 (the transformer's
+  ``patch_size_t`` 2) pads the latent frames to a multiple of ``patch_size_t`` in ``__call__``
+  (``num_frames += additional_frames * vae_scale_factor_temporal``) and drops the padding
+  before the decode;
 - ``LTXPipeline``, ``LTXImageToVideoPipeline``: ``check_inputs`` raises unless divisible by 32.
 
 Divisors read from component configs fall back to the defaults each pipeline's ``__init__``
@@ -98,8 +101,28 @@ def _wan_multiple(pipeline: Pipeline) -> int:
     return _wan_vae(pipeline, "scale_factor_spatial", 8) * _patch(pipeline, 2)
 
 
-def _wan_frames(pipeline: Pipeline) -> int:
-    return _wan_vae(pipeline, "scale_factor_temporal", 4)
+def _wan_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
+    t = _wan_vae(pipeline, "scale_factor_temporal", 4)
+    return max(frames // t * t + 1, 1), (
+        f"num_frames - 1 must be divisible by {t}: __call__ rounds it to num_frames // {t} * "
+        f"{t} + 1"
+    )
+
+
+def _cogvideox_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
+    vae, t = _config(pipeline, "vae"), 4
+    if vae is not None and vae.get("temporal_compression_ratio"):
+        t = int(vae["temporal_compression_ratio"])
+    transformer = _config(pipeline, "transformer")
+    p_t = transformer.get("patch_size_t") if transformer is not None else None
+    latent = (frames - 1) // t + 1
+    if not p_t or latent % p_t == 0:
+        return frames, ""
+    return frames + (p_t - latent % p_t) * t, (
+        f"CogVideoX 1.5's patch_size_t {p_t}: __call__ pads the {latent} latent frames to a "
+        f"multiple of {p_t} for the denoiser and drops the padding before the decode, which is "
+        "sized padded too, an upper bound"
+    )
 
 
 def _cogvideox(pipeline: Pipeline) -> int:
@@ -111,16 +134,17 @@ class SizeRule:
     """What one pipeline class does with ``height``/``width`` (pixels) and ``num_frames``.
 
     ``refuse``: the divisor a side must be a multiple of, or the call fails; ``round``: the
-    multiple each side is then rounded down to; ``frames``: the temporal factor ``t`` that
-    ``num_frames`` is rounded with (to ``num_frames // t * t + 1``); ``source``: the diffusers
-    function that does it. Each callable reads the pipeline's component configs.
+    multiple each side is then rounded down to; ``frames``: the frame count the denoiser runs
+    for a ``num_frames``, and why; ``source``: the diffusers
+    function that refuses or rounds, ``round_source`` the one that rounds when both apply. Each
+    callable reads the pipeline's component configs.
     """
 
     source: str
     refuse: Callable[[Pipeline], int] | None = None
     round: Callable[[Pipeline], int] | None = None
-    frames: Callable[[Pipeline], int] | None = None
-    frames_source: str = ""
+    frames: Callable[[Pipeline, int], tuple[int, str]] | None = None
+    round_source: str = ""
 
 
 _SD = SizeRule("check_inputs", refuse=_fixed(8))
@@ -131,15 +155,16 @@ _SD3 = SizeRule("check_inputs", refuse=_sd3)
 _FLUX = SizeRule("prepare_latents (check_inputs warns)", round=_flux)
 _FLUX_I2I = SizeRule("image_processor.preprocess (check_inputs warns)", round=_flux)
 _WAN = SizeRule(
-    "check_inputs; __call__ for the patch multiple",
+    "check_inputs",
     refuse=_fixed(16),
     round=_wan_multiple,
     frames=_wan_frames,
-    frames_source="__call__",
+    round_source="__call__",
 )
 _COGVIDEOX = SizeRule(
-    "check_inputs (8); CogVideoXTransformer3DModel.forward's unpatchify (an odd latent side)",
+    "check_inputs (8) and CogVideoXTransformer3DModel.forward's unpatchify (an odd latent side)",
     refuse=_cogvideox,
+    frames=_cogvideox_frames,
 )
 
 #: Per pipeline class (``model_index.json`` ``_class_name``), the size rule of its ``__call__``
@@ -194,6 +219,7 @@ def output_size(
     if rule is None:
         return out
     where = f"{_VERSION} {cls}.{rule.source}"
+    rounds = f"{_VERSION} {cls}.{rule.round_source or rule.source}"
     if rule.refuse is not None:
         d = rule.refuse(pipeline)
         for name, value in (("height", height), ("width", width)):
@@ -201,8 +227,8 @@ def output_size(
                 out.refused.append(
                     (
                         f"generation.{name}",
-                        f"{cls} refuses {name} {value}: {where} needs height and width "
-                        f"divisible by {d}; use {name} {_valid(value, d)}",
+                        f"{cls} refuses {name} {value}: height and width must be divisible "
+                        f"by {d} ({where}); use {name} {_valid(value, d)}",
                     )
                 )
     if out.refused:
@@ -216,23 +242,21 @@ def output_size(
                 out.refused.append(
                     (
                         f"generation.{name}",
-                        f"{cls} rounds {name} {value} down to a multiple of {m} ({where}): 0 "
+                        f"{cls} rounds {name} {value} down to a multiple of {m} ({rounds}): 0 "
                         f"pixels, nothing to generate; use {name} {m} or more",
                     )
                 )
         if (h, w) != (height, width):
             out.notes.append(
                 f"{cls} rounds {height}x{width} (height x width) down to multiples of {m} "
-                f"({where}): sized at {h}x{w}"
+                f"({rounds}): sized at {h}x{w}"
             )
     if video and rule.frames is not None:
-        t = rule.frames(pipeline)
-        frames = max(num_frames // t * t + 1, 1)
+        frames, why = rule.frames(pipeline, num_frames)
         if frames != num_frames:
             out.notes.append(
-                f"{cls} runs numFrames {num_frames} as {frames} (num_frames - 1 must be divisible "
-                f"by {t}: {_VERSION} {cls}.{rule.frames_source} rounds it to "
-                f"num_frames // {t} * {t} + 1): sized at {frames} frames"
+                f"{cls} runs numFrames {num_frames} as {frames} ({why}; {_VERSION} "
+                f"{cls}.__call__): sized at {frames} frames"
             )
     if out.refused:
         return OutputSize(height, width, num_frames, out.refused)

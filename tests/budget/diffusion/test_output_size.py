@@ -1,0 +1,215 @@
+"""Output sizes a diffusers 0.42.1 pipeline refuses are spec errors naming the field and the fix;
+sizes it rounds are sized as the rounded size (``gpu_sizer/api/spec/output_size.py`` cites each
+rule's ``check_inputs``/``__call__``/``prepare_latents``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.diffusers_configs import OPTIONS, PIPELINES, camel
+
+from gpu_sizer.api import GPUWorkloadSpec, InvalidWorkload, parse_spec
+from gpu_sizer.api.spec.output_size import SIZE_RULES, output_size, size_step
+from gpu_sizer.budget.diffusion import generation_estimate
+from gpu_sizer.budget.diffusion.pipelines import PIPELINES as MODELLED
+
+SD15 = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+SDXL = "stabilityai/stable-diffusion-xl-base-1.0"
+SD3 = "stabilityai/stable-diffusion-3-medium-diffusers"
+FLUX = "black-forest-labs/FLUX.1-schnell"
+WAN = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+WAN_I2V = "Wan-AI/Wan2.1-I2V-14B-720P-Diffusers"
+HUNYUAN = "hunyuanvideo-community/HunyuanVideo"
+COG = "THUDM/CogVideoX-5b"
+LTX = "Lightricks/LTX-Video"
+
+
+def spec(
+    repo: str,
+    cls: str,
+    task: str,
+    height: int,
+    width: int,
+    frames: int = 1,
+    vae: dict[str, Any] | None = None,
+    transformer: dict[str, Any] | None = None,
+) -> GPUWorkloadSpec:
+    """``repo``'s published components under pipeline class ``cls`` (its image-to-image or
+    image-to-video sibling shares them) at one output size."""
+    _, parts = PIPELINES[repo]
+    comps = []
+    for name, component, config in parts:
+        wire = camel(config)
+        if name == "vae" and vae:
+            wire = {**wire, **vae}
+        if name == "transformer" and transformer:
+            wire = {**wire, **transformer}
+        comps.append({"name": name, "class": component, "config": wire})
+    generation: dict[str, Any] = {"task": task, "height": height, "width": width}
+    if frames != 1:
+        generation["numFrames"] = frames
+    return parse_spec(
+        {
+            "model": {
+                "name": repo,
+                "dtype": "bfloat16",
+                "pipeline": {
+                    "class": cls,
+                    "components": comps,
+                    "config": camel(OPTIONS.get(repo, {})),
+                },
+            },
+            "generation": generation,
+        }
+    )
+
+
+#: (class, repo, task, frames, divisor, a side it refuses, the valid sides the message offers)
+REFUSED = [
+    ("StableDiffusionPipeline", SD15, "TextToImage", 1, 8, 515, "512 or 520"),
+    ("StableDiffusionXLPipeline", SDXL, "TextToImage", 1, 8, 1020, "1016 or 1024"),
+    ("StableDiffusion3Pipeline", SD3, "TextToImage", 1, 16, 1000, "992 or 1008"),
+    ("StableDiffusion3Img2ImgPipeline", SD3, "ImageToImage", 1, 16, 1032, "1024 or 1040"),
+    ("WanPipeline", WAN, "TextToVideo", 81, 16, 488, "480 or 496"),
+    ("WanImageToVideoPipeline", WAN_I2V, "ImageToVideo", 81, 16, 724, "720 or 736"),
+    ("HunyuanVideoPipeline", HUNYUAN, "TextToVideo", 61, 16, 540, "528 or 544"),
+    ("CogVideoXPipeline", COG, "TextToVideo", 49, 16, 488, "480 or 496"),
+    ("CogVideoXImageToVideoPipeline", COG, "ImageToVideo", 49, 16, 481, "480 or 496"),
+    ("LTXPipeline", LTX, "TextToVideo", 161, 32, 720, "704 or 736"),
+    ("LTXImageToVideoPipeline", LTX, "ImageToVideo", 161, 32, 496, "480 or 512"),
+]
+
+#: (class, repo, task, (height, width, frames) asked, (height, width, frames) the call runs)
+ROUNDED = [
+    ("StableDiffusionImg2ImgPipeline", SD15, "ImageToImage", (515, 770, 1), (512, 768, 1)),
+    ("StableDiffusionXLImg2ImgPipeline", SDXL, "ImageToImage", (1023, 1030, 1), (1016, 1024, 1)),
+    ("FluxPipeline", FLUX, "TextToImage", (1000, 1020, 1), (992, 1008, 1)),
+    ("FluxImg2ImgPipeline", FLUX, "ImageToImage", (1032, 776, 1), (1024, 768, 1)),
+    ("WanPipeline", WAN, "TextToVideo", (480, 832, 80), (480, 832, 81)),
+    ("WanPipeline", WAN, "TextToVideo", (480, 832, 84), (480, 832, 85)),
+    ("WanImageToVideoPipeline", WAN_I2V, "ImageToVideo", (480, 832, 83), (480, 832, 81)),
+]
+
+
+def test_every_modelled_pipeline_has_a_size_rule() -> None:
+    assert set(SIZE_RULES) == set(MODELLED)
+
+
+@pytest.mark.parametrize(("cls", "repo", "task", "frames", "divisor", "bad", "fix"), REFUSED)
+def test_refused_side_is_a_spec_error_naming_field_divisor_and_fix(
+    cls: str, repo: str, task: str, frames: int, divisor: int, bad: int, fix: str
+) -> None:
+    good = bad // divisor * divisor
+    spec(repo, cls, task, good, good, frames)  # the valid neighbour is accepted
+    for field, (h, w) in (("height", (bad, good)), ("width", (good, bad))):
+        with pytest.raises(InvalidWorkload) as caught:
+            spec(repo, cls, task, h, w, frames)
+        problems = {p.path: p.message for p in caught.value.problems}
+        assert list(problems) == [f"spec.generation.{field}"]
+        message = problems[f"spec.generation.{field}"]
+        assert f"{cls} refuses {field} {bad}" in message
+        assert f"divisible by {divisor}" in message
+        assert "diffusers 0.42.1" in message and "check_inputs" in message
+        assert message.endswith(f"use {field} {fix}")
+
+
+@pytest.mark.parametrize(("cls", "repo", "task", "asked", "runs"), ROUNDED)
+def test_rounded_size_is_sized_as_the_size_the_pipeline_runs(
+    cls: str, repo: str, task: str, asked: tuple[int, int, int], runs: tuple[int, int, int]
+) -> None:
+    odd, direct = spec(repo, cls, task, *asked), spec(repo, cls, task, *runs)
+    got, got_missing = generation_estimate(odd)
+    want, want_missing = generation_estimate(direct)
+    assert got.per_gpu == want.per_gpu
+    assert got.phases == want.phases
+    assert got_missing == want_missing
+    extra = [n for n in got.notes if n not in want.notes]
+    assert len(extra) == (asked[:2] != runs[:2]) + (asked[2] != runs[2])
+    assert all(n.startswith(cls) and "diffusers 0.42.1" in n for n in extra)
+    if asked[:2] != runs[:2]:
+        assert any(f"sized at {runs[0]}x{runs[1]}" in n for n in extra)
+    if asked[2] != runs[2]:
+        assert any(f"numFrames {asked[2]} as {runs[2]}" in n for n in extra)
+    # the size asked is not what is sized: the estimate differs from the unrounded arithmetic
+    assert odd.model.pipeline is not None
+    assert output_size(odd.model.pipeline, task.endswith("Video"), *asked).notes == extra
+
+
+def test_wan_rounds_to_its_vae_and_patch_multiple() -> None:
+    """Wan 2.2 TI2V-5B's VAE compresses 16x: ``WanPipeline.__call__`` rounds sides down to
+    ``scale_factor_spatial * patch_size[1]`` = 32 after ``check_inputs`` accepted multiples
+    of 16."""
+    wide = spec(WAN, "WanPipeline", "TextToVideo", 720, 1280, 81, vae={"scaleFactorSpatial": 16})
+    assert wide.model.pipeline is not None
+    size = output_size(wide.model.pipeline, True, 720, 1264, 121)
+    assert (size.height, size.width, size.num_frames) == (704, 1248, 121)
+    assert size.refused == [] and len(size.notes) == 1
+    assert size_step(wide.model.pipeline) == 32
+
+
+def test_flux_side_that_rounds_to_nothing_is_refused() -> None:
+    with pytest.raises(InvalidWorkload) as caught:
+        spec(FLUX, "FluxPipeline", "TextToImage", 8, 1024)
+    (problem,) = caught.value.problems
+    assert problem.path == "spec.generation.height"
+    assert "0 pixels" in problem.message and problem.message.endswith("use height 16 or more")
+
+
+def test_unmodelled_pipeline_class_runs_the_size_given() -> None:
+    s = spec(SD15, "SomeOtherPipeline", "TextToImage", 515, 515)
+    assert s.model.pipeline is not None
+    size = output_size(s.model.pipeline, False, 515, 515, 1)
+    assert (size.height, size.width, size.refused, size.notes) == (515, 515, [], [])
+
+
+def test_resolution_fix_is_one_ltx_accepts() -> None:
+    from gpu_sizer.budget.diffusion.fixes import generation_candidates
+
+    big = spec(LTX, "LTXPipeline", "TextToVideo", 1024, 1216, 161)
+    fixes = [c for c in generation_candidates(big) if c[0] == "spec.generation.height"]
+    assert fixes
+    for _, height, changed, _ in fixes:
+        assert changed.generation is not None
+        assert height % 32 == 0 and changed.generation.width % 32 == 0
+        model = big.model.model_dump(by_alias=True, mode="json")
+        generation = changed.generation.model_dump(by_alias=True, mode="json")
+        parse_spec({"model": model, "generation": generation})  # LTX accepts it
+
+
+def test_webhook_denies_a_refused_size_as_invalid() -> None:
+    """The admission webhook's review answers Invalid with the same line (parse_spec's
+    problems), before any sizing."""
+    from pathlib import Path
+
+    import yaml
+
+    from gpu_sizer.admission.verdict import Outcome, review
+    from gpu_sizer.catalog import DEFAULT_CATALOG
+    from gpu_sizer.policy.namespace import Policy
+
+    root = Path(__file__).resolve().parents[3]
+    doc = yaml.safe_load((root / "examples" / "wan21-t2v-1.3b-480p-4090.yaml").read_text())
+    doc["spec"]["generation"]["width"] = 840
+    answer = review(
+        doc["spec"], namespace="team", policy=Policy().for_namespace({}), catalog=DEFAULT_CATALOG
+    )
+    assert answer.outcome is Outcome.Invalid
+    assert answer.message == (
+        "spec.generation.width: WanPipeline refuses width 840: height and width must be "
+        "divisible by 16 (diffusers 0.42.1 WanPipeline.check_inputs); use width 832 or 848"
+    )
+
+
+def test_cogvideox_15_pads_latent_frames_for_the_denoiser() -> None:
+    """CogVideoX 1.5 (``patch_size_t`` 2): 81 frames are 21 latent frames, padded to 22 by
+    ``CogVideoXPipeline.__call__``; sized as 85 frames given directly (22 latent frames)."""
+    five_b_15 = {"patchSizeT": 2}
+    odd = spec(COG, "CogVideoXPipeline", "TextToVideo", 768, 1360, 81, transformer=five_b_15)
+    padded = spec(COG, "CogVideoXPipeline", "TextToVideo", 768, 1360, 85, transformer=five_b_15)
+    got, want = generation_estimate(odd)[0], generation_estimate(padded)[0]
+    assert got.per_gpu == want.per_gpu and got.phases == want.phases
+    assert any("numFrames 81 as 85" in n and "patch_size_t 2" in n for n in got.notes)
+    # CogVideoX 1.0 (no patch_size_t) runs 81 frames as given
+    plain = spec(COG, "CogVideoXPipeline", "TextToVideo", 768, 1360, 81)
+    assert not any("numFrames" in n for n in generation_estimate(plain)[0].notes)
