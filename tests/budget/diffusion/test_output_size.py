@@ -213,3 +213,27 @@ def test_cogvideox_15_pads_latent_frames_for_the_denoiser() -> None:
     # CogVideoX 1.0 (no patch_size_t) runs 81 frames as given
     plain = spec(COG, "CogVideoXPipeline", "TextToVideo", 768, 1360, 81)
     assert not any("numFrames" in n for n in generation_estimate(plain)[0].notes)
+
+
+@pytest.mark.parametrize(
+    ("cls", "repo", "task"),
+    [
+        ("StableDiffusion3Pipeline", SD3, "TextToImage"),
+        ("StableDiffusion3Img2ImgPipeline", SD3, "ImageToImage"),
+        ("FluxPipeline", FLUX, "TextToImage"),
+        ("FluxImg2ImgPipeline", FLUX, "ImageToImage"),
+    ],
+)
+def test_text_longer_than_check_inputs_takes_is_refused(cls: str, repo: str, task: str) -> None:
+    """SD3's and Flux's ``check_inputs`` raise for ``max_sequence_length`` over 512."""
+    base = spec(repo, cls, task, 1024, 1024)
+    assert base.generation is not None
+    doc = {"model": base.model.model_dump(by_alias=True, mode="json"),
+           "generation": base.generation.model_dump(by_alias=True, mode="json")}  # fmt: skip
+    parse_spec({**doc, "generation": {**doc["generation"], "maxSequenceLength": 512}})
+    with pytest.raises(InvalidWorkload) as caught:
+        parse_spec({**doc, "generation": {**doc["generation"], "maxSequenceLength": 513}})
+    (problem,) = caught.value.problems
+    assert problem.path == "spec.generation.maxSequenceLength"
+    assert f"{cls} refuses maxSequenceLength 513: at most 512 tokens" in problem.message
+    assert problem.message.endswith("use maxSequenceLength 512 or less")

@@ -36,6 +36,9 @@ Read from ``diffusers`` 0.42.1, the version the memory model follows
   before the decode;
 - ``LTXPipeline``, ``LTXImageToVideoPipeline``: ``check_inputs`` raises unless divisible by 32.
 
+The text length is refused the same way: the SD3 and Flux pipelines' ``check_inputs`` raise
+when ``max_sequence_length`` is greater than 512.
+
 Divisors read from component configs fall back to the defaults each pipeline's ``__init__``
 uses when the component is absent (``... if getattr(self, "vae", None) else 8``).
 """
@@ -135,7 +138,8 @@ class SizeRule:
 
     ``refuse``: the divisor a side must be a multiple of, or the call fails; ``round``: the
     multiple each side is then rounded down to; ``frames``: the frame count the denoiser runs
-    for a ``num_frames``, and why; ``source``: the diffusers
+    for a ``num_frames``, and why; ``max_text``: the largest ``max_sequence_length``
+    ``check_inputs`` takes (tokens); ``source``: the diffusers
     function that refuses or rounds, ``round_source`` the one that rounds when both apply. Each
     callable reads the pipeline's component configs.
     """
@@ -145,15 +149,16 @@ class SizeRule:
     round: Callable[[Pipeline], int] | None = None
     frames: Callable[[Pipeline, int], tuple[int, str]] | None = None
     round_source: str = ""
+    max_text: int | None = None
 
 
 _SD = SizeRule("check_inputs", refuse=_fixed(8))
 _SD_I2I = SizeRule(
     "image_processor.preprocess (VaeImageProcessor.get_default_height_width)", round=_vae_scale
 )
-_SD3 = SizeRule("check_inputs", refuse=_sd3)
-_FLUX = SizeRule("prepare_latents (check_inputs warns)", round=_flux)
-_FLUX_I2I = SizeRule("image_processor.preprocess (check_inputs warns)", round=_flux)
+_SD3 = SizeRule("check_inputs", refuse=_sd3, max_text=512)
+_FLUX = SizeRule("prepare_latents (check_inputs warns)", round=_flux, max_text=512)
+_FLUX_I2I = SizeRule("image_processor.preprocess (check_inputs warns)", round=_flux, max_text=512)
 _WAN = SizeRule(
     "check_inputs",
     refuse=_fixed(16),
@@ -208,11 +213,17 @@ def _valid(value: int, divisor: int) -> str:
 
 
 def output_size(
-    pipeline: Pipeline, video: bool, height: int, width: int, num_frames: int
+    pipeline: Pipeline,
+    video: bool,
+    height: int,
+    width: int,
+    num_frames: int,
+    max_sequence_length: int | None = None,
 ) -> OutputSize:
     """What ``pipeline``'s class does with a call at ``height`` x ``width`` pixels and
-    ``num_frames`` frames (read only when ``video``). A class without a rule (one the memory
-    model does not know) runs the size as given. Never raises."""
+    ``num_frames`` frames (read only when ``video``), and ``max_sequence_length`` text tokens
+    (``None``: the call's default). A class without a rule (one the memory model does not know)
+    runs the size as given. Never raises."""
     cls = pipeline.class_name
     rule = SIZE_RULES.get(cls)
     out = OutputSize(height, width, num_frames)
@@ -231,6 +242,15 @@ def output_size(
                         f"by {d} ({where}); use {name} {_valid(value, d)}",
                     )
                 )
+    if rule.max_text is not None and (max_sequence_length or 0) > rule.max_text:
+        out.refused.append(
+            (
+                "generation.maxSequenceLength",
+                f"{cls} refuses maxSequenceLength {max_sequence_length}: at most "
+                f"{rule.max_text} tokens ({_VERSION} {cls}.check_inputs); use "
+                f"maxSequenceLength {rule.max_text} or less",
+            )
+        )
     if out.refused:
         return out
     h, w, frames = height, width, num_frames

@@ -252,7 +252,14 @@ def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
     gen = spec.generation
     if pipeline is not None and gen is not None:
         # a size the pipeline's __call__ refuses: the workload would never start
-        size = output_size(pipeline, gen.task.video, gen.height, gen.width, gen.num_frames)
+        size = output_size(
+            pipeline,
+            gen.task.video,
+            gen.height,
+            gen.width,
+            gen.num_frames,
+            gen.max_sequence_length,
+        )
         for field, message in size.refused:
             problems.add(field, message)
     if pipeline is not None and spec.generation is None:
