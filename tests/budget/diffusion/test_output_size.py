@@ -237,3 +237,74 @@ def test_text_longer_than_check_inputs_takes_is_refused(cls: str, repo: str, tas
     assert problem.path == "spec.generation.maxSequenceLength"
     assert f"{cls} refuses maxSequenceLength 513: at most 512 tokens" in problem.message
     assert problem.message.endswith("use maxSequenceLength 512 or less")
+
+
+#: The divisor diffusers 0.42.1's own ``check_inputs`` enforces, per class (``None``: it only
+#: warns or does not look); CogVideoX's 8 is tightened to 16 by its unpatchify (module
+#: docstring of ``output_size.py``).
+CHECK_INPUTS = {
+    "StableDiffusionPipeline": 8,
+    "StableDiffusionImg2ImgPipeline": None,
+    "StableDiffusionXLPipeline": 8,
+    "StableDiffusionXLImg2ImgPipeline": None,
+    "StableDiffusion3Pipeline": 16,
+    "StableDiffusion3Img2ImgPipeline": 16,
+    "FluxPipeline": None,
+    "FluxImg2ImgPipeline": None,
+    "WanPipeline": 16,
+    "WanImageToVideoPipeline": 16,
+    "HunyuanVideoPipeline": 16,
+    "CogVideoXPipeline": 8,
+    "CogVideoXImageToVideoPipeline": 8,
+    "LTXPipeline": 32,
+    "LTXImageToVideoPipeline": 32,
+}
+
+
+def _check_inputs(cls_name: str, height: int, width: int) -> None:
+    """diffusers' own ``check_inputs`` of ``cls_name``, run unbound on a stand-in ``self``
+    with the published pipelines' factors (VAE scale 8, patch 2); raises what it raises."""
+    import inspect
+    import types
+
+    diffusers = pytest.importorskip("diffusers")
+    torch = pytest.importorskip("torch")
+    cls = getattr(diffusers, cls_name)
+    this = types.SimpleNamespace(
+        vae_scale_factor=8,
+        patch_size=2,
+        vae_scale_factor_spatial=8,
+        vae_scale_factor_temporal=4,
+        _callback_tensor_inputs=["latents"],
+        config=types.SimpleNamespace(boundary_ratio=None),
+    )
+    given = {"prompt": "a", "strength": 0.5, "num_inference_steps": 4,
+             "image": torch.zeros(1, 3, 8, 8), "height": height, "width": width}  # fmt: skip
+    kwargs = {
+        name: given.get(name)
+        for name, p in list(inspect.signature(cls.check_inputs).parameters.items())[1:]
+        if name in given or p.default is inspect.Parameter.empty
+    }
+    cls.check_inputs(this, **kwargs)
+
+
+@pytest.mark.parametrize("cls", sorted(CHECK_INPUTS))
+def test_refusals_match_diffusers_check_inputs(cls: str) -> None:
+    """Oracle: diffusers raises ValueError exactly off its divisor, and every size it refuses
+    the spec refuses too (with the published pipelines' components)."""
+    assert set(CHECK_INPUTS) == set(SIZE_RULES)
+    divisor = CHECK_INPUTS[cls]
+    published = {r[0]: (r[1], r[2], r[3]) for r in REFUSED}
+    published.update((r[0], (r[1], r[2], r[4][2])) for r in ROUNDED if r[0] not in published)
+    repo, task, frames = published[cls]
+    for side in (512 + 4, 512 + 8, 512 + 16, 512 + 32):
+        if divisor is not None and side % divisor != 0:
+            with pytest.raises(ValueError, match="divisible by"):
+                _check_inputs(cls, side, 512)
+            with pytest.raises(InvalidWorkload):
+                spec(repo, cls, task, side, 512, frames)
+        else:
+            _check_inputs(cls, side, 512)
+            if cls.startswith("CogVideoX") and side % 16:
+                continue  # refused by the unpatchify, not check_inputs
+            spec(repo, cls, task, side, 512, frames)
