@@ -308,3 +308,23 @@ def test_refusals_match_diffusers_check_inputs(cls: str) -> None:
             if cls.startswith("CogVideoX") and side % 16:
                 continue  # refused by the unpatchify, not check_inputs
             spec(repo, cls, task, side, 512, frames)
+
+
+def test_cogvideox_odd_latent_side_cannot_run() -> None:
+    """Oracle for CogVideoX's 16: diffusers' CogVideoXTransformer3DModel (tiny config with
+    CogVideoX-5b's rotary embeddings, CPU) given an odd latent height (a side divisible by 8,
+    not by 16) returns one latent row fewer than it was given, so the scheduler step cannot
+    combine its output with the latents."""
+    diffusers = pytest.importorskip("diffusers")
+    torch = pytest.importorskip("torch")
+    model = diffusers.CogVideoXTransformer3DModel(
+        num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
+        time_embed_dim=32, text_embed_dim=32, num_layers=1, sample_width=8, sample_height=8,
+        sample_frames=5, patch_size=2, use_rotary_positional_embeddings=True,
+    )  # fmt: skip
+    text, t = torch.randn(1, 7, 32), torch.tensor([1])
+    with torch.no_grad():
+        for height, returned in ((6, 6), (5, 4)):
+            latents = torch.randn(1, 2, 4, height, 6)
+            out = model(hidden_states=latents, encoder_hidden_states=text, timestep=t).sample
+            assert out.shape[3] == returned
