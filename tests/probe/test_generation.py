@@ -124,3 +124,21 @@ def test_float8_and_unknown_classes_are_unsupported() -> None:
     other = {**SD, "class": "MyPipeline"}
     result, _ = measure(_spec(other, **IMAGE), Options(device="cpu"))
     assert result.status == "Unsupported" and "MyPipeline" in (result.message or "")
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "generation", "note"),
+    [
+        (WAN, {**VIDEO, "numFrames": 8}, "WanPipeline runs numFrames 8 as 9"),
+        (FLUX, {**IMAGE, "height": 66, "classifierFreeGuidance": False}, "sized at 64x64"),
+    ],
+    ids=["wan-frames", "flux-side"],
+)
+def test_probe_runs_the_size_the_pipeline_rounds_to(
+    pipeline: dict[str, Any], generation: Any, note: str
+) -> None:
+    """What the pipeline's __call__ would run (gpu_sizer/api/spec/output_size.py), not the
+    size asked: Wan rounds numFrames to 4k+1, Flux rounds sides down to VAE scale x 2."""
+    result, code = measure(_spec(pipeline, **generation), Options(device="cpu"))
+    assert (code, result.status) == (0, "Succeeded"), result.message
+    assert any(note in n for n in result.notes)

@@ -34,6 +34,7 @@ from pydantic.alias_generators import to_snake
 
 from gpu_sizer.api import ComponentDevice, GPUWorkloadSpec, PipelineComponent, PipelineOffload
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
+from gpu_sizer.api.spec.output_size import output_size
 from gpu_sizer.budget.diffusion.decode import latent_geometry
 from gpu_sizer.budget.diffusion.pipelines import PIPELINES, Encodes, Guidance
 from gpu_sizer.probe.memory import Recorder
@@ -238,6 +239,13 @@ def run_generation(
         "synthetic generation: random weights and inputs of the pipeline's shapes, one "
         "denoising step (every step has the same peak), schedulers and tokenizers not built"
     ]
+    # the shapes the pipeline's __call__ really runs (Flux rounds sides, Wan numFrames)
+    runs = output_size(pipeline, gen.task.video, gen.height, gen.width, gen.num_frames)
+    if (runs.height, runs.width, runs.num_frames) != (gen.height, gen.width, gen.num_frames):
+        gen = gen.model_copy(
+            update={"height": runs.height, "width": runs.width, "num_frames": runs.num_frames}
+        )
+    notes += runs.notes
     comps = pipeline.components
     offload = {c.name: c.offload or gen.offload for c in comps}
 

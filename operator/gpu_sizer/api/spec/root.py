@@ -15,6 +15,7 @@ from gpu_sizer.api.spec.generation import Generation
 from gpu_sizer.api.spec.inference import Inference
 from gpu_sizer.api.spec.measurement import Measurement
 from gpu_sizer.api.spec.model import Model
+from gpu_sizer.api.spec.output_size import output_size
 from gpu_sizer.api.spec.placement import Placement
 from gpu_sizer.api.spec.training import Training
 
@@ -239,7 +240,8 @@ def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, fie
 
 
 def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
-    """A pipeline is generated with (spec.generation); spec.generation needs one."""
+    """A pipeline is generated with (spec.generation); spec.generation needs one; the output
+    size is one the pipeline's class accepts (:mod:`gpu_sizer.api.spec.output_size`)."""
     pipeline = spec.model.pipeline
     if spec.generation is not None and pipeline is None:
         problems.add(
@@ -247,6 +249,19 @@ def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
             "spec.generation runs a diffusion pipeline: give spec.model.pipeline (its class and "
             "components; gpu-sizer import-diffusers writes it)",
         )
+    gen = spec.generation
+    if pipeline is not None and gen is not None:
+        # a size the pipeline's __call__ refuses: the workload would never start
+        size = output_size(
+            pipeline,
+            gen.task.video,
+            gen.height,
+            gen.width,
+            gen.num_frames,
+            gen.max_sequence_length,
+        )
+        for field, message in size.refused:
+            problems.add(field, message)
     if pipeline is not None and spec.generation is None:
         where = "inference" if spec.inference is not None else "training"
         if spec.inference is not None or spec.training is not None:

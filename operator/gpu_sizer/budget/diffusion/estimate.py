@@ -52,6 +52,7 @@ from gpu_sizer.api import (
     PipelineOffload,
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
+from gpu_sizer.api.spec.output_size import output_size
 from gpu_sizer.budget.diffusion.bounds import wan_reference_margin_bytes
 from gpu_sizer.budget.diffusion.calls import DENOISE, TEXT_ENCODE, VAE_DECODE, Step, call_steps
 from gpu_sizer.budget.diffusion.decode import (
@@ -334,6 +335,13 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
     by_name = {c.name: c for c in comps}
     missing: list[Missing] = []
     notes: list[str] = []
+    # the size the pipeline really runs at (validation refused the sizes it cannot run)
+    size = output_size(pipeline, gen.task.video, gen.height, gen.width, gen.num_frames)
+    if (size.height, size.width, size.num_frames) != (gen.height, gen.width, gen.num_frames):
+        gen = gen.model_copy(
+            update={"height": size.height, "width": size.width, "num_frames": size.num_frames}
+        )
+    notes += size.notes
     kind = PIPELINES.get(pipeline.class_name)
     where = "spec.model.pipeline"
     if kind is None:

@@ -43,6 +43,7 @@ from gpu_sizer.api import (
     PipelineOffload,
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
+from gpu_sizer.api.spec.output_size import size_step
 
 __all__ = ["generation_candidates"]
 
@@ -175,7 +176,11 @@ def generation_candidates(spec: GPUWorkloadSpec) -> list[Candidate]:
             )
         )
     if gen.height * gen.width > 512 * 512:
-        h, w = gen.height * 3 // 4 // 16 * 16, gen.width * 3 // 4 // 16 * 16
+        # a resolution the pipeline runs as given (LTX refuses sides not divisible by 32)
+        assert spec.model.pipeline is not None
+        step = max(16, size_step(spec.model.pipeline))
+        h = max(step, gen.height * 3 // 4 // step * step)
+        w = max(step, gen.width * 3 // 4 // step * step)
         out.append(
             (
                 "spec.generation.height",

@@ -1,0 +1,294 @@
+"""The output size a diffusers pipeline really runs at, or the reason it refuses to run. Pure.
+
+A ``pipe(height=..., width=..., num_frames=...)`` call either refuses a size (``check_inputs``
+raises ``ValueError``, or a later step fails on mismatched shapes) or quietly changes it (a
+warning, or integer division in ``prepare_latents`` or the image processor). A refused size is a
+spec error, since the workload would never start; a changed size is what the GPU really holds,
+so the estimate sizes that one and says so.
+
+Read from ``diffusers`` 0.42.1, the version the memory model follows
+(``diffusers/pipelines/<family>/pipeline_<name>.py``), per class in :data:`SIZE_RULES`:
+
+- ``StableDiffusionPipeline``, ``StableDiffusionXLPipeline``: ``check_inputs`` raises unless
+  height and width are divisible by 8 (a literal 8, whatever the VAE);
+- ``StableDiffusionImg2ImgPipeline``, ``StableDiffusionXLImg2ImgPipeline``: the output is the
+  input image as ``image_processor.preprocess(image)`` resizes it:
+  ``VaeImageProcessor.get_default_height_width`` rounds each side down to a multiple of the
+  VAE's scale factor (``2 ** (len(vae.config.block_out_channels) - 1)``, 8);
+- ``StableDiffusion3Pipeline``, ``StableDiffusion3Img2ImgPipeline``: ``check_inputs`` raises
+  unless divisible by ``vae_scale_factor * patch_size`` (the transformer's, 2): 16;
+- ``FluxPipeline``, ``FluxImg2ImgPipeline``: ``check_inputs`` only warns ("Dimensions will be
+  resized accordingly"); ``prepare_latents`` (and the img2img ``image_processor``, built with
+  ``vae_scale_factor * 2``) round each side down to a multiple of ``vae_scale_factor * 2``, 16;
+- ``WanPipeline``, ``WanImageToVideoPipeline``: ``check_inputs`` raises unless divisible by 16;
+  ``__call__`` then rounds ``num_frames`` to ``num_frames // t * t + 1`` (``t`` the VAE's
+  ``scale_factor_temporal``, 4) with a warning, and each side down to a multiple of
+  ``vae.config.scale_factor_spatial * transformer.config.patch_size[1]`` (16 for Wan 2.1 and
+  the 14B Wan 2.2 models, 32 for Wan 2.2 TI2V-5B's 16x VAE);
+- ``HunyuanVideoPipeline``: ``check_inputs`` raises unless divisible by 16;
+- ``CogVideoXPipeline``, ``CogVideoXImageToVideoPipeline``: ``check_inputs`` raises unless
+  divisible by 8; a side divisible by 8 but not by ``vae_scale_factor_spatial * patch_size``
+  (16) gives an odd latent side, which ``CogVideoXTransformer3DModel.forward`` patchifies with
+  floor division and unpatchifies one latent row or column short, so the scheduler step fails
+  on mismatched shapes at the first step: refused as well. CogVideoX 1.5 (the transformer's
+  ``patch_size_t`` 2) pads the latent frames to a multiple of ``patch_size_t`` in ``__call__``
+  (``num_frames += additional_frames * vae_scale_factor_temporal``) and drops the padding
+  before the decode;
+- ``LTXPipeline``, ``LTXImageToVideoPipeline``: ``check_inputs`` raises unless divisible by 32.
+
+The text length is refused the same way: the SD3 and Flux pipelines' ``check_inputs`` raise
+when ``max_sequence_length`` is greater than 512.
+
+Divisors read from component configs fall back to the defaults each pipeline's ``__init__``
+uses when the component is absent (``... if getattr(self, "vae", None) else 8``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from gpu_sizer.api.spec.generation import Pipeline
+
+__all__ = ["SIZE_RULES", "OutputSize", "SizeRule", "output_size", "size_step"]
+
+_VERSION: Final = "diffusers 0.42.1"
+
+
+def _config(pipeline: Pipeline, name: str) -> dict[str, Any] | None:
+    c = pipeline.component(name)
+    if c is None or not c.known:
+        return None
+    return c.resolved_config()
+
+
+def _vae_scale(pipeline: Pipeline) -> int:
+    """``2 ** (len(vae.config.block_out_channels) - 1)``, 8 without a VAE (SD, SDXL, SD3, Flux,
+    CogVideoX ``__init__``)."""
+    vae = _config(pipeline, "vae")
+    channels = vae.get("block_out_channels") if vae is not None else None
+    return 2 ** (len(channels) - 1) if channels else 8
+
+
+def _patch(pipeline: Pipeline, default: int) -> int:
+    """The denoiser's spatial patch size (``transformer.config.patch_size``; Wan's is a
+    (t, h, w) triple, whose h is read)."""
+    for name in ("transformer", "transformer_2"):
+        t = _config(pipeline, name)
+        if t is not None and t.get("patch_size") is not None:
+            p = t["patch_size"]
+            return int(p[1]) if isinstance(p, tuple | list) else int(p)
+    return default
+
+
+def _wan_vae(pipeline: Pipeline, key: str, default: int) -> int:
+    vae = _config(pipeline, "vae")
+    value = vae.get(key) if vae is not None else None
+    return int(value) if value else default
+
+
+def _fixed(divisor: int) -> Callable[[Pipeline], int]:
+    return lambda _pipeline: divisor
+
+
+def _sd3(pipeline: Pipeline) -> int:
+    return _vae_scale(pipeline) * _patch(pipeline, 2)
+
+
+def _flux(pipeline: Pipeline) -> int:
+    return _vae_scale(pipeline) * 2
+
+
+def _wan_multiple(pipeline: Pipeline) -> int:
+    return _wan_vae(pipeline, "scale_factor_spatial", 8) * _patch(pipeline, 2)
+
+
+def _wan_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
+    t = _wan_vae(pipeline, "scale_factor_temporal", 4)
+    return max(frames // t * t + 1, 1), (
+        f"num_frames - 1 must be divisible by {t}: __call__ rounds it to num_frames // {t} * "
+        f"{t} + 1"
+    )
+
+
+def _cogvideox_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
+    vae, t = _config(pipeline, "vae"), 4
+    if vae is not None and vae.get("temporal_compression_ratio"):
+        t = int(vae["temporal_compression_ratio"])
+    transformer = _config(pipeline, "transformer")
+    p_t = transformer.get("patch_size_t") if transformer is not None else None
+    latent = (frames - 1) // t + 1
+    if not p_t or latent % p_t == 0:
+        return frames, ""
+    return frames + (p_t - latent % p_t) * t, (
+        f"CogVideoX 1.5's patch_size_t {p_t}: __call__ pads the {latent} latent frames to a "
+        f"multiple of {p_t} for the denoiser and drops the padding before the decode, which is "
+        "sized padded too, an upper bound"
+    )
+
+
+def _cogvideox(pipeline: Pipeline) -> int:
+    return _vae_scale(pipeline) * _patch(pipeline, 2)
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """What one pipeline class does with ``height``/``width`` (pixels) and ``num_frames``.
+
+    ``refuse``: the divisor a side must be a multiple of, or the call fails; ``round``: the
+    multiple each side is then rounded down to; ``frames``: the frame count the denoiser runs
+    for a ``num_frames``, and why; ``max_text``: the largest ``max_sequence_length``
+    ``check_inputs`` takes (tokens); ``source``: the diffusers
+    function that refuses or rounds, ``round_source`` the one that rounds when both apply. Each
+    callable reads the pipeline's component configs.
+    """
+
+    source: str
+    refuse: Callable[[Pipeline], int] | None = None
+    round: Callable[[Pipeline], int] | None = None
+    frames: Callable[[Pipeline, int], tuple[int, str]] | None = None
+    round_source: str = ""
+    max_text: int | None = None
+
+
+_SD = SizeRule("check_inputs", refuse=_fixed(8))
+_SD_I2I = SizeRule(
+    "image_processor.preprocess (VaeImageProcessor.get_default_height_width)", round=_vae_scale
+)
+_SD3 = SizeRule("check_inputs", refuse=_sd3, max_text=512)
+_FLUX = SizeRule("prepare_latents (check_inputs warns)", round=_flux, max_text=512)
+_FLUX_I2I = SizeRule("image_processor.preprocess (check_inputs warns)", round=_flux, max_text=512)
+_WAN = SizeRule(
+    "check_inputs",
+    refuse=_fixed(16),
+    round=_wan_multiple,
+    frames=_wan_frames,
+    round_source="__call__",
+)
+_COGVIDEOX = SizeRule(
+    "check_inputs (8) and CogVideoXTransformer3DModel.forward's unpatchify (an odd latent side)",
+    refuse=_cogvideox,
+    frames=_cogvideox_frames,
+)
+
+#: Per pipeline class (``model_index.json`` ``_class_name``), the size rule of its ``__call__``
+#: in diffusers 0.42.1; the module docstring gives each rule's source. Every class of
+#: :data:`gpu_sizer.budget.diffusion.pipelines.PIPELINES` has one (a test checks it).
+SIZE_RULES: Final[dict[str, SizeRule]] = {
+    "StableDiffusionPipeline": _SD,
+    "StableDiffusionImg2ImgPipeline": _SD_I2I,
+    "StableDiffusionXLPipeline": _SD,
+    "StableDiffusionXLImg2ImgPipeline": _SD_I2I,
+    "StableDiffusion3Pipeline": _SD3,
+    "StableDiffusion3Img2ImgPipeline": _SD3,
+    "FluxPipeline": _FLUX,
+    "FluxImg2ImgPipeline": _FLUX_I2I,
+    "WanPipeline": _WAN,
+    "WanImageToVideoPipeline": _WAN,
+    "HunyuanVideoPipeline": SizeRule("check_inputs", refuse=_fixed(16)),
+    "CogVideoXPipeline": _COGVIDEOX,
+    "CogVideoXImageToVideoPipeline": _COGVIDEOX,
+    "LTXPipeline": SizeRule("check_inputs", refuse=_fixed(32)),
+    "LTXImageToVideoPipeline": SizeRule("check_inputs", refuse=_fixed(32)),
+}
+
+
+@dataclass(frozen=True)
+class OutputSize:
+    """The size a call runs at (pixels, frames), the refusals as (spec path relative to the
+    GPUWorkload spec, message) pairs, and a note per size the pipeline changes."""
+
+    height: int
+    width: int
+    num_frames: int
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _valid(value: int, divisor: int) -> str:
+    lower = value // divisor * divisor
+    options = [v for v in (lower, lower + divisor) if v >= max(divisor, 8)]
+    return " or ".join(str(v) for v in options)
+
+
+def output_size(
+    pipeline: Pipeline,
+    video: bool,
+    height: int,
+    width: int,
+    num_frames: int,
+    max_sequence_length: int | None = None,
+) -> OutputSize:
+    """What ``pipeline``'s class does with a call at ``height`` x ``width`` pixels and
+    ``num_frames`` frames (read only when ``video``), and ``max_sequence_length`` text tokens
+    (``None``: the call's default). A class without a rule (one the memory model does not know)
+    runs the size as given. Never raises."""
+    cls = pipeline.class_name
+    rule = SIZE_RULES.get(cls)
+    out = OutputSize(height, width, num_frames)
+    if rule is None:
+        return out
+    where = f"{_VERSION} {cls}.{rule.source}"
+    rounds = f"{_VERSION} {cls}.{rule.round_source or rule.source}"
+    if rule.refuse is not None:
+        d = rule.refuse(pipeline)
+        for name, value in (("height", height), ("width", width)):
+            if value % d:
+                out.refused.append(
+                    (
+                        f"generation.{name}",
+                        f"{cls} refuses {name} {value}: height and width must be divisible "
+                        f"by {d} ({where}); use {name} {_valid(value, d)}",
+                    )
+                )
+    if rule.max_text is not None and (max_sequence_length or 0) > rule.max_text:
+        out.refused.append(
+            (
+                "generation.maxSequenceLength",
+                f"{cls} refuses maxSequenceLength {max_sequence_length}: at most "
+                f"{rule.max_text} tokens ({_VERSION} {cls}.check_inputs); use "
+                f"maxSequenceLength {rule.max_text} or less",
+            )
+        )
+    if out.refused:
+        return out
+    h, w, frames = height, width, num_frames
+    if rule.round is not None:
+        m = rule.round(pipeline)
+        h, w = height // m * m, width // m * m
+        for name, value, ran in (("height", height, h), ("width", width, w)):
+            if ran == 0:
+                out.refused.append(
+                    (
+                        f"generation.{name}",
+                        f"{cls} rounds {name} {value} down to a multiple of {m} ({rounds}): 0 "
+                        f"pixels, nothing to generate; use {name} {m} or more",
+                    )
+                )
+        if (h, w) != (height, width):
+            out.notes.append(
+                f"{cls} rounds {height}x{width} (height x width) down to multiples of {m} "
+                f"({rounds}): sized at {h}x{w}"
+            )
+    if video and rule.frames is not None:
+        frames, why = rule.frames(pipeline, num_frames)
+        if frames != num_frames:
+            out.notes.append(
+                f"{cls} runs numFrames {num_frames} as {frames} ({why}; {_VERSION} "
+                f"{cls}.__call__): sized at {frames} frames"
+            )
+    if out.refused:
+        return OutputSize(height, width, num_frames, out.refused)
+    return OutputSize(h, w, frames, [], out.notes)
+
+
+def size_step(pipeline: Pipeline) -> int:
+    """Pixels between two sides ``pipeline``'s class runs as given (neither refused nor
+    rounded): the larger of its refusal divisor and its rounding multiple, 8 for a class
+    without a rule. Both are powers of two in every rule, so the larger is a multiple of the
+    other."""
+    rule = SIZE_RULES.get(pipeline.class_name)
+    if rule is None:
+        return 8
+    return max(f(pipeline) for f in (rule.refuse, rule.round, _fixed(8)) if f is not None)

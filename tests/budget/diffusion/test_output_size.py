@@ -1,0 +1,330 @@
+"""Output sizes a diffusers 0.42.1 pipeline refuses are spec errors naming the field and the fix;
+sizes it rounds are sized as the rounded size (``gpu_sizer/api/spec/output_size.py`` cites each
+rule's ``check_inputs``/``__call__``/``prepare_latents``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.diffusers_configs import OPTIONS, PIPELINES, camel
+
+from gpu_sizer.api import GPUWorkloadSpec, InvalidWorkload, parse_spec
+from gpu_sizer.api.spec.output_size import SIZE_RULES, output_size, size_step
+from gpu_sizer.budget.diffusion import generation_estimate
+from gpu_sizer.budget.diffusion.pipelines import PIPELINES as MODELLED
+
+SD15 = "stable-diffusion-v1-5/stable-diffusion-v1-5"
+SDXL = "stabilityai/stable-diffusion-xl-base-1.0"
+SD3 = "stabilityai/stable-diffusion-3-medium-diffusers"
+FLUX = "black-forest-labs/FLUX.1-schnell"
+WAN = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+WAN_I2V = "Wan-AI/Wan2.1-I2V-14B-720P-Diffusers"
+HUNYUAN = "hunyuanvideo-community/HunyuanVideo"
+COG = "THUDM/CogVideoX-5b"
+LTX = "Lightricks/LTX-Video"
+
+
+def spec(
+    repo: str,
+    cls: str,
+    task: str,
+    height: int,
+    width: int,
+    frames: int = 1,
+    vae: dict[str, Any] | None = None,
+    transformer: dict[str, Any] | None = None,
+) -> GPUWorkloadSpec:
+    """``repo``'s published components under pipeline class ``cls`` (its image-to-image or
+    image-to-video sibling shares them) at one output size."""
+    _, parts = PIPELINES[repo]
+    comps = []
+    for name, component, config in parts:
+        wire = camel(config)
+        if name == "vae" and vae:
+            wire = {**wire, **vae}
+        if name == "transformer" and transformer:
+            wire = {**wire, **transformer}
+        comps.append({"name": name, "class": component, "config": wire})
+    generation: dict[str, Any] = {"task": task, "height": height, "width": width}
+    if frames != 1:
+        generation["numFrames"] = frames
+    return parse_spec(
+        {
+            "model": {
+                "name": repo,
+                "dtype": "bfloat16",
+                "pipeline": {
+                    "class": cls,
+                    "components": comps,
+                    "config": camel(OPTIONS.get(repo, {})),
+                },
+            },
+            "generation": generation,
+        }
+    )
+
+
+#: (class, repo, task, frames, divisor, a side it refuses, the valid sides the message offers)
+REFUSED = [
+    ("StableDiffusionPipeline", SD15, "TextToImage", 1, 8, 515, "512 or 520"),
+    ("StableDiffusionXLPipeline", SDXL, "TextToImage", 1, 8, 1020, "1016 or 1024"),
+    ("StableDiffusion3Pipeline", SD3, "TextToImage", 1, 16, 1000, "992 or 1008"),
+    ("StableDiffusion3Img2ImgPipeline", SD3, "ImageToImage", 1, 16, 1032, "1024 or 1040"),
+    ("WanPipeline", WAN, "TextToVideo", 81, 16, 488, "480 or 496"),
+    ("WanImageToVideoPipeline", WAN_I2V, "ImageToVideo", 81, 16, 724, "720 or 736"),
+    ("HunyuanVideoPipeline", HUNYUAN, "TextToVideo", 61, 16, 540, "528 or 544"),
+    ("CogVideoXPipeline", COG, "TextToVideo", 49, 16, 488, "480 or 496"),
+    ("CogVideoXImageToVideoPipeline", COG, "ImageToVideo", 49, 16, 481, "480 or 496"),
+    ("LTXPipeline", LTX, "TextToVideo", 161, 32, 720, "704 or 736"),
+    ("LTXImageToVideoPipeline", LTX, "ImageToVideo", 161, 32, 496, "480 or 512"),
+]
+
+#: (class, repo, task, (height, width, frames) asked, (height, width, frames) the call runs)
+ROUNDED = [
+    ("StableDiffusionImg2ImgPipeline", SD15, "ImageToImage", (515, 770, 1), (512, 768, 1)),
+    ("StableDiffusionXLImg2ImgPipeline", SDXL, "ImageToImage", (1023, 1030, 1), (1016, 1024, 1)),
+    ("FluxPipeline", FLUX, "TextToImage", (1000, 1020, 1), (992, 1008, 1)),
+    ("FluxImg2ImgPipeline", FLUX, "ImageToImage", (1032, 776, 1), (1024, 768, 1)),
+    ("WanPipeline", WAN, "TextToVideo", (480, 832, 80), (480, 832, 81)),
+    ("WanPipeline", WAN, "TextToVideo", (480, 832, 84), (480, 832, 85)),
+    ("WanImageToVideoPipeline", WAN_I2V, "ImageToVideo", (480, 832, 83), (480, 832, 81)),
+]
+
+
+def test_every_modelled_pipeline_has_a_size_rule() -> None:
+    assert set(SIZE_RULES) == set(MODELLED)
+
+
+@pytest.mark.parametrize(("cls", "repo", "task", "frames", "divisor", "bad", "fix"), REFUSED)
+def test_refused_side_is_a_spec_error_naming_field_divisor_and_fix(
+    cls: str, repo: str, task: str, frames: int, divisor: int, bad: int, fix: str
+) -> None:
+    good = bad // divisor * divisor
+    spec(repo, cls, task, good, good, frames)  # the valid neighbour is accepted
+    for field, (h, w) in (("height", (bad, good)), ("width", (good, bad))):
+        with pytest.raises(InvalidWorkload) as caught:
+            spec(repo, cls, task, h, w, frames)
+        problems = {p.path: p.message for p in caught.value.problems}
+        assert list(problems) == [f"spec.generation.{field}"]
+        message = problems[f"spec.generation.{field}"]
+        assert f"{cls} refuses {field} {bad}" in message
+        assert f"divisible by {divisor}" in message
+        assert "diffusers 0.42.1" in message and "check_inputs" in message
+        assert message.endswith(f"use {field} {fix}")
+
+
+@pytest.mark.parametrize(("cls", "repo", "task", "asked", "runs"), ROUNDED)
+def test_rounded_size_is_sized_as_the_size_the_pipeline_runs(
+    cls: str, repo: str, task: str, asked: tuple[int, int, int], runs: tuple[int, int, int]
+) -> None:
+    odd, direct = spec(repo, cls, task, *asked), spec(repo, cls, task, *runs)
+    got, got_missing = generation_estimate(odd)
+    want, want_missing = generation_estimate(direct)
+    assert got.per_gpu == want.per_gpu
+    assert got.phases == want.phases
+    assert got_missing == want_missing
+    extra = [n for n in got.notes if n not in want.notes]
+    assert len(extra) == (asked[:2] != runs[:2]) + (asked[2] != runs[2])
+    assert all(n.startswith(cls) and "diffusers 0.42.1" in n for n in extra)
+    if asked[:2] != runs[:2]:
+        assert any(f"sized at {runs[0]}x{runs[1]}" in n for n in extra)
+    if asked[2] != runs[2]:
+        assert any(f"numFrames {asked[2]} as {runs[2]}" in n for n in extra)
+    # the size asked is not what is sized: the estimate differs from the unrounded arithmetic
+    assert odd.model.pipeline is not None
+    assert output_size(odd.model.pipeline, task.endswith("Video"), *asked).notes == extra
+
+
+def test_wan_rounds_to_its_vae_and_patch_multiple() -> None:
+    """Wan 2.2 TI2V-5B's VAE compresses 16x: ``WanPipeline.__call__`` rounds sides down to
+    ``scale_factor_spatial * patch_size[1]`` = 32 after ``check_inputs`` accepted multiples
+    of 16."""
+    wide = spec(WAN, "WanPipeline", "TextToVideo", 720, 1280, 81, vae={"scaleFactorSpatial": 16})
+    assert wide.model.pipeline is not None
+    size = output_size(wide.model.pipeline, True, 720, 1264, 121)
+    assert (size.height, size.width, size.num_frames) == (704, 1248, 121)
+    assert size.refused == [] and len(size.notes) == 1
+    assert size_step(wide.model.pipeline) == 32
+
+
+def test_flux_side_that_rounds_to_nothing_is_refused() -> None:
+    with pytest.raises(InvalidWorkload) as caught:
+        spec(FLUX, "FluxPipeline", "TextToImage", 8, 1024)
+    (problem,) = caught.value.problems
+    assert problem.path == "spec.generation.height"
+    assert "0 pixels" in problem.message and problem.message.endswith("use height 16 or more")
+
+
+def test_unmodelled_pipeline_class_runs_the_size_given() -> None:
+    s = spec(SD15, "SomeOtherPipeline", "TextToImage", 515, 515)
+    assert s.model.pipeline is not None
+    size = output_size(s.model.pipeline, False, 515, 515, 1)
+    assert (size.height, size.width, size.refused, size.notes) == (515, 515, [], [])
+
+
+def test_resolution_fix_is_one_ltx_accepts() -> None:
+    from gpu_sizer.budget.diffusion.fixes import generation_candidates
+
+    big = spec(LTX, "LTXPipeline", "TextToVideo", 1024, 1216, 161)
+    fixes = [c for c in generation_candidates(big) if c[0] == "spec.generation.height"]
+    assert fixes
+    for _, height, changed, _ in fixes:
+        assert changed.generation is not None
+        assert height % 32 == 0 and changed.generation.width % 32 == 0
+        model = big.model.model_dump(by_alias=True, mode="json")
+        generation = changed.generation.model_dump(by_alias=True, mode="json")
+        parse_spec({"model": model, "generation": generation})  # LTX accepts it
+
+
+def test_webhook_denies_a_refused_size_as_invalid() -> None:
+    """The admission webhook's review answers Invalid with the same line (parse_spec's
+    problems), before any sizing."""
+    from pathlib import Path
+
+    import yaml
+
+    from gpu_sizer.admission.verdict import Outcome, review
+    from gpu_sizer.catalog import DEFAULT_CATALOG
+    from gpu_sizer.policy.namespace import Policy
+
+    root = Path(__file__).resolve().parents[3]
+    doc = yaml.safe_load((root / "examples" / "wan21-t2v-1.3b-480p-4090.yaml").read_text())
+    doc["spec"]["generation"]["width"] = 840
+    answer = review(
+        doc["spec"], namespace="team", policy=Policy().for_namespace({}), catalog=DEFAULT_CATALOG
+    )
+    assert answer.outcome is Outcome.Invalid
+    assert answer.message == (
+        "spec.generation.width: WanPipeline refuses width 840: height and width must be "
+        "divisible by 16 (diffusers 0.42.1 WanPipeline.check_inputs); use width 832 or 848"
+    )
+
+
+def test_cogvideox_15_pads_latent_frames_for_the_denoiser() -> None:
+    """CogVideoX 1.5 (``patch_size_t`` 2): 81 frames are 21 latent frames, padded to 22 by
+    ``CogVideoXPipeline.__call__``; sized as 85 frames given directly (22 latent frames)."""
+    five_b_15 = {"patchSizeT": 2}
+    odd = spec(COG, "CogVideoXPipeline", "TextToVideo", 768, 1360, 81, transformer=five_b_15)
+    padded = spec(COG, "CogVideoXPipeline", "TextToVideo", 768, 1360, 85, transformer=five_b_15)
+    got, want = generation_estimate(odd)[0], generation_estimate(padded)[0]
+    assert got.per_gpu == want.per_gpu and got.phases == want.phases
+    assert any("numFrames 81 as 85" in n and "patch_size_t 2" in n for n in got.notes)
+    # CogVideoX 1.0 (no patch_size_t) runs 81 frames as given
+    plain = spec(COG, "CogVideoXPipeline", "TextToVideo", 768, 1360, 81)
+    assert not any("numFrames" in n for n in generation_estimate(plain)[0].notes)
+
+
+@pytest.mark.parametrize(
+    ("cls", "repo", "task"),
+    [
+        ("StableDiffusion3Pipeline", SD3, "TextToImage"),
+        ("StableDiffusion3Img2ImgPipeline", SD3, "ImageToImage"),
+        ("FluxPipeline", FLUX, "TextToImage"),
+        ("FluxImg2ImgPipeline", FLUX, "ImageToImage"),
+    ],
+)
+def test_text_longer_than_check_inputs_takes_is_refused(cls: str, repo: str, task: str) -> None:
+    """SD3's and Flux's ``check_inputs`` raise for ``max_sequence_length`` over 512."""
+    base = spec(repo, cls, task, 1024, 1024)
+    assert base.generation is not None
+    doc = {"model": base.model.model_dump(by_alias=True, mode="json"),
+           "generation": base.generation.model_dump(by_alias=True, mode="json")}  # fmt: skip
+    parse_spec({**doc, "generation": {**doc["generation"], "maxSequenceLength": 512}})
+    with pytest.raises(InvalidWorkload) as caught:
+        parse_spec({**doc, "generation": {**doc["generation"], "maxSequenceLength": 513}})
+    (problem,) = caught.value.problems
+    assert problem.path == "spec.generation.maxSequenceLength"
+    assert f"{cls} refuses maxSequenceLength 513: at most 512 tokens" in problem.message
+    assert problem.message.endswith("use maxSequenceLength 512 or less")
+
+
+#: The divisor diffusers 0.42.1's own ``check_inputs`` enforces, per class (``None``: it only
+#: warns or does not look); CogVideoX's 8 is tightened to 16 by its unpatchify (module
+#: docstring of ``output_size.py``).
+CHECK_INPUTS = {
+    "StableDiffusionPipeline": 8,
+    "StableDiffusionImg2ImgPipeline": None,
+    "StableDiffusionXLPipeline": 8,
+    "StableDiffusionXLImg2ImgPipeline": None,
+    "StableDiffusion3Pipeline": 16,
+    "StableDiffusion3Img2ImgPipeline": 16,
+    "FluxPipeline": None,
+    "FluxImg2ImgPipeline": None,
+    "WanPipeline": 16,
+    "WanImageToVideoPipeline": 16,
+    "HunyuanVideoPipeline": 16,
+    "CogVideoXPipeline": 8,
+    "CogVideoXImageToVideoPipeline": 8,
+    "LTXPipeline": 32,
+    "LTXImageToVideoPipeline": 32,
+}
+
+
+def _check_inputs(cls_name: str, height: int, width: int) -> None:
+    """diffusers' own ``check_inputs`` of ``cls_name``, run unbound on a stand-in ``self``
+    with the published pipelines' factors (VAE scale 8, patch 2); raises what it raises."""
+    import inspect
+    import types
+
+    diffusers = pytest.importorskip("diffusers")
+    torch = pytest.importorskip("torch")
+    cls = getattr(diffusers, cls_name)
+    this = types.SimpleNamespace(
+        vae_scale_factor=8,
+        patch_size=2,
+        vae_scale_factor_spatial=8,
+        vae_scale_factor_temporal=4,
+        _callback_tensor_inputs=["latents"],
+        config=types.SimpleNamespace(boundary_ratio=None),
+    )
+    given = {"prompt": "a", "strength": 0.5, "num_inference_steps": 4,
+             "image": torch.zeros(1, 3, 8, 8), "height": height, "width": width}  # fmt: skip
+    kwargs = {
+        name: given.get(name)
+        for name, p in list(inspect.signature(cls.check_inputs).parameters.items())[1:]
+        if name in given or p.default is inspect.Parameter.empty
+    }
+    cls.check_inputs(this, **kwargs)
+
+
+@pytest.mark.parametrize("cls", sorted(CHECK_INPUTS))
+def test_refusals_match_diffusers_check_inputs(cls: str) -> None:
+    """Oracle: diffusers raises ValueError exactly off its divisor, and every size it refuses
+    the spec refuses too (with the published pipelines' components)."""
+    assert set(CHECK_INPUTS) == set(SIZE_RULES)
+    divisor = CHECK_INPUTS[cls]
+    published = {r[0]: (r[1], r[2], r[3]) for r in REFUSED}
+    published.update((r[0], (r[1], r[2], r[4][2])) for r in ROUNDED if r[0] not in published)
+    repo, task, frames = published[cls]
+    for side in (512 + 4, 512 + 8, 512 + 16, 512 + 32):
+        if divisor is not None and side % divisor != 0:
+            with pytest.raises(ValueError, match="divisible by"):
+                _check_inputs(cls, side, 512)
+            with pytest.raises(InvalidWorkload):
+                spec(repo, cls, task, side, 512, frames)
+        else:
+            _check_inputs(cls, side, 512)
+            if cls.startswith("CogVideoX") and side % 16:
+                continue  # refused by the unpatchify, not check_inputs
+            spec(repo, cls, task, side, 512, frames)
+
+
+def test_cogvideox_odd_latent_side_cannot_run() -> None:
+    """Oracle for CogVideoX's 16: diffusers' CogVideoXTransformer3DModel (tiny config with
+    CogVideoX-5b's rotary embeddings, CPU) given an odd latent height (a side divisible by 8,
+    not by 16) returns one latent row fewer than it was given, so the scheduler step cannot
+    combine its output with the latents."""
+    diffusers = pytest.importorskip("diffusers")
+    torch = pytest.importorskip("torch")
+    model = diffusers.CogVideoXTransformer3DModel(
+        num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
+        time_embed_dim=32, text_embed_dim=32, num_layers=1, sample_width=8, sample_height=8,
+        sample_frames=5, patch_size=2, use_rotary_positional_embeddings=True,
+    )  # fmt: skip
+    text, t = torch.randn(1, 7, 32), torch.tensor([1])
+    with torch.no_grad():
+        for height, returned in ((6, 6), (5, 4)):
+            latents = torch.randn(1, 2, 4, height, 6)
+            out = model(hidden_states=latents, encoder_hidden_states=text, timestep=t).sample
+            assert out.shape[3] == returned
