@@ -136,7 +136,6 @@ class _Kubelet:
             uid = meta.get("uid") or ""
             if uid in self.handled or _finished(job):
                 continue
-            self.handled.add(uid)
             kind = _kind((meta.get("annotations") or {}).get(ANNOTATION, ""))
             on_l4 = (meta.get("labels") or {}).get(CLASS_LABEL) == "nvidia-l4"
             if kind == "nowhere":
@@ -147,6 +146,9 @@ class _Kubelet:
                 await self.kubelet.succeed(job, gpu_success(9 * GIB, total=L4_TOTAL), node="l4-1")
             else:
                 await self.kubelet.succeed(job, gpu_success(30 * GIB), node="a100-1")
+            # Handled once it ended: a refused or interrupted call (the API busy, the Job
+            # recreated meanwhile) is tried again on the next round, as a kubelet retries.
+            self.handled.add(uid)
 
 
 def _requests(cluster: LoopbackCluster, plural: str, action: Any, sub: str | None) -> int:
