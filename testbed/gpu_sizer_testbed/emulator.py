@@ -11,7 +11,6 @@ kubelet, Job controller or garbage collector: callers play those parts.
 from __future__ import annotations
 
 import contextvars
-import datetime
 import json
 import os
 import tempfile
@@ -25,7 +24,7 @@ import kmock
 
 from gpu_sizer.api import GROUP, KIND, PLURAL, SHORT_NAME, SINGULAR, VERSION
 from gpu_sizer.api.record import RECORD_KIND, RECORD_PLURAL, RECORD_SHORT_NAME, RECORD_SINGULAR
-from gpu_sizer.api.times import rfc3339
+from gpu_sizer.api.times import now_rfc3339
 from gpu_sizer_testbed.kubectl import KubectlApi
 
 __all__ = [
@@ -199,10 +198,6 @@ def record_crd_document() -> dict[str, Any]:
     return build_record_crd()
 
 
-def _now() -> str:
-    return rfc3339(datetime.datetime.now(datetime.UTC))
-
-
 _CURRENT_REQUEST: contextvars.ContextVar[Any] = contextvars.ContextVar("request", default=None)
 
 
@@ -318,7 +313,7 @@ class ApiServerEmulator(KubectlApi, kmock.KubernetesEmulator):
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         meta.setdefault("uid", str(uuid.uuid4()))
-        meta.setdefault("creationTimestamp", _now())
+        meta.setdefault("creationTimestamp", now_rfc3339())
         meta.setdefault("generation", 1)
         meta["resourceVersion"] = self._next_rv()
 
@@ -429,7 +424,7 @@ class LoopbackCluster:
         meta = doc.setdefault("metadata", {})
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("generation", 1)
-        meta.setdefault("creationTimestamp", _now())
+        meta.setdefault("creationTimestamp", now_rfc3339())
         meta.setdefault("resourceVersion", "1")
         group, version, plural = resource
         namespaced = self.resources[resource].get("namespaced")

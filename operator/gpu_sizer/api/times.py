@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 
-__all__ = ["RFC3339", "parse_time", "rfc3339"]
+__all__ = ["RFC3339", "now_rfc3339", "parse_time", "rfc3339"]
 
 #: ``strftime`` format of :func:`rfc3339` (``metav1.Time``'s ``RFC3339`` layout, always UTC).
 RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
@@ -24,6 +24,11 @@ def rfc3339(t: datetime.datetime) -> str:
     if t.tzinfo is not None:
         t = t.astimezone(datetime.UTC)
     return t.strftime(RFC3339)
+
+
+def now_rfc3339() -> str:
+    """The current time as :func:`rfc3339` writes it (what ``metav1.Time`` fields hold)."""
+    return rfc3339(datetime.datetime.now(datetime.UTC))
 
 
 def parse_time(text: str | None) -> datetime.datetime | None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import sys
 from typing import Any
 
 import yaml
 
-from gpu_sizer.api.times import rfc3339
+from gpu_sizer.api.times import now_rfc3339
 from gpu_sizer.cli.catalog import print_catalog_problems
 from gpu_sizer.cli.documents import Doc, read_docs, row_name
 from gpu_sizer.cli.estimate_output import print_patches, print_table
@@ -88,10 +87,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "gpuworkloads -A -o yaml); repeatable",
     )
     p.set_defaults(handler=run)
-
-
-def _now() -> str:
-    return rfc3339(datetime.datetime.now(datetime.UTC))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -180,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     docs = unique
     rows: list[tuple[Doc, Assessment]] = []
     objects: list[dict[str, Any]] = []
-    now = _now()
+    now = now_rfc3339()
     for doc in docs:
         try:
             spec = parse_workload(doc.data)

@@ -30,11 +30,12 @@ import kopf
 
 from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.api.record import RECORD_PLURAL
+from gpu_sizer.api.times import now_rfc3339
 from gpu_sizer.controller import kube
 from gpu_sizer.controller.kueue import KueueChecker
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.reconciler import Reconciler
-from gpu_sizer.controller.workloads import CompactWorkload, now_rfc3339
+from gpu_sizer.controller.workloads import CompactWorkload
 from gpu_sizer.inventory.nodes import GpuNode, IgnoredNode, parse_node
 from gpu_sizer.measurement.backends import (
     Backend,

@@ -21,7 +21,6 @@ errors: retry later), :class:`ApiError` for the rest (4xx: the request itself is
 
 from __future__ import annotations
 
-import datetime
 import logging
 import socket
 from collections.abc import Mapping
@@ -32,7 +31,7 @@ import kopf
 from kopf._cogs.clients import api as kopf_api  # no public client in kopf
 from kopf._cogs.clients import errors as kopf_errors
 
-from gpu_sizer.api.times import rfc3339
+from gpu_sizer.api.times import now_rfc3339
 from gpu_sizer.measurement.backends import BackendError, JobExists, QuotaExceeded
 
 __all__ = [
@@ -179,7 +178,7 @@ class Client:
         message: str,
     ) -> None:
         """Post a core/v1 Event about ``involved`` (apiVersion, kind, name, namespace, uid)."""
-        now = rfc3339(datetime.datetime.now(datetime.UTC))
+        now = now_rfc3339()
         namespace = str(involved.get("namespace") or "default")
         body = {
             "apiVersion": "v1",

@@ -62,7 +62,6 @@ from gpu_sizer.controller.workloads import (
     Key,
     WorkloadIndex,
     merge_patch,
-    now_rfc3339,
     slim_workload,
 )
 from gpu_sizer.controller.workqueue import WorkQueue
@@ -76,7 +75,7 @@ from gpu_sizer.measurement.outcome import Outcome
 from gpu_sizer.policy.namespace import EffectivePolicy
 from gpu_sizer.records.calibration import Calibration
 
-__all__ = ["CompactWorkload", "Key", "Reconciler", "merge_patch", "now_rfc3339", "slim_workload"]
+__all__ = ["CompactWorkload", "Key", "Reconciler", "merge_patch", "slim_workload"]
 
 log = logging.getLogger("gpu_sizer.controller")
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_sizer.api import GPUWorkloadStatus, InvalidWorkload, Phase, parse_spec, spec_hash
+from gpu_sizer.api.times import now_rfc3339
 from gpu_sizer.controller.calibration_cache import CalibrationCache
 from gpu_sizer.controller.events import Said
 from gpu_sizer.controller.inventory_cache import InventoryCache
@@ -22,7 +23,7 @@ from gpu_sizer.controller.jobs import JobActuator
 from gpu_sizer.controller.options import Options
 from gpu_sizer.controller.policy_cache import PolicyCache
 from gpu_sizer.controller.record_store import RecordStore
-from gpu_sizer.controller.workloads import Key, now_rfc3339
+from gpu_sizer.controller.workloads import Key
 from gpu_sizer.lifecycle import Config
 from gpu_sizer.lifecycle.step import Snapshot
 from gpu_sizer.measurement.job import host_memory_bytes, job_name

@@ -8,14 +8,12 @@ every workload for the operator's lifetime, so it keeps them compact (:class:`Co
 
 from __future__ import annotations
 
-import datetime
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gpu_sizer.api.times import rfc3339
 from gpu_sizer.measurement.plain import plain
 
 __all__ = [
@@ -23,7 +21,6 @@ __all__ = [
     "Key",
     "WorkloadIndex",
     "merge_patch",
-    "now_rfc3339",
     "slim_workload",
 ]
 
@@ -33,11 +30,6 @@ T = TypeVar("T")
 #: How long the operator's own status write stands in for a watch that has not shown it, when
 #: resourceVersions cannot be ordered (they are opaque strings by contract; etcd's are integers).
 WRITE_OVERLAY_SECONDS = 30.0
-
-
-def now_rfc3339() -> str:
-    """Current UTC time, second precision, ``Z`` suffix (metav1.Time)."""
-    return rfc3339(datetime.datetime.now(datetime.UTC))
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

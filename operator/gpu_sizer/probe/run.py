@@ -18,7 +18,6 @@ import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from gpu_sizer.api import (
@@ -31,7 +30,7 @@ from gpu_sizer.api import (
     parse_spec,
     spec_hash,
 )
-from gpu_sizer.api.times import rfc3339
+from gpu_sizer.api.times import now_rfc3339
 from gpu_sizer.budget import estimate
 from gpu_sizer.measurement.result import PhaseResult, ProbeResult, ResultStatus, compact_message
 from gpu_sizer.probe.command_mode import TIMEOUT_EXIT_CODE
@@ -68,10 +67,6 @@ class Options:
     memory_limit_bytes: int | None = None
     cpu_max_bytes: int = DEFAULT_CPU_MAX_BYTES
     device: str = "auto"
-
-
-def _now() -> str:
-    return rfc3339(datetime.now(UTC))
 
 
 def deadline_seconds(spec: GPUWorkloadSpec, given: float | None) -> float:
@@ -150,7 +145,7 @@ def measure(spec: GPUWorkloadSpec, options: Options) -> tuple[ProbeResult, int]:
     Unsupported, Timeout) in Synthetic mode; Command mode propagates the command's status
     (124 at the deadline); 1 when the probe itself failed (the result says why).
     """
-    started = _now()
+    started = now_rfc3339()
     deadline = time.monotonic() + deadline_seconds(spec, options.deadline_seconds)
     base: dict[str, Any] = {
         "gpu_class": options.gpu_class,
@@ -173,7 +168,7 @@ def measure(spec: GPUWorkloadSpec, options: Options) -> tuple[ProbeResult, int]:
             result, code = _measure_command(spec, options, deadline, base)
         else:
             result, code = _measure_synthetic(spec, options, deadline, base)
-    result.completed_at = _now()
+    result.completed_at = now_rfc3339()
     return result, code
 
 
@@ -523,8 +518,8 @@ def failed_result(message: str, base: dict[str, Any] | None = None) -> ProbeResu
         mode="Synthetic",
         device="cpu",
         message=message[:2000],
-        started_at=_now(),
-        completed_at=_now(),
+        started_at=now_rfc3339(),
+        completed_at=now_rfc3339(),
         **(base or {}),
     )
 
