@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,33 @@ class Kubectl:
         """``kubectl apply -f -`` of one object or a YAML text."""
         text = doc if isinstance(doc, str) else json.dumps(doc)
         return self("apply", "-f", "-", *args, input=text, check=check)
+
+    def wait_established(self, *crds: str, timeout: float = 300) -> None:
+        """Wait until each CRD is ``Established=True`` and its resources are served.
+
+        ``kubectl wait --for=condition=Established`` is not enough: right after an apply the API
+        server stores the CRD with ``status.conditions: null`` for a moment, and kubectl exits 1
+        on that (".status.conditions accessor error: <nil> is of the type <nil>") instead of
+        waiting. Once Established, the resources still answer 429 "storage is (re)initializing"
+        briefly, so a list of each one must succeed too.
+
+        :param crds: CRD names (``plural.group``)
+        :param timeout: seconds for all of them together
+        :raises AssertionError: a CRD not Established, or not served, within ``timeout``
+        """
+        deadline = time.monotonic() + timeout
+        for name in crds:
+            while not _established(self.json(f"crd/{name}") or {}):
+                assert time.monotonic() < deadline, f"CRD {name} never Established"
+                time.sleep(0.2)
+            while self("get", name, "-A", check=False).returncode:
+                assert time.monotonic() < deadline, f"CRD {name}'s resources were never served"
+                time.sleep(0.2)
+
+
+def _established(crd: Mapping[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ import dataclasses
 import datetime as dt
 import json
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -95,16 +94,7 @@ async def until(condition: Any) -> None:
 @pytest.fixture(scope="module")
 def crd(kubectl: Kubectl) -> Kubectl:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    deadline = time.monotonic() + 120  # the API server sets the condition a moment later
-
-    def established() -> bool:
-        status = json.loads(kubectl("get", f"crd/{CRD_NAME}", "-o", "json").stdout)["status"]
-        conditions = status.get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    while not established():
-        assert time.monotonic() < deadline, f"{CRD_NAME} never Established"
-        time.sleep(0.1)
+    kubectl.wait_established(CRD_NAME)
     return kubectl
 
 

@@ -34,8 +34,7 @@ EXAMPLES = WORKLOAD_FILES
 def installed(kubectl: Kubectl) -> Kubectl:
     """The top-level CRDs applied (server-side, as GitOps tools do) and Established."""
     kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    for name in (CRD_NAME, RECORD_CRD_NAME):
-        kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=120s")
+    kubectl.wait_established(CRD_NAME, RECORD_CRD_NAME)
     return kubectl
 
 

@@ -23,12 +23,10 @@ each backend.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -232,23 +230,8 @@ def default_nodes() -> list[dict[str, Any]]:
 def e2e_plane(control_plane: ControlPlane, kubectl: Kubectl) -> ControlPlane:
     """The session's control plane with the CRDs applied (server-side, as users apply them)."""
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    # Established, then served: right after the apply a CRD has no conditions yet (kubectl wait
-    # fails on that instead of waiting), and once Established its resources answer 429
-    # "storage is (re)initializing" for a moment.
-    deadline = time.monotonic() + PATIENCE
-    for name in (CRD_NAME, RECORD_CRD_NAME):
-        while not _established(json.loads(kubectl("get", f"crd/{name}", "-o", "json").stdout)):
-            assert time.monotonic() < deadline, f"CRD {name} never Established"
-            time.sleep(0.2)
-    while kubectl("get", "gpuworkloads,gpumeasurements", "-A", check=False).returncode:
-        assert time.monotonic() < deadline, "the CRDs' resources were never served"
-        time.sleep(0.2)
+    kubectl.wait_established(CRD_NAME, RECORD_CRD_NAME, timeout=PATIENCE)
     return control_plane
-
-
-def _established(crd: dict[str, Any]) -> bool:
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 @contextlib.asynccontextmanager

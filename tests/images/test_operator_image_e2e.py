@@ -206,8 +206,7 @@ class Pod:
 def installed(kubectl: Kubectl) -> list[dict[str, Any]]:
     """The CRDs and what the chart grants the operator, applied; the rendered chart."""
     kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
-    for crd in ("gpuworkloads.gpusizer.dev", "gpumeasurements.gpusizer.dev"):
-        kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=120s")
+    kubectl.wait_established("gpuworkloads.gpusizer.dev", "gpumeasurements.gpusizer.dev")
     for namespace in (NAMESPACE, "inference"):
         kubectl("create", "namespace", namespace, check=False)
     docs = render_chart()

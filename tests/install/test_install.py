@@ -17,8 +17,7 @@ KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 def test_every_object_of_the_release_is_on_the_server(install: Install) -> None:
     """What Helm applied is there: CRDs Established, every templated object readable."""
-    for crd in ("gpuworkloads.gpusizer.dev", "gpumeasurements.gpusizer.dev"):
-        install.admin("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=120s")
+    install.admin.wait_established("gpuworkloads.gpusizer.dev", "gpumeasurements.gpusizer.dev")
     for doc in install.manifests:
         meta = doc["metadata"]
         where = ["-n", meta["namespace"]] if meta.get("namespace") else []
