@@ -283,12 +283,14 @@ class Install:
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
     def forbidden(self, since: float = 0.0) -> list[str]:
-        """Requests the operator made that RBAC refused (HTTP 403), as ``verb path`` lines."""
-        return [
-            f"{e.get('verb')} {e.get('requestURI')}"
-            for e in self.plane.audit_events(self.username)
-            if (e.get("responseStatus") or {}).get("code") == 403 and audit_time(e) >= since
-        ]
+        """Requests the operator made that RBAC refused, as ``verb path`` lines.
+
+        The authorizer's decision in the audit event's annotations, not the HTTP 403: an
+        admission plugin answers 403 too, such as NamespaceLifecycle refusing an Event posted
+        into a namespace being deleted (``reason: NamespaceTerminating``, decision ``allow``),
+        which a test's own namespace teardown races with and no grant could avoid.
+        """
+        return refused_by_rbac(self.plane, self.username, since)
 
     def restart_operator(self) -> None:
         self.operator.stop()
@@ -509,3 +511,19 @@ def kubelet_finishes(admin: Kubectl, namespace: str, job: str, message: str) -> 
         json.dumps({"status": status}),
     )
     return pod
+
+
+def refused_by_rbac(plane: ControlPlane, username: str, since: float = 0.0) -> list[str]:
+    """``verb path`` of each request of ``username`` since ``since`` (seconds since the epoch)
+    that the authorizer refused (:meth:`Install.forbidden`)."""
+    return [
+        f"{e.get('verb')} {e.get('requestURI')}"
+        for e in plane.audit_events(username)
+        if _annotations(e).get("authorization.k8s.io/decision") == "forbid"
+        and audit_time(e) >= since
+    ]
+
+
+def _annotations(event: Mapping[str, object]) -> Mapping[str, object]:
+    found = event.get("annotations")
+    return found if isinstance(found, Mapping) else {}
