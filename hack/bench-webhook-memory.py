@@ -15,7 +15,10 @@ against kmock's emulator) in a child process, then sends ``--burst`` reviews of 
 * ``many``: tens of thousands of small annotations (the decoded dict is many times the bytes).
 
 It prints, per shape and burst, the child's RSS before the burst, its peak (``VmHWM`` from
-``/proc/PID/status``: Linux only) and RSS after, and how the reviews were answered (HTTP status
+``/proc/PID/status``: Linux only) and RSS after, the proportional set size of the processes
+below it after the burst (the verdicts' fork server and workers, ``hack/proc_tree.py``: shared
+pages counted in shares, so the two add up to what the pod's memory limit sees, give or take the
+main process's own shared pages), and how the reviews were answered (HTTP status
 counts: 200 answered; 429/503 shed with ``Retry-After``, which the API server retries within its
 timeout). Everything stays on 127.0.0.1; every request has a timeout and the run a deadline.
 
@@ -41,6 +44,9 @@ from pathlib import Path
 import aiohttp
 
 HACK = Path(__file__).resolve().parent
+sys.path.insert(0, str(HACK))
+from proc_tree import pss_kib, tree  # noqa: E402
+
 REQUEST_TIMEOUT_S = 30.0
 SHAPES = ("flat", "many")
 
@@ -156,8 +162,11 @@ async def main() -> None:
                 f"# {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}, "
                 f"bodies of {args.body_mib:g} MiB"
             )
-            print("| shape | burst | RSS before MiB | peak MiB | RSS after MiB | answers |")
-            print("|---|---:|---:|---:|---:|---|")
+            print(
+                "| shape | burst | RSS before MiB | peak MiB | RSS after MiB "
+                "| workers PSS MiB | answers |"
+            )
+            print("|---|---:|---:|---:|---:|---:|---|")
             for shape in SHAPES:
                 payload = body(shape, size)
                 for count in args.burst:
@@ -166,10 +175,11 @@ async def main() -> None:
                     outcomes = await burst(port, payload, count, context)
                     peak = _status_kib(child.pid, "VmHWM")
                     after = _status_kib(child.pid, "VmRSS")
+                    workers = sum(pss_kib(p) for p in tree(child.pid)[1:])
                     answers = ", ".join(f"{k}: {v}" for k, v in sorted(outcomes.items(), key=str))
                     print(
                         f"| {shape} | {count} | {before / 1024:.0f} | {peak / 1024:.0f} | "
-                        f"{after / 1024:.0f} | {answers} |",
+                        f"{after / 1024:.0f} | {workers / 1024:.0f} | {answers} |",
                         flush=True,
                     )
         finally:

@@ -25,10 +25,11 @@ the mix. Each request carries ``?timeout=10s`` as the API server sends it.
 Prints per rate, server and run: p50, p99 and max latency in milliseconds of the answered
 reviews; how many were shed (HTTP 429/503, which the API server retries within its timeout) and
 the p50, p99 and max latency of those answers; how many failed otherwise (timeouts, errors, wrong
-verdicts); and the server's CPU time per answered review (user + system, from
-``/proc/PID/stat``: Linux only), with the load average of the machine. ``--load N`` runs N busy
-processes beside the benchmark for the whole run. Everything stays on 127.0.0.1; every loop is
-bounded in count (rate x duration requests) and time (per-request timeout, overall deadline).
+verdicts); and the server's CPU time per answered review (user + system of its process and of
+the processes below it, from ``/proc/PID/stat``: Linux only), with the load average of the
+machine. ``--load N`` runs N busy processes beside the benchmark for the whole run. Everything
+stays on 127.0.0.1; every loop is bounded in count (rate x duration requests) and time
+(per-request timeout, overall deadline).
 
     PYTHONPATH=operator python hack/bench-webhook.py                 # 200, 600 rps x 15 s x 3
     PYTHONPATH=operator python hack/bench-webhook.py --rates 200 --duration 5 --runs 1
@@ -60,6 +61,7 @@ import aiohttp
 HACK = Path(__file__).resolve().parent
 sys.path.insert(0, str(HACK))  # the mix and the floor, beside this file
 
+from proc_tree import cpu_seconds  # noqa: E402
 from webhook_mix import MIX, Body, Expected, MixError, distinct, expected, review  # noqa: E402
 
 REQUEST_TIMEOUT_S = 10.0
@@ -208,12 +210,6 @@ async def one(
 #: Seconds the idle server's own CPU use is measured before the run (kopf's and the emulator's
 #: background work), to subtract it from the CPU per review.
 IDLE_PROBE_S = 5.0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux ``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def burn(stop_at: float) -> None:

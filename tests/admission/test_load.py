@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
+import os
 import ssl
 import threading
 from collections.abc import AsyncIterator
@@ -25,6 +27,7 @@ from gpu_sizer.admission.capacity import AdmissionCapacity, request_timeout
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
 from gpu_sizer.admission.server import MAX_BODY_BYTES, AdmissionServer
 
+from . import slow_verdict
 from .conftest import Webhook, admission_review, workload
 from .test_webhook import inference
 
@@ -60,30 +63,51 @@ async def test_a_burst_for_a_cold_namespace_makes_one_read_and_denies_none(
     assert [a for a in answers if not a["allowed"]] == []
 
 
-async def test_a_slow_verdict_runs_off_the_event_loop(webhook: Webhook) -> None:
-    # Issue 13, item 10: a review that took 38 s to judge blocked every other request and the
-    # operator's own handlers, because the verdict ran on the event loop.
+async def test_a_slow_verdict_runs_off_the_event_loop(webhook: Webhook, tmp_path: Path) -> None:
+    """A review that took 38 s to judge once blocked every other request and the operator's own
+    handlers, because the verdict ran on the event loop: verdicts run in worker processes."""
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    real = handlers.review
+    handlers._config.answers.clear()  # judged afresh, not answered from memory
+    handlers.review = functools.partial(slow_verdict.review_when, str(gate), str(started))  # type: ignore[assignment]
+    try:
+        slow = asyncio.create_task(webhook.validate(admission_review(workload(inference()))))
+        await wait_for(started.exists, "the slow verdict running")
+        # The loop still serves: a mutation (a different verdict function, in the other worker)
+        # is answered while the validation is still being judged.
+        mutated = await webhook.mutate(admission_review(workload(inference())))
+        assert mutated["allowed"] is True and not slow.done()
+    finally:
+        gate.touch()
+        handlers.review = real  # type: ignore[assignment]
+    assert (await slow)["allowed"] is True
+    assert int(started.read_text()) != os.getpid()
+
+
+async def test_without_worker_processes_a_slow_verdict_runs_in_a_thread(webhook: Webhook) -> None:
+    """``--webhook-workers 0``: verdicts in the operator's threads, still off the event loop."""
     release = threading.Event()
     threads: list[str] = []
-    real = handlers.review
+    real, capacity = handlers.review, handlers._config.capacity
+    processes = capacity.processes
 
     def slow_review(*args: Any, **kwargs: Any) -> Any:
         threads.append(threading.current_thread().name)
         assert release.wait(120), "never released"
         return real(*args, **kwargs)
 
+    handlers._config.answers.clear()  # judged afresh, not answered from memory
     handlers.review = slow_review  # type: ignore[assignment]
+    capacity.processes = 0
     try:
         slow = asyncio.create_task(webhook.validate(admission_review(workload(inference()))))
-        while not threads:
-            await asyncio.sleep(0.01)
-        # The loop still serves: a mutation (a different verdict function) is answered while
-        # the validation is still being judged.
+        await wait_for(lambda: bool(threads), "the slow verdict running")
         mutated = await webhook.mutate(admission_review(workload(inference())))
         assert mutated["allowed"] is True and not slow.done()
     finally:
         release.set()
         handlers.review = real  # type: ignore[assignment]
+        capacity.processes = processes
     assert (await slow)["allowed"] is True
     assert threads[0].startswith("admission") and threads[0] != threading.main_thread().name
 
@@ -113,7 +137,7 @@ async def small_server(cert_dir: Path) -> AsyncIterator[tuple[AdmissionServer, B
         port=0,
         certfile=cert_dir / "tls.crt",
         pkeyfile=cert_dir / "tls.key",
-        capacity=AdmissionCapacity(units=2, max_queued=3, unit_bytes=1 << 20),
+        capacity=AdmissionCapacity(units=2, max_queued=3, unit_bytes=1 << 20, processes=0),
     )
     serving = server(fn)  # type: ignore[arg-type]
     await serving.__anext__()

@@ -45,7 +45,7 @@ def shed_count() -> float:
 
 async def test_work_past_the_budget_is_refused_before_it_queues() -> None:
     now = [100.0]
-    capacity = AdmissionCapacity(budget=0.025, clock=lambda: now[0])
+    capacity = AdmissionCapacity(budget=0.025, processes=0, clock=lambda: now[0])
     try:
         # No pace measured yet, and an idle pool: admitted.
         gate = threading.Event()
@@ -83,7 +83,7 @@ async def test_work_past_the_budget_is_refused_before_it_queues() -> None:
 
 async def test_two_pieces_ahead_at_that_pace_are_within_the_budget() -> None:
     now = [0.0]
-    capacity = AdmissionCapacity(budget=0.025, clock=lambda: now[0])
+    capacity = AdmissionCapacity(budget=0.025, processes=0, clock=lambda: now[0])
     try:
         gate = threading.Event()
         first = asyncio.create_task(capacity.run(held, gate))
@@ -104,7 +104,7 @@ async def test_two_pieces_ahead_at_that_pace_are_within_the_budget() -> None:
 
 async def test_one_stalled_piece_does_not_keep_the_pool_shedding() -> None:
     now = [0.0]
-    capacity = AdmissionCapacity(budget=0.025, clock=lambda: now[0])
+    capacity = AdmissionCapacity(budget=0.025, processes=0, clock=lambda: now[0])
     try:
         gate = threading.Event()
         stalled = asyncio.create_task(capacity.run(held, gate))
@@ -129,7 +129,7 @@ async def test_one_stalled_piece_does_not_keep_the_pool_shedding() -> None:
 
 async def test_the_webhook_answers_429_while_its_workers_are_backlogged(webhook: Webhook) -> None:
     now = [0.0]
-    capacity = AdmissionCapacity(clock=lambda: now[0])
+    capacity = AdmissionCapacity(processes=0, clock=lambda: now[0])
     saved, real = handlers._config, handlers.review
     gates: list[threading.Event] = [threading.Event()]
 

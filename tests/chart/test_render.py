@@ -90,6 +90,8 @@ def test_values_validate_against_schema(chart: Any, values_file: Path) -> None:
         {"webhok": {"enabled": False}},
         {"webhook": {"failurePolicy": "Deny"}},
         {"webhook": {"timeoutSeconds": 31}},
+        {"webhook": {"workers": -1}},
+        {"webhook": {"workers": "2"}},
         {"defaultHeadroom": 1.0},
         {"measurement": {"backend": "docker"}},
         {"watch": {"allNamespaces": False, "namespaces": []}},
@@ -267,6 +269,7 @@ def test_operator_flags_with_defaults(render: Render) -> None:
     assert flag(docs, "unschedulable-timeout") == "600"
     assert flag(docs, "webhook-port") == "9443"
     assert flag(docs, "webhook-listen") == "0.0.0.0"
+    assert flag(docs, "webhook-workers") == "2"
     assert flag(docs, "webhook-tls-secret") == "gs-gpu-sizer-webhook-tls"
     assert flag(docs, "webhook-config-name") == "gs-gpu-sizer-webhook"
     assert flag(docs, "webhook-service") == "gs-gpu-sizer-webhook"

@@ -22,6 +22,16 @@ def test_defaults_and_flags() -> None:
     assert opts.all_namespaces and opts.standalone and opts.unschedulable_timeout == 30
     assert opts.metrics_port == 8080 and opts.health_port == 8081 and opts.webhook
     assert opts.measurement_backend == "kubernetes" and opts.catalog == DEFAULT_CATALOG
+    assert opts.webhook_workers == 2
+
+
+def test_webhook_workers_zero_computes_verdicts_in_threads_and_negative_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert options_from(parse("-A", "--webhook-workers", "0")).webhook_workers == 0
+    with pytest.raises(SystemExit):
+        parse("-A", "--webhook-workers", "-1")
+    assert "--webhook-workers: must be >= 0, not -1" in capsys.readouterr().err
 
 
 def test_env_vars_are_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,9 +15,13 @@ this bound: docs/benchmarks.md, "Admission webhook"). So:
   webhook client retries such answers after that second within the same timeout (client-go's
   ``rest.Request`` honours ``Retry-After`` on 429 and 5xx); when the timeout runs out, the
   webhook configuration's ``failurePolicy`` decides, as for any webhook that does not answer;
-* the CPU work of a review (validating and sizing the spec, decoding a large body) runs in a
-  pool of :data:`WORKERS` threads, not on the event loop that the operator's kopf handlers,
-  watches and health probes share: a slow review never stops the operator from serving events;
+* the CPU work of a review runs off the event loop that the operator's kopf handlers, watches
+  and health probes share: verdicts (validating and sizing a spec, reviewing a pod) in
+  :data:`~gpu_sizer.admission.workers.PROCESSES` worker processes
+  (:mod:`gpu_sizer.admission.workers`, where the reason is), decoding a large body in one of
+  :data:`WORKERS` threads (its result must live in this process). A slow review never stops the
+  operator from serving events. A worker process that dies (killed for memory, say) fails the
+  reviews it held with 503 and a ``Retry-After``, and the next verdict starts a new pool;
 * work is shed *before* it queues: the pool's pace is measured (the interval between
   completions while work is waiting, smoothed), and work whose turn would come later than
   :data:`QUEUE_BUDGET` seconds from now is refused at once with HTTP 429 (reason ``Backlog``)
@@ -32,12 +36,15 @@ import asyncio
 import collections
 import contextlib
 import functools
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Final, TypeVar
 
+from gpu_sizer.admission.workers import PROCESSES, WorkerPool
 from gpu_sizer.metrics import ADMISSION_IN_FLIGHT, ADMISSION_SHED
 
 __all__ = [
@@ -54,18 +61,20 @@ __all__ = [
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 #: Room for reviews worked on at once, in units (see :data:`UNIT_BYTES`): 32 small reviews, or
-#: one of the largest bodies accepted. The CPU work shares :data:`WORKERS` threads (one
-#: interpreter lock), so more room does not add throughput; it lets reviews that wait on I/O (a
-#: Namespace read) overlap with the ones that compute.
+#: one of the largest bodies accepted. The CPU work shares a few processes, so more room does
+#: not add throughput; it lets reviews that wait on I/O (a Namespace read) overlap with the ones
+#: that compute.
 CAPACITY_UNITS: Final = 32
 #: Body bytes per extra unit a review costs (a 1.5 MiB object: 7 units).
 UNIT_BYTES: Final = 256 << 10
 #: Reviews waiting for room. At about 2 ms of CPU per review (docs/benchmarks.md) a full queue
 #: drains in a fraction of a second; beyond it, waiting only adds latency.
 MAX_QUEUED: Final = 128
-#: Threads for the CPU work of reviews: one computes while another's review decodes or waits;
-#: the interpreter lock makes more useless for pure-Python work.
+#: Threads for the CPU work whose result stays in this process (decoding a large body), and for
+#: verdicts when there are no worker processes: the interpreter lock makes more useless.
 WORKERS: Final = 2
 #: Seconds the API server waits when the request does not say (``timeoutSeconds`` default).
 DEFAULT_TIMEOUT: Final = 10.0
@@ -112,7 +121,9 @@ class AdmissionCapacity:
     :param units: room for reviews worked on at once (:data:`CAPACITY_UNITS`).
     :param unit_bytes: body bytes per extra unit a review costs (:data:`UNIT_BYTES`).
     :param max_queued: reviews waiting for room; more are shed with 429.
-    :param workers: threads for the reviews' CPU work.
+    :param workers: threads for the CPU work that stays in this process (:meth:`run_here`).
+    :param processes: worker processes for verdicts (:meth:`run`); 0 runs them in the threads
+        (a function that cannot be pickled, a test's fake, needs that).
     :param queue_share: share of a review's timeout it may spend waiting for room before it is
         shed with 503 (the rest is for the work itself and the network).
     :param budget: seconds of work that may be ahead of new work in the pool before it is shed
@@ -127,11 +138,12 @@ class AdmissionCapacity:
         unit_bytes: int = UNIT_BYTES,
         max_queued: int = MAX_QUEUED,
         workers: int = WORKERS,
+        processes: int = PROCESSES,
         queue_share: float = 0.5,
         budget: float = QUEUE_BUDGET,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if units < 1 or unit_bytes < 1 or max_queued < 0 or workers < 1:
+        if units < 1 or unit_bytes < 1 or max_queued < 0 or workers < 1 or processes < 0:
             raise ValueError("capacity bounds must be positive")
         if not 0 < queue_share <= 1:
             raise ValueError("queue_share must be in (0, 1]")
@@ -142,6 +154,9 @@ class AdmissionCapacity:
         self._free = units
         self._queue: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="admission")
+        self.processes = processes
+        #: The worker processes, started by :meth:`start` or the first verdict.
+        self._pool: WorkerPool | None = None
         if budget <= 0:
             raise ValueError("budget must be positive")
         self.budget = budget
@@ -235,7 +250,7 @@ class AdmissionCapacity:
 
     @property
     def pending(self) -> int:
-        """Work submitted to the worker threads and not finished."""
+        """Work submitted to the worker threads and processes and not finished."""
         return self._pending
 
     @property
@@ -246,17 +261,57 @@ class AdmissionCapacity:
 
     def backlog(self) -> float:
         """Seconds of work ahead of new work submitted now: the work pending, at the pool's
-        pace. One interpreter lock: the threads' Python work runs one at a time, so the pace
-        already is the whole pool's. An idle pool has none, so work is always admitted to it
-        (and its pace measured again) whatever the last pace was."""
+        pace. The pace is the interval between completions, so it already is the whole
+        pool's, however many pieces run at once. An idle pool has none, so work is always
+        admitted to it (and its pace measured again) whatever the last pace was."""
         return self._pending * self._pace
 
+    def start(self) -> None:
+        """Start the worker processes now rather than on the first verdict (blocking, about half
+        a second the first time: call it from a thread, or before serving)."""
+        if self.processes and self._pool is None:
+            self._pool = WorkerPool(self.processes)
+        if self._pool is not None:
+            self._pool.start()
+
     async def run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
-        """``fn(*args, **kwargs)`` in a worker thread, awaited from the event loop.
+        """``fn(*args, **kwargs)`` in a worker process (a thread when :attr:`processes` is 0),
+        awaited from the event loop. ``fn`` and its arguments are pickled: a module-level
+        function of plain data.
 
         :raises Overloaded: 429 (``Backlog``) at once when more than :attr:`budget` seconds
-            of work are ahead of it (:meth:`backlog`).
+            of work are ahead of it (:meth:`backlog`); 503 (``WorkerLost``) when the worker
+            process running it ended.
         """
+        if not self.processes:
+            return await self.run_here(fn, *args, **kwargs)
+        self._admit()
+        if self._pool is None:
+            self._pool = WorkerPool(self.processes)
+        pool = self._pool
+        try:
+            return await self._submit(pool.executor, fn, args, kwargs)
+        except BrokenProcessPool as exc:
+            if self._pool is pool:  # the first review to see it replaces the pool
+                logger.warning("An admission worker process ended (%s); starting new ones", exc)
+                self._pool = None
+                pool.close()
+            ADMISSION_SHED.labels("WorkerLost").inc()
+            raise Overloaded(
+                503, "WorkerLost", "webhook worker process ended during the review; retry shortly"
+            ) from None
+
+    async def run_here(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        """``fn(*args, **kwargs)`` in a worker thread of this process, awaited from the event
+        loop: for work whose result must live here (a decoded body) or that cannot be pickled.
+
+        :raises Overloaded: 429 (``Backlog``), as :meth:`run`.
+        """
+        self._admit()
+        return await self._submit(self._executor, fn, args, kwargs)
+
+    def _admit(self) -> None:
+        """Refuse work that would wait longer than the budget (:meth:`backlog`)."""
         backlog = self.backlog()
         if backlog > self.budget:
             ADMISSION_SHED.labels("Backlog").inc()
@@ -267,14 +322,20 @@ class AdmissionCapacity:
                 f"{1000 * backlog:.0f} ms of work (budget {1000 * self.budget:.0f} ms); "
                 "retry shortly",
             )
+
+    async def _submit(
+        self,
+        executor: Executor,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> T:
         loop = asyncio.get_running_loop()
         if self._pending == 0:
             self._mark = self._clock()  # the pool becomes busy: the next interval starts now
         self._pending += 1
         try:
-            return await loop.run_in_executor(
-                self._executor, functools.partial(fn, *args, **kwargs)
-            )
+            return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
         finally:
             self._finished()
 
@@ -294,6 +355,15 @@ class AdmissionCapacity:
         self._mark = now
         self._pending -= 1
 
+    def stop(self) -> None:
+        """Stop the worker processes (queued work is dropped, running work finishes); a later
+        verdict starts new ones."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
     def close(self) -> None:
-        """Stop the worker threads (queued work is dropped; running work finishes)."""
+        """Stop the worker threads and processes for good (queued work is dropped; running
+        work finishes)."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self.stop()

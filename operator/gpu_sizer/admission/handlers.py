@@ -47,10 +47,10 @@ from gpu_sizer.admission.pods import (
     is_measurement_pod,
     kubernetes_claim_fetcher,
     kubernetes_workload_fetcher,
-    review_pod,
     workload_label,
 )
-from gpu_sizer.admission.verdict import Answer, Outcome, bounded, defaulted_spec, review
+from gpu_sizer.admission.verdict import Answer, Outcome, bounded, defaulted_spec
+from gpu_sizer.admission.workers import Shipped, review, review_pod
 from gpu_sizer.api import GROUP, PLURAL, VERSION
 from gpu_sizer.api.workload import validate_name
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass
@@ -77,7 +77,7 @@ class AdmissionConfig:
     namespaces: NamespaceLabels = field(
         default_factory=lambda: NamespaceLabels(kubernetes_fetcher())
     )
-    #: Where the CPU work of a review runs (worker threads, off the event loop).
+    #: Where the CPU work of a review runs (worker processes and threads, off the event loop).
     capacity: AdmissionCapacity = field(default_factory=AdmissionCapacity)
     #: Reads the GPUWorkload a labelled pod names (blocking; run in a worker thread).
     workloads: WorkloadFetcher = field(default_factory=kubernetes_workload_fetcher)
@@ -92,9 +92,12 @@ class AdmissionConfig:
         default_factory=dict, init=False, repr=False
     )
     _uses_labels: bool = field(default=False, init=False, repr=False)
+    #: The catalog as sent to the verdicts' worker processes (pickled once, not per review).
+    shipped: Shipped[Sequence[GPUClass]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._uses_labels = self.policy.uses_labels
+        self.shipped = Shipped.of(tuple(self.catalog))
 
     def effective_policy(self, labels: Mapping[str, str]) -> EffectivePolicy:
         """``policy.for_namespace(labels)``, worked out once per label set (at most
@@ -199,7 +202,7 @@ async def validate_gpuworkload(
 
         def judge() -> Awaitable[Answer]:
             return config.capacity.run(
-                review, spec, namespace=namespace or "", policy=policy, catalog=config.catalog
+                review, spec, namespace=namespace or "", policy=policy, catalog=config.shipped
             )
 
         answer = await config.answers.answer(key, judge)
@@ -326,7 +329,7 @@ async def mutate_pod(
             namespace,
             workload,
             enforcement=policy.pod_enforcement,
-            catalog=config.catalog,
+            catalog=config.shipped,
             lookup_error=error,
             claims=claims,
         )

@@ -58,6 +58,7 @@ from gpu_sizer.admission.handlers import (
     configure_admission,
 )
 from gpu_sizer.admission.namespaces import NamespaceLabels, kubernetes_fetcher
+from gpu_sizer.admission.workers import PROCESSES
 from gpu_sizer.api import GROUP, PLURAL, VERSION, problems_from
 from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 from gpu_sizer.policy.namespace import PolicyError, load_policy, parse_policy
@@ -370,7 +371,8 @@ class AdmissionServer:
     :param idle_timeout: seconds a connection may stay open without a complete request header,
         from the handshake or from the previous answer (aiohttp's keep-alive timer).
     :param body_timeout: seconds a client has to send the request body once its headers are in.
-    :param capacity: bounds on concurrent work and the worker threads it runs in, shared with
+    :param capacity: bounds on concurrent work and the workers it runs in (started before the
+        server listens, stopped when it stops), shared with
         the handlers (:func:`configure` passes the one it gives them); a new one by default.
     :param routes: paths whose kopf handler the server calls itself (:mod:`.direct`: the same
         handler and answer, without kopf's per-request machinery); every other path goes
@@ -489,7 +491,7 @@ class AdmissionServer:
             if len(raw) <= INLINE_DECODE_BYTES:
                 data = decode_review(raw, request.charset, served)
             else:
-                data = await self.capacity.run(decode_review, raw, request.charset, served)
+                data = await self.capacity.run_here(decode_review, raw, request.charset, served)
         except BadReview as exc:
             return _text(exc.status, exc.text)
         del raw
@@ -527,6 +529,9 @@ class AdmissionServer:
         )
         await runner.setup()
         try:
+            # The verdicts' worker processes before the first review (their fork server imports
+            # the memory model once, about half a second): no review waits for that.
+            await asyncio.to_thread(self.capacity.start)
             site = _TLSSite(
                 runner,
                 self.addr,
@@ -555,6 +560,7 @@ class AdmissionServer:
                 if self.freeze_heap:
                     gc.unfreeze()
             await runner.cleanup()
+            self.capacity.stop()
 
     async def _watch(self, context: ssl.SSLContext) -> None:
         """Run the refresh when due and reload the chain whenever the files change."""
@@ -597,8 +603,9 @@ def configure(
     """Set ``settings.admission.server`` from the ``gpu-sizer operator`` options.
 
     ``options`` is the parsed argparse namespace (attributes ``no_webhook``, ``webhook_port``,
-    ``webhook_listen``, ``webhook_cert_dir``, ``webhook_tls_secret``, ``webhook_config_name``,
-    ``webhook_service``, ``webhook_cert_san``, ``policy``, ``default_headroom``, ``catalog``).
+    ``webhook_listen``, ``webhook_workers``, ``webhook_cert_dir``, ``webhook_tls_secret``,
+    ``webhook_config_name``, ``webhook_service``, ``webhook_cert_san``, ``policy``,
+    ``default_headroom``, ``catalog``).
     ``catalog`` overrides the GPU catalog (else ``--catalog`` is loaded, else the built-in
     catalog is used). Self-signed mode reads the operator's namespace from ``POD_NAMESPACE``
     and provisions the certificate before returning (blocking API calls: call it from the
@@ -636,7 +643,7 @@ def configure(
         target = logging.getLogger(name)
         if not any(isinstance(f, log_filter) for f in target.filters):
             target.addFilter(log_filter())
-    capacity = AdmissionCapacity()
+    capacity = AdmissionCapacity(processes=int(_opt(options, "webhook_workers", PROCESSES)))
     from gpu_sizer.kube.client import import_client
 
     import_client()

@@ -187,6 +187,7 @@ def configure_admission(settings: kopf.OperatorSettings, opts: Options, logger: 
         no_webhook=not opts.webhook,
         webhook_port=opts.webhook_port,
         webhook_listen=opts.webhook_listen,
+        webhook_workers=opts.webhook_workers,
         webhook_cert_dir=opts.webhook_cert_dir,
         webhook_tls_secret=opts.webhook_tls_secret,
         webhook_config_name=opts.webhook_config_name,

@@ -1,0 +1,107 @@
+"""Verdicts computed in the webhook's worker processes: the same answers, off the operator's
+process, and a worker that dies costs a retry, never the webhook."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from gpu_sizer.admission import verdict, workers
+from gpu_sizer.admission.capacity import AdmissionCapacity, Overloaded
+from gpu_sizer.admission.workers import Shipped
+from gpu_sizer.catalog import DEFAULT_CATALOG
+from gpu_sizer.policy.namespace import Policy
+from tests.example_files import WORKLOAD_FILES
+
+from . import slow_verdict
+
+OPEN = Policy().for_namespace({})
+CATALOG = Shipped.of(tuple(DEFAULT_CATALOG))
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def capacity() -> AsyncIterator[AdmissionCapacity]:
+    pool = AdmissionCapacity(budget=3600.0)  # about answers, not shedding
+    await asyncio.to_thread(pool.start)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("path", WORKLOAD_FILES, ids=lambda p: p.stem)
+async def test_a_worker_gives_the_answer_this_process_gives(
+    capacity: AdmissionCapacity, path: Path
+) -> None:
+    spec = yaml.safe_load(path.read_text())["spec"]
+    here = verdict.review(spec, namespace="team", policy=OPEN, catalog=DEFAULT_CATALOG)
+    there = await capacity.run(workers.review, spec, namespace="team", policy=OPEN, catalog=CATALOG)
+    assert there == here
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_verdicts_run_in_other_processes(capacity: AdmissionCapacity) -> None:
+    pids = {await capacity.run(workers.ready) for _ in range(8)}
+    assert os.getpid() not in pids and 1 <= len(pids) <= capacity.processes
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_worker_that_dies_fails_its_review_with_a_retry_and_is_replaced(
+    capacity: AdmissionCapacity, tmp_path: Path
+) -> None:
+    started = tmp_path / "started"
+    held = asyncio.create_task(capacity.run(slow_verdict.hold, str(started)))
+    while not started.exists() or not started.read_text():
+        await asyncio.sleep(0.01)
+    dead = int(started.read_text())
+    os.kill(dead, signal.SIGKILL)  # as the kernel's OOM killer does
+    with pytest.raises(Overloaded) as err:
+        await held
+    assert (err.value.status, err.value.reason) == (503, "WorkerLost")
+    assert str(err.value) == "webhook worker process ended during the review; retry shortly"
+    # The next verdict starts a new pool and is answered.
+    assert await capacity.run(workers.ready) not in (dead, os.getpid())
+    assert capacity.pending == 0
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_workers_log_records_reach_the_operators_loggers(
+    capacity: AdmissionCapacity, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = "gpu_sizer.admission.verdict"
+    with caplog.at_level(logging.INFO, logger=name):
+        await capacity.run(logging.getLogger(name).error, "from pid %s", "a worker")
+
+        async def relayed() -> None:
+            while not any(r.getMessage() == "from pid a worker" for r in caplog.records):
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(relayed(), 60)
+    record = next(r for r in caplog.records if r.getMessage() == "from pid a worker")
+    assert (record.name, record.levelno) == (name, logging.ERROR)
+    assert record.process != os.getpid()
+
+
+def test_a_shipped_value_is_unpickled_once_per_process() -> None:
+    first = Shipped.of(tuple(DEFAULT_CATALOG))
+    again = Shipped.of(tuple(DEFAULT_CATALOG))
+    assert first.digest == again.digest
+    assert first.value() is again.value()
+    assert list(first.value()) == list(DEFAULT_CATALOG)
+    assert Shipped.of(tuple(DEFAULT_CATALOG[:3])).digest != first.digest
+
+
+def test_a_capacity_without_processes_needs_none() -> None:
+    with pytest.raises(ValueError):
+        AdmissionCapacity(processes=-1)
+    with pytest.raises(ValueError):
+        workers.WorkerPool(0)
