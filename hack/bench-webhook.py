@@ -392,7 +392,7 @@ def summary(rate: float, results: dict[str, list[dict[str, Any]]]) -> list[str]:
     shedding = [r for r in results["gpu-sizer"] if r["shed"]]
     if shedding:
         shed_text = (
-            f"; shed {int(g['shed'])} per run (median) answered 429 in "
+            f"; shed {int(g['shed'])} per run (median) answered 429/503 in "
             f"{statistics.median(r['shed_p50_ms'] for r in shedding):.2f} ms (p50), "
             f"{statistics.median(r['shed_p99_ms'] for r in shedding):.2f} ms (p99), "
             f"{max(r['shed_max_ms'] for r in shedding):.1f} ms at most"

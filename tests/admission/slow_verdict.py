@@ -28,3 +28,15 @@ def hold(started: str) -> None:
     """Write this process's id to ``started`` and wait for a signal (the test kills it)."""
     Path(started).write_text(str(os.getpid()))
     signal.pause()
+
+
+class TwoArguments(Exception):
+    """An exception whose constructor takes more than its message: it pickles, but cannot be
+    unpickled (as ``PolicyError`` or ``FieldError`` could not)."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"{what}: {why}")
+
+
+def fail_unpicklably() -> None:
+    raise TwoArguments("verdict", "a bug")

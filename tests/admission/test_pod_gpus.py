@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_sizer.admission import handlers
+from gpu_sizer.admission.capacity import AdmissionCapacity, Overloaded
 from gpu_sizer.admission.pod_gpus import ClaimGpus, claim_gpus, effective_request
 from gpu_sizer.policy.namespace import PodEnforcement, parse_policy
 
@@ -376,3 +377,40 @@ def test_a_node_selector_term_with_values_of_the_wrong_type_is_malformed_not_a_c
     assert not review(p, gpuw()).allowed
     off = review(p, gpuw(), OFF)
     assert off.allowed and off.pod is None
+
+
+class Shedding(AdmissionCapacity):
+    """Every verdict shed, as when its worker process died."""
+
+    async def run(self, fn: Any, /, *args: object, **kwargs: object) -> Any:
+        raise Overloaded(503, "WorkerLost", "webhook worker process ended; retry shortly")
+
+
+@pytest.mark.parametrize("mode", list(PodEnforcement))
+def test_a_shed_pod_review_is_answered_as_shed_under_every_mode(mode: PodEnforcement) -> None:
+    """A shed review is the server's 503 with Retry-After (the API server retries, then the pod
+    webhook's failurePolicy Ignore admits the pod unchanged), never a denial under Enforce nor a
+    quiet admission under Off or Warn."""
+    old = handlers._config
+    handlers.configure_admission(
+        handlers.AdmissionConfig(
+            policy=parse_policy({"podEnforcement": mode.value}),
+            workloads=lambda namespace, name: None,
+            claims=lambda namespace, kind, name: None,
+            capacity=Shedding(processes=0),
+        )
+    )
+    try:
+        with pytest.raises(Overloaded) as err:
+            asyncio.run(
+                handlers.mutate_pod(
+                    body=kopf.Body(pod()),
+                    patch=kopf.Patch(),
+                    subresource=None,
+                    warnings=[],
+                    operation="CREATE",
+                )
+            )
+    finally:
+        handlers.configure_admission(old)
+    assert (err.value.status, err.value.reason) == (503, "WorkerLost")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pickle
 import signal
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -105,3 +107,40 @@ def test_a_capacity_without_processes_needs_none() -> None:
         AdmissionCapacity(processes=-1)
     with pytest.raises(ValueError):
         workers.WorkerPool(0)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_an_exception_that_cannot_come_back_is_reported_and_the_pool_stays(
+    capacity: AdmissionCapacity,
+) -> None:
+    """An exception whose class cannot be unpickled would otherwise break the pool: every review
+    in it failed as "terminated abruptly" and the real error was logged nowhere."""
+    before = capacity._pool
+    with pytest.raises(workers.WorkerError) as err:
+        await capacity.run(slow_verdict.fail_unpicklably)
+    assert str(err.value) == "TwoArguments: verdict: a bug"
+    assert "raise TwoArguments" in str(err.value.__cause__)  # the worker's traceback
+    assert capacity._pool is before
+    assert await capacity.run(workers.ready) != os.getpid()
+
+
+def test_closing_a_pool_never_waits_for_its_log_relay() -> None:
+    """A worker killed while it wrote a log record leaves the queue's write lock taken for good:
+    closing its pool (on the event loop, when the pool is replaced) must not wait on it."""
+    pool = workers.WorkerPool(1)
+    pool.start()
+    lock = pool._records._wlock  # the lock a worker would have held when it was killed
+    lock.acquire()
+    try:
+        closing = threading.Thread(target=pool.close)
+        closing.start()
+        closing.join(60)
+        assert not closing.is_alive(), "close() waited on the log relay"
+    finally:
+        lock.release()
+
+
+def test_overloaded_survives_the_way_back() -> None:
+    shed = Overloaded(503, "WorkerLost", "gone; retry shortly")
+    back = pickle.loads(pickle.dumps(shed))
+    assert (back.status, back.reason, str(back)) == (503, "WorkerLost", "gone; retry shortly")

@@ -32,6 +32,8 @@ def test_webhook_workers_zero_computes_verdicts_in_threads_and_negative_is_refus
     with pytest.raises(SystemExit):
         parse("-A", "--webhook-workers", "-1")
     assert "--webhook-workers: must be >= 0, not -1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"^--webhook-workers must be at most 64"):
+        options_from(parse("-A", "--webhook-workers", "65"))
 
 
 def test_env_vars_are_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

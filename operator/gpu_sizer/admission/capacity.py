@@ -44,7 +44,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Final, TypeVar
 
-from gpu_sizer.admission.workers import PROCESSES, WorkerPool
+from gpu_sizer.admission.workers import PROCESSES, WorkerPool, call
 from gpu_sizer.metrics import ADMISSION_IN_FLIGHT, ADMISSION_SHED
 
 __all__ = [
@@ -114,6 +114,9 @@ class Overloaded(Exception):
         self.status = status
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type[Overloaded], tuple[int, str, str]]:
+        return type(self), (self.status, self.reason, str(self))
+
 
 class AdmissionCapacity:
     """The bounds above, for one webhook server; used from one event loop.
@@ -157,6 +160,8 @@ class AdmissionCapacity:
         self.processes = processes
         #: The worker processes, started by :meth:`start` or the first verdict.
         self._pool: WorkerPool | None = None
+        #: Their start in a thread, while one is under way (:meth:`_ready_pool`).
+        self._starting: asyncio.Task[WorkerPool] | None = None
         if budget <= 0:
             raise ValueError("budget must be positive")
         self.budget = budget
@@ -286,11 +291,9 @@ class AdmissionCapacity:
         if not self.processes:
             return await self.run_here(fn, *args, **kwargs)
         self._admit()
-        if self._pool is None:
-            self._pool = WorkerPool(self.processes)
-        pool = self._pool
+        pool = await self._ready_pool()
         try:
-            return await self._submit(pool.executor, fn, args, kwargs)
+            return await self._submit(pool.executor, call, (fn, args, kwargs), {})
         except BrokenProcessPool as exc:
             if self._pool is pool:  # the first review to see it replaces the pool
                 logger.warning("An admission worker process ended (%s); starting new ones", exc)
@@ -300,6 +303,49 @@ class AdmissionCapacity:
             raise Overloaded(
                 503, "WorkerLost", "webhook worker process ended during the review; retry shortly"
             ) from None
+
+    async def _ready_pool(self) -> WorkerPool:
+        """The worker pool, started in a thread when there is none (at the first verdict, or
+        after one died): starting forks from the fork server, and a fork server that died itself
+        imports the memory model again, half a second the event loop must not wait. Reviews that
+        arrive meanwhile wait for the same start.
+
+        :raises Overloaded: 503 (``WorkerLost``) when the processes could not be started.
+        """
+        if self._pool is not None:
+            return self._pool
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_task(
+                asyncio.to_thread(self._started_pool)
+            )
+        starting = self._starting
+        try:
+            pool = await asyncio.shield(starting)
+        except Exception as exc:
+            logger.error("The admission worker processes could not be started: %s", exc)
+            ADMISSION_SHED.labels("WorkerLost").inc()
+            raise Overloaded(
+                503,
+                "WorkerLost",
+                f"webhook worker processes could not start ({exc}); retry shortly",
+            ) from None
+        finally:
+            if starting.done() and self._starting is starting:
+                self._starting = None
+        if self._pool is None:
+            self._pool = pool
+        elif self._pool is not pool:  # started meanwhile by start(): keep one
+            pool.close()
+        return self._pool
+
+    def _started_pool(self) -> WorkerPool:
+        pool = WorkerPool(self.processes)
+        try:
+            pool.start()
+        except BaseException:
+            pool.close()
+            raise
+        return pool
 
     async def run_here(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
         """``fn(*args, **kwargs)`` in a worker thread of this process, awaited from the event

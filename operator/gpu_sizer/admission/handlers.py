@@ -31,7 +31,7 @@ from typing import Any
 import kopf
 
 from gpu_sizer.admission.answers import AnswerCache, spec_key
-from gpu_sizer.admission.capacity import AdmissionCapacity
+from gpu_sizer.admission.capacity import AdmissionCapacity, Overloaded
 from gpu_sizer.admission.changes import judged
 from gpu_sizer.admission.direct import Route
 from gpu_sizer.admission.namespaces import (
@@ -333,6 +333,8 @@ async def mutate_pod(
             lookup_error=error,
             claims=claims,
         )
+    except Overloaded:  # shed: the server answers 429/503, which the API server retries
+        raise
     except Exception as exc:  # a review must never fail open by crashing (nor deny under Warn)
         logging.getLogger(__name__).exception("pod review of %s/%s failed", namespace, name)
         if policy.pod_enforcement is PodEnforcement.Enforce:

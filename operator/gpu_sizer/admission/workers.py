@@ -24,7 +24,8 @@ pickled once in this process, unpickled once per worker, by digest.
 
 Log records of a worker (a sizing failure is logged where it happens) are sent back through a
 queue and handled by the operator's own loggers (:class:`logging.handlers.QueueHandler` in the
-worker, :class:`logging.handlers.QueueListener` here), so they keep its format and level.
+worker, a relay thread here), so they keep its format and level. An exception a worker raises
+comes back as itself, or as :class:`WorkerError` when it would not survive unpickling.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -53,8 +55,11 @@ __all__ = [
     "NICENESS",
     "PRELOAD",
     "PROCESSES",
+    "START_TIMEOUT",
     "Shipped",
+    "WorkerError",
     "WorkerPool",
+    "call",
     "ready",
     "review",
     "review_pod",
@@ -76,6 +81,9 @@ PRELOAD: Final = ("gpu_sizer.admission.workers",)
 #: so a burst of verdicts cannot keep the loop from the CPU; on idle cores it changes nothing.
 #: Raising one's own niceness needs no privilege.
 NICENESS: Final = 10
+#: Seconds :meth:`WorkerPool.start` waits for each worker to answer (the first start imports the
+#: memory model in the fork server: about half a second on an idle core).
+START_TIMEOUT: Final = 120.0
 #: Shipped values a process keeps unpickled (a catalog is replaced a few times in a lifetime).
 MAX_SHIPPED: Final = 8
 
@@ -159,10 +167,39 @@ def _initialize(records: Any, level: int) -> None:
     gc.freeze()
 
 
-class _Forward(logging.Handler):
-    """Hand a worker's record to this process's logger of the same name."""
+class WorkerError(Exception):
+    """An exception a worker raised that would not survive the way back (one whose constructor
+    takes other arguments than its message cannot be unpickled). ``concurrent.futures`` would
+    then report the pool itself as broken, fail every review in it, and the real error would be
+    logged nowhere; this carries its type and message instead, and the worker's traceback as its
+    cause (``concurrent.futures.process._RemoteTraceback``)."""
 
-    def emit(self, record: logging.LogRecord) -> None:
+
+def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``fn(*args, **kwargs)`` in a worker, with an exception that cannot be unpickled in the
+    operator's process raised as :class:`WorkerError`."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:
+            raise WorkerError(f"{type(exc).__name__}: {exc}") from exc
+        raise
+
+
+def _relay(records: Any) -> None:
+    """Handle the workers' log records in this process, each by the logger of its name, until
+    the ``None`` that :meth:`WorkerPool.close` sends; then close the queue (the reader's end is
+    this thread's to close: closed under it, a read fails)."""
+    while True:
+        try:
+            record = records.get()
+        except (EOFError, OSError):  # every writer gone
+            return
+        if record is None:
+            records.close()
+            return
         logging.getLogger(record.name).handle(record)
 
 
@@ -180,8 +217,9 @@ class WorkerPool:
         context.set_forkserver_preload(list(PRELOAD))
         self.processes = processes
         self._records: Any = context.Queue()
-        self._relay = logging.handlers.QueueListener(self._records, _Forward())
-        self._relay.start()
+        threading.Thread(
+            target=_relay, args=(self._records,), name="admission-worker-logs", daemon=True
+        ).start()
         level = logging.getLogger("gpu_sizer").getEffectiveLevel()
         self.executor = ProcessPoolExecutor(
             max_workers=processes,
@@ -198,10 +236,17 @@ class WorkerPool:
         tasks submitted at once start all of them.
         """
         futures = [self.executor.submit(ready) for _ in range(self.processes)]
-        return [f.result() for f in futures]
+        return [f.result(timeout=START_TIMEOUT) for f in futures]
 
     def close(self) -> None:
-        """Stop the workers (queued work is dropped, running work finishes) and the relay."""
+        """Stop the workers (queued work is dropped, running work finishes) and the relay of
+        their records, without waiting for either: it is called on the event loop.
+
+        The relay ends when it reads the ``None`` sent here, after the records sent before it.
+        Nothing here joins it: a worker killed while it held the queue's write lock (the kernel's
+        OOM killer mid-record) leaves that lock taken for good, the ``None`` is then never
+        written, and a join would stop the event loop with it; the relay thread, a daemon, stays
+        waiting instead.
+        """
         self.executor.shutdown(wait=False, cancel_futures=True)
-        self._relay.stop()
-        self._records.close()
+        self._records.put_nowait(None)

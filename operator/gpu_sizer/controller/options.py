@@ -458,6 +458,11 @@ def options_from(
             f"{_source('max-concurrent-measurements', '--max-concurrent-measurements')} must be "
             f"0 (no cap) or more, not {args.max_concurrent_measurements}"
         )
+    if args.webhook_workers > 64:
+        raise ValueError(
+            f"{_source('webhook-workers', '--webhook-workers')} must be at most 64 (the chart's "
+            f"limit too), not {args.webhook_workers}"
+        )
     if args.measurement_record_ttl <= 0:
         raise ValueError(
             f"{_source('measurement-record-ttl', '--measurement-record-ttl')} must be more than "
