@@ -194,7 +194,7 @@ async def test_a_shed_review_leaves_no_answer_behind(labels: dict[str, dict[str,
     """Shed with 429 while the pool is backlogged, the same spec reviewed later is judged:
     denied where it must be, with the denial's own message."""
     now = [0.0]
-    capacity = AdmissionCapacity(processes=0, clock=lambda: now[0])
+    capacity = AdmissionCapacity(budget=0.025, processes=0, clock=lambda: now[0])
     handlers.configure_admission(dataclasses.replace(handlers._config, capacity=capacity))
     spec = h200_spec()
     gate = threading.Event()

@@ -103,7 +103,7 @@ async def shedding(tmp_path: Path) -> AsyncIterator[Shedding]:
     bundle = certs.generate_bundle(["127.0.0.1"], dt.datetime.now(dt.UTC))
     cert, key, _ = certs.write_files(bundle, tmp_path)
     now = [0.0]
-    capacity = AdmissionCapacity(processes=0, clock=lambda: now[0])
+    capacity = AdmissionCapacity(budget=0.025, processes=0, clock=lambda: now[0])
     saved = handlers._config
     handlers.configure_admission(
         handlers.AdmissionConfig(namespaces=NamespaceLabels(lambda _: {}), capacity=capacity)

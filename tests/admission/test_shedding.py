@@ -129,7 +129,7 @@ async def test_one_stalled_piece_does_not_keep_the_pool_shedding() -> None:
 
 async def test_the_webhook_answers_429_while_its_workers_are_backlogged(webhook: Webhook) -> None:
     now = [0.0]
-    capacity = AdmissionCapacity(processes=0, clock=lambda: now[0])
+    capacity = AdmissionCapacity(budget=0.025, processes=0, clock=lambda: now[0])
     saved, real = handlers._config, handlers.review
     gates: list[threading.Event] = [threading.Event()]
 
