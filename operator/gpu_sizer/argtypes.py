@@ -17,26 +17,24 @@ _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (0 or less is an error, never silently the default)."""
+def _integer(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, not {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (0 or less is an error, never silently the default)."""
+    return _integer(text, 1)
 
 
 def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
-    return value
+    return _integer(text, 0)
 
 
 def _seconds(text: str) -> float:

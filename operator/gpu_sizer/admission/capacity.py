@@ -120,6 +120,12 @@ class Overloaded(Exception):
         return type(self), (self.status, self.reason, str(self))
 
 
+def _worker_lost(what: str) -> Overloaded:
+    """The 503 for a review whose worker process is gone (counted as ``WorkerLost``)."""
+    ADMISSION_SHED.labels("WorkerLost").inc()
+    return Overloaded(503, "WorkerLost", f"{what}; retry shortly")
+
+
 class AdmissionCapacity:
     """The bounds above, for one webhook server; used from one event loop.
 
@@ -280,9 +286,7 @@ class AdmissionCapacity:
         """Start the worker processes now rather than on the first verdict (blocking, about half
         a second the first time: call it from a thread, or before serving)."""
         if self.processes and self._pool is None:
-            self._pool = WorkerPool(self.processes)
-        if self._pool is not None:
-            self._pool.start()
+            self._pool = self._started_pool()
 
     async def run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
         """``fn(*args, **kwargs)`` in a worker process (a thread when :attr:`processes` is 0),
@@ -304,10 +308,7 @@ class AdmissionCapacity:
                 logger.warning("An admission worker process ended (%s); starting new ones", exc)
                 self._pool = None
                 pool.close()
-            ADMISSION_SHED.labels("WorkerLost").inc()
-            raise Overloaded(
-                503, "WorkerLost", "webhook worker process ended during the review; retry shortly"
-            ) from None
+            raise _worker_lost("webhook worker process ended during the review") from None
 
     async def _ready_pool(self) -> WorkerPool:
         """The worker pool, started in a thread when there is none (at the first verdict, or
@@ -328,12 +329,7 @@ class AdmissionCapacity:
             pool = await asyncio.shield(starting)
         except Exception as exc:
             logger.error("The admission worker processes could not be started: %s", exc)
-            ADMISSION_SHED.labels("WorkerLost").inc()
-            raise Overloaded(
-                503,
-                "WorkerLost",
-                f"webhook worker processes could not start ({exc}); retry shortly",
-            ) from None
+            raise _worker_lost(f"webhook worker processes could not start ({exc})") from None
         finally:
             if starting.done() and self._starting is starting:
                 self._starting = None
