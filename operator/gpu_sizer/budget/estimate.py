@@ -94,7 +94,7 @@ from gpu_sizer.catalog import GPUClass
 
 __all__ = [
     "engine_planner",
-    "engine_planner_at_fraction",
+    "engine_planner_at_fractions",
     "engine_plans",
     "estimate",
     "expert_split",
@@ -174,18 +174,12 @@ def engine_planner(spec: GPUWorkloadSpec, headroom: float) -> Callable[[GPUClass
     return engines.planner(spec, _serving_facts(spec), headroom)
 
 
-def engine_planner_at_fraction(
-    spec: GPUWorkloadSpec, fraction: float, headroom: float
-) -> Callable[[GPUClass], EnginePlan]:
-    """:func:`engine_planner` with ``spec.inference.gpuMemoryUtilization`` set to ``fraction``.
-    The class-independent figures do not depend on the fraction: they are the spec's own (the
-    fix search plans many fractions of one spec)."""
-    inf = spec.inference
-    assert inf is not None
-    changed = spec.model_copy(
-        update={"inference": inf.model_copy(update={"gpu_memory_utilization": fraction})}
-    )
-    return engines.planner(changed, _serving_facts(spec), headroom)
+def engine_planner_at_fractions(spec: GPUWorkloadSpec, headroom: float) -> engines.Planner:
+    """:func:`engine_planner` as a function of the class and of the engine's fraction, which
+    stands in for ``spec.inference.gpuMemoryUtilization`` (:class:`engines.Planner`): the fix
+    search plans up to a hundred fractions of one spec on each class, and what no fraction
+    changes is computed once for all of them."""
+    return engines.planner(spec, _serving_facts(spec), headroom)
 
 
 #: Serving facts by (model, inference), both frozen: the verdict plans the same spec on many

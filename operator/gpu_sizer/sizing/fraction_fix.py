@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from gpu_sizer.api import GPUWorkloadSpec
-from gpu_sizer.budget.engines import EnginePlan
-from gpu_sizer.budget.estimate import engine_planner_at_fraction
+from gpu_sizer.budget.engines import EnginePlan, Planner
+from gpu_sizer.budget.estimate import engine_planner_at_fractions
 from gpu_sizer.catalog import GPUClass
 
 __all__ = ["MAX_FRACTION", "fraction_fix"]
@@ -53,7 +53,9 @@ def _grid(low: float, high: float) -> list[float]:
     return [round(i * STEP, 2) for i in range(lo, hi + 1)]
 
 
-def _on_class(spec: GPUWorkloadSpec, gpu: GPUClass, now: EnginePlan) -> EnginePlan | None:
+def _on_class(
+    spec: GPUWorkloadSpec, planner: Planner, gpu: GPUClass, now: EnginePlan
+) -> EnginePlan | None:
     """The serving plan on ``gpu`` whose fraction is nearest ``now.fraction``, or ``None``.
 
     Upwards the walk stops where the headroom runs out (a larger fraction only takes more);
@@ -67,7 +69,7 @@ def _on_class(spec: GPUWorkloadSpec, gpu: GPUClass, now: EnginePlan) -> EnginePl
         return None  # the weights alone take the largest share: no fraction helps here
 
     def on(fraction: float) -> EnginePlan:
-        return engine_planner_at_fraction(spec, fraction, room)(gpu)
+        return planner(gpu, fraction)
 
     grid = _grid(MIN_FRACTION, ceiling)
     up: EnginePlan | None = None
@@ -105,8 +107,9 @@ def fraction_fix(
     :param plans: the spec's own plan on each class of ``allowed`` (same order).
     """
     order = sorted(range(len(allowed)), key=lambda i: (allowed[i].rank, allowed[i].memory_bytes))
+    planner = engine_planner_at_fractions(spec, spec.placement.min_headroom_fraction)
     for i in order:
-        found = _on_class(spec, allowed[i], plans[i])
+        found = _on_class(spec, planner, allowed[i], plans[i])
         if found is not None:
             return found
     return None

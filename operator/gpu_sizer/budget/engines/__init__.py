@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from gpu_sizer.api import Engine, GPUWorkloadSpec, Inference
 from gpu_sizer.budget.engines import sglang, tgi, vllm
-from gpu_sizer.budget.engines.common import EnginePlan, ServingFacts, serving_facts
+from gpu_sizer.budget.engines.common import EnginePlan, Planner, ServingFacts, serving_facts
 from gpu_sizer.budget.engines.support import unserved_reason
 from gpu_sizer.catalog import GPUClass
 
@@ -44,6 +44,7 @@ __all__ = [
     "OLDEST_RULES_FROM",
     "PRE_ALLOCATING",
     "EnginePlan",
+    "Planner",
     "ServingFacts",
     "command_args",
     "is_newer_than_modeled",
@@ -203,11 +204,10 @@ def resolve_release(inference: Inference) -> tuple[_Release, str | None]:
     )
 
 
-def planner(
-    spec: GPUWorkloadSpec, facts: ServingFacts, headroom: float
-) -> Callable[[GPUClass], EnginePlan]:
+def planner(spec: GPUWorkloadSpec, facts: ServingFacts, headroom: float) -> Planner:
     """What the spec's engine holds on one GPU of a class (see :class:`EnginePlan`), as a function
-    of the class; what does not depend on the class is computed once.
+    of the class and the engine's fraction (:class:`Planner`); what depends on neither is computed
+    once.
 
     :param facts: :func:`serving_facts` of ``spec``;
     :param headroom: share of usable memory to leave free when gpu-sizer picks the engine's
@@ -218,26 +218,26 @@ def planner(
     rel, note = resolve_release(inf)
     if is_unread_release(inf):
         facts = dataclasses.replace(facts, margin_bytes=NEWER_RELEASE_MARGIN_BYTES)
-    on: Callable[[GPUClass], EnginePlan]
+    on: Planner
     if isinstance(rel, vllm.VllmRelease):
         on = vllm.planner(spec, facts, rel, headroom)
     elif isinstance(rel, sglang.SglangRelease):
 
-        def on(gpu: GPUClass) -> EnginePlan:
-            return sglang.plan(spec, facts, gpu, rel, headroom)
+        def on(gpu: GPUClass, fraction: float | None = None) -> EnginePlan:
+            return sglang.plan(spec, facts, gpu, rel, headroom, fraction)
 
     else:
 
-        def on(gpu: GPUClass) -> EnginePlan:
-            return tgi.plan(spec, facts, gpu, rel, headroom)
+        def on(gpu: GPUClass, fraction: float | None = None) -> EnginePlan:
+            return tgi.plan(spec, facts, gpu, rel, headroom, fraction)
 
     arch = spec.model.architecture
     unserved = unserved_reason(inf.engine, inf.engine_version, arch.model_type) if arch else None
     if note is None and unserved is None:
         return on
 
-    def annotated(gpu: GPUClass) -> EnginePlan:
-        p = on(gpu)
+    def annotated(gpu: GPUClass, fraction: float | None = None) -> EnginePlan:
+        p = on(gpu, fraction)
         if note is not None:
             p = p._replace(notes=(note, *p.notes))
         if unserved is not None:

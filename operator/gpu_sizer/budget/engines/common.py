@@ -32,7 +32,7 @@ All figures are bytes per GPU unless named otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
 from gpu_sizer.api import (
     DTYPE_BYTES,
@@ -69,6 +69,7 @@ __all__ = [
     "ClassInputs",
     "EnginePlan",
     "KvDemand",
+    "Planner",
     "ServingFacts",
     "choose_fraction",
     "class_inputs",
@@ -484,6 +485,20 @@ class EnginePlan(NamedTuple):
     def error(self) -> str | None:
         """Why the engine cannot serve on this class, in the engine's terms, if it cannot."""
         return self.start_error or self.runtime_error
+
+
+class Planner(Protocol):
+    """What a spec's engine holds on one GPU of a class, as a function of the class and, for the
+    fix search, of the engine's memory fraction.
+
+    ``fraction`` stands in for ``spec.inference.gpuMemoryUtilization`` (vLLM's
+    ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``, TGI's
+    ``--cuda-memory-fraction``); ``None`` is the spec's own (the flag as given, or chosen for the
+    headroom when unset). Passing it, rather than planning a copy of the spec with the flag
+    changed, lets one planner share what no fraction changes (the profile run's activations,
+    the CUDA graph pool) across the many fractions a fix search plans."""
+
+    def __call__(self, gpu: GPUClass, fraction: float | None = None) -> EnginePlan: ...
 
 
 def engine_plan(

@@ -182,9 +182,11 @@ def plan(
     gpu: GPUClass,
     rel: SglangRelease,
     headroom: float,
+    fraction: float | None = None,
 ) -> EnginePlan:
     """What SGLang ``rel`` holds on one GPU of ``gpu`` for ``spec`` (see
-    :func:`gpu_sizer.budget.engines.vllm.plan` for ``headroom``)."""
+    :func:`gpu_sizer.budget.engines.vllm.plan` for ``headroom``, and
+    :class:`~gpu_sizer.budget.engines.common.Planner` for ``fraction``)."""
     inf = spec.inference
     assert inf is not None
     usable = gpu.usable
@@ -196,8 +198,9 @@ def plan(
     pre_load = usable - outside
     default = default_mem_fraction_static(spec, gpu, rel)
     dynamic = acts + graphs + marlin_excess
-    if inf.gpu_memory_utilization is not None:
-        fraction, chosen = inf.gpu_memory_utilization, False
+    given = inf.gpu_memory_utilization if fraction is None else fraction
+    if given is not None:
+        fraction, chosen = given, False
     else:
         fraction, chosen = choose_fraction(
             default, ((1 - headroom) * usable - outside - dynamic) / pre_load, 3

@@ -185,9 +185,11 @@ def plan(
     gpu: GPUClass,
     rel: TgiRelease,
     headroom: float,
+    fraction: float | None = None,
 ) -> EnginePlan:
     """What TGI ``rel`` holds on one GPU of ``gpu`` for ``spec`` (see
-    :func:`gpu_sizer.budget.engines.vllm.plan` for ``headroom``)."""
+    :func:`gpu_sizer.budget.engines.vllm.plan` for ``headroom``, and
+    :class:`~gpu_sizer.budget.engines.common.Planner` for ``fraction``)."""
     inf = spec.inference
     assert inf is not None
     usable = gpu.usable
@@ -206,8 +208,9 @@ def plan(
         warmup_kv = -(-prefill // block) * block * kv.token_bytes
         return prefill, acts, warmup_kv, inside + facts.weights + quant + acts + warmup_kv
 
-    if inf.gpu_memory_utilization is not None:
-        fraction, chosen = inf.gpu_memory_utilization, False
+    given = inf.gpu_memory_utilization if fraction is None else fraction
+    if given is not None:
+        fraction, chosen = given, False
     else:
         # footprint = 0.90 x fraction x usable + 0.10 x held + beyond (see the module docstring)
         held_at_default = holds(1.0)[3]

@@ -117,7 +117,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -129,6 +128,7 @@ from gpu_sizer.budget.engines.common import (
     ClassInputs,
     EnginePlan,
     KvDemand,
+    Planner,
     ServingFacts,
     choose_fraction,
     class_inputs,
@@ -261,9 +261,10 @@ def plan(
 
 def planner(
     spec: GPUWorkloadSpec, facts: ServingFacts, rel: VllmRelease, headroom: float
-) -> Callable[[GPUClass], EnginePlan]:
-    """:func:`plan` for one spec and many classes: what does not depend on the class is
-    computed once (the verdict plans every allowed class per admission review)."""
+) -> Planner:
+    """:func:`plan` for one spec and many classes and fractions: what depends on neither is
+    computed once (the verdict plans every allowed class per admission review, and a fix
+    search up to a hundred fractions per class; see :class:`Planner`)."""
     inf = spec.inference
     assert inf is not None
 
@@ -280,7 +281,6 @@ def planner(
             before_snapshot += CUDA_CONTEXT_BYTES
         return non_torch, before_snapshot
 
-    given = inf.gpu_memory_utilization
     base_args = {
         "--max-model-len": str(inf.max_model_len),
         "--max-num-seqs": str(inf.max_num_seqs),
@@ -315,8 +315,9 @@ def planner(
             by_batch[batched] = (acts, graphs, saved)
         return by_batch[batched]
 
-    def on(gpu: GPUClass) -> EnginePlan:
+    def on(gpu: GPUClass, fraction: float | None = None) -> EnginePlan:
         usable = gpu.usable
+        given = inf.gpu_memory_utilization if fraction is None else fraction
         quant, marlin_excess, kv_flag, kv, notes = (
             as_stored if plain else class_inputs(spec, facts, gpu)
         )
