@@ -30,7 +30,7 @@ All figures are bytes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from gpu_sizer.api import (
     DTYPE_BYTES,
@@ -94,7 +94,6 @@ from gpu_sizer.catalog import GPUClass
 
 __all__ = [
     "engine_planner",
-    "engine_planner_at_fractions",
     "engine_plans",
     "estimate",
     "expert_split",
@@ -163,22 +162,15 @@ def expert_split(spec: GPUWorkloadSpec) -> tuple[int, int] | None:
     return (1, ranks) if inf.enable_expert_parallel else (ranks, 1)
 
 
-def engine_planner(spec: GPUWorkloadSpec, headroom: float) -> Callable[[GPUClass], EnginePlan]:
+def engine_planner(spec: GPUWorkloadSpec, headroom: float) -> engines.Planner:
     """What the spec's pre-allocating engine holds on one GPU of a class, as a function of the
-    class (the model's figures are computed once).
+    class and, for the fix search, of the engine's fraction (:class:`engines.Planner`; the
+    model's figures are computed once).
 
     ``headroom`` is the share of usable memory the engine's fraction must leave free when the spec
     leaves ``gpuMemoryUtilization`` unset. Requires ``spec.model.architecture`` and a
     pre-allocating engine (:func:`gpu_sizer.budget.engines.is_pre_allocating`).
     """
-    return engines.planner(spec, _serving_facts(spec), headroom)
-
-
-def engine_planner_at_fractions(spec: GPUWorkloadSpec, headroom: float) -> engines.Planner:
-    """:func:`engine_planner` as a function of the class and of the engine's fraction, which
-    stands in for ``spec.inference.gpuMemoryUtilization`` (:class:`engines.Planner`): the fix
-    search plans up to a hundred fractions of one spec on each class, and what no fraction
-    changes is computed once for all of them."""
     return engines.planner(spec, _serving_facts(spec), headroom)
 
 

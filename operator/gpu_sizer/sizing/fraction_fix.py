@@ -29,7 +29,7 @@ from typing import Final
 
 from gpu_sizer.api import GPUWorkloadSpec
 from gpu_sizer.budget.engines import EnginePlan, Planner
-from gpu_sizer.budget.estimate import engine_planner_at_fractions
+from gpu_sizer.budget.estimate import engine_planner
 from gpu_sizer.catalog import GPUClass
 
 __all__ = ["MAX_FRACTION", "fraction_fix"]
@@ -107,7 +107,7 @@ def fraction_fix(
     :param plans: the spec's own plan on each class of ``allowed`` (same order).
     """
     order = sorted(range(len(allowed)), key=lambda i: (allowed[i].rank, allowed[i].memory_bytes))
-    planner = engine_planner_at_fractions(spec, spec.placement.min_headroom_fraction)
+    planner = engine_planner(spec, spec.placement.min_headroom_fraction)
     for i in order:
         found = _on_class(spec, planner, allowed[i], plans[i])
         if found is not None:
