@@ -107,7 +107,9 @@ ADMISSION_SHED = Counter(
     "gpusizer_admission_shed_total",
     "Admission reviews refused unanswered because the webhook was overloaded, by reason "
     "(QueueFull: HTTP 429 at once; QueueTimeout: HTTP 503 after waiting half the timeout; "
-    "Backlog: HTTP 429 at once, more work ahead in the worker threads than the latency budget).",
+    "Backlog: HTTP 429 at once, more work ahead in the worker processes than the latency budget; "
+    "LoopLag: HTTP 429 unread, the event loop runs behind its requests; WorkerLost: HTTP 503, "
+    "the worker process running the review ended).",
     ["reason"],
     registry=REGISTRY,
 )

@@ -175,3 +175,47 @@ async def test_the_webhook_answers_429_while_its_workers_are_backlogged(webhook:
         handlers.review = real  # type: ignore[assignment]
         handlers.configure_admission(saved)
         capacity.close()
+
+
+def loop_lag_sheds() -> float:
+    return ADMISSION_SHED.labels("LoopLag")._value.get()  # type: ignore[attr-defined,no-any-return]
+
+
+async def test_a_loop_that_runs_behind_sheds_reviews_before_reading_them() -> None:
+    """The loop's lag is a timer's lateness on the capacity's clock (a fake one here, moved
+    while the timer is due): past the lag budget a review is refused as it asks for room."""
+    now = [100.0]
+    capacity = AdmissionCapacity(processes=0, lag_budget=0.004, clock=lambda: now[0])
+    capacity.watch_lag()
+    try:
+        assert capacity.lag() == 0.0  # nothing held: no timer runs
+        async with capacity.slot(10.0):  # the first review starts the timer, never refused
+            due = capacity._due
+            assert due is not None
+            assert capacity.lag() == 0.0
+            now[0] = due + 0.030  # the loop is 30 ms into one long iteration
+            assert capacity.lag() == pytest.approx(0.030)
+            before = loop_lag_sheds()
+            with pytest.raises(Overloaded) as err:
+                async with capacity.slot(10.0):
+                    raise AssertionError("admitted while 30 ms behind")
+            assert (err.value.status, err.value.reason) == (429, "LoopLag")
+            assert str(err.value) == (
+                "webhook overloaded: it runs 30 ms behind its requests (budget 4 ms); retry shortly"
+            )
+            assert loop_lag_sheds() == before + 1
+            # The timer fires 30 ms late: a quarter of that is the smoothed lag, 7.5 ms (less
+            # once later readings, on time on the fake clock, are smoothed in).
+            await until(lambda: capacity._due != due, "the lag timer fired")
+            assert 0.0 < capacity.lag() <= 0.0075 + 1e-9
+            for _ in range(4):  # on time again: the smoothed lag falls under the budget
+                timer = capacity._timer
+                await until(lambda t=timer: capacity._timer is not t, "the lag timer fired")
+            assert capacity.lag() < 0.004
+            async with capacity.slot(10.0):
+                pass
+        # Nothing held when the timer next fires: it stops, and forgets the lag.
+        await until(lambda: capacity._due is None, "the lag timer stopped")
+        assert capacity.lag() == 0.0
+    finally:
+        capacity.close()

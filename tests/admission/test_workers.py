@@ -57,6 +57,22 @@ async def test_verdicts_run_in_other_processes(capacity: AdmissionCapacity) -> N
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_reviews_beyond_the_workers_wait_their_turn_and_are_all_answered(
+    capacity: AdmissionCapacity,
+) -> None:
+    spec = yaml.safe_load(WORKLOAD_FILES[0].read_text())["spec"]
+    here = verdict.review(spec, namespace="team", policy=OPEN, catalog=DEFAULT_CATALOG)
+    answers = await asyncio.gather(
+        *(
+            capacity.run(workers.review, spec, namespace="team", policy=OPEN, catalog=CATALOG)
+            for _ in range(5 * capacity.processes)
+        )
+    )
+    assert answers == [here] * (5 * capacity.processes)
+    assert capacity.pending == 0
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_worker_that_dies_fails_its_review_with_a_retry_and_is_replaced(
     capacity: AdmissionCapacity, tmp_path: Path
 ) -> None:

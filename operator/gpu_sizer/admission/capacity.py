@@ -27,7 +27,15 @@ this bound: docs/benchmarks.md, "Admission webhook"). So:
   :data:`QUEUE_BUDGET` seconds from now is refused at once with HTTP 429 (reason ``Backlog``)
   instead of waiting its turn. The units and the queue above bound memory; this bounds latency:
   past the rate the pool sustains, the reviews it can answer are answered within the budget and
-  the rest get their 429 in microseconds, not after hundreds of milliseconds in a queue.
+  the rest get their 429 in microseconds, not after hundreds of milliseconds in a queue;
+* the event loop's own lag is watched (a timer every :data:`LAG_INTERVAL`, its lateness
+  smoothed): the loop decodes every review, answers the ones it has judged from memory and
+  hands the rest over, so past the rate it sustains requests wait in it, unseen, before any
+  bound above applies, and a 429 written after that wait arrives as late as an answer would.
+  While the loop runs more than :data:`LAG_BUDGET` behind, a review is shed with HTTP 429
+  (reason ``LoopLag``) before its body is even read, which costs the loop what a bare HTTP
+  server pays per request, so the loop catches up instead of falling further behind. This is
+  the event-loop-lag test of Node's ``toobusy-js``, applied before the work rather than after.
 """
 
 from __future__ import annotations
@@ -39,17 +47,19 @@ import functools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Final, TypeVar
 
-from gpu_sizer.admission.workers import PROCESSES, WorkerPool, call
+from gpu_sizer.admission.workers import PROCESSES, WorkerPool
 from gpu_sizer.metrics import ADMISSION_IN_FLIGHT, ADMISSION_SHED
 
 __all__ = [
     "CAPACITY_UNITS",
     "DEFAULT_TIMEOUT",
+    "LAG_BUDGET",
+    "LAG_INTERVAL",
     "MAX_QUEUED",
     "QUEUE_BUDGET",
     "UNIT_BYTES",
@@ -83,6 +93,17 @@ DEFAULT_TIMEOUT: Final = 10.0
 #: p99 target) the answered p99 past the sustainable rate was 42-46 ms, at 10 ms 21 ms, with
 #: fewer reviews shed (docs/benchmarks.md, "Worker processes").
 QUEUE_BUDGET: Final = 0.010
+#: Seconds between two readings of the event loop's lag (a timer's lateness): 200 timers a
+#: second, a few microseconds each.
+LAG_INTERVAL: Final = 0.005
+#: Seconds the event loop may run behind (smoothed) before reviews are shed with 429 before
+#: their body is read: the answered p99 target. A loop that far behind answers late whatever it
+#: does, while a lower figure would also shed on a node whose other processes merely delay
+#: the operator's timers by a few milliseconds. At 1200 reviews/s on 2 vCPUs, 4 ms and 25 ms
+#: gave the same shed latency (p50 1.4-2.4 ms, p99 9-17 ms; docs/benchmarks.md).
+LAG_BUDGET: Final = 0.025
+#: Weight of the newest lateness in the smoothed lag (about the last four readings, 20 ms).
+LAG_WEIGHT: Final = 0.25
 #: Weight of the newest interval in the smoothed pace of the pool (an exponentially weighted
 #: moving average over about the last ten completions).
 PACE_WEIGHT: Final = 0.1
@@ -139,6 +160,8 @@ class AdmissionCapacity:
         shed with 503 (the rest is for the work itself and the network).
     :param budget: seconds of work that may be ahead of new work in the pool before it is shed
         with 429 (:data:`QUEUE_BUDGET`).
+    :param lag_budget: seconds the event loop may run behind before reviews are shed with 429
+        unread (:data:`LAG_BUDGET`; read once :meth:`watch_lag` runs).
     :param clock: monotonic seconds (a fake one in tests).
     """
 
@@ -152,6 +175,7 @@ class AdmissionCapacity:
         processes: int = PROCESSES,
         queue_share: float = 0.5,
         budget: float = QUEUE_BUDGET,
+        lag_budget: float = LAG_BUDGET,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if units < 1 or unit_bytes < 1 or max_queued < 0 or workers < 1 or processes < 0:
@@ -170,9 +194,17 @@ class AdmissionCapacity:
         self._pool: WorkerPool | None = None
         #: Their start in a thread, while one is under way (:meth:`_ready_pool`).
         self._starting: asyncio.Task[WorkerPool] | None = None
-        if budget <= 0:
-            raise ValueError("budget must be positive")
+        if budget <= 0 or lag_budget <= 0:
+            raise ValueError("budget and lag_budget must be positive")
         self.budget = budget
+        self.lag_budget = lag_budget
+        #: Smoothed seconds the loop's lag timer fired late (:meth:`watch_lag`).
+        self._lag = 0.0
+        #: Whether :meth:`watch_lag` was called; when the lag timer is due, while it runs; its
+        #: handle.
+        self._watching = False
+        self._due: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._clock = clock
         #: Work submitted to the pool and not finished.
         self._pending = 0
@@ -199,6 +231,11 @@ class AdmissionCapacity:
         :raises Overloaded: the queue is full (429), or no room came within
             ``queue_share x timeout`` (503).
         """
+        if self._timer is None:
+            if self._watching:
+                self._schedule_lag_timer()
+        else:
+            self._refuse_when_behind()
         cost = self.cost(body_bytes)
         if self._queue or self._free < cost:
             await self._wait(cost, timeout)
@@ -210,6 +247,47 @@ class AdmissionCapacity:
         finally:
             ADMISSION_IN_FLIGHT.dec()
             self._release(cost)
+
+    def lag(self) -> float:
+        """Seconds the event loop runs behind: the smoothed lateness of its lag timer, or how
+        overdue that timer is now when that is more (the loop is in a long iteration). 0 while
+        nothing watches (:meth:`watch_lag`)."""
+        if self._due is None:
+            return 0.0
+        return max(self._lag, self._clock() - self._due)
+
+    def watch_lag(self) -> None:
+        """Read the running event loop's lag from now on, while reviews are worked on: a timer
+        every :data:`LAG_INTERVAL`, whose lateness is smoothed over about four readings. The
+        timer runs from the first review after an idle spell until it finds no review held
+        (an idle operator does not wake 200 times a second for it). :meth:`stop` ends it."""
+        self._watching = True
+
+    def _schedule_lag_timer(self) -> None:
+        self._due = self._clock() + LAG_INTERVAL
+        self._timer = asyncio.get_running_loop().call_later(LAG_INTERVAL, self._lag_timer)
+
+    def _lag_timer(self) -> None:
+        assert self._due is not None
+        late = max(0.0, self._clock() - self._due)
+        self._lag = LAG_WEIGHT * late + (1 - LAG_WEIGHT) * self._lag
+        if self._free < self.units or self._queue:
+            self._schedule_lag_timer()
+        else:  # nothing held: no review waits behind the loop; the next one starts it again
+            self._timer = self._due = None
+            self._lag = 0.0
+
+    def _refuse_when_behind(self) -> None:
+        """Shed a review before anything is done for it while the loop runs behind."""
+        lag = self.lag()
+        if lag > self.lag_budget:
+            ADMISSION_SHED.labels("LoopLag").inc()
+            raise Overloaded(
+                429,
+                "LoopLag",
+                f"webhook overloaded: it runs {1000 * lag:.0f} ms behind its requests "
+                f"(budget {1000 * self.lag_budget:.0f} ms); retry shortly",
+            )
 
     async def _wait(self, cost: int, timeout: float) -> None:
         if len(self._queue) >= self.max_queued:
@@ -302,7 +380,7 @@ class AdmissionCapacity:
         self._admit()
         pool = await self._ready_pool()
         try:
-            return await self._submit(pool.executor, call, (fn, args, kwargs), {})
+            return await self._submit(lambda: pool.submit(fn, args, kwargs))
         except BrokenProcessPool as exc:
             if self._pool is pool:  # the first review to see it replaces the pool
                 logger.warning("An admission worker process ended (%s); starting new ones", exc)
@@ -355,7 +433,10 @@ class AdmissionCapacity:
         :raises Overloaded: 429 (``Backlog``), as :meth:`run`.
         """
         self._admit()
-        return await self._submit(self._executor, fn, args, kwargs)
+        loop = asyncio.get_running_loop()
+        return await self._submit(
+            lambda: loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        )
 
     def _admit(self) -> None:
         """Refuse work that would wait longer than the budget (:meth:`backlog`)."""
@@ -370,19 +451,13 @@ class AdmissionCapacity:
                 "retry shortly",
             )
 
-    async def _submit(
-        self,
-        executor: Executor,
-        fn: Callable[..., T],
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-    ) -> T:
-        loop = asyncio.get_running_loop()
+    async def _submit(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Await ``work()`` (a submission to the threads or processes) as pending work."""
         if self._pending == 0:
             self._mark = self._clock()  # the pool becomes busy: the next interval starts now
         self._pending += 1
         try:
-            return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+            return await work()
         finally:
             self._finished()
 
@@ -403,8 +478,13 @@ class AdmissionCapacity:
         self._pending -= 1
 
     def stop(self) -> None:
-        """Stop the worker processes (queued work is dropped, running work finishes); a later
-        verdict starts new ones."""
+        """Stop the worker processes (queued work is dropped, running work finishes) and the
+        reading of the loop's lag; a later verdict starts new processes."""
+        self._watching = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._due = None
+        self._lag = 0.0
         if self._pool is not None:
             self._pool.close()
             self._pool = None

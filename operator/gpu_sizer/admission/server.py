@@ -562,6 +562,7 @@ class AdmissionServer:
                 handshake_timeout=self.handshake_timeout,
             )
             await site.start()
+            self.capacity.watch_lag()
             host, port = runner.addresses[0][:2]
             if self.freeze_heap:
                 gc.collect()

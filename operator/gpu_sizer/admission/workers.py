@@ -30,6 +30,8 @@ comes back as itself, or as :class:`WorkerError` when it would not survive unpic
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import gc
 import hashlib
 import logging
@@ -39,9 +41,11 @@ import os
 import pickle
 import signal
 import threading
+import traceback
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any, Final, Generic, TypeVar
 
 from gpu_sizer.admission import pods, verdict
@@ -56,6 +60,7 @@ __all__ = [
     "PRELOAD",
     "PROCESSES",
     "START_TIMEOUT",
+    "RemoteTraceback",
     "Shipped",
     "WorkerError",
     "WorkerPool",
@@ -169,10 +174,9 @@ def _initialize(records: Any, level: int) -> None:
 
 class WorkerError(Exception):
     """An exception a worker raised that would not survive the way back (one whose constructor
-    takes other arguments than its message cannot be unpickled). ``concurrent.futures`` would
-    then report the pool itself as broken, fail every review in it, and the real error would be
-    logged nowhere; this carries its type and message instead, and the worker's traceback as its
-    cause (``concurrent.futures.process._RemoteTraceback``)."""
+    takes other arguments than its message cannot be unpickled). Unpickled here, it would fail
+    the answer itself and the real error would be reported nowhere; this carries its type and
+    message instead, and the worker's traceback as its cause (:class:`RemoteTraceback`)."""
 
 
 def call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -203,8 +207,64 @@ def _relay(records: Any) -> None:
         logging.getLogger(record.name).handle(record)
 
 
+class RemoteTraceback(Exception):
+    """A worker's formatted traceback, set as the cause of the exception it raised."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _serve(conn: Connection, records: Any, level: int) -> None:
+    """A worker's life: tell its process id, then answer one task at a time until the
+    operator closes its end of the pipe. A task is ``(fn, args, kwargs)`` pickled; the answer
+    ``(True, result, None)`` or ``(False, exception, traceback)``, one message each."""
+    _initialize(records, level)
+    conn.send_bytes(pickle.dumps(os.getpid()))
+    while True:
+        try:
+            task = conn.recv_bytes()
+        except (EOFError, OSError):  # the operator closed the pool, or is gone
+            return
+        try:
+            fn, args, kwargs = pickle.loads(task)
+            answer: tuple[bool, Any, str | None] = (True, call(fn, args, kwargs), None)
+        except Exception as exc:
+            answer = (False, exc, traceback.format_exc())
+        try:
+            blob = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a result that does not pickle
+            blob = pickle.dumps(
+                (False, WorkerError(f"{type(exc).__name__}: {exc}"), traceback.format_exc())
+            )
+        try:
+            conn.send_bytes(blob)
+        except OSError:
+            return
+
+
+@dataclass
+class _Worker:
+    """One worker process, the operator's end of its pipe and the task it holds."""
+
+    process: Any
+    conn: Connection
+    busy: asyncio.Future[Any] | None = None
+
+
 class WorkerPool:
-    """``processes`` worker processes and the relay of their log records.
+    """``processes`` worker processes, the tasks waiting for one, and the relay of their log
+    records.
+
+    Each worker has a pipe of its own, read by the event loop itself (``loop.add_reader``): a
+    task is written to an idle worker's pipe as it is submitted, and its answer read when the
+    pipe turns readable, so a verdict costs the event loop's process two pipe writes and two
+    reads. Not :class:`concurrent.futures.ProcessPoolExecutor`: it moves every task through a
+    feeder thread and a result thread that take the interpreter lock from the event loop, and
+    wakes its manager thread through a third pipe per submission, which took about a sixth of
+    the operator process's CPU under load (docs/benchmarks.md, "Worker processes"). A worker
+    takes one task at a time; the rest wait here, in order, and never in a pipe, so a write
+    never waits for a busy worker (a task larger than the pipe's buffer, a pod review of
+    megabytes, waits only for the idle worker to read it).
 
     :param processes: how many (at least 1).
     :raises ValueError: fewer than one.
@@ -213,34 +273,126 @@ class WorkerPool:
     def __init__(self, processes: int) -> None:
         if processes < 1:
             raise ValueError("a worker pool needs at least one process")
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(list(PRELOAD))
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(list(PRELOAD))
         self.processes = processes
-        self._records: Any = context.Queue()
+        self._records: Any = self._context.Queue()
         threading.Thread(
             target=_relay, args=(self._records,), name="admission-worker-logs", daemon=True
         ).start()
-        level = logging.getLogger("gpu_sizer").getEffectiveLevel()
-        self.executor = ProcessPoolExecutor(
-            max_workers=processes,
-            mp_context=context,
-            initializer=_initialize,
-            initargs=(self._records, level),
-        )
+        self._level = logging.getLogger("gpu_sizer").getEffectiveLevel()
+        self._workers: list[_Worker] = []
+        self._waiting: collections.deque[tuple[bytes, asyncio.Future[Any]]] = collections.deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Why the pool can take no more work (a worker ended, or it was closed), once it can't.
+        self.broken: str | None = None
 
     def start(self) -> list[int]:
         """Start every worker now and wait until each answers (blocking: the first start of the
         fork server imports :data:`PRELOAD`, about half a second). Returns their process ids.
 
-        A pool starts one process per task submitted while none is idle, so ``processes``
-        tasks submitted at once start all of them.
+        :raises TimeoutError: a worker did not answer within :data:`START_TIMEOUT` seconds.
+        :raises EOFError: a worker ended before it answered.
         """
-        futures = [self.executor.submit(ready) for _ in range(self.processes)]
-        return [f.result(timeout=START_TIMEOUT) for f in futures]
+        for _ in range(self.processes - len(self._workers)):
+            mine, theirs = self._context.Pipe(duplex=True)
+            process = self._context.Process(
+                target=_serve,
+                args=(theirs, self._records, self._level),
+                name="gpu-sizer-admission-worker",
+                daemon=True,
+            )
+            process.start()
+            theirs.close()
+            self._workers.append(_Worker(process, mine))
+        pids = []
+        for worker in self._workers:
+            if not worker.conn.poll(START_TIMEOUT):
+                raise TimeoutError(f"an admission worker did not start in {START_TIMEOUT:g} s")
+            pids.append(pickle.loads(worker.conn.recv_bytes()))
+        return pids
+
+    def submit(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
+        """``fn(*args, **kwargs)`` in a worker, as a future of the running event loop (the loop
+        this pool serves from its first submission on).
+
+        :raises BrokenProcessPool: the pool can take no work (:attr:`broken`); the future
+            fails with it when the worker running the task ends.
+        :raises pickle.PicklingError: (or what pickling raises) for arguments that do not pickle.
+        """
+        if self.broken is not None:
+            raise BrokenProcessPool(self.broken)
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            for worker in self._workers:
+                loop.add_reader(worker.conn.fileno(), self._readable, worker)
+        task = pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        future: asyncio.Future[Any] = loop.create_future()
+        idle = next((w for w in self._workers if w.busy is None), None)
+        if idle is None:
+            self._waiting.append((task, future))
+        else:
+            self._send(idle, task, future)
+        return future
+
+    def _send(self, worker: _Worker, task: bytes, future: asyncio.Future[Any]) -> None:
+        worker.busy = future
+        try:
+            worker.conn.send_bytes(task)
+        except OSError:  # the worker is gone: its pipe's reader reports it
+            self._lost(worker)
+
+    def _readable(self, worker: _Worker) -> None:
+        """A worker's answer, or the end of its pipe (the worker ended)."""
+        try:
+            blob = worker.conn.recv_bytes()
+        except (EOFError, OSError):
+            self._lost(worker)
+            return
+        future, worker.busy = worker.busy, None
+        try:
+            ok, value, remote = pickle.loads(blob)
+        except Exception as exc:  # an answer that pickles but does not unpickle
+            ok, value, remote = False, WorkerError(f"{type(exc).__name__}: {exc}"), None
+        if future is not None and not future.done():
+            if ok:
+                future.set_result(value)
+            else:
+                if remote:
+                    value.__cause__ = RemoteTraceback(remote)
+                future.set_exception(value)
+        while self._waiting and worker.busy is None:
+            task, waiting = self._waiting.popleft()
+            if not waiting.done():  # not given up meanwhile
+                self._send(worker, task, waiting)
+
+    def _lost(self, worker: _Worker) -> None:
+        """A worker ended: the pool takes no more work and every task in it fails (the
+        capacity starts a new pool for the next review)."""
+        self._fail(f"admission worker process {worker.process.pid} ended")
+
+    def _fail(self, why: str) -> None:
+        """Take no more work, close every pipe (each worker then exits) and fail every task."""
+        if self.broken is not None:
+            return
+        self.broken = why
+        futures = [w.busy for w in self._workers] + [f for _, f in self._waiting]
+        self._waiting.clear()
+        for worker in self._workers:
+            worker.busy = None
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(worker.conn.fileno())
+            worker.conn.close()
+        for future in futures:
+            if future is not None and not future.done():
+                future.set_exception(BrokenProcessPool(self.broken))
 
     def close(self) -> None:
-        """Stop the workers (queued work is dropped, running work finishes) and the relay of
-        their records, without waiting for either: it is called on the event loop.
+        """Stop the workers and the relay of their records, without waiting for either: called
+        on the event loop the pool serves (or before it served one). Each worker reads the end
+        of its pipe and exits once its current task is done; that task's review and the ones
+        waiting fail with :class:`BrokenProcessPool`.
 
         The relay ends when it reads the ``None`` sent here, after the records sent before it.
         Nothing here joins it: a worker killed while it held the queue's write lock (the kernel's
@@ -248,5 +400,5 @@ class WorkerPool:
         written, and a join would stop the event loop with it; the relay thread, a daemon, stays
         waiting instead.
         """
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self._fail("the admission worker pool was closed")
         self._records.put_nowait(None)
