@@ -360,3 +360,29 @@ def test_meta_count_of_a_config_the_class_refuses_is_none() -> None:
         "vocab_size": 100,
     }
     assert meta_parameter_count("transformers", "LlamaModel", config) is None
+
+
+def test_every_kept_hub_file_has_one_source_row_whose_digest_it_matches() -> None:
+    """SOURCES.md says, per file, whether its text is the publisher's own (V), a re-host (C) or a
+    reconstruction (R); a file replaced without its row (or a row left for a removed file) would
+    make that claim false, so each row's sha256 prefix must be the kept bytes' digest."""
+    import hashlib
+    import re
+
+    rows: dict[str, tuple[str, str]] = {}
+    row = re.compile(
+        r"^\| `(?P<file>[^`]+)` \| (?P<kind>[VCR]) \| .* \| `(?P<digest>[0-9a-f]{16})` \|$"
+    )
+    for line in (HUB / "SOURCES.md").read_text().splitlines():
+        if line.startswith("| `"):
+            match = row.match(line)
+            assert match, (
+                f"SOURCES.md row not as | `file` | V/C/R | source | `sha256[:16]` |: {line[:60]}"
+            )
+            assert match["file"] not in rows, f"two rows for {match['file']}"
+            rows[match["file"]] = (match["kind"], match["digest"])
+    kept = {str(p.relative_to(HUB)) for p in HUB.rglob("*.json")}
+    assert kept == set(rows), (sorted(kept - set(rows)), sorted(set(rows) - kept))
+    for name, (_, digest) in rows.items():
+        actual = hashlib.sha256((HUB / name).read_bytes()).hexdigest()[:16]
+        assert actual == digest, f"{name}: kept bytes hash to {actual}, SOURCES.md says {digest}"
