@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import datetime as dt
 import gc
+import itertools
 import json
 import multiprocessing
 import os
@@ -225,15 +226,21 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
+#: Numbers the fresh specs of the whole benchmark: a spec sent in one run (or its warm-up) must
+#: not come back in a later one, where the server's answer cache would still hold it.
+_FRESH = itertools.count()
+
+
 def bodies(count: int, fresh: bool, checked: bool) -> list[tuple[bytes, Expected | None]]:
     """``count`` reviews cycling over the mix, each with its own uid and name; ``fresh``: each
-    with its own spec too. ``checked``: with the answer each must get (gpu-sizer), else None."""
+    with a spec no earlier call of this function made either. ``checked``: with the answer each
+    must get (gpu-sizer), else None."""
     docs = [b.document() for b in BODIES]
     answers = EXPECTED if checked else [None] * len(docs)
     out = []
     for i in range(count):
         k = i % len(docs)
-        doc = distinct(docs[k], i) if fresh else docs[k]
+        doc = distinct(docs[k], next(_FRESH)) if fresh else docs[k]
         out.append((review(doc, str(uuid.uuid4()), f"w-{i}"), answers[k]))
     return out
 
