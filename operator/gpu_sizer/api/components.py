@@ -454,23 +454,54 @@ WEIGHTLESS_SUFFIXES: Final = (
 )
 
 _BOUND: Final = 10_000_000
+#: The most a key that repeats modules may ask for. The memory model builds a component's
+#: modules once per config (parameter counts, offload and casting walks): its first sight costs
+#: time in proportion to depth, so a depth no model comes near would hold a webhook worker for
+#: minutes (100,000 DiT blocks: seconds per estimate, and a rejected spec's fixes estimate it ten
+#: times). Published pipelines stay far below: 60 DiT blocks (HunyuanVideo, Qwen-Image), 10
+#: transformer layers per UNet level (SDXL), 3-4 resnets per VAE level. Layer counts get the
+#: bound LLM configs have (``numHiddenLayers``, 1,024).
+_DEPTH_BOUNDS: Final[dict[str, int]] = {
+    "num_layers": 1024,
+    "num_single_layers": 1024,
+    "num_hidden_layers": 1024,
+    "num_refiner_layers": 1024,
+    "layers_per_block": 16,
+    "decoder_layers_per_block": 16,
+    "num_res_blocks": 16,
+    "transformer_layers_per_block": 64,
+    "reverse_transformer_layers_per_block": 64,
+}
+#: The most items a list key may hold: one per UNet or VAE level (3-5 in published configs;
+#: their product with the per-level depths above is what gets built); lists of layer indices
+#: may name any layer.
+_MAX_ITEMS: Final = 16
+_ITEM_BOUNDS: Final[dict[str, int]] = {"dual_attention_layers": 1024}
 #: List kinds and their item type (``int|ints`` as a list is ``ints``).
 _ITEM: Final[dict[str, type]] = {"ints": int, "int|ints": int, "strs": str, "bools": bool}
 
 
-def _check(kind: str, value: Any) -> str | None:
+def _limits(key: str) -> tuple[int, int]:
+    """(largest integer, most list items) the snake_case ``key`` may hold."""
+    return _DEPTH_BOUNDS.get(key, _BOUND), _ITEM_BOUNDS.get(key, _MAX_ITEMS)
+
+
+def _check(kind: str, value: Any, bound: int = _BOUND, items: int = _MAX_ITEMS) -> str | None:
     """Why ``value`` is not of ``kind``, or ``None`` (``obj`` values are checked key by key in
-    :func:`config_problems`)."""
+    :func:`config_problems`); integers (and list items) at most ``bound``, lists at most
+    ``items`` long (:func:`_limits`)."""
     t = type(value)
     if t is int:  # the common cases first, exactly (bool is not int here)
         if kind == "int" or kind == "int|ints":
-            return None if 0 <= value <= _BOUND else f"must be between 0 and {_BOUND}"
+            return None if 0 <= value <= bound else f"must be between 0 and {bound}, not {value}"
         if kind == "float" and 0 < value <= _BOUND:
             return None
     elif t is list and kind in _ITEM:
         of = _ITEM[kind]
-        if all(type(v) is of for v in value) and (
-            of is not int or all(0 <= v <= _BOUND for v in value)
+        if (
+            len(value) <= items
+            and all(type(v) is of for v in value)
+            and (of is not int or all(0 <= v <= bound for v in value))
         ):
             return None
     elif (t is str and kind == "str") or (t is bool and kind == "bool"):
@@ -478,8 +509,8 @@ def _check(kind: str, value: Any) -> str | None:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             return "must be an integer"
-        if not 0 <= value <= _BOUND:
-            return f"must be between 0 and {_BOUND}"
+        if not 0 <= value <= bound:
+            return f"must be between 0 and {bound}, not {value}"
         return None
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -492,14 +523,16 @@ def _check(kind: str, value: Any) -> str | None:
     if kind in ("ints", "strs", "bools"):
         if not isinstance(value, list | tuple):
             return "must be a list"
+        if len(value) > items:
+            return f"must have at most {items} items, not {len(value)}"
         item = {"ints": "int", "strs": "str", "bools": "bool"}[kind]
         for i, v in enumerate(value):
-            bad = _check(item, v)
+            bad = _check(item, v, bound)
             if bad is not None:
                 return f"item {i} {bad}"
         return None
     if kind == "int|ints":
-        return _check("ints" if isinstance(value, list | tuple) else "int", value)
+        return _check("ints" if isinstance(value, list | tuple) else "int", value, bound, items)
     if kind == "obj":
         return None if isinstance(value, Mapping) else "must be an object"
     raise AssertionError(kind)
@@ -518,7 +551,7 @@ def _problems(
             if not spec.nullable:
                 problems.append((prefix + name, "must not be null"))
             continue
-        bad = _check(spec.kind, value)
+        bad = _check(spec.kind, value, *_limits(known[0]))
         if bad is not None:
             problems.append((prefix + name, bad))
         elif spec.kind == "obj":
@@ -534,11 +567,11 @@ def _resolve_if_valid(
     key's own type are checked inline: this runs for every component of every spec parsed."""
     out: dict[str, Any] = {}
     get = config.get
-    for name, key, kind, spec in _plan(wire):
+    for name, key, kind, spec, bound, items in _plan(wire):
         value = get(name, _MISSING)
         t = type(value)
         if t is int and (kind == "int" or kind == "int|ints"):
-            if not 0 <= value <= _BOUND:
+            if not 0 <= value <= bound:
                 return None
         elif (t is str and kind == "str") or (t is bool and kind == "bool"):
             pass
@@ -550,7 +583,7 @@ def _resolve_if_valid(
                 continue
             if value is _MISSING:
                 value = spec.default
-        elif _check(kind, value) is not None:
+        elif _check(kind, value, bound, items) is not None:
             return None
         elif kind == "obj":
             inner = _resolve_if_valid(spec.inner, value)
@@ -562,16 +595,18 @@ def _resolve_if_valid(
     return out
 
 
-_PLANS: Final[dict[int, tuple[Mapping[str, Any], list[tuple[str, str, str, ConfigKey]]]]] = {}
+_Step = tuple[str, str, str, ConfigKey, int, int]
+_PLANS: Final[dict[int, tuple[Mapping[str, Any], list[_Step]]]] = {}
 
 
-def _plan(wire: Mapping[str, tuple[str, ConfigKey]]) -> list[tuple[str, str, str, ConfigKey]]:
-    """(camelCase key, snake_case key, kind, key spec) of each key of ``wire``, built once per
-    wire table (the tables are module constants; each entry keeps its table alive, so the id
-    stays its own)."""
+def _plan(wire: Mapping[str, tuple[str, ConfigKey]]) -> list[_Step]:
+    """(camelCase key, snake_case key, kind, key spec, integer bound, most list items) of each
+    key of ``wire``, built once per wire table (the tables are module constants; each entry
+    keeps its table alive, so the id stays its own)."""
     hit = _PLANS.get(id(wire))
     if hit is None or hit[0] is not wire:
-        hit = _PLANS[id(wire)] = (wire, [(n, k, c.kind, c) for n, (k, c) in wire.items()])
+        steps = [(n, k, c.kind, c, *_limits(k)) for n, (k, c) in wire.items()]
+        hit = _PLANS[id(wire)] = (wire, steps)
     return hit[1]
 
 
