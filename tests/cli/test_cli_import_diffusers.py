@@ -333,6 +333,25 @@ def test_a_component_config_that_is_not_json_is_refused(
     assert "vae/config.json: invalid JSON" in err
 
 
+@pytest.mark.parametrize("damage", ["no config.json", "no folder", "a file for the folder"])
+def test_a_component_with_weights_but_no_config_is_refused_as_diffusers_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """An incomplete download is not a pipeline without that component: diffusers'
+    ``from_pretrained`` fails on it, and ``[null, null]`` is how a folder says it has none."""
+    root = _sd15(tmp_path)
+    if damage == "no config.json":
+        (root / "unet" / "config.json").unlink()
+    else:
+        shutil.rmtree(root / "unet")
+        if damage == "a file for the folder":
+            (root / "unet").write_text("{}")
+    code, out, err = _run(capsys, str(root), "--name", "w")
+    assert code == 2 and out == ""
+    assert "unet/config.json: not found" in err
+    assert "[null, null]" in err
+
+
 def test_a_pipeline_without_call_defaults_needs_the_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -179,13 +179,14 @@ def pipeline_from_model_index(
 
     :param index: ``model_index.json``.
     :param read_config: component folder name -> its ``config.json``, or ``None`` when the
-        folder has none (a tokenizer, scheduler or processor).
+        folder has none (asked only of components with weights: tokenizers, schedulers and
+        processors are not read).
     :param signature: pipeline class -> (component names, options with defaults) of its
         ``__init__``, or ``None`` for a class not modelled (then entries are told apart by
         shape).
     :raises UnsupportedPipeline: no ``_class_name``, a component entry that is not a ``[library,
-        class]`` pair, a present component without a class, or a config that is not a JSON
-        object.
+        class]`` pair, a present component without a class, a component with weights whose
+        config.json is missing, or a config that is not a JSON object.
     """
     cls, notes = _pipeline_class(index)
     known = signature(cls) if signature is not None and not notes else None
@@ -224,7 +225,14 @@ def pipeline_from_model_index(
             continue
         raw = read_config(name)
         if raw is None:
-            continue
+            # diffusers' loader fails here too (from_pretrained reads every listed model's
+            # config.json): sizing the rest would pass off a partial download as the pipeline.
+            raise UnsupportedPipeline(
+                f"{name}/config.json: not found, but model_index.json lists {name!r} as "
+                f"[{library!r}, {class_name!r}], a model diffusers loads with that file; "
+                f"download {name}/config.json, or set the entry to [null, null] to leave the "
+                "component out"
+            )
         if not isinstance(raw, dict):
             raise UnsupportedPipeline(f"{name}/config.json must be a JSON object")
         sized = COMPONENT_CLASSES.get(class_name)
