@@ -157,6 +157,34 @@ def test_patch_applies_to_a_deployment(capsys: pytest.CaptureFixture[str]) -> No
     assert expr["values"] == sorted(cls.products)
 
 
+def test_patch_args_name_the_model_or_are_left_out(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A strategic merge replaces a container's whole args list: the engine's args go in only
+    with the flag that names the model, or a patch applied would start vLLM without one."""
+    code, out, err = run(capsys, "estimate", str(FITS), "-o", "patch", "--container", "server")
+    assert code == 0, err
+    [container] = yaml.safe_load(out)["spec"]["template"]["spec"]["containers"]
+    name = yaml.safe_load(FITS.read_text())["spec"]["model"]["name"]
+    assert container["args"][0] == f"--model={name}"
+    assert any(a.startswith("--gpu-memory-utilization=") for a in container["args"])
+
+    doc = yaml.safe_load(FITS.read_text())
+    del doc["spec"]["model"]["name"]
+    unnamed = tmp_path / "unnamed.yaml"
+    unnamed.write_text(yaml.safe_dump(doc))
+    code, out, err = run(capsys, "estimate", str(unnamed), "-o", "patch", "--container", "server")
+    assert code == 0, err
+    [container] = yaml.safe_load(out)["spec"]["template"]["spec"]["containers"]
+    assert "args" not in container
+    assert "spec.model.name is not set" in err and "--gpu-memory-utilization=" in err
+    own = deployment()
+    own["spec"]["template"]["spec"]["containers"][1]["args"] = ["--model=mine", "--port=8000"]
+    patched = strategic_merge(own, yaml.safe_load(out))
+    server = patched["spec"]["template"]["spec"]["containers"][1]
+    assert server["args"] == ["--model=mine", "--port=8000"]
+
+
 def test_patch_for_several_documents_and_a_workload_without_recommendation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -52,6 +52,13 @@ def print_patches(
         name = container or str(doc.data["metadata"].get("name") or "main")
         spec_hash = obj.get("status", {}).get("specHash")
         args = _engine_container_args(doc, rec.engine_command_args)
+        if rec.engine_command_args and args is None:
+            # Args without the model flag would replace the container's own (a strategic merge
+            # replaces the list): leave them out and say what to add.
+            print(f"{who}: the patch leaves the container's args alone: spec.model.name is not "
+                  "set, and the engine's args must name the model; set spec.model.name, or add "
+                  f"{' '.join(rec.engine_command_args or ())} to the container's args yourself",
+                  file=err)  # fmt: skip
         if args:
             print(f"{who}: the patch sets the args of container {name!r} to the engine's "
                   "(--model and the memory flag): a strategic merge replaces the whole list, so "
@@ -92,14 +99,17 @@ _MODEL_FLAG = {"vllm": "--model", "sglang": "--model-path", "tgi": "--model-id"}
 
 
 def _engine_container_args(doc: Doc, command: list[str] | None) -> list[str] | None:
-    """The engine container's args: the model (``spec.model.name``) and ``engineCommandArgs``."""
+    """The engine container's args: the model (``spec.model.name``) and ``engineCommandArgs``;
+    ``None`` without ``engineCommandArgs``, and when the engine names its model by a flag and
+    ``spec.model.name`` is not set (args without it would start no model)."""
     if not command:
         return None
     spec = doc.data.get("spec") or {}
     engine = str((spec.get("inference") or {}).get("engine") or "vllm")
+    if engine not in _MODEL_FLAG:
+        return list(command)
     name = (spec.get("model") or {}).get("name")
-    model = [f"{_MODEL_FLAG[engine]}={name}"] if name and engine in _MODEL_FLAG else []
-    return [*model, *command]
+    return [f"{_MODEL_FLAG[engine]}={name}", *command] if name else None
 
 
 def _class_cell(rec: Any) -> str:
