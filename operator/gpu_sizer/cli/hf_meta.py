@@ -18,6 +18,9 @@ reading decides for ``spec.model`` is the core's (:mod:`gpu_sizer.api.hf_generic
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any, Final
 
 from gpu_sizer.api.hf_generic import TransformersReading
@@ -126,6 +129,23 @@ def _attention_modules(model: Any) -> int:
     return len(found)
 
 
+@contextlib.contextmanager
+def _libraries_quiet() -> Iterator[None]:
+    """diffusers' and transformers' loggers at ERROR while a model is built for its count: their
+    warnings there are about the library's own use of the config (a key it ignores, a RoPE
+    field renamed), not about sizing, and the command says what it counted in its own notes.
+    Their levels are restored after."""
+    loggers = [logging.getLogger(name) for name in ("diffusers", "transformers")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 def meta_parameter_count(library: str, cls: str, config: dict[str, Any]) -> int | None:
     """Parameters of ``cls`` built from ``config`` by its library on PyTorch's meta device (no
     memory), or ``None`` when the library or the class is not available. An optional extra of
@@ -149,7 +169,7 @@ def meta_parameter_count(library: str, cls: str, config: dict[str, Any]) -> int 
     except (ImportError, AttributeError, ValueError):
         return None
     try:
-        with warnings.catch_warnings(), torch.device("meta"):
+        with warnings.catch_warnings(), _libraries_quiet(), torch.device("meta"):
             warnings.simplefilter("ignore")
             config_class = getattr(model_cls, "config_class", None)
             if config_class is not None and hasattr(config_class, "from_dict"):
