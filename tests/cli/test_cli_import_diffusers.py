@@ -303,7 +303,7 @@ def test_an_unknown_component_without_a_count_is_incomplete(
         ("{", "invalid JSON"),
         ("[]", "JSON object"),
         ('{"unet": ["diffusers", "UNet2DConditionModel"]}', "_class_name"),
-        ('{"_class_name": 7}', "_class_name"),
+        ('{"_class_name": 7}', "model_index.json has _class_name 7; it must be"),
         (
             '{"_class_name": "StableDiffusionPipeline", "unet": "UNet2DConditionModel"}',
             "[library, class]",

@@ -33,6 +33,7 @@ verdict is ``Incomplete``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -162,9 +163,14 @@ def _pipeline_class(index: Mapping[str, Any]) -> tuple[str, list[str]]:
     if isinstance(cls, list) and len(cls) == 2 and all(isinstance(v, str) and v for v in cls):
         return cls[1], [f"custom pipeline {cls[1]} from module {cls[0]}: not one gpu-sizer models"]
     if not isinstance(cls, str) or not cls:
+        found = (
+            "has no _class_name"
+            if cls is None
+            else f"has _class_name {json.dumps(cls, default=str)}"
+        )
         raise UnsupportedPipeline(
-            "model_index.json has no _class_name (a string, or a [module, class] pair): not a "
-            "diffusers pipeline directory"
+            f"model_index.json {found}; it must be the pipeline's class name (a string, or a "
+            "[module, class] pair): not a diffusers pipeline directory"
         )
     return cls, []
 
