@@ -315,7 +315,8 @@ class EstimateStatus(_Status):
     host_bytes_per_node: int | None = Field(
         None,
         description="Host memory (RAM) the workload's processes on one node hold for model "
-        "data: offloaded optimizer state and parameters, checkpoint staging at load (bytes).",
+        "data: offloaded optimizer state and parameters, checkpoint staging at load, a "
+        "pipeline's offloaded or CPU-placed components (bytes).",
     )
     notes: list[str] = Field(
         default_factory=list,

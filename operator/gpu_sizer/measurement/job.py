@@ -193,7 +193,8 @@ def host_memory_bytes(
     when larger. Rounded up to a GiB and capped at 512 GiB. A container OOM-killed anyway is
     retried once with twice the memory.
 
-    :param host_bytes_per_node: ``status.estimate.hostBytesPerNode`` (training; 0 otherwise).
+    :param host_bytes_per_node: ``status.estimate.hostBytesPerNode`` (training, and pipelines
+        whose offloaded or CPU-placed components the probe builds on the CPU; 0 otherwise).
     """
     processes = job_gpu_count(spec, 1) if _distributed(spec) else 1
     total = BASE_HOST_MEMORY_BYTES * processes + max(0, host_bytes_per_node)

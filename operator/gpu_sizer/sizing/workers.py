@@ -162,7 +162,8 @@ def recommendation_fields(
 ) -> dict[str, Any]:
     """Keyword arguments of a :class:`~gpu_sizer.api.RecommendationStatus` for ``spec`` on
     ``cls``: node affinity, one worker's GPU limit, the worker split, host memory per worker
-    (training) and, for a job of several GPUs, how launchers express it."""
+    (training, and a pipeline whose components are offloaded or on the CPU) and, for a job
+    of several GPUs, how launchers express it."""
     total = spec.gpu_count
     per_node, source = gpus_per_node(spec, cls, capacity)
     s = split(total, per_node, source)
@@ -173,6 +174,8 @@ def recommendation_fields(
         fields["host_memory_bytes_per_worker"] = _host_per_worker(
             spec, s.gpus_per_worker, host_per_node or 0
         )
+    elif spec.generation is not None and host_per_node:
+        fields["host_memory_bytes_per_worker"] = host_per_node  # offloaded pipeline weights
     if total > 1 and (spec.training is not None or s.workers > 1):
         fields["launch"] = launch(cls, s)
     return fields

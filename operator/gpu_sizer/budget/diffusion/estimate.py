@@ -652,9 +652,14 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
     )
     notes += _offload_notes(comps)
     params = sum(c.params or 0 for c in comps)
+    host = _host_bytes(comps)
     status = EstimateStatus(
         parameter_count=params,
         gpu_count=world,
+        # Every rank's process loads the pipeline and offloads its own copy (xDiT and
+        # diffusers' offload hooks are per process); a sharded denoiser counted whole per rank
+        # is the upper bound.
+        host_bytes_per_node=world * host if host else None,
         kv_cache_bytes_per_token=0,
         per_gpu=breakdown,
         peak_phase=PeakPhase(peak.name),
@@ -672,6 +677,16 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
         notes=list(dict.fromkeys(notes)),
     )
     return status, missing
+
+
+def _host_bytes(comps: list[_Component]) -> int:
+    """Host memory (bytes) the pipeline's weights take in one process: every component that
+    runs on the CPU or is offloaded lives there whole between its forwards. diffusers 0.42.1
+    ``enable_model_cpu_offload`` moves each model to the CPU after it ran
+    (``CpuOffload`` hooks, ``hooks.py``); ``enable_sequential_cpu_offload`` and
+    ``enable_group_offload`` keep the parameters on the CPU and copy them in per module or
+    group (``hooks/group_offloading.py``; with ``use_stream`` from pinned memory)."""
+    return sum(c.weights + c.quant for c in comps if not c.on_gpu or c.offload in _OFFLOADED)
 
 
 def _offload_notes(comps: list[_Component]) -> list[str]:
