@@ -41,9 +41,9 @@ def _index(doc: dict[str, Any], component: str) -> int:
         ("wan21-t2v-1.3b-480p-4090.yaml", "transformer", "numLayers", 1024),
         ("flux1-dev-1024.yaml", "transformer", "numSingleLayers", 1024),
         ("sd15-txt2img-l4.yaml", "text_encoder", "numHiddenLayers", 1024),
-        ("sd15-txt2img-l4.yaml", "unet", "layersPerBlock", 16),
-        ("sd15-txt2img-l4.yaml", "vae", "layersPerBlock", 16),
-        ("sdxl-base-1024-batch4.yaml", "unet", "transformerLayersPerBlock", 64),
+        ("sd15-txt2img-l4.yaml", "unet", "layersPerBlock", 8),
+        ("sd15-txt2img-l4.yaml", "vae", "layersPerBlock", 8),
+        ("sdxl-base-1024-batch4.yaml", "unet", "transformerLayersPerBlock", 16),
     ],
 )
 def test_a_depth_past_its_bound_is_refused_naming_the_field(
@@ -57,13 +57,13 @@ def test_a_depth_past_its_bound_is_refused_naming_the_field(
     assert f"{path}: must be between 0 and {bound}, not 9999999" in str(caught.value)
 
 
-def test_a_per_level_list_is_refused_past_sixteen_levels() -> None:
+def test_a_per_level_list_is_refused_past_eight_levels() -> None:
     doc = _example("sdxl-base-1024-batch4.yaml")
     i = _index(doc, "unet")
     with pytest.raises(InvalidWorkload) as caught:
-        parse_workload(_with(doc, "unet", "blockOutChannels", [320] * 17))
+        parse_workload(_with(doc, "unet", "blockOutChannels", [320] * 9))
     path = f"spec.model.pipeline.components[{i}].config.blockOutChannels"
-    assert f"{path}: must have at most 16 items, not 17" in str(caught.value)
+    assert f"{path}: must have at most 8 items, not 9" in str(caught.value)
     with pytest.raises(InvalidWorkload) as caught:
-        parse_workload(_with(doc, "unet", "transformerLayersPerBlock", [1, 2, 65]))
-    assert "transformerLayersPerBlock: item 2 must be between 0 and 64, not 65" in str(caught.value)
+        parse_workload(_with(doc, "unet", "transformerLayersPerBlock", [1, 2, 17]))
+    assert "transformerLayersPerBlock: item 2 must be between 0 and 16, not 17" in str(caught.value)
