@@ -77,6 +77,12 @@ def install(
                 lambda n=name, p=product: inst.operator.logged(f"GPU node {n}: 8 x "),
                 what=f"the operator's inventory of node {name} ({product})",
             )
+        # ... and its webhook server listens: it starts its verdict workers first, which on a
+        # loaded machine can come after the inventory.
+        eventually(
+            lambda: inst.operator.logged("Admission webhooks listening"),
+            what="the operator's admission webhook server",
+        )
         inst.startup_log = inst.operator.log.read_text(errors="replace")
         yield inst
 
