@@ -281,6 +281,10 @@ async def webhook(
     # client and the emulator share this event loop, so a burst they send makes it lag.
     server.capacity.budget = 3600.0
     server.capacity.lag_budget = 3600.0
+    # And the review's own deadline (half its timeout, 5 s without ?timeout=): a verdict held
+    # on purpose, or slow on a loaded machine, is answered, not shed with 503 (tests/admission/
+    # test_workers.py and test_load.py test that deadline).
+    server.capacity.queue_share = 100.0
     # Namespace reads bounded by 60 s instead of 2 s: on a loaded machine the emulator, which
     # shares this event loop with the webhook and the client, may be slower than a real API
     # server, and these tests are about verdicts, not about the emulator's speed.

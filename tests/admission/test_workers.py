@@ -92,6 +92,42 @@ async def test_a_worker_that_dies_fails_its_review_with_a_retry_and_is_replaced(
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_a_verdict_not_ready_in_the_reviews_time_is_a_503_and_a_queued_one_never_runs(
+    capacity: AdmissionCapacity, tmp_path: Path
+) -> None:
+    """The backlog rule sheds by the workers' recent pace, which says nothing of a spec that
+    takes seconds; an answer after the API server's timeout reaches no one. Within a review's
+    slot, a verdict not ready by half its timeout is answered 503, and one that no worker took
+    yet is dropped, not computed for nobody."""
+    spec = yaml.safe_load(WORKLOAD_FILES[0].read_text())["spec"]
+    gate = tmp_path / "gate"
+    args = {"namespace": "team", "policy": OPEN, "catalog": CATALOG}
+    held = [
+        asyncio.create_task(
+            capacity.run(slow_verdict.review_when, str(gate), str(tmp_path / f"s{i}"), spec, **args)
+        )
+        for i in range(capacity.processes)
+    ]
+    try:
+        while not all((tmp_path / f"s{i}").exists() for i in range(capacity.processes)):
+            await asyncio.sleep(0.01)  # every worker holds a verdict until the gate opens
+        dropped = tmp_path / "dropped"
+        async with capacity.slot(timeout=0.2):
+            with pytest.raises(Overloaded) as err:
+                await capacity.run(slow_verdict.review_when, str(gate), str(dropped), spec, **args)
+        assert (err.value.status, err.value.reason) == (503, "QueueTimeout")
+        assert "not ready within 0.1 s of the request's 0.2 s timeout" in str(err.value)
+    finally:
+        gate.touch()
+    answers = await asyncio.gather(*held)  # the held verdicts are answered once released
+    assert all(a == answers[0] for a in answers)
+    # Work queued behind the dropped task is answered, and the dropped one never ran.
+    await asyncio.gather(*(capacity.run(workers.ready) for _ in range(2 * capacity.processes)))
+    assert not dropped.exists()
+    assert capacity.pending == 0
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_workers_log_records_reach_the_operators_loggers(
     capacity: AdmissionCapacity, caplog: pytest.LogCaptureFixture
 ) -> None:

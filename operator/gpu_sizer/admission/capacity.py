@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import functools
 import logging
 import re
@@ -70,6 +71,12 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: The review being worked on in this task: (clock time by which its verdict must be ready,
+#: its timeout in seconds), set by :meth:`AdmissionCapacity.slot`.
+_DUE: Final[contextvars.ContextVar[tuple[float, float] | None]] = contextvars.ContextVar(
+    "admission_due", default=None
+)
 
 logger = logging.getLogger(__name__)
 
@@ -236,6 +243,15 @@ class AdmissionCapacity:
                 self._schedule_lag_timer()
         else:
             self._refuse_when_behind()
+        due = _DUE.set((self._clock() + timeout * self.queue_share, timeout))
+        try:
+            async with self._room(timeout, body_bytes):
+                yield
+        finally:
+            _DUE.reset(due)
+
+    @contextlib.asynccontextmanager
+    async def _room(self, timeout: float, body_bytes: int) -> AsyncIterator[None]:
         cost = self.cost(body_bytes)
         if self._queue or self._free < cost:
             await self._wait(cost, timeout)
@@ -372,21 +388,46 @@ class AdmissionCapacity:
         function of plain data.
 
         :raises Overloaded: 429 (``Backlog``) at once when more than :attr:`budget` seconds
-            of work are ahead of it (:meth:`backlog`); 503 (``WorkerLost``) when the worker
-            process running it ended.
+            of work are ahead of it (:meth:`backlog`); 503 (``QueueTimeout``) when, within a
+            review's :meth:`slot`, the answer is not ready within ``queue_share`` of the
+            review's timeout (the task is dropped if no worker took it yet); 503
+            (``WorkerLost``) when the worker process running it ended.
         """
         if not self.processes:
             return await self.run_here(fn, *args, **kwargs)
         self._admit()
         pool = await self._ready_pool()
         try:
-            return await self._submit(lambda: pool.submit(fn, args, kwargs))
+            return await self._submit(lambda: self._in_time(pool.submit(fn, args, kwargs)))
         except BrokenProcessPool as exc:
             if self._pool is pool:  # the first review to see it replaces the pool
                 logger.warning("An admission worker process ended (%s); starting new ones", exc)
                 self._pool = None
                 pool.close()
             raise _worker_lost("webhook worker process ended during the review") from None
+
+    async def _in_time(self, answer: Awaitable[T]) -> T:
+        """``answer``, or a 503 once the review's time in this server is up: the backlog rule
+        judges work by the workers' recent pace, which says nothing of a first-sight spec that
+        takes seconds, and an answer after the API server's timeout reaches no one (its webhook
+        client has given up and retries, or applies ``failurePolicy``). The cancelled task is
+        skipped if it still waits for a worker; one already running finishes unheard."""
+        due = _DUE.get()
+        if due is None:
+            return await answer
+        at, timeout = due
+        try:
+            async with asyncio.timeout(max(0.0, at - self._clock())):
+                return await answer
+        except TimeoutError:
+            ADMISSION_SHED.labels("QueueTimeout").inc()
+            raise Overloaded(
+                503,
+                "QueueTimeout",
+                f"webhook overloaded: the verdict was not ready within "
+                f"{timeout * self.queue_share:.1f} s of the request's {timeout:g} s timeout; "
+                "retry shortly",
+            ) from None
 
     async def _ready_pool(self) -> WorkerPool:
         """The worker pool, started in a thread when there is none (at the first verdict, or
