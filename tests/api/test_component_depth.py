@@ -12,8 +12,11 @@ import pytest
 import yaml
 
 from gpu_sizer.api import InvalidWorkload, parse_workload
+from gpu_sizer.api.spec.bounds import LIMITS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+#: A component's layer count has the bound an LLM's ``numHiddenLayers`` has.
+LAYERS = LIMITS["layers"]
 
 
 def _example(name: str) -> dict[str, Any]:
@@ -38,9 +41,9 @@ def _index(doc: dict[str, Any], component: str) -> int:
 @pytest.mark.parametrize(
     ("example", "component", "key", "bound"),
     [
-        ("wan21-t2v-1.3b-480p-4090.yaml", "transformer", "numLayers", 1024),
-        ("flux1-dev-1024.yaml", "transformer", "numSingleLayers", 1024),
-        ("sd15-txt2img-l4.yaml", "text_encoder", "numHiddenLayers", 1024),
+        ("wan21-t2v-1.3b-480p-4090.yaml", "transformer", "numLayers", LAYERS),
+        ("flux1-dev-1024.yaml", "transformer", "numSingleLayers", LAYERS),
+        ("sd15-txt2img-l4.yaml", "text_encoder", "numHiddenLayers", LAYERS),
         ("sd15-txt2img-l4.yaml", "unet", "layersPerBlock", 8),
         ("sd15-txt2img-l4.yaml", "vae", "layersPerBlock", 8),
         ("sdxl-base-1024-batch4.yaml", "unet", "transformerLayersPerBlock", 16),

@@ -5,7 +5,9 @@ exactly the parameters the libraries build from the same files."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -385,10 +387,7 @@ def test_every_kept_hub_file_has_one_source_row_whose_digest_it_matches() -> Non
     """SOURCES.md says, per file, whether its text is the publisher's own (V), a re-host (C) or a
     reconstruction (R); a file replaced without its row (or a row left for a removed file) would
     make that claim false, so each row's sha256 prefix must be the kept bytes' digest."""
-    import hashlib
-    import re
-
-    rows: dict[str, tuple[str, str]] = {}
+    rows: dict[str, str] = {}
     row = re.compile(
         r"^\| `(?P<file>[^`]+)` \| (?P<kind>[VCR]) \| .* \| `(?P<digest>[0-9a-f]{16})` \|$"
     )
@@ -399,9 +398,9 @@ def test_every_kept_hub_file_has_one_source_row_whose_digest_it_matches() -> Non
                 f"SOURCES.md row not as | `file` | V/C/R | source | `sha256[:16]` |: {line[:60]}"
             )
             assert match["file"] not in rows, f"two rows for {match['file']}"
-            rows[match["file"]] = (match["kind"], match["digest"])
+            rows[match["file"]] = match["digest"]
     kept = {str(p.relative_to(HUB)) for p in HUB.rglob("*.json")}
     assert kept == set(rows), (sorted(kept - set(rows)), sorted(set(rows) - kept))
-    for name, (_, digest) in rows.items():
+    for name, digest in rows.items():
         actual = hashlib.sha256((HUB / name).read_bytes()).hexdigest()[:16]
         assert actual == digest, f"{name}: kept bytes hash to {actual}, SOURCES.md says {digest}"

@@ -154,6 +154,18 @@ def _worker_lost(what: str) -> Overloaded:
     return Overloaded(503, "WorkerLost", f"{what}; retry shortly")
 
 
+def _queue_timeout(what: str, budget: float, timeout: float) -> Overloaded:
+    """The 503 for a review whose ``what`` did not come within ``budget`` seconds of its
+    ``timeout`` (counted as ``QueueTimeout``)."""
+    ADMISSION_SHED.labels("QueueTimeout").inc()
+    return Overloaded(
+        503,
+        "QueueTimeout",
+        f"webhook overloaded: {what} within {budget:.1f} s of the request's {timeout:g} s "
+        "timeout; retry shortly",
+    )
+
+
 class AdmissionCapacity:
     """The bounds above, for one webhook server; used from one event loop.
 
@@ -329,13 +341,7 @@ class AdmissionCapacity:
                     self._queue.remove(entry)
                 self._grant()  # the reviews behind this one may fit now
             if isinstance(exc, TimeoutError):
-                ADMISSION_SHED.labels("QueueTimeout").inc()
-                raise Overloaded(
-                    503,
-                    "QueueTimeout",
-                    f"webhook overloaded: no capacity within {budget:.1f} s of the request's "
-                    f"{timeout:g} s timeout; retry shortly",
-                ) from None
+                raise _queue_timeout("no capacity", budget, timeout) from None
             raise
 
     def _release(self, cost: int) -> None:
@@ -420,13 +426,8 @@ class AdmissionCapacity:
             async with asyncio.timeout(max(0.0, at - self._clock())):
                 return await answer
         except TimeoutError:
-            ADMISSION_SHED.labels("QueueTimeout").inc()
-            raise Overloaded(
-                503,
-                "QueueTimeout",
-                f"webhook overloaded: the verdict was not ready within "
-                f"{timeout * self.queue_share:.1f} s of the request's {timeout:g} s timeout; "
-                "retry shortly",
+            raise _queue_timeout(
+                "the verdict was not ready", timeout * self.queue_share, timeout
             ) from None
 
     async def _ready_pool(self) -> WorkerPool:

@@ -461,8 +461,10 @@ _BOUND: Final = 10_000_000
 #: of CPU to judge, and a pipeline may hold 16 such components. Published pipelines stay far
 #: below these: 60 DiT blocks (HunyuanVideo, Qwen-Image), 10 transformer layers per UNet level
 #: (SDXL), 2-4 resnets per UNet or VAE level, 4-5 levels. Layer counts get the bound LLM
-#: configs have (``numHiddenLayers``, 1,024): a DiT or an encoder of 1,024 layers is judged in
-#: 0.15 s. At 8 levels x 8 resnets x 16 transformer layers a UNet takes 0.17 s.
+#: configs have (``LIMITS["layers"]`` of ``gpu_sizer.api.spec.bounds``, 1,024, written out here
+#: since that package imports this module; tests/api/test_component_depth.py holds them equal):
+#: a DiT or an encoder of 1,024 layers is judged in 0.15 s. At 8 levels x 8 resnets x 16
+#: transformer layers a UNet takes 0.17 s.
 _DEPTH_BOUNDS: Final[dict[str, int]] = {
     "num_layers": 1024,
     "num_single_layers": 1024,

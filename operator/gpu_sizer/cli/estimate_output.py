@@ -57,7 +57,7 @@ def print_patches(
             # replaces the list): leave them out and say what to add.
             print(f"{who}: the patch leaves the container's args alone: spec.model.name is not "
                   "set, and the engine's args must name the model; set spec.model.name, or add "
-                  f"{' '.join(rec.engine_command_args or ())} to the container's args yourself",
+                  f"{' '.join(rec.engine_command_args)} to the container's args yourself",
                   file=err)  # fmt: skip
         if args:
             print(f"{who}: the patch sets the args of container {name!r} to the engine's "

@@ -5,7 +5,6 @@ Job, whose probe builds those components on the CPU, gets it on top of its runti
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 def _doc(name: str, offload: str | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
     if offload is not None:
-        doc = copy.deepcopy(doc)
         doc["spec"]["generation"]["offload"] = offload
     return doc
 
