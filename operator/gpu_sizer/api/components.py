@@ -20,7 +20,7 @@ class's defaults (``transformers`` ``CLIPVisionConfig``), as ``PretrainedConfig`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -100,6 +100,16 @@ _CLIP_TEXT: Final = {
     "num_hidden_layers": _k("int", 12),
     "num_attention_heads": _k("int", 8),
     "max_position_embeddings": _k("int", 77),
+}
+_CLIP_VISION: Final = {
+    "hidden_size": _k("int", 768),
+    "intermediate_size": _k("int", 3072),
+    "projection_dim": _k("int", 512),
+    "num_hidden_layers": _k("int", 12),
+    "num_attention_heads": _k("int", 12),
+    "num_channels": _k("int", 3),
+    "image_size": _k("int", 224),
+    "patch_size": _k("int", 32),
 }
 _T5: Final = {
     "vocab_size": _k("int", 32128),
@@ -328,6 +338,8 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "in_channels": _k("int", 3),
             "out_channels": _k("int", 3),
             "latent_channels": _k("int", 16),
+            "down_block_types": _k("strs", ("HunyuanVideoDownBlock3D",) * 4),
+            "up_block_types": _k("strs", ("HunyuanVideoUpBlock3D",) * 4),
             "block_out_channels": _k("ints", (128, 256, 512, 512)),
             "layers_per_block": _k("int", 2),
             "norm_num_groups": _k("int", 32),
@@ -342,6 +354,8 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
         {
             "in_channels": _k("int", 3),
             "out_channels": _k("int", 3),
+            "down_block_types": _k("strs", ("CogVideoXDownBlock3D",) * 4),
+            "up_block_types": _k("strs", ("CogVideoXUpBlock3D",) * 4),
             "block_out_channels": _k("ints", (128, 256, 256, 512)),
             "latent_channels": _k("int", 16),
             "layers_per_block": _k("int", 3),
@@ -377,19 +391,9 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
     "CLIPTextModelWithProjection": ComponentClass(
         "transformers", Role.TextEncoder, dict(_CLIP_TEXT)
     ),
-    "CLIPVisionModel": ComponentClass(
-        "transformers",
-        Role.ImageEncoder,
-        {
-            "hidden_size": _k("int", 768),
-            "intermediate_size": _k("int", 3072),
-            "projection_dim": _k("int", 512),
-            "num_hidden_layers": _k("int", 12),
-            "num_attention_heads": _k("int", 12),
-            "num_channels": _k("int", 3),
-            "image_size": _k("int", 224),
-            "patch_size": _k("int", 32),
-        },
+    "CLIPVisionModel": ComponentClass("transformers", Role.ImageEncoder, dict(_CLIP_VISION)),
+    "CLIPVisionModelWithProjection": ComponentClass(
+        "transformers", Role.ImageEncoder, dict(_CLIP_VISION)
     ),
     "T5EncoderModel": ComponentClass("transformers", Role.TextEncoder, dict(_T5)),
     "UMT5EncoderModel": ComponentClass(
@@ -625,17 +629,199 @@ def checked_config(
     out = _resolve_if_valid(known.wire, config)
     if out is None:
         return _problems(known.wire, config, ""), None
-    return [], out
+    refused = _refusals(cls, out)
+    return (refused, None) if refused else ([], out)
 
 
 def config_problems(cls: str, config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(camelCase key, message) for each key of ``config`` that ``cls`` reads and that has the
-    wrong type (inner keys of a nested object as ``visionConfig.hiddenSize``); empty for
-    classes gpu-sizer does not know (their config is not read)."""
-    known = COMPONENT_CLASSES.get(cls)
-    if known is None:
+    wrong type (inner keys of a nested object as ``visionConfig.hiddenSize``), or, when the
+    types are right, each combination of values the class's library refuses to build
+    (:data:`_RULES`); empty for classes gpu-sizer does not know (their config is not read)."""
+    return checked_config(cls, config)[0]
+
+
+# --- values the libraries refuse ---------------------------------------------------------------
+#
+# Each key alone may be well typed and in range while the combination cannot be built: the
+# library raises in the constructor (or, for Wan's rotary embedding, asserts), so the engine
+# never starts. Such a config is refused here, naming the key, rather than sized: an estimate of
+# a model that cannot exist would admit a workload that fails at load. Each rule cites the check
+# it mirrors, in diffusers 0.42.1, transformers 5.24.0 or torch 2.13.
+_Rule = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
+
+
+def _heads_divide(hidden: str, heads: str, prefix: str = "") -> _Rule:
+    """``hidden`` must be a multiple of ``heads``: transformers' ``validate_architecture`` of
+    ``CLIPTextConfig``, ``CLIPVisionConfig`` and ``LlamaConfig`` ("The hidden size (...) is not
+    a multiple of the number of attention heads")."""
+
+    def rule(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+        h, n = c[hidden], c[heads]
+        if n < 1:
+            return [(prefix + to_camel(heads), "must be at least 1")]
+        if h % n:
+            return [
+                (
+                    prefix + to_camel(hidden),
+                    f"{h} must be a multiple of {to_camel(heads)} ({n}): transformers refuses "
+                    "a hidden size the attention heads do not divide",
+                )
+            ]
         return []
-    return _problems(known.wire, config, "")
+
+    return rule
+
+
+def _group_norms(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``normNumGroups`` must divide every ``blockOutChannels`` entry: each level's resnets and
+    attention normalize its channels with ``nn.GroupNorm(norm_num_groups, channels)``, and
+    torch's ``GroupNorm.__init__`` raises "num_channels must be divisible by num_groups"."""
+    groups = c["norm_num_groups"]
+    if groups is None:
+        return []
+    if groups < 1:
+        return [("normNumGroups", "must be at least 1")]
+    bad = [ch for ch in c["block_out_channels"] if ch % groups]
+    if bad:
+        return [
+            (
+                "normNumGroups",
+                f"{groups} must divide every blockOutChannels entry ({bad[0]} is not a multiple"
+                f" of it): torch's GroupNorm refuses it",
+            )
+        ]
+    return []
+
+
+def _per_level(levels: str, *keys: str, extra: int = 0, at_least: bool = False) -> _Rule:
+    """Each list key of ``keys`` must have one item per entry of ``levels`` (plus ``extra``),
+    or with ``at_least`` at least that many: the library reads item ``i`` for level ``i``, so a
+    shorter list fails to build (``IndexError`` in the encoder and decoder loops), and diffusers'
+    ``UNet2DConditionModel._check_config`` refuses any other length of the lists it checks."""
+
+    def rule(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+        n = len(c[levels]) + extra
+        out = []
+        for key in keys:
+            value = c[key]
+            if isinstance(value, tuple) and (len(value) < n or (not at_least and len(value) > n)):
+                per = f"one per {to_camel(levels)} entry" + (f", plus {extra}" if extra > 0 else "")
+                if extra < 0:
+                    per = f"one fewer than {to_camel(levels)} has"
+                need = f"at least {n}" if at_least else str(n)
+                out.append((to_camel(key), f"must have {need} items ({per}), not {len(value)}"))
+        return out
+
+    return rule
+
+
+def _vae_levels(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``blockOutChannels`` needs an entry per down block and per up block."""
+    n, have = (
+        max(len(c["down_block_types"]), len(c["up_block_types"])),
+        len(c["block_out_channels"]),
+    )
+    if have >= n:
+        return []
+    per = "one per downBlockTypes and upBlockTypes entry"
+    return [("blockOutChannels", f"must have at least {n} items ({per}), not {have}")]
+
+
+def _factors(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """LTX's decoder divides each level's channels by its ``upsample_factor``
+    (``LTXVideoDecoder3d.__init__``: ``output_channel // upsample_factor[i]``)."""
+    bad = [f for f in c["upsample_factor"] if f < 1]
+    return [("upsampleFactor", "every item must be at least 1")] if bad else []
+
+
+def _rope_head_dim(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Wan's ``attentionHeadDim`` must be even: ``WanRotaryPosEmbed`` splits it into temporal,
+    height and width parts, and ``get_1d_rotary_pos_embed`` asserts each is even."""
+    d = c["attention_head_dim"]
+    return [] if d >= 2 and d % 2 == 0 else [("attentionHeadDim", f"must be even, not {d}")]
+
+
+def _llama_heads(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """LlamaConfig's rotary check (transformers ``RotaryEmbeddingConfigMixin``: a fully rotated
+    head above 4 must be even) and its grouped-query attention (``repeat_kv`` repeats each of
+    ``num_key_value_heads`` heads ``num_attention_heads // num_key_value_heads`` times)."""
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    head_dim = c["head_dim"] or c["hidden_size"] // max(heads, 1)
+    out = []
+    if head_dim > 4 and head_dim % 2:
+        out.append(("headDim", f"the head dimension {head_dim} must be even (RoPE)"))
+    if kv is not None and (kv < 1 or heads % kv):
+        out.append(
+            (
+                "numKeyValueHeads",
+                f"{kv} must divide numAttentionHeads ({heads}): the model builds, but its first "
+                "forward fails when repeat_kv's key and value heads do not match the queries'",
+            )
+        )
+    return out
+
+
+_CLIP_RULES: Final = (_heads_divide("hidden_size", "num_attention_heads"),)
+#: The 2D and video VAEs' encoders loop over ``down_block_types`` and their decoders over
+#: ``up_block_types``, reading ``block_out_channels`` by index (a longer list builds; gpu-sizer
+#: then reports the component as not sized, since diffusers pairs the lists differently).
+_VAE_RULES: Final = (_vae_levels, _group_norms)
+#: The rules of each class, run on its resolved config once every key is well typed.
+_RULES: Final[dict[str, tuple[_Rule, ...]]] = {
+    "UNet2DConditionModel": (
+        _per_level(
+            "down_block_types",
+            "up_block_types",
+            "block_out_channels",
+            "layers_per_block",
+            "cross_attention_dim",
+            "attention_head_dim",
+            "num_attention_heads",
+        ),
+        _per_level("down_block_types", "transformer_layers_per_block", at_least=True),
+        _group_norms,
+    ),
+    "AutoencoderKL": _VAE_RULES,
+    "AutoencoderKLHunyuanVideo": _VAE_RULES,
+    "AutoencoderKLCogVideoX": _VAE_RULES,
+    "AutoencoderKLLTXVideo": (
+        _per_level(
+            "block_out_channels", "spatio_temporal_scaling", "layers_per_block", at_least=True
+        ),
+        _per_level(
+            "decoder_block_out_channels",
+            "decoder_spatio_temporal_scaling",
+            "upsample_residual",
+            "upsample_factor",
+            at_least=True,
+        ),
+        _per_level(
+            "decoder_block_out_channels",
+            "decoder_layers_per_block",
+            "decoder_inject_noise",
+            extra=1,
+            at_least=True,
+        ),
+        _factors,
+    ),
+    "AutoencoderKLWan": (_per_level("dim_mult", "temperal_downsample", extra=-1, at_least=True),),
+    "WanTransformer3DModel": (_rope_head_dim,),
+    "CLIPTextModel": _CLIP_RULES,
+    "CLIPTextModelWithProjection": _CLIP_RULES,
+    "CLIPVisionModel": _CLIP_RULES,
+    "CLIPVisionModelWithProjection": _CLIP_RULES,
+    "StableDiffusionSafetyChecker": (
+        lambda c: _heads_divide("hidden_size", "num_attention_heads", "visionConfig.")(
+            c["vision_config"]
+        ),
+    ),
+    "LlamaModel": (_CLIP_RULES[0], _llama_heads),
+}
+
+
+def _refusals(cls: str, resolved: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [problem for rule in _RULES.get(cls, ()) for problem in rule(resolved)]
 
 
 def _resolve(

@@ -306,7 +306,8 @@ def run_generation(
                 model, where = enter(c.name)
                 size = int(configs[c.name]["image_size"])
                 pixels = torch.randn(batch, 3, size, size, device=where, dtype=dtypes[c.name])
-                model(pixel_values=pixels)
+                # as the pipeline's encode_image calls it: every layer's hidden states kept
+                model(pixel_values=pixels, output_hidden_states=True)
                 del pixels
                 leave(c.name)
         if kind.encodes is not Encodes.Nothing:

@@ -16,6 +16,7 @@ CONFIG_CLASSES = {
     "CLIPTextModel": "CLIPTextConfig",
     "CLIPTextModelWithProjection": "CLIPTextConfig",
     "CLIPVisionModel": "CLIPVisionConfig",
+    "CLIPVisionModelWithProjection": "CLIPVisionConfig",
     "T5EncoderModel": "T5Config",
     "UMT5EncoderModel": "UMT5Config",
     "LlamaModel": "LlamaConfig",

@@ -65,7 +65,7 @@ from gpu_sizer.budget.diffusion.denoise import DenoiseShape, denoiser_forward_by
 from gpu_sizer.budget.diffusion.pipelines import PIPELINES, Guidance, PipelineKind
 from gpu_sizer.budget.diffusion.residency import resident_sets
 from gpu_sizer.budget.diffusion.resolved import ComponentModel, component_model, config_key
-from gpu_sizer.budget.diffusion.text_encoders import encoder_forward_bytes
+from gpu_sizer.budget.diffusion.text_encoders import IMAGE_ENCODERS, encoder_forward_bytes
 from gpu_sizer.budget.runtime import allocator_reserve_bytes, base_overhead_bytes
 from gpu_sizer.budget.weights import flat_weight_bytes
 
@@ -461,7 +461,7 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
                 lambda: encoder_forward_bytes(cls, config, batch, tokens, act_bytes),
             )
         if step.what == "image":
-            if cls != "CLIPVisionModel":
+            if cls not in IMAGE_ENCODERS:
                 return 0
             tokens = (config["image_size"] // config["patch_size"]) ** 2 + 1
             return model.memo(

@@ -80,6 +80,7 @@ KINDS: Final[dict[str, Kind]] = {
     "CLIPTextModel": Kind(text_encoders.clip_text_model),
     "CLIPTextModelWithProjection": Kind(text_encoders.clip_text_model_with_projection),
     "CLIPVisionModel": Kind(text_encoders.clip_vision_model),
+    "CLIPVisionModelWithProjection": Kind(text_encoders.clip_vision_model_with_projection),
     "T5EncoderModel": Kind(text_encoders.t5_encoder_model, keep_fp32_fp16=("wo",)),
     "UMT5EncoderModel": Kind(text_encoders.umt5_encoder_model, keep_fp32_fp16=("wo",)),
     "StableDiffusionSafetyChecker": Kind(text_encoders.stable_diffusion_safety_checker),

@@ -183,7 +183,7 @@ def component_model(cls: str, config: Mapping[str, Any]) -> ComponentModel | str
     built: ComponentModel | str
     try:
         part = kind.build(config)
-    except (UnsupportedConfig, KeyError, ValueError, TypeError, ZeroDivisionError) as exc:
+    except (UnsupportedConfig, LookupError, ValueError, TypeError, ZeroDivisionError) as exc:
         built = f"config not sized: {exc}"
     else:
         built = ComponentModel(kind, dict(config), part, parameter_count(part))

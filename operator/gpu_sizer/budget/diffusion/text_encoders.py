@@ -8,7 +8,7 @@ device.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from gpu_sizer.budget.diffusion.denoisers import UnsupportedConfig
 from gpu_sizer.budget.diffusion.parts import (
@@ -25,9 +25,11 @@ from gpu_sizer.budget.diffusion.parts import (
 )
 
 __all__ = [
+    "IMAGE_ENCODERS",
     "clip_text_model",
     "clip_text_model_with_projection",
     "clip_vision_model",
+    "clip_vision_model_with_projection",
     "llama_model",
     "stable_diffusion_safety_checker",
     "t5_encoder_model",
@@ -55,6 +57,11 @@ def _clip_layers(c: Config) -> Part:
         copies=c["num_hidden_layers"],
     )
     return module("encoder", sequence("layers", layer))
+
+
+#: The CLIP vision towers a pipeline calls with ``output_hidden_states=True`` (Wan 2.1
+#: image-to-video's ``encode_image`` reads ``hidden_states[-2]``), keeping one tensor per layer.
+IMAGE_ENCODERS: Final = frozenset({"CLIPVisionModel", "CLIPVisionModelWithProjection"})
 
 
 def clip_text_model(c: Config) -> Part:
@@ -101,6 +108,18 @@ def clip_vision_model(c: Config) -> Part:
         layer_norm("pre_layrnorm", h),
         _clip_layers(c),
         layer_norm("post_layernorm", h),
+    )
+
+
+def clip_vision_model_with_projection(c: Config) -> Part:
+    """``modeling_clip.py`` ``CLIPVisionModelWithProjection`` (the class the published Wan 2.1
+    image-to-video ``model_index.json`` names): ``vision_model`` and a bias-free
+    ``visual_projection`` to ``projection_dim``."""
+    inner = clip_vision_model(c)
+    return module(
+        "image_encoder",
+        module("vision_model", *inner.children),
+        linear("visual_projection", c["hidden_size"], c["projection_dim"], bias=False),
     )
 
 
@@ -260,5 +279,5 @@ def encoder_forward_bytes(cls: str, c: Config, batch: int, tokens: int, act_byte
         c = c["vision_config"]
     h, inner = c["hidden_size"], c["intermediate_size"]
     per_token = max(6 * h, 2 * h + 2 * inner) * a
-    keep = (c["num_hidden_layers"] + 1) * h * a if cls == "CLIPVisionModel" else 0
+    keep = (c["num_hidden_layers"] + 1) * h * a if cls in IMAGE_ENCODERS else 0
     return int(batch * tokens * (per_token + keep))

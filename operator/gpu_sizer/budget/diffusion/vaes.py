@@ -110,7 +110,7 @@ def autoencoder_kl(c: Config) -> Part:
     for kind in c["up_block_types"]:
         if kind != "UpDecoderBlock2D":
             raise UnsupportedConfig(f"upBlockTypes entry {kind!r} (supported: UpDecoderBlock2D)")
-    boc = list(c["block_out_channels"])
+    boc = _levels(c)
     layers, latent = c["layers_per_block"], c["latent_channels"]
     attention = c["mid_block_add_attention"]
     downs = _blocks_2d(boc, layers, "downsamplers")
@@ -296,13 +296,39 @@ def _hunyuan_mid(ch: int, attention: bool) -> Part:
     )
 
 
+def _levels(c: Config) -> list[int]:
+    """``block_out_channels`` when it has one entry per down and up block, as the memory model
+    builds the levels; diffusers loops over the block types instead and reads a longer
+    ``block_out_channels`` by index (its last entry still sizes the mid block), a model
+    gpu-sizer does not size. A shorter one is refused with the spec."""
+    boc = list(c["block_out_channels"])
+    if not len(boc) == len(c["down_block_types"]) == len(c["up_block_types"]):
+        raise UnsupportedConfig(
+            f"blockOutChannels ({len(boc)} items), downBlockTypes "
+            f"({len(c['down_block_types'])}) and upBlockTypes ({len(c['up_block_types'])}) "
+            "differ in length"
+        )
+    return boc
+
+
+def _block_types(c: Config, family: str) -> None:
+    """The video VAEs' encoder and decoder build only their own block class
+    (``<family>DownBlock3D``/``<family>UpBlock3D``); any other name raises in diffusers."""
+    for key, kind in (("down_block_types", "down"), ("up_block_types", "up")):
+        expected = f"{family}{kind.title()}Block3D"
+        for entry in c[key]:
+            if entry != expected:
+                raise UnsupportedConfig(f"{kind}BlockTypes entry {entry!r} (supported: {expected})")
+
+
 def autoencoder_kl_hunyuan_video(c: Config) -> Part:
     """``autoencoders/autoencoder_kl_hunyuan_video.py`` ``AutoencoderKLHunyuanVideo``."""
     if c["temporal_compression_ratio"] != 4:
         raise UnsupportedConfig(
             f"temporalCompressionRatio {c['temporal_compression_ratio']} (4 only)"
         )
-    boc = list(c["block_out_channels"])
+    _block_types(c, "HunyuanVideo")
+    boc = _levels(c)
     n, layers, latent = len(boc), c["layers_per_block"], c["latent_channels"]
     spatial = int(math.log2(c["spatial_compression_ratio"]))
     temporal = int(math.log2(c["temporal_compression_ratio"]))
@@ -399,7 +425,8 @@ def _cog_resnet(name: str, cin: int, cout: int, zq: int | None) -> Part:
 def autoencoder_kl_cogvideox(c: Config) -> Part:
     """``autoencoders/autoencoder_kl_cogvideox.py`` ``AutoencoderKLCogVideoX``
     (``CogVideoXEncoder3D``/``CogVideoXDecoder3D``; 2D 3x3 down/up-sampling convolutions)."""
-    boc = list(c["block_out_channels"])
+    _block_types(c, "CogVideoX")
+    boc = _levels(c)
     n, layers, latent = len(boc), c["layers_per_block"], c["latent_channels"]
     downs = []
     out = boc[0]
@@ -503,7 +530,11 @@ def _ltx_time_embedder(name: str, dim: int) -> Part:
 def autoencoder_kl_ltx_video(c: Config) -> Part:
     """``autoencoders/autoencoder_kl_ltx.py`` ``AutoencoderKLLTXVideo`` (LTX-Video 0.9.0/0.9.1:
     ``LTXVideoDownBlock3D`` encoder blocks, optional timestep-conditioned decoder)."""
-    p, pt = c["patch_size"], c["patch_size_t"]
+    p = c["patch_size"]
+    if c["patch_size_t"] != 1:
+        # LTXVideoEncoder3d/Decoder3d size conv_in and conv_out by patch_size alone, while
+        # their forward folds patch_size_t frames into the channels: only 1 builds what runs
+        raise UnsupportedConfig(f"patchSizeT {c['patch_size_t']} (1 only)")
     boc = list(c["block_out_channels"])
     layers = list(c["layers_per_block"])
     scaling = list(c["spatio_temporal_scaling"])
@@ -572,7 +603,7 @@ def autoencoder_kl_ltx_video(c: Config) -> Part:
         _causal("conv_in", c["latent_channels"], top, K3),
         mid,
         sequence("up_blocks", *ups),
-        _causal("conv_out", out, c["out_channels"] * p * p * pt, K3),
+        _causal("conv_out", out, c["out_channels"] * p * p, K3),
         param("timestep_scale_multiplier", 1) if timestep else None,
         _ltx_time_embedder("time_embedder", out * 2) if timestep else None,
         param("scale_shift_table", 2 * out) if timestep else None,
