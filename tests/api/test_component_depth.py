@@ -70,3 +70,13 @@ def test_a_per_level_list_is_refused_past_eight_levels() -> None:
     with pytest.raises(InvalidWorkload) as caught:
         parse_workload(_with(doc, "unet", "transformerLayersPerBlock", [1, 2, 17]))
     assert "transformerLayersPerBlock: item 2 must be between 0 and 16, not 17" in str(caught.value)
+
+
+def test_an_empty_component_list_is_refused_in_plain_words() -> None:
+    doc = _example("sd15-txt2img-l4.yaml")
+    doc["spec"]["model"]["pipeline"]["components"] = []
+    with pytest.raises(InvalidWorkload) as caught:
+        parse_workload(doc)
+    assert [str(p) for p in caught.value.problems] == [
+        "spec.model.pipeline.components: must have at least 1 item, not 0"
+    ]

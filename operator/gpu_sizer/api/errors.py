@@ -246,6 +246,10 @@ def _message(err: Any, model: type[BaseModel] | None) -> str:
         return "must be a finite number"
     if kind == "too_long":
         return f"must have at most {ctx.get('max_length')} items, not {ctx.get('actual_length')}"
+    if kind == "too_short":
+        least = ctx.get("min_length")
+        items = "item" if least == 1 else "items"
+        return f"must have at least {least} {items}, not {ctx.get('actual_length')}"
     if kind == "string_too_long":
         length = len(err["input"]) if isinstance(err.get("input"), str) else "more"
         return f"must be at most {ctx.get('max_length')} characters long, not {length}"
