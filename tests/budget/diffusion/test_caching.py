@@ -155,3 +155,34 @@ def _count(doc: Any) -> int:
 @given(doc=_VALUES, limit=st.integers(0, 40))
 def test_the_size_guard_counts_every_member_and_item(doc: Any, limit: int) -> None:
     assert _holds_more_than({"x": doc}, limit) == (_count({"x": doc}) > limit)
+
+
+def test_the_component_cache_is_bounded_by_what_it_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deep configs are few per budget: the cache evicts by module-tree nodes held, not only by
+    entries, so distinct deep UNets cannot grow a verdict worker past its memory limit."""
+    from gpu_sizer.budget.diffusion import resolved
+
+    def unet(channels: int) -> dict[str, Any]:
+        config = {
+            "blockOutChannels": [channels] * 8,
+            "downBlockTypes": ["CrossAttnDownBlock2D"] * 8,
+            "upBlockTypes": ["CrossAttnUpBlock2D"] * 8,
+            "layersPerBlock": 8,
+            "transformerLayersPerBlock": 4,
+        }
+        return resolved_config("UNet2DConditionModel", config)
+
+    cache_clear()
+    first = component_model("UNet2DConditionModel", unet(320))
+    assert not isinstance(first, str)
+    monkeypatch.setattr(resolved, "CACHE_PARTS", 3 * first.parts)
+    for i in range(1, 8):
+        component_model("UNet2DConditionModel", unet(320 + 32 * i))
+        held = resolved._HELD[0]
+        assert held <= 3 * first.parts
+        assert held == sum(resolved._weight(e) for e in resolved._CACHE.values())
+    assert len(resolved._CACHE) == 3
+    again = component_model("UNet2DConditionModel", unet(320))  # evicted, built again: equal
+    assert not isinstance(again, str) and again.params == first.params
+    cache_clear()
+    assert resolved._HELD[0] == 0

@@ -44,6 +44,7 @@ __all__ = [
     "module",
     "param",
     "parameter_count",
+    "part_count",
     "rms_norm",
     "sequence",
     "sequential_resident",
@@ -144,6 +145,12 @@ def parameter_count(part: Part) -> int:
     if part.tensor:
         return 0 if part.is_buffer else part.numel * part.copies
     return part.copies * sum(parameter_count(c) for c in part.children)
+
+
+def part_count(part: Part) -> int:
+    """:class:`Part` objects in the tree as it is held in memory (a repeated child is one
+    object, whatever its ``copies``): what a cached component costs to keep."""
+    return 1 + sum(part_count(c) for c in part.children)
 
 
 def buffer_count(part: Part) -> int:

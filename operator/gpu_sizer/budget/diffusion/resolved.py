@@ -9,7 +9,9 @@ config (the keys the class reads, with their defaults: two specs that spell the 
 differently share one entry) and each :class:`ComponentModel` memoises its walks by their
 arguments, so a warm estimate costs a few dictionary look-ups per component.
 
-The cache is bounded (:data:`CACHE_SIZE` configs); :func:`cache_clear` empties it
+The cache is bounded by entries (:data:`CACHE_SIZE` configs) and by what they hold
+(:data:`CACHE_PARTS` module-tree nodes in all), least recently used out first;
+:func:`cache_clear` empties it
 (``hack/bench-estimate.py`` does, to time the first sight of a pipeline).
 
 """
@@ -28,12 +30,14 @@ from gpu_sizer.budget.diffusion.parts import (
     group_resident,
     layerwise_cast_elements,
     parameter_count,
+    part_count,
     sequential_resident,
     tensor_bytes,
 )
 from gpu_sizer.budget.diffusion.registry import KINDS, Kind
 
 __all__ = [
+    "CACHE_PARTS",
     "CACHE_SIZE",
     "MEMO_SIZE",
     "ComponentModel",
@@ -45,6 +49,13 @@ __all__ = [
 
 #: Distinct (class, config) entries kept; a pipeline has at most a handful of components.
 CACHE_SIZE: Final = 512
+#: Module-tree nodes (:func:`~gpu_sizer.budget.diffusion.parts.part_count`) kept, all entries
+#: together. A node takes about 200 bytes with the figures memoised on it (tracemalloc over
+#: the examples' estimates: a published pipeline holds 490-3,000 nodes, 0.1-0.6 MB; a UNet at
+#: the depth bounds 9,700 nodes, 1.9 MB), so this keeps a verdict worker's cache near 50 MB
+#: however deep the configs it is sent: 512 entries of the deepest would hold about 1 GB, the
+#: chart's whole memory limit.
+CACHE_PARTS: Final = 262_144
 
 #: Figures memoised per component (weights per dtype, activations per shape).
 MEMO_SIZE: Final = 256
@@ -89,12 +100,14 @@ class ComponentModel:
     :param config: the resolved config (snake_case keys, defaults filled in).
     :param part: the module tree.
     :param params: ``model.parameters()`` elements.
+    :param parts: nodes of ``part`` (its weight in the cache).
     """
 
     kind: Kind
     config: dict[str, Any]
     part: Part
     params: int
+    parts: int = 1
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     def memo(self, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
@@ -164,13 +177,19 @@ class ComponentModel:
 
 
 _CACHE: Final[OrderedDict[tuple[str, Any], ComponentModel | str]] = OrderedDict()
+#: Sum of the cached entries' :attr:`ComponentModel.parts` (a reason string weighs 1).
+_HELD: Final[list[int]] = [0]
+
+
+def _weight(entry: ComponentModel | str) -> int:
+    return 1 if isinstance(entry, str) else entry.parts
 
 
 def component_model(cls: str, config: Mapping[str, Any]) -> ComponentModel | str:
     """The :class:`ComponentModel` of class ``cls`` for ``config`` (its
     :func:`gpu_sizer.api.components.resolved_config`), or why it cannot be built (the config
     selects a variant gpu-sizer does not size). Cached by ``cls`` and ``config``'s items, least
-    recently used first out beyond :data:`CACHE_SIZE` entries.
+    recently used first out beyond :data:`CACHE_SIZE` entries or :data:`CACHE_PARTS` nodes.
 
     :raises KeyError: ``cls`` is not a class gpu-sizer sizes.
     """
@@ -186,13 +205,15 @@ def component_model(cls: str, config: Mapping[str, Any]) -> ComponentModel | str
     except (UnsupportedConfig, LookupError, ValueError, TypeError, ZeroDivisionError) as exc:
         built = f"config not sized: {exc}"
     else:
-        built = ComponentModel(kind, dict(config), part, parameter_count(part))
+        built = ComponentModel(kind, dict(config), part, parameter_count(part), part_count(part))
     _CACHE[key] = built
-    if len(_CACHE) > CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    _HELD[0] += _weight(built)
+    while len(_CACHE) > 1 and (len(_CACHE) > CACHE_SIZE or _HELD[0] > CACHE_PARTS):
+        _HELD[0] -= _weight(_CACHE.popitem(last=False)[1])
     return built
 
 
 def cache_clear() -> None:
     """Forget every built component (the next estimate of each config builds it again)."""
     _CACHE.clear()
+    _HELD[0] = 0
