@@ -249,11 +249,8 @@ LTX_VIDEO_090: Config = {
 LTX_VIDEO_090_VAE: Config = {
     "latent_channels": 128,
     "block_out_channels": [128, 256, 512, 512],
-    "decoder_block_out_channels": [128, 256, 512, 512],
     "layers_per_block": [4, 3, 3, 3, 4],
-    "decoder_layers_per_block": [4, 3, 3, 3, 4],
     "spatio_temporal_scaling": [True, True, True, False],
-    "decoder_spatio_temporal_scaling": [True, True, True, False],
     "patch_size": 4,
     "patch_size_t": 1,
 }
