@@ -333,7 +333,7 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
         "WanImageToVideoPipeline",
         [
             ("text_encoder", "UMT5EncoderModel", UMT5_XXL),
-            ("image_encoder", "CLIPVisionModel", CLIP_VIT_H),
+            ("image_encoder", "CLIPVisionModelWithProjection", CLIP_VIT_H),
             ("transformer", "WanTransformer3DModel", WAN21_I2V_14B),
             ("vae", "AutoencoderKLWan", WAN21_VAE),
         ],
