@@ -103,6 +103,7 @@ class SnapshotReader:
             present=present,
             calibration=self._calibrations.for_workload(prev, hash_, namespace),
             capacity=self._nodes.inventory().capacity() if spec.gpu_count > 1 else None,
+            host_memory=self._nodes.inventory().host_memory(),
         )
         weights = host = 0
         if assessment.estimate is not None:

@@ -58,10 +58,8 @@ whose CEL selector names the product (and MIG profile) seen in the slices.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
@@ -72,6 +70,7 @@ from gpu_sizer.inventory.nodes import (
     IgnoredNode,
     Inventory,
     Offer,
+    parse_quantity,
 )
 
 __all__ = [
@@ -92,34 +91,6 @@ MIB: Final = 1 << 20
 #: The DeviceClasses NVIDIA's driver chart creates (``deviceclass-gpu.yaml``/``deviceclass-mig.
 #: yaml``: ``type == 'gpu'`` / ``type == 'mig'`` devices of driver ``gpu.nvidia.com``).
 DEVICE_CLASSES: Final = DRA_DEVICE_CLASSES
-
-_SUFFIX: Final[dict[str, int]] = {
-    "": 1,
-    "Ki": 1 << 10,
-    "Mi": 1 << 20,
-    "Gi": 1 << 30,
-    "Ti": 1 << 40,
-    "Pi": 1 << 50,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-}
-_QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
-
-
-def parse_quantity(value: Any) -> int | None:
-    """A Kubernetes quantity (``80Gi``, ``81920Mi``, ``85899345920``) as an integer; ``None``
-    when unreadable (exponent forms and milli units are not used for device memory)."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        return None
-    try:
-        number = Decimal(match.group(1)) * _SUFFIX[match.group(2) or ""]
-    except InvalidOperation:
-        return None
-    return int(number) if number > 0 else None
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,11 @@ with the reason:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from decimal import Decimal, InvalidOperation
+from typing import Any, Final, Literal
 
 from gpu_sizer.api.record import driver_major
 from gpu_sizer.catalog import GPUClass, class_for_product, mig_class
@@ -63,6 +65,7 @@ __all__ = [
     "build_inventory",
     "parse_memory_label",
     "parse_node",
+    "parse_quantity",
 ]
 
 MIB = 1 << 20
@@ -84,6 +87,35 @@ _BYTES_THRESHOLD = 1 << 24
 #: MIG compute slices and memory slices of one GPU (A100, H100, H200: 7 and 8).
 _COMPUTE_SLICES = 7
 _MEMORY_SLICES = 8
+
+
+_SUFFIX: Final[dict[str, int]] = {
+    "": 1,
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "Pi": 1 << 50,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+}
+_QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+
+
+def parse_quantity(value: Any) -> int | None:
+    """A Kubernetes quantity (``80Gi``, ``81920Mi``, ``85899345920``) as an integer; ``None``
+    when unreadable (exponent forms and milli units are not used for memory)."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        return None
+    try:
+        number = Decimal(match.group(1)) * _SUFFIX[match.group(2) or ""]
+    except InvalidOperation:
+        return None
+    return int(number) if number > 0 else None
 
 
 @dataclass(frozen=True)
@@ -126,6 +158,9 @@ class GpuNode:
     #: :func:`gpu_sizer.api.record.driver_major`); empty when unknown. Part of the measurement
     #: key of what runs on this node.
     driver_major: str = ""
+    #: ``status.allocatable.memory`` in bytes: the host memory the kubelet lets pods request
+    #: (capacity less system and kube reserved and the eviction threshold); ``None`` if absent.
+    host_memory_bytes: int | None = None
 
     def classes(self) -> frozenset[str]:
         """Every class the node offers."""
@@ -162,6 +197,18 @@ class Inventory:
                 out[o.gpu_class] = ClassCapacity(
                     max(have.gpus_per_node, o.count), have.gpus + o.count, have.nodes + 1
                 )
+        return out
+
+    def host_memory(self) -> dict[str, int]:
+        """Per present class, the most host memory one of its nodes lets a pod request
+        (``status.allocatable.memory``, bytes): what a pod holding offloaded weights can get.
+        Classes none of whose nodes report it are left out (not checked)."""
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            if n.host_memory_bytes is None:
+                continue
+            for c in n.classes():
+                out[c] = max(out.get(c, 0), n.host_memory_bytes)
         return out
 
     def nodes_of(self, gpu_class: str) -> list[GpuNode]:
@@ -380,8 +427,9 @@ def parse_node(
     if isinstance(parsed, GpuNode):
         labels = (node.get("metadata") or {}).get("labels") or {}
         major = driver_major(labels) if isinstance(labels, Mapping) else None
-        if major:
-            parsed = replace(parsed, driver_major=major)
+        alloc = (node.get("status") or {}).get("allocatable") or {}
+        host = parse_quantity(alloc.get("memory")) if isinstance(alloc, Mapping) else None
+        parsed = replace(parsed, driver_major=major or "", host_memory_bytes=host)
     return parsed
 
 

@@ -59,6 +59,7 @@ from gpu_sizer.sizing.assessment import (
     spec_warnings,
 )
 from gpu_sizer.sizing.fix_cost import fix_cost
+from gpu_sizer.sizing.host_memory import held_by_nodes, host_problem
 from gpu_sizer.sizing.placement import snippets
 from gpu_sizer.sizing.workers import bound_problem, recommendation_fields
 
@@ -85,6 +86,7 @@ def assess(
     present: Collection[str] | None = None,
     calibration: Calibration | None = None,
     capacity: Mapping[str, ClassCapacity] | None = None,
+    host_memory: Mapping[str, int] | None = None,
 ) -> Assessment:
     """:func:`assess_or_raise`, with any exception the memory model raises turned into the
     verdict ``SizingFailed`` (fail safe: never admitted), whose message names the exception.
@@ -95,7 +97,12 @@ def assess(
     """
     try:
         return assess_or_raise(
-            spec, catalog, present=present, calibration=calibration, capacity=capacity
+            spec,
+            catalog,
+            present=present,
+            calibration=calibration,
+            capacity=capacity,
+            host_memory=host_memory,
         )
     except Exception as exc:  # the barrier: any bug becomes a verdict
         return sizing_failed(spec, exc)
@@ -108,6 +115,7 @@ def assess_or_raise(
     present: Collection[str] | None = None,
     calibration: Calibration | None = None,
     capacity: Mapping[str, ClassCapacity] | None = None,
+    host_memory: Mapping[str, int] | None = None,
 ) -> Assessment:
     """Estimate ``spec`` and choose the first allowed class (rank order) with the headroom.
 
@@ -121,7 +129,10 @@ def assess_or_raise(
     cheapest catalog class that fits. ``gpuCount`` is only the parallelism the spec declares;
     a job wider than a node is split into workers (:mod:`gpu_sizer.sizing.workers`), and a class
     whose nodes cannot hold it (``capacity``: the inventory's GPUs per class; without it the bound
-    of :data:`~gpu_sizer.sizing.workers.MAX_JOB_GPUS`) is not chosen.
+    of :data:`~gpu_sizer.sizing.workers.MAX_JOB_GPUS`) is not chosen. Nor is a class none of
+    whose nodes lets a pod request the host memory the estimate holds per node
+    (``host_memory``: the inventory's largest ``status.allocatable.memory`` per class, bytes;
+    see :mod:`gpu_sizer.sizing.host_memory`), for the spec and for each fix.
 
     Verdicts: ``Fits``; ``NoSafeHeadroom`` (no allowed class leaves
     ``spec.placement.minHeadroomFraction`` free; computed fixes attached); ``Incomplete`` (the
@@ -179,6 +190,15 @@ def assess_or_raise(
             pooled, estimate=calibrate(pooled.estimate, engine, on, calibration, pool=True)
         )
     est, capped = cap_figures(estimate(spec))
+    every = allowed  # the fixes judge each class by their own host memory
+    allowed = held_by_nodes(est.host_bytes_per_node or 0, every, host_memory)
+    if not allowed:
+        problem = host_problem(est.host_bytes_per_node or 0, every, host_memory)
+        message = (
+            f"{problem}: offload fewer components (spec.generation.offload, a component's "
+            "offload or device) or allow a class whose nodes have more memory"
+        )
+        return Assessment(est, Verdict.NoSafeHeadroom, message, None, [], warnings)
     if calibration is None:
         choice = choose_class(est.per_gpu.total_bytes, min_room, allowed, present)
     else:
@@ -186,7 +206,7 @@ def assess_or_raise(
     required = est.per_gpu.total_bytes
     if choice is None:
         largest = max(allowed, key=lambda c: c.usable)
-        fixes = [] if capped else _fixes(spec, est, allowed, largest)
+        fixes = [] if capped else _fixes(spec, est, every, largest, host_memory)
         scope = "allowed class" if names else "class in the catalog"
         message = (
             f"needs {gib(required)} per GPU x{est.gpu_count} ({largest_components(est)}); "
@@ -444,7 +464,11 @@ def _largest_fitting(
 
 
 def _fixes(
-    spec: GPUWorkloadSpec, est: EstimateStatus, allowed: Sequence[GPUClass], largest: GPUClass
+    spec: GPUWorkloadSpec,
+    est: EstimateStatus,
+    allowed: Sequence[GPUClass],
+    largest: GPUClass,
+    host_memory: Mapping[str, int] | None = None,
 ) -> list[Fix]:
     min_room = spec.placement.min_headroom_fraction
     # Where "fits on the largest class" turns false; steers the search, never decides it.
@@ -467,11 +491,18 @@ def _fixes(
         path: str, value: Any, changed: GPUWorkloadSpec, what: str, e: EstimateStatus | None = None
     ) -> Fix:
         e = estimate(changed) if e is None else e
-        choice = choose_class(e.per_gpu.total_bytes, min_room, allowed)
-        where = (
-            f"{choice.gpu_class.name} x{e.gpu_count}"
-            if choice
-            else f"still too big for {largest.name}"
+        host = e.host_bytes_per_node or 0
+        pool = held_by_nodes(host, allowed, host_memory)
+        choice = choose_class(e.per_gpu.total_bytes, min_room, pool) if pool else None
+        if choice:
+            where = f"{choice.gpu_class.name} x{e.gpu_count}"
+        elif not pool:
+            where = "more host memory per node than the allowed classes' nodes have"
+        else:
+            where = f"still too big for {largest.name}"
+        # A fix that moves weights to the host says what the node must hold.
+        held = (
+            f", {gib(host)} host memory per node" if host > (est.host_bytes_per_node or 0) else ""
         )
         return Fix(
             path,
@@ -479,7 +510,7 @@ def _fixes(
             e.per_gpu.total_bytes,
             choice.gpu_class.name if choice else None,
             e.gpu_count,
-            f"{what} ({gib(e.per_gpu.total_bytes)} per GPU, {where})",
+            f"{what} ({gib(e.per_gpu.total_bytes)} per GPU{held}, {where})",
         )
 
     out: list[Fix] = []
