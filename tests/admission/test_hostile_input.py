@@ -228,3 +228,56 @@ async def test_slow_clients_are_cut_off(strict_server: tuple[int, ssl.SSLContext
     assert set(zip(modes, endings, strict=True)) == {
         (mode, "closed by server") for mode in ("no-handshake", "headers", "body")
     }
+
+
+# --- the envelope: what is an AdmissionReview this server answers -------------------------------
+
+
+async def test_an_admission_review_v1beta1_is_refused_naming_what_is_accepted(
+    webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A tester's finding: v1beta1 was accepted and answered, though the chart registers
+    # admissionReviewVersions [v1] and the API server then sends v1 only.
+    review = admission_review(workload(inference()))
+    review["apiVersion"] = "admission.k8s.io/v1beta1"
+    for path in ("validate-gpuworkload", "mutate-gpuworkload"):
+        resp = await webhook.post_raw(path, json.dumps(review).encode())
+        assert resp.status == 400
+        assert await resp.text() == (
+            "malformed AdmissionReview:\n"
+            "apiVersion: 'admission.k8s.io/v1beta1' is not accepted; this webhook accepts "
+            "'admission.k8s.io/v1' only (list v1 in the webhook configuration's "
+            "admissionReviewVersions, as the chart does)\n"
+        )
+    assert tracebacks(caplog) == []
+
+
+async def test_a_body_of_another_kind_is_refused_naming_kind_and_value(webhook: Webhook) -> None:
+    # A tester's finding: `kind: Pod` got pydantic's "Input should be 'AdmissionReview'".
+    review = admission_review(workload(inference()))
+    review["kind"] = "Pod"
+    status, text = await post(webhook, review)
+    assert status == 400
+    assert text == (
+        "malformed AdmissionReview:\n"
+        "kind: 'Pod' is not an AdmissionReview; expected kind 'AdmissionReview'\n"
+    )
+    # A bare manifest posted to the webhook: every line names its field.
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    status, text = await post(webhook, pod)
+    assert status == 400
+    assert text == (
+        "malformed AdmissionReview:\n"
+        "apiVersion: 'v1' is not accepted; this webhook accepts 'admission.k8s.io/v1' only "
+        "(list v1 in the webhook configuration's admissionReviewVersions, as the chart does)\n"
+        "kind: 'Pod' is not an AdmissionReview; expected kind 'AdmissionReview'\n"
+        "request: required field is missing\n"
+    )
+    del review["kind"], review["apiVersion"]
+    status, text = await post(webhook, review)
+    assert status == 400
+    assert text == (
+        "malformed AdmissionReview:\n"
+        "apiVersion: required field is missing; expected 'admission.k8s.io/v1'\n"
+        "kind: required field is missing; expected 'AdmissionReview'\n"
+    )

@@ -393,7 +393,7 @@ async def test_malformed_reviews_get_a_clear_400_and_the_server_keeps_serving(
     assert resp.status == 400
     assert await resp.text() == (
         "malformed AdmissionReview:\n"
-        "kind: Input should be 'AdmissionReview'\n"
+        "kind: 'AdmissionReviewList' is not an AdmissionReview; expected kind 'AdmissionReview'\n"
         "request.uid: required field is missing\n"
         "request.operation: Input should be 'CREATE', 'UPDATE', 'DELETE' or 'CONNECT'\n"
     )

@@ -64,6 +64,7 @@ from gpu_sizer.catalog import DEFAULT_CATALOG, GPUClass, load_catalog_file
 from gpu_sizer.policy.namespace import PolicyError, load_policy, parse_policy
 
 __all__ = [
+    "ADMISSION_REVIEW_VERSION",
     "BODY_TIMEOUT",
     "HANDLER_IDS",
     "HANDSHAKE_TIMEOUT",
@@ -106,6 +107,8 @@ BODY_TIMEOUT = 10.0
 #: decodes in tens of microseconds, less than handing it to a worker thread costs. Larger ones
 #: (an UPDATE of a large object decodes for tens of milliseconds) go to the worker threads.
 INLINE_DECODE_BYTES = 64 << 10
+#: The AdmissionReview version accepted (and answered in): the one the chart registers.
+ADMISSION_REVIEW_VERSION = "admission.k8s.io/v1"
 #: The resources the handlers serve, as (group, version, plural).
 SERVED_RESOURCES: frozenset[tuple[str, str, str]] = frozenset(
     {(GROUP, VERSION, PLURAL), ("", "v1", "pods")}
@@ -171,23 +174,55 @@ class _RequestPayload(_Loose):
 
 
 class ReviewEnvelope(_Loose):
-    """The parts of an ``admission.k8s.io/v1`` AdmissionReview request that kopf relies on."""
+    """The parts of an ``admission.k8s.io/v1`` AdmissionReview request that kopf relies on.
 
-    api_version: Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"] = Field(
-        alias="apiVersion"
-    )
-    kind: Literal["AdmissionReview"]
+    ``apiVersion`` and ``kind`` are checked by :func:`envelope_problems` itself, which names
+    the value sent and the one expected (pydantic would say "Input should be ...")."""
+
+    api_version: object = Field(None, alias="apiVersion")
+    kind: object = None
     request: _RequestPayload
+
+
+def _identity_problems(data: dict[str, Any]) -> list[str]:
+    """``apiVersion`` and ``kind`` lines: the value sent, and what this server accepts.
+
+    Only ``admission.k8s.io/v1`` is accepted. The chart registers ``admissionReviewVersions:
+    [v1]``, and the API server sends the first version of that list it speaks, so it never sends
+    v1beta1 here (v1 has been served since Kubernetes 1.16; the chart's floor is 1.28). A
+    v1beta1 review means a configuration made by hand that lists it: a 400 saying so is what
+    its author needs to see, rather than answers in a version no test of this server covers.
+    """
+    problems = []
+    for field, expected in (("apiVersion", ADMISSION_REVIEW_VERSION), ("kind", "AdmissionReview")):
+        value = data.get(field)
+        if value is None:
+            problems.append(f"{field}: required field is missing; expected {expected!r}")
+        elif value != expected:
+            problems.append(f"{field}: {value!r} {_IDENTITY_MISMATCH[field].format(expected)}")
+    return problems
+
+
+_IDENTITY_MISMATCH = {
+    "apiVersion": (
+        "is not accepted; this webhook accepts {!r} only (list v1 in the webhook "
+        "configuration's admissionReviewVersions, as the chart does)"
+    ),
+    "kind": "is not an AdmissionReview; expected kind {!r}",
+}
 
 
 def envelope_problems(data: Any) -> list[str]:
     """``field: message`` lines for everything wrong with an AdmissionReview; empty if sound."""
     if not isinstance(data, dict):
         return ["(body): must be a JSON object (an AdmissionReview)"]
+    problems = _identity_problems(data)
     try:
         review = ReviewEnvelope.model_validate(data)
     except ValidationError as exc:
-        return [str(p) for p in problems_from(exc)]
+        return problems + [str(p) for p in problems_from(exc)]
+    if problems:
+        return problems
     request = review.request
     if request.operation in JUDGED_OPERATIONS and request.object is None:
         return [
