@@ -281,3 +281,23 @@ async def test_a_body_of_another_kind_is_refused_naming_kind_and_value(webhook: 
         "apiVersion: required field is missing; expected 'admission.k8s.io/v1'\n"
         "kind: required field is missing; expected 'AdmissionReview'\n"
     )
+
+
+async def test_a_number_too_long_to_convert_is_named_without_python_internals(
+    webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A tester's finding: a 5,000-digit integer was "body is not JSON" with Python's advice
+    # to call sys.set_int_max_str_digits().
+    text = json.dumps(admission_review(workload(inference())))
+    assert '"maxNumSeqs": 4' in text
+    body = text.replace('"maxNumSeqs": 4', '"maxNumSeqs": ' + "9" * 5000).encode()
+    for path in ("validate-gpuworkload", "mutate-gpuworkload"):
+        resp = await webhook.post_raw(path, body)
+        assert resp.status == 400
+        answer = await resp.text()
+        assert answer == (
+            "malformed AdmissionReview: the body is JSON, but a number in it is too long: "
+            "more than 4300 digits, far beyond any field's range\n"
+        )
+    assert tracebacks(caplog) == []
+    assert (await webhook.validate(admission_review(workload(inference()))))["allowed"]

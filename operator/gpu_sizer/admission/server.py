@@ -287,8 +287,17 @@ def decode_review(
         )
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise BadReview(400, f"malformed AdmissionReview: body is not JSON ({exc})") from None
+    except ValueError:
+        # The one other ValueError of the decoder: an integer longer than the interpreter
+        # converts (sys.get_int_max_str_digits, 4300 by default). The text is JSON; its
+        # advice to raise that limit is for the server's author, not the client.
+        raise BadReview(
+            400,
+            "malformed AdmissionReview: the body is JSON, but a number in it is too long: more "
+            f"than {sys.get_int_max_str_digits()} digits, far beyond any field's range",
+        ) from None
     problems = envelope_problems(data)
     if problems:
         raise BadReview(400, "malformed AdmissionReview:\n" + "\n".join(problems))
