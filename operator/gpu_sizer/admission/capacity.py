@@ -10,6 +10,15 @@ this bound: docs/benchmarks.md, "Admission webhook"). So:
   plus one per :data:`UNIT_BYTES` of its body (an 8 MiB body decodes into some 100 MiB of Python
   objects, so a few big reviews take the room of many small ones, and memory stays bounded
   whatever the mix). At most :data:`MAX_QUEUED` more reviews wait for room;
+* room is taken once the body is in, not before: the API server sends a review's body in one
+  write, so a body still arriving is a client that trickles it, and while room was taken first
+  200 connections sending a byte a second held all of it and the API server's reviews got 429.
+  A body being received, or received and waiting for room, holds no unit; the bytes all such
+  bodies hold are bounded instead (:data:`BODY_BYTES`, :meth:`AdmissionCapacity.receive`), the
+  review that would pass the bound is answered 429 (reason ``BodyBytes``), and the server gives
+  the body the review's own deadline to arrive (half its timeout, shared with the wait for
+  room). The number of bodies being received is not bounded: a stalled sender costs a socket
+  and the bytes it sent, and a bound on their number would be the slots a slow sender fills;
 * a review arriving to a full queue is shed at once with HTTP 429, and one that gets no room
   within half of its own timeout with HTTP 503, both with ``Retry-After: 1``. The API server's
   webhook client retries such answers after that second within the same timeout (client-go's
@@ -33,7 +42,8 @@ this bound: docs/benchmarks.md, "Admission webhook"). So:
   hands the rest over, so past the rate it sustains requests wait in it, unseen, before any
   bound above applies, and a 429 written after that wait arrives as late as an answer would.
   While the loop runs more than :data:`LAG_BUDGET` behind, a review is shed with HTTP 429
-  (reason ``LoopLag``) before its body is even read, which costs the loop what a bare HTTP
+  (reason ``LoopLag``) before its body is even read (:meth:`AdmissionCapacity.shed_unread`;
+  so is one that arrives to a full queue), which costs the loop what a bare HTTP
   server pays per request, so the loop catches up instead of falling further behind. This is
   the event-loop-lag test of Node's ``toobusy-js``, applied before the work rather than after.
 """
@@ -57,6 +67,7 @@ from gpu_sizer.admission.workers import PROCESSES, WorkerPool
 from gpu_sizer.metrics import ADMISSION_IN_FLIGHT, ADMISSION_SHED
 
 __all__ = [
+    "BODY_BYTES",
     "CAPACITY_UNITS",
     "DEFAULT_TIMEOUT",
     "LAG_BUDGET",
@@ -66,6 +77,7 @@ __all__ = [
     "UNIT_BYTES",
     "WORKERS",
     "AdmissionCapacity",
+    "BodyReceipt",
     "Overloaded",
     "request_timeout",
 ]
@@ -87,6 +99,11 @@ logger = logging.getLogger(__name__)
 CAPACITY_UNITS: Final = 32
 #: Body bytes per extra unit a review costs (a 1.5 MiB object: 7 units).
 UNIT_BYTES: Final = 256 << 10
+#: Bytes that the bodies of reviews not yet in room (being received, or received and waiting)
+#: may hold together: four of the largest bodies accepted (``MAX_BODY_BYTES``, 8 MiB), or a
+#: full queue of reviews of 256 KiB. Raw bytes, which cost a twelfth of what they decode to;
+#: past it a stalled sender's bytes make new reviews shed, never the server's memory grow.
+BODY_BYTES: Final = 32 << 20
 #: Reviews waiting for room. At about 2 ms of CPU per review (docs/benchmarks.md) a full queue
 #: drains in a fraction of a second; beyond it, waiting only adds latency.
 MAX_QUEUED: Final = 128
@@ -171,6 +188,8 @@ class AdmissionCapacity:
 
     :param units: room for reviews worked on at once (:data:`CAPACITY_UNITS`).
     :param unit_bytes: body bytes per extra unit a review costs (:data:`UNIT_BYTES`).
+    :param body_bytes: bytes the bodies of reviews not yet in room may hold together
+        (:data:`BODY_BYTES`, :meth:`receive`).
     :param max_queued: reviews waiting for room; more are shed with 429.
     :param workers: threads for the CPU work that stays in this process (:meth:`run_here`).
     :param processes: worker processes for verdicts (:meth:`run`); 0 runs them in the threads
@@ -189,6 +208,7 @@ class AdmissionCapacity:
         *,
         units: int = CAPACITY_UNITS,
         unit_bytes: int = UNIT_BYTES,
+        body_bytes: int = BODY_BYTES,
         max_queued: int = MAX_QUEUED,
         workers: int = WORKERS,
         processes: int = PROCESSES,
@@ -197,15 +217,19 @@ class AdmissionCapacity:
         lag_budget: float = LAG_BUDGET,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if units < 1 or unit_bytes < 1 or max_queued < 0 or workers < 1 or processes < 0:
+        if min(units, unit_bytes, body_bytes, workers) < 1 or max_queued < 0 or processes < 0:
             raise ValueError("capacity bounds must be positive")
         if not 0 < queue_share <= 1:
             raise ValueError("queue_share must be in (0, 1]")
         self.units = units
         self.unit_bytes = unit_bytes
+        self.body_bytes = body_bytes
         self.max_queued = max_queued
         self.queue_share = queue_share
         self._free = units
+        #: Bodies being received or waiting for room (:meth:`receive`), and their bytes.
+        self._receiving = 0
+        self._held_body_bytes = 0
         self._queue: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="admission")
         self.processes = processes
@@ -237,36 +261,110 @@ class AdmissionCapacity:
         """Reviews waiting for room now."""
         return len(self._queue)
 
+    @property
+    def free(self) -> int:
+        """Units of room free now."""
+        return self._free
+
+    @property
+    def receiving(self) -> int:
+        """Reviews whose body is being received, or received and waiting for room."""
+        return self._receiving
+
+    @property
+    def held_body_bytes(self) -> int:
+        """Bytes the bodies of those reviews hold."""
+        return self._held_body_bytes
+
+    def now(self) -> float:
+        """The capacity's clock (monotonic seconds): what :meth:`slot`'s ``started`` is read on."""
+        return self._clock()
+
+    def shed_unread(self) -> None:
+        """Shed a review before its body is read, when that is already the answer: the loop runs
+        behind (``LoopLag``) or the queue is full (``QueueFull``), both 429.
+
+        Reading the body is what a trickling sender stretches, so room is taken after it
+        (:meth:`receive`, then :meth:`slot`); but shedding needs no body, and a loop that is
+        behind gains most from a review it need not read. The loop's lag is judged here only,
+        not again once the body is in: receiving large bodies is itself what makes the loop
+        lag (their TLS records are decrypted on it), and a review shed then has cost its read
+        for nothing. The first review after an idle spell starts the lag timer and is never
+        refused by it.
+        """
+        if self._lag_timer_running():
+            self._refuse_when_behind()
+        if len(self._queue) >= self.max_queued:
+            raise self._queue_full()
+
+    def _lag_timer_running(self) -> bool:
+        """Whether the lag timer runs; if not, it is started now (when watched)."""
+        if self._timer is not None:
+            return True
+        if self._watching:
+            self._schedule_lag_timer()
+        return False
+
+    @contextlib.asynccontextmanager
+    async def receive(self) -> AsyncIterator[BodyReceipt]:
+        """Account for one review's body from its first byte until it has room: the receipt's
+        :meth:`~BodyReceipt.take` adds bytes as they arrive, :meth:`~BodyReceipt.release` (once
+        room is granted, or when this ends) gives them back. While held, the loop's lag is
+        read as for a review in room.
+        """
+        receipt = BodyReceipt(self)
+        self._receiving += 1
+        try:
+            yield receipt
+        finally:
+            receipt.release()
+
+    def _take_body_bytes(self, count: int) -> None:
+        held = self._held_body_bytes + count
+        if held > self.body_bytes:
+            ADMISSION_SHED.labels("BodyBytes").inc()
+            raise Overloaded(
+                429,
+                "BodyBytes",
+                "webhook overloaded: request bodies being received or waiting for room would hold "
+                f"{_size(held)} (budget {_size(self.body_bytes)}); retry shortly",
+            )
+        self._held_body_bytes = held
+
+    def _give_body_bytes(self, count: int) -> None:
+        self._held_body_bytes -= count
+        self._receiving -= 1
+
     def cost(self, body_bytes: int) -> int:
         """Units a review with a body of ``body_bytes`` takes (at most all of them)."""
         return min(self.units, 1 + max(body_bytes, 0) // self.unit_bytes)
 
     @contextlib.asynccontextmanager
-    async def slot(self, timeout: float, body_bytes: int = 0) -> AsyncIterator[None]:
+    async def slot(
+        self, timeout: float, body_bytes: int = 0, *, started: float | None = None
+    ) -> AsyncIterator[None]:
         """Hold room for one review while it is worked on, first come first served.
 
-        ``timeout`` is the review's own (:func:`request_timeout`), ``body_bytes`` its size.
+        ``timeout`` is the review's own (:func:`request_timeout`), ``body_bytes`` its size,
+        ``started`` when the review arrived on :meth:`now`'s clock (now by default): receiving
+        its body and waiting for room share one deadline, ``queue_share x timeout`` from then.
 
-        :raises Overloaded: the queue is full (429), or no room came within
-            ``queue_share x timeout`` (503).
+        :raises Overloaded: the queue is full (429), or no room came by the deadline (503).
         """
-        if self._timer is None:
-            if self._watching:
-                self._schedule_lag_timer()
-        else:
-            self._refuse_when_behind()
-        due = _DUE.set((self._clock() + timeout * self.queue_share, timeout))
+        self._lag_timer_running()
+        at = (self._clock() if started is None else started) + timeout * self.queue_share
+        due = _DUE.set((at, timeout))
         try:
-            async with self._room(timeout, body_bytes):
+            async with self._room(timeout, body_bytes, at):
                 yield
         finally:
             _DUE.reset(due)
 
     @contextlib.asynccontextmanager
-    async def _room(self, timeout: float, body_bytes: int) -> AsyncIterator[None]:
+    async def _room(self, timeout: float, body_bytes: int, at: float) -> AsyncIterator[None]:
         cost = self.cost(body_bytes)
         if self._queue or self._free < cost:
-            await self._wait(cost, timeout)
+            await self._wait(cost, timeout, at)
         else:
             self._free -= cost
         ADMISSION_IN_FLIGHT.inc()
@@ -299,7 +397,7 @@ class AdmissionCapacity:
         assert self._due is not None
         late = max(0.0, self._clock() - self._due)
         self._lag = LAG_WEIGHT * late + (1 - LAG_WEIGHT) * self._lag
-        if self._free < self.units or self._queue:
+        if self._free < self.units or self._queue or self._receiving:
             self._schedule_lag_timer()
         else:  # nothing held: no review waits behind the loop; the next one starts it again
             self._timer = self._due = None
@@ -317,20 +415,23 @@ class AdmissionCapacity:
                 f"(budget {1000 * self.lag_budget:.0f} ms); retry shortly",
             )
 
-    async def _wait(self, cost: int, timeout: float) -> None:
+    def _queue_full(self) -> Overloaded:
+        ADMISSION_SHED.labels("QueueFull").inc()
+        return Overloaded(
+            429,
+            "QueueFull",
+            f"webhook overloaded: {len(self._queue)} reviews waiting; retry shortly",
+        )
+
+    async def _wait(self, cost: int, timeout: float, at: float) -> None:
         if len(self._queue) >= self.max_queued:
-            ADMISSION_SHED.labels("QueueFull").inc()
-            raise Overloaded(
-                429,
-                "QueueFull",
-                f"webhook overloaded: {len(self._queue)} reviews waiting; retry shortly",
-            )
+            raise self._queue_full()
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (cost, granted)
         self._queue.append(entry)
         budget = timeout * self.queue_share
         try:
-            async with asyncio.timeout(budget):
+            async with asyncio.timeout(max(0.0, at - self._clock())):
                 await granted
         except BaseException as exc:
             if granted.done() and not granted.cancelled():
@@ -536,3 +637,39 @@ class AdmissionCapacity:
         work finishes)."""
         self._executor.shutdown(wait=False, cancel_futures=True)
         self.stop()
+
+
+class BodyReceipt:
+    """The bytes of one review's body received while it has no room
+    (:meth:`AdmissionCapacity.receive`), counted against the capacity's ``body_bytes`` until
+    released."""
+
+    __slots__ = ("_capacity", "_open", "bytes")
+
+    def __init__(self, capacity: AdmissionCapacity) -> None:
+        self._capacity = capacity
+        self._open = True
+        #: Bytes taken so far.
+        self.bytes = 0
+
+    def take(self, count: int) -> None:
+        """Add ``count`` bytes just received.
+
+        :raises Overloaded: 429 (``BodyBytes``) when the bodies not yet in room would hold more
+            than the capacity's bound; the bytes are not taken.
+        """
+        if self._open:
+            self._capacity._take_body_bytes(count)
+            self.bytes += count
+
+    def release(self) -> None:
+        """Give the bytes back: the review has room (its units account for the body from now
+        on), or it ended. Once; later calls do nothing."""
+        if self._open:
+            self._open = False
+            self._capacity._give_body_bytes(self.bytes)
+            self.bytes = 0
+
+
+def _size(count: int) -> str:
+    return f"{count >> 10} KiB" if count < 1 << 20 else f"{count / (1 << 20):.3g} MiB"

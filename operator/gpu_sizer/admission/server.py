@@ -49,7 +49,12 @@ from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpu_sizer.admission import direct
-from gpu_sizer.admission.capacity import AdmissionCapacity, Overloaded, request_timeout
+from gpu_sizer.admission.capacity import (
+    AdmissionCapacity,
+    BodyReceipt,
+    Overloaded,
+    request_timeout,
+)
 from gpu_sizer.admission.changes import JUDGED_OPERATIONS
 from gpu_sizer.admission.handlers import (
     DIRECT_ROUTES,
@@ -101,7 +106,8 @@ HANDSHAKE_TIMEOUT = 10.0
 #: in one write; a client trickling its headers byte by byte (slowloris) is closed after this.
 #: The API server's HTTP client reconnects transparently when an idle connection was closed.
 IDLE_TIMEOUT = 10.0
-#: Seconds a client may take to send the body once its headers are in.
+#: Seconds a client may take to send the body once its headers are in, at most: the review's
+#: own deadline (half its timeout, 5 s at the API server's 10 s) is usually shorter.
 BODY_TIMEOUT = 10.0
 #: Bodies up to this size, in bytes, are decoded on the event loop: a typical review (a few KiB)
 #: decodes in tens of microseconds, less than handing it to a worker thread costs. Larger ones
@@ -323,7 +329,9 @@ def decode_review(
     return data
 
 
-async def read_body(request: aiohttp.web.Request, limit: int) -> bytes:
+async def read_body(
+    request: aiohttp.web.Request, limit: int, receipt: BodyReceipt | None = None
+) -> bytes:
     """The request body, read as aiohttp's ``BaseRequest.read`` reads it, without keeping it.
 
     ``read`` keeps the bytes on the request (``_read_bytes``, aiohttp 3.14), and the request
@@ -331,13 +339,17 @@ async def read_body(request: aiohttp.web.Request, limit: int) -> bytes:
     that once sent a large review held its body: after 24 reviews of 8 MiB on 24 kept-alive
     connections a bare aiohttp server held 246 MiB, read this way 69 MiB (docs/benchmarks.md).
     ``read`` also raises the connection's read buffer to the body limit; this leaves it at
-    aiohttp's 256 KiB chunks.
+    aiohttp's 256 KiB chunks. Each chunk is taken on ``receipt`` as it arrives, so the bytes
+    of all bodies not yet in room stay bounded however slowly they come.
 
     :raises aiohttp.web.HTTPRequestEntityTooLarge: more than ``limit`` bytes.
     :raises aiohttp.web.RequestPayloadError: the body is malformed (a bad chunked encoding).
+    :raises Overloaded: 429 (``BodyBytes``) from ``receipt``.
     """
     body = bytearray()
     while chunk := await request.content.readany():
+        if receipt is not None:
+            receipt.take(len(chunk))
         body.extend(chunk)
         if len(body) > limit:
             raise aiohttp.web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(body))
@@ -436,7 +448,8 @@ class AdmissionServer:
     :param handshake_timeout: seconds a client has to complete the TLS handshake.
     :param idle_timeout: seconds a connection may stay open without a complete request header,
         from the handshake or from the previous answer (aiohttp's keep-alive timer).
-    :param body_timeout: seconds a client has to send the request body once its headers are in.
+    :param body_timeout: seconds a client has to send the request body once its headers are in,
+        at most (the review's deadline, ``queue_share`` of its timeout, when that is shorter).
     :param capacity: bounds on concurrent work and the workers it runs in (started before the
         server listens, stopped when it stops), shared with
         the handlers (:func:`configure` passes the one it gives them); a new one by default.
@@ -526,41 +539,60 @@ class AdmissionServer:
         size = request.content_length
         if size is not None and size > self.max_body_bytes:
             return _text(413, f"request body exceeds {self.max_body_bytes} bytes")
+        timeout = request_timeout(request.query.get("timeout"))
+        started = self.capacity.now()
         try:
-            # Room is taken before the body is read: bodies held in memory are bounded too.
-            async with self.capacity.slot(
-                request_timeout(request.query.get("timeout")),
-                self.max_body_bytes if size is None else size,
-            ):
-                return await self._review(fn, webhook, request)
+            # Order, and why: (1) shed what needs no body (the loop behind, the queue full),
+            # the cheapest answer there is; (2) receive the body holding no room, only its
+            # bytes, within the review's deadline: a sender that trickles it must not hold the
+            # room the API server's reviews, sent in one write, need; (3) take room for the
+            # body as received, sharing that deadline, and decode and judge it in the room.
+            self.capacity.shed_unread()
+            async with self.capacity.receive() as receipt:
+                raw = await self._receive(request, receipt, timeout)
+                if isinstance(raw, aiohttp.web.Response):
+                    return raw
+                async with self.capacity.slot(timeout, len(raw), started=started):
+                    receipt.release()  # the room's units account for the body from here
+                    data = await self._decode(webhook, raw, request.charset)
+                    del raw
+                    if isinstance(data, aiohttp.web.Response):
+                        return data
+                    return await self._answer(fn, webhook, request, data)
         except Overloaded as exc:
             return _text(exc.status, str(exc), **{"Retry-After": "1"})
 
-    async def _review(
-        self, fn: kopf.WebhookFn, webhook: str, request: aiohttp.web.Request
-    ) -> aiohttp.web.Response:
+    async def _receive(
+        self, request: aiohttp.web.Request, receipt: BodyReceipt, timeout: float
+    ) -> bytes | aiohttp.web.Response:
+        """The body, or the answer for one that came too slowly, too large or unreadable."""
+        deadline = min(self.body_timeout, timeout * self.capacity.queue_share)
         try:
             if request.content.is_eof():  # received whole (the usual case): nothing to wait for
-                raw = await read_body(request, self.max_body_bytes)
-            else:
-                async with asyncio.timeout(self.body_timeout):
-                    raw = await read_body(request, self.max_body_bytes)
+                return await read_body(request, self.max_body_bytes, receipt)
+            async with asyncio.timeout(deadline):
+                return await read_body(request, self.max_body_bytes, receipt)
         except TimeoutError:
-            # A client trickling its body holds a connection and a buffer: cut it off.
-            return _text(408, f"request body not received within {self.body_timeout:g} s")
+            # A client trickling its body holds a connection and its bytes: cut it off.
+            return _text(408, f"request body not received within {deadline:g} s")
         except aiohttp.web.HTTPRequestEntityTooLarge:
             return _text(413, f"request body exceeds {self.max_body_bytes} bytes")
         except aiohttp.web.RequestPayloadError as exc:  # e.g. Content-Encoding gzip, not gzip
             return _text(400, f"malformed AdmissionReview: body unreadable ({_one_line(exc)})")
+
+    async def _decode(self, webhook: str, raw: bytes, charset: str | None) -> Any:
+        """The review in ``raw`` (:func:`decode_review`), or the answer for a bad one."""
+        served = self.resources & PATH_RESOURCES.get(webhook, self.resources)
         try:
-            served = self.resources & PATH_RESOURCES.get(webhook, self.resources)
             if len(raw) <= INLINE_DECODE_BYTES:
-                data = decode_review(raw, request.charset, served)
-            else:
-                data = await self.capacity.run_here(decode_review, raw, request.charset, served)
+                return decode_review(raw, charset, served)
+            return await self.capacity.run_here(decode_review, raw, charset, served)
         except BadReview as exc:
             return _text(exc.status, exc.text)
-        del raw
+
+    async def _answer(
+        self, fn: kopf.WebhookFn, webhook: str, request: aiohttp.web.Request, data: Any
+    ) -> aiohttp.web.Response:
         route = self.routes.get(webhook)
         try:
             if route is not None:
