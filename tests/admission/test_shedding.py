@@ -218,3 +218,37 @@ async def test_a_loop_that_runs_behind_sheds_reviews_before_reading_them() -> No
         assert capacity.lag() == 0.0
     finally:
         capacity.close()
+
+
+async def test_one_long_pause_of_the_loop_does_not_shed_the_reviews_after_it() -> None:
+    """A tester's finding: decoding a 7 MiB body of tiny values held the loop for 100-150 ms
+    once, and the lag that one late timer left in the smoothed figure shed the reviews that came
+    next, though the loop kept up again (they then waited a second for the API server's retry
+    instead of the pause). One reading counts as at most twice the budget, as one stalled piece
+    of work does for the pool's pace; a loop that stays behind is still shed within a few
+    readings."""
+    now = [100.0]
+    capacity = AdmissionCapacity(processes=0, lag_budget=0.025, clock=lambda: now[0])
+    capacity.watch_lag()
+
+    def reading(late: float) -> None:
+        """The lag timer fires ``late`` seconds late (called here, at once: no await between
+        readings lets the real timer fire on time in between)."""
+        assert capacity._timer is not None
+        capacity._timer.cancel()
+        capacity._due = now[0] - late
+        capacity._lag_timer()
+
+    try:
+        async with capacity.slot(10.0):
+            reading(0.150)
+            assert capacity.lag() == pytest.approx(0.25 * 0.050)
+            capacity.shed_unread()  # not refused: one pause is over
+            reading(0.150)
+            reading(0.150)
+            assert capacity.lag() == pytest.approx(0.25 * 0.050 * (1 + 0.75 + 0.75**2))
+            with pytest.raises(Overloaded) as err:  # three in a row: behind, and shed
+                capacity.shed_unread()
+            assert err.value.reason == "LoopLag"
+    finally:
+        capacity.close()

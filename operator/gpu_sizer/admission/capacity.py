@@ -395,7 +395,12 @@ class AdmissionCapacity:
 
     def _lag_timer(self) -> None:
         assert self._due is not None
-        late = max(0.0, self._clock() - self._due)
+        # One reading counts as at most twice the budget, as one stalled piece of work does
+        # for the pool's pace: a single long pause (a large body decoding, which holds the
+        # interpreter lock) is over when the timer reads it, and shedding the reviews behind
+        # it sends them to the API server's retry a second later instead of answering them
+        # after the pause; a loop that stays behind is still shed from the third late reading.
+        late = min(max(0.0, self._clock() - self._due), 2 * self.lag_budget)
         self._lag = LAG_WEIGHT * late + (1 - LAG_WEIGHT) * self._lag
         if self._free < self.units or self._queue or self._receiving:
             self._schedule_lag_timer()
