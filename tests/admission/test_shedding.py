@@ -252,3 +252,17 @@ async def test_one_long_pause_of_the_loop_does_not_shed_the_reviews_after_it() -
             assert err.value.reason == "LoopLag"
     finally:
         capacity.close()
+
+
+async def test_a_full_queue_sheds_unread_only_a_review_that_would_wait() -> None:
+    capacity = AdmissionCapacity(units=1, max_queued=0, processes=0)
+    try:
+        capacity.shed_unread()  # room is free: no queue to be full
+        async with capacity.slot(10.0):
+            capacity.shed_unread()  # an empty queue is not full: slot() decides, by its cost
+            with pytest.raises(Overloaded) as err:
+                async with capacity.slot(10.0):
+                    raise AssertionError("admitted beyond the room and a queue of none")
+            assert err.value.reason == "QueueFull"
+    finally:
+        capacity.close()

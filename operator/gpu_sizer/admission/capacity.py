@@ -294,7 +294,7 @@ class AdmissionCapacity:
         """
         if self._lag_timer_running():
             self._refuse_when_behind()
-        if len(self._queue) >= self.max_queued:
+        if self._queue and len(self._queue) >= self.max_queued:  # it would wait, and cannot
             raise self._queue_full()
 
     def _lag_timer_running(self) -> bool:

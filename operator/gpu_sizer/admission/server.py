@@ -573,6 +573,17 @@ class AdmissionServer:
     async def _handle(
         self, fn: kopf.WebhookFn, request: aiohttp.web.Request
     ) -> aiohttp.web.Response:
+        """One review, in this order, and why:
+
+        1. shed what needs no body (the loop running behind, the queue full:
+           :meth:`~AdmissionCapacity.shed_unread`), the cheapest answer there is;
+        2. receive the body holding no room, only its bytes
+           (:meth:`~AdmissionCapacity.receive`), within the review's deadline: the API
+           server sends a body in one write, and a sender that trickles one must not hold the
+           room the API server's reviews need (200 such senders held all of it for 10 s);
+        3. take room for the body as received, sharing that deadline, and decode and judge
+           it there: the units bound what decoded bodies hold.
+        """
         webhook = request.match_info["id"]
         if webhook not in self.paths:
             return _text(
@@ -586,11 +597,6 @@ class AdmissionServer:
         timeout = request_timeout(request.query.get("timeout"))
         started = self.capacity.now()
         try:
-            # Order, and why: (1) shed what needs no body (the loop behind, the queue full),
-            # the cheapest answer there is; (2) receive the body holding no room, only its
-            # bytes, within the review's deadline: a sender that trickles it must not hold the
-            # room the API server's reviews, sent in one write, need; (3) take room for the
-            # body as received, sharing that deadline, and decode and judge it in the room.
             self.capacity.shed_unread()
             async with self.capacity.receive() as receipt:
                 raw = await self._receive(request, receipt, timeout)
