@@ -108,8 +108,9 @@ ADMISSION_SHED = Counter(
     "Admission reviews refused unanswered because the webhook was overloaded, by reason "
     "(QueueFull: HTTP 429 at once; QueueTimeout: HTTP 503 after waiting half the timeout; "
     "Backlog: HTTP 429 at once, more work ahead in the worker processes than the latency budget; "
-    "LoopLag: HTTP 429 unread, the event loop runs behind its requests; WorkerLost: HTTP 503, "
-    "the worker process running the review ended).",
+    "LoopLag: HTTP 429 unread, the event loop runs behind its requests; BodyBytes: HTTP 429, "
+    "request bodies being received or waiting for room would hold more than 32 MiB; "
+    "WorkerLost: HTTP 503, the worker process running the review ended).",
     ["reason"],
     registry=REGISTRY,
 )
