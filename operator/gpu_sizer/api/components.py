@@ -489,19 +489,31 @@ _ITEM_BOUNDS: Final[dict[str, int]] = {"dual_attention_layers": 1024}
 _ITEM: Final[dict[str, type]] = {"ints": int, "int|ints": int, "strs": str, "bools": bool}
 
 
-def _limits(key: str) -> tuple[int, int]:
-    """(largest integer, most list items) the snake_case ``key`` may hold."""
-    return _DEPTH_BOUNDS.get(key, _BOUND), _ITEM_BOUNDS.get(key, _MAX_ITEMS)
+#: Keys whose zero is a size diffusers builds: layer counts (a stage without resnets, a DiT
+#: without single-stream blocks) and lists of layer indices. Every other integer the memory model
+#: reads is a width, a head count, a patch, a factor or a channel count, and zero there is a
+#: model that cannot exist (``nn.Conv2d`` with ``kernel_size=0``, a GroupNorm of no groups, an
+#: attention of no heads): diffusers raises building it, or divides by it, so it is refused with
+#: the key named rather than reach the estimate.
+_ZERO_ALLOWED: Final = frozenset(_DEPTH_BOUNDS) | {"dual_attention_layers", "attn_scales"}
 
 
-def _check(kind: str, value: Any, bound: int = _BOUND, items: int = _MAX_ITEMS) -> str | None:
+def _limits(key: str) -> tuple[int, int, int]:
+    """(smallest integer, largest integer, most list items) the snake_case ``key`` may hold."""
+    low = 0 if key in _ZERO_ALLOWED else 1
+    return low, _DEPTH_BOUNDS.get(key, _BOUND), _ITEM_BOUNDS.get(key, _MAX_ITEMS)
+
+
+def _check(
+    kind: str, value: Any, low: int = 0, bound: int = _BOUND, items: int = _MAX_ITEMS
+) -> str | None:
     """Why ``value`` is not of ``kind``, or ``None`` (``obj`` values are checked key by key in
-    :func:`config_problems`); integers (and list items) at most ``bound``, lists at most
-    ``items`` long (:func:`_limits`)."""
+    :func:`config_problems`); integers (and list items) from ``low`` to ``bound``, lists at
+    most ``items`` long (:func:`_limits`)."""
     t = type(value)
     if t is int:  # the common cases first, exactly (bool is not int here)
         if kind == "int" or kind == "int|ints":
-            return None if 0 <= value <= bound else f"must be between 0 and {bound}, not {value}"
+            return None if low <= value <= bound else _out_of_range(value, low, bound)
         if kind == "float" and 0 < value <= _BOUND:
             return None
     elif t is list and kind in _ITEM:
@@ -509,7 +521,7 @@ def _check(kind: str, value: Any, bound: int = _BOUND, items: int = _MAX_ITEMS) 
         if (
             len(value) <= items
             and all(type(v) is of for v in value)
-            and (of is not int or all(0 <= v <= bound for v in value))
+            and (of is not int or all(low <= v <= bound for v in value))
         ):
             return None
     elif (t is str and kind == "str") or (t is bool and kind == "bool"):
@@ -517,8 +529,8 @@ def _check(kind: str, value: Any, bound: int = _BOUND, items: int = _MAX_ITEMS) 
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             return "must be an integer"
-        if not 0 <= value <= bound:
-            return f"must be between 0 and {bound}, not {value}"
+        if not low <= value <= bound:
+            return _out_of_range(value, low, bound)
         return None
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -535,15 +547,23 @@ def _check(kind: str, value: Any, bound: int = _BOUND, items: int = _MAX_ITEMS) 
             return f"must have at most {items} items, not {len(value)}"
         item = {"ints": "int", "strs": "str", "bools": "bool"}[kind]
         for i, v in enumerate(value):
-            bad = _check(item, v, bound)
+            bad = _check(item, v, low, bound)
             if bad is not None:
                 return f"item {i} {bad}"
         return None
     if kind == "int|ints":
-        return _check("ints" if isinstance(value, list | tuple) else "int", value, bound, items)
+        return _check(
+            "ints" if isinstance(value, list | tuple) else "int", value, low, bound, items
+        )
     if kind == "obj":
         return None if isinstance(value, Mapping) else "must be an object"
     raise AssertionError(kind)
+
+
+def _out_of_range(value: int, low: int, bound: int) -> str:
+    if low == 1 and value < 1:
+        return f"must be at least 1, not {value} (a size of 0 builds no module)"
+    return f"must be between {low} and {bound}, not {value}"
 
 
 def _problems(
@@ -575,11 +595,11 @@ def _resolve_if_valid(
     key's own type are checked inline: this runs for every component of every spec parsed."""
     out: dict[str, Any] = {}
     get = config.get
-    for name, key, kind, spec, bound, items in _plan(wire):
+    for name, key, kind, spec, low, bound, items in _plan(wire):
         value = get(name, _MISSING)
         t = type(value)
         if t is int and (kind == "int" or kind == "int|ints"):
-            if not 0 <= value <= bound:
+            if not low <= value <= bound:
                 return None
         elif (t is str and kind == "str") or (t is bool and kind == "bool"):
             pass
@@ -591,7 +611,7 @@ def _resolve_if_valid(
                 continue
             if value is _MISSING:
                 value = spec.default
-        elif _check(kind, value, bound, items) is not None:
+        elif _check(kind, value, low, bound, items) is not None:
             return None
         elif kind == "obj":
             inner = _resolve_if_valid(spec.inner, value)
@@ -603,14 +623,14 @@ def _resolve_if_valid(
     return out
 
 
-_Step = tuple[str, str, str, ConfigKey, int, int]
+_Step = tuple[str, str, str, ConfigKey, int, int, int]
 _PLANS: Final[dict[int, tuple[Mapping[str, Any], list[_Step]]]] = {}
 
 
 def _plan(wire: Mapping[str, tuple[str, ConfigKey]]) -> list[_Step]:
-    """(camelCase key, snake_case key, kind, key spec, integer bound, most list items) of each
-    key of ``wire``, built once per wire table (the tables are module constants; each entry
-    keeps its table alive, so the id stays its own)."""
+    """(camelCase key, snake_case key, kind, key spec, smallest and largest integer, most list
+    items) of each key of ``wire``, built once per wire table (the tables are module constants;
+    each entry keeps its table alive, so the id stays its own)."""
     hit = _PLANS.get(id(wire))
     if hit is None or hit[0] is not wire:
         steps = [(n, k, c.kind, c, *_limits(k)) for n, (k, c) in wire.items()]
@@ -658,8 +678,6 @@ def _heads_divide(hidden: str, heads: str, prefix: str = "") -> _Rule:
 
     def rule(c: Mapping[str, Any]) -> list[tuple[str, str]]:
         h, n = c[hidden], c[heads]
-        if n < 1:
-            return [(prefix + to_camel(heads), "must be at least 1")]
         if h % n:
             return [
                 (
@@ -680,15 +698,14 @@ def _group_norms(c: Mapping[str, Any]) -> list[tuple[str, str]]:
     groups = c["norm_num_groups"]
     if groups is None:
         return []
-    if groups < 1:
-        return [("normNumGroups", "must be at least 1")]
     bad = [ch for ch in c["block_out_channels"] if ch % groups]
     if bad:
         return [
             (
                 "normNumGroups",
                 f"{groups} must divide every blockOutChannels entry ({bad[0]} is not a multiple"
-                f" of it): torch's GroupNorm refuses it",
+                f" of it): torch's GroupNorm refuses it; use a divisor, such as the"
+                f" published 32",
             )
         ]
     return []
@@ -726,13 +743,6 @@ def _vae_levels(c: Mapping[str, Any]) -> list[tuple[str, str]]:
         return []
     per = "one per downBlockTypes and upBlockTypes entry"
     return [("blockOutChannels", f"must have at least {n} items ({per}), not {have}")]
-
-
-def _factors(c: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """LTX's decoder divides each level's channels by its ``upsample_factor``
-    (``LTXVideoDecoder3d.__init__``: ``output_channel // upsample_factor[i]``)."""
-    bad = [f for f in c["upsample_factor"] if f < 1]
-    return [("upsampleFactor", "every item must be at least 1")] if bad else []
 
 
 def _rope_head_dim(c: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -803,7 +813,6 @@ _RULES: Final[dict[str, tuple[_Rule, ...]]] = {
             extra=1,
             at_least=True,
         ),
-        _factors,
     ),
     "AutoencoderKLWan": (_per_level("dim_mult", "temperal_downsample", extra=-1, at_least=True),),
     "WanTransformer3DModel": (_rope_head_dim,),
