@@ -500,10 +500,10 @@ def _fixes(
             where = "more host memory per node than the allowed classes' nodes have"
         else:
             where = f"still too big for {largest.name}"
-        # A fix that moves weights to the host says what the node must hold.
-        held = (
-            f", {gib(host)} host memory per node" if host > (est.host_bytes_per_node or 0) else ""
-        )
+        # A fix that changes what the host holds, or how (an offload mode), says what the node
+        # must hold: the GPU figure alone would not tell a platform engineer the RAM it needs.
+        moved = _moves_to_host(spec, est.host_bytes_per_node or 0, changed, host)
+        held = f", {gib(host)} host memory per node" if moved else ""
         return Fix(
             path,
             value,
@@ -644,6 +644,21 @@ def _fixes(
                 dp *= 2
     # cheapest first (gpu_sizer.sizing.fix_cost); image and video fixes returned above keep theirs
     return sorted(out, key=lambda f: fix_cost(f.field))
+
+
+def _moves_to_host(spec: GPUWorkloadSpec, before: int, changed: GPUWorkloadSpec, host: int) -> bool:
+    """Whether the fix ``changed``, holding ``host`` bytes of host memory per node where
+    ``spec`` holds ``before``, should say so: a fix that puts more there (an offload, a larger
+    offloaded figure); for an image or video pipeline also one that changes the figure the
+    other way (float8 weights offloaded) or changes how the host holds it (``Model`` to
+    ``Group`` or ``Sequential``: the same bytes, but the fix line must not leave the reader to
+    find the spec's figure in a warning). A fix that leaves both alone (vaeTiling under the
+    spec's offload) repeats nothing."""
+    if host <= 0:
+        return False
+    if spec.generation is None or changed.generation is None:
+        return host > before
+    return host != before or changed.generation.offload is not spec.generation.offload
 
 
 def _with_strategy(spec: GPUWorkloadSpec, strategy: ParallelStrategy, dp: int) -> GPUWorkloadSpec:

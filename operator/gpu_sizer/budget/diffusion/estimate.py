@@ -80,6 +80,7 @@ __all__ = [
 _FLOAT8 = (Dtype.float8_e4m3fn, Dtype.float8_e5m2)
 _STREAMED = (PipelineOffload.Sequential, PipelineOffload.Group)
 _OFFLOADED = (PipelineOffload.Model, PipelineOffload.Sequential, PipelineOffload.Group)
+_GIB: Final = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -650,7 +651,7 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
         runtime_overhead_bytes=runtime,
         total_bytes=peak.weights + peak.quant + peak.activations + runtime,
     )
-    notes += _offload_notes(comps)
+    notes += _offload_notes(comps, world)
     params = sum(c.params or 0 for c in comps)
     host = _host_bytes(comps)
     status = EstimateStatus(
@@ -679,18 +680,52 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
     return status, missing
 
 
+def _on_host(c: _Component) -> int:
+    """Bytes of ``c``'s weights (and quantization metadata) host memory holds in one process:
+    all of them when it runs on the CPU or is offloaded, else none. Offloaded weights live on the
+    host whole between forwards, once per process, in diffusers 0.42.1:
+
+    - ``Model`` (``DiffusionPipeline.enable_model_cpu_offload``, ``pipelines/pipeline_utils.py``):
+      accelerate's ``cpu_offload_with_hook`` moves each model to the CPU after it ran;
+    - ``Sequential`` (``enable_sequential_cpu_offload``): accelerate's ``cpu_offload`` saves the
+      state dict to the CPU and copies each submodule in for its forward;
+    - ``Group`` (``enable_group_offload``, ``hooks/group_offloading.py``): each ``ModuleGroup``
+      moves its parameters to the offload device and onloads them per group; with ``use_stream``
+      ``ModuleGroup._init_cpu_param_dict`` keeps a pinned copy of every parameter instead
+      (``_to_cpu``: ``pin_memory()``), which replaces the pageable one when
+      ``GroupOffloadingHook.initialize_hook`` offloads the group: the same bytes, page-locked
+      (not told apart here).
+
+    :func:`_host_bytes` (``status.estimate.hostBytesPerNode``) and :func:`_offload_notes` both
+    sum this, so the figure a note states is the one the status and the fixes carry."""
+    return c.weights + c.quant if not c.on_gpu or c.offload in _OFFLOADED else 0
+
+
+def _gib(n: int) -> str:
+    return f"{n / _GIB:.1f} GiB"
+
+
 def _host_bytes(comps: list[_Component]) -> int:
     """Host memory (bytes) the pipeline's weights take in one process: every component that
-    runs on the CPU or is offloaded lives there whole between its forwards. diffusers 0.42.1
-    ``enable_model_cpu_offload`` moves each model to the CPU after it ran
-    (``CpuOffload`` hooks, ``hooks.py``); ``enable_sequential_cpu_offload`` and
-    ``enable_group_offload`` keep the parameters on the CPU and copy them in per module or
-    group (``hooks/group_offloading.py``; with ``use_stream`` from pinned memory)."""
-    return sum(c.weights + c.quant for c in comps if not c.on_gpu or c.offload in _OFFLOADED)
+    runs on the CPU or is offloaded lives there whole between its forwards (:func:`_on_host`)."""
+    return sum(_on_host(c) for c in comps)
 
 
-def _offload_notes(comps: list[_Component]) -> list[str]:
-    """One line per offload mode in use, naming its components."""
+def _offload_notes(comps: list[_Component], world: int) -> list[str]:
+    """One line per offload mode in use (and one for the components on the CPU), naming its
+    components and the host memory their weights take: the node must have that much RAM for
+    the pod, which no GPU figure shows. ``world`` processes each hold their own copy (every
+    rank loads and offloads the pipeline itself: diffusers' hooks are per process)."""
+
+    def held(names: list[str]) -> str:
+        one = sum(_on_host(c) for c in comps if c.name in names)
+        if world == 1:
+            return f"host memory holds their weights ({_gib(one)})"
+        return (
+            f"host memory holds their weights ({_gib(one)} in each of the {world} processes, "
+            f"{_gib(world * one)} per node)"
+        )
+
     cpu: list[str] = []
     by_mode: dict[PipelineOffload, list[str]] = {}
     for c in comps:
@@ -698,12 +733,12 @@ def _offload_notes(comps: list[_Component]) -> list[str]:
             cpu.append(c.name)
         elif c.offload in _OFFLOADED:
             by_mode.setdefault(c.offload, []).append(c.name)
-    out = [f"on the CPU, never on the GPU: {', '.join(cpu)}"] if cpu else []
+    out = [f"on the CPU, never on the GPU: {', '.join(cpu)}; {held(cpu)}"] if cpu else []
     for mode in _OFFLOADED:
         names = by_mode.get(mode)
         if names:
             out.append(
                 f"offload {mode.value}: {', '.join(names)} on the GPU only while running; "
-                "host memory holds their weights"
+                + held(names)
             )
     return out
