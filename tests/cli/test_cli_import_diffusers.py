@@ -302,7 +302,7 @@ def test_an_unknown_component_without_a_count_is_incomplete(
     ("index", "message"),
     [
         (None, "cannot read"),
-        ("{", "invalid JSON"),
+        ("{", "model_index.json: not JSON: Expecting property name enclosed in double quotes"),
         ("[]", "JSON object"),
         ('{"unet": ["diffusers", "UNet2DConditionModel"]}', "_class_name"),
         ('{"_class_name": 7}', "model_index.json has _class_name 7; it must be"),
@@ -332,7 +332,7 @@ def test_a_component_config_that_is_not_json_is_refused(
     (root / "vae" / "config.json").write_text("{")
     code, out, err = _run(capsys, str(root), "--name", "w")
     assert code == 2 and out == ""
-    assert "vae/config.json: invalid JSON" in err
+    assert f"error: {root}/vae/config.json: not JSON: Expecting property name" in err
 
 
 @pytest.mark.parametrize("damage", ["no config.json", "no folder", "a file for the folder"])
