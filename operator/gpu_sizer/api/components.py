@@ -205,6 +205,7 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "joint_attention_dim": _k("int", 4096),
             "pooled_projection_dim": _k("int", 768),
             "guidance_embeds": _k("bool", False),
+            "axes_dims_rope": _k("ints", (16, 56, 56)),
         },
     ),
     "WanTransformer3DModel": ComponentClass(
@@ -247,6 +248,7 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "text_embed_dim": _k("int", 4096),
             "pooled_projection_dim": _k("int", 768),
             "image_condition_type": _k("str", None),
+            "rope_axes_dim": _k("ints", (16, 56, 56)),
         },
     ),
     "CogVideoXTransformer3DModel": ComponentClass(
@@ -752,6 +754,50 @@ def _rope_head_dim(c: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [] if d >= 2 and d % 2 == 0 else [("attentionHeadDim", f"must be even, not {d}")]
 
 
+def _exact_items(key: str, n: int, why: str) -> _Rule:
+    """The list ``key`` must have exactly ``n`` items, for the reason ``why`` (the library
+    unpacks it, or loops over that many)."""
+
+    def rule(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+        have = len(c[key])
+        return [] if have == n else [(to_camel(key), f"must have {n} items, not {have}: {why}")]
+
+    return rule
+
+
+def _rope_axes(axes: str, owner: str) -> _Rule:
+    """A 3-axis rotary embedding (frames or text position, height, width) must split the
+    attention head exactly: ``owner`` builds one ``get_1d_rotary_pos_embed`` table per axis of
+    ``axes`` (each an even size, which that function asserts) and concatenates them, and
+    ``apply_rotary_emb`` multiplies every query and key head by the result, so a head of
+    another size fails at the first attention with a shape mismatch."""
+    ok = _exact_items(axes, 3, f"{owner} builds one rotary table per axis (t, h, w)")
+
+    def rule(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+        wrong = ok(c)
+        if wrong:
+            return wrong
+        dims, head, name = c[axes], c["attention_head_dim"], to_camel(axes)
+        odd = [d for d in dims if d % 2]
+        if odd:
+            return [
+                (name, f"every item must be even, not {odd[0]}: get_1d_rotary_pos_embed asserts it")
+            ]
+        if sum(dims) != head:
+            split = " + ".join(str(d) for d in dims)
+            return [
+                (
+                    "attentionHeadDim",
+                    f"{head} must equal the sum of {name} ({split} = {sum(dims)}): the rotary "
+                    "embedding covers the whole attention head, and diffusers fails at the "
+                    f"first attention otherwise; set {name} to axes summing to {head}",
+                )
+            ]
+        return []
+
+    return rule
+
+
 def _llama_heads(c: Mapping[str, Any]) -> list[tuple[str, str]]:
     """LlamaConfig's rotary check (transformers ``RotaryEmbeddingConfigMixin``: a fully rotated
     head above 4 must be even) and its grouped-query attention (``repeat_kv`` repeats each of
@@ -815,7 +861,17 @@ _RULES: Final[dict[str, tuple[_Rule, ...]]] = {
         ),
     ),
     "AutoencoderKLWan": (_per_level("dim_mult", "temperal_downsample", extra=-1, at_least=True),),
-    "WanTransformer3DModel": (_rope_head_dim,),
+    "WanTransformer3DModel": (
+        _exact_items(
+            "patch_size",
+            3,
+            "WanTransformer3DModel patchifies with a (t, h, w) Conv3d kernel and unpacks it as "
+            "p_t, p_h, p_w in forward",
+        ),
+        _rope_head_dim,
+    ),
+    "FluxTransformer2DModel": (_rope_axes("axes_dims_rope", "FluxPosEmbed"),),
+    "HunyuanVideoTransformer3DModel": (_rope_axes("rope_axes_dim", "HunyuanVideoRotaryPosEmbed"),),
     "CLIPTextModel": _CLIP_RULES,
     "CLIPTextModelWithProjection": _CLIP_RULES,
     "CLIPVisionModel": _CLIP_RULES,

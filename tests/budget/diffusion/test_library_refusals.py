@@ -223,3 +223,153 @@ def test_a_resolved_published_config_passes_every_rule() -> None:
         problems, _ = checked_config(cls, published.camel(config))
         assert problems == [], (cls, problems)
         assert resolved_config(cls, published.camel(config))
+
+
+def _flux_forward(axes: tuple[int, ...]) -> None:
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    model = FluxTransformer2DModel(**_TINY_FLUX, axes_dims_rope=axes)
+    model(
+        hidden_states=torch.randn(1, 4, 4),
+        encoder_hidden_states=torch.randn(1, 3, 16),
+        pooled_projections=torch.randn(1, 8),
+        timestep=torch.ones(1),
+        img_ids=torch.zeros(4, 3),
+        txt_ids=torch.zeros(3, 3),
+    )
+
+
+def _hunyuan_forward(axes: tuple[int, ...]) -> None:
+    import torch
+    from diffusers import HunyuanVideoTransformer3DModel
+
+    model = HunyuanVideoTransformer3DModel(**_TINY_HUNYUAN, rope_axes_dim=axes)
+    model(
+        hidden_states=torch.randn(1, 4, 1, 4, 4),
+        timestep=torch.ones(1),
+        encoder_hidden_states=torch.randn(1, 3, 16),
+        encoder_attention_mask=torch.ones(1, 3),
+        pooled_projections=torch.randn(1, 8),
+        guidance=torch.ones(1),
+    )
+
+
+def _wan_forward(patch: tuple[int, ...]) -> None:
+    import torch
+    from diffusers import WanTransformer3DModel
+
+    model = WanTransformer3DModel(**_TINY_WAN, patch_size=patch)
+    model(
+        hidden_states=torch.randn(1, 4, 1, 4, 4),
+        timestep=torch.ones(1),
+        encoder_hidden_states=torch.randn(1, 3, 16),
+    )
+
+
+#: Small enough to run a forward on the CPU; heads of 8 (Flux, HunyuanVideo) and 12 (Wan).
+_TINY_FLUX: dict[str, Any] = {
+    "in_channels": 4,
+    "num_layers": 1,
+    "num_single_layers": 1,
+    "attention_head_dim": 8,
+    "num_attention_heads": 2,
+    "joint_attention_dim": 16,
+    "pooled_projection_dim": 8,
+}
+_TINY_HUNYUAN: dict[str, Any] = {
+    "in_channels": 4,
+    "out_channels": 4,
+    "num_attention_heads": 2,
+    "attention_head_dim": 8,
+    "num_layers": 1,
+    "num_single_layers": 1,
+    "num_refiner_layers": 1,
+    "text_embed_dim": 16,
+    "pooled_projection_dim": 8,
+}
+_TINY_WAN: dict[str, Any] = {
+    "num_attention_heads": 2,
+    "attention_head_dim": 12,
+    "in_channels": 4,
+    "out_channels": 4,
+    "text_dim": 16,
+    "freq_dim": 16,
+    "ffn_dim": 32,
+    "num_layers": 1,
+}
+#: (class, tiny config, the key it varies, a value, the key refused or None, its forward).
+#: These build on the meta device whatever the value: the library fails at the first forward
+#: (a rotary table that does not cover the head, a patch that is not a (t, h, w) triple), so the
+#: oracle is a real forward of a tiny model on the CPU.
+AT_FORWARD = [
+    ("FluxTransformer2DModel", _TINY_FLUX, "axes_dims_rope", (2, 2, 4), None, _flux_forward),
+    (
+        "FluxTransformer2DModel",
+        _TINY_FLUX,
+        "axes_dims_rope",
+        (2, 2, 2),
+        "attentionHeadDim",
+        _flux_forward,
+    ),
+    (
+        "FluxTransformer2DModel",
+        _TINY_FLUX,
+        "axes_dims_rope",
+        (2, 2, 6),
+        "attentionHeadDim",
+        _flux_forward,
+    ),
+    (
+        "HunyuanVideoTransformer3DModel",
+        _TINY_HUNYUAN,
+        "rope_axes_dim",
+        (2, 2, 4),
+        None,
+        _hunyuan_forward,
+    ),
+    (
+        "HunyuanVideoTransformer3DModel",
+        _TINY_HUNYUAN,
+        "rope_axes_dim",
+        (2, 2, 6),
+        "attentionHeadDim",
+        _hunyuan_forward,
+    ),
+    ("WanTransformer3DModel", _TINY_WAN, "patch_size", (1, 2, 2), None, _wan_forward),
+    ("WanTransformer3DModel", _TINY_WAN, "patch_size", (2, 2), "patchSize", _wan_forward),
+    ("WanTransformer3DModel", _TINY_WAN, "patch_size", (1, 2, 2, 2), "patchSize", _wan_forward),
+]
+
+
+@pytest.mark.parametrize(("cls", "tiny", "key", "value", "refused", "forward"), AT_FORWARD)
+def test_what_fails_at_the_first_forward_is_refused_with_the_key_named(
+    cls: str,
+    tiny: dict[str, Any],
+    key: str,
+    value: tuple[int, ...],
+    refused: str | None,
+    forward: Any,
+) -> None:
+    if refused is None:
+        forward(value)
+    else:
+        with pytest.raises((RuntimeError, ValueError)):
+            forward(value)
+    problems, _ = checked_config(cls, published.camel({**tiny, key: list(value)}))
+    assert [k for k, _ in problems] == ([] if refused is None else [refused]), problems
+
+
+def test_a_rotary_split_that_does_not_cover_the_head_says_the_sum() -> None:
+    problems, _ = checked_config(
+        "FluxTransformer2DModel",
+        published.camel({**published.FLUX_DEV, "attention_head_dim": 129}),
+    )
+    assert problems == [
+        (
+            "attentionHeadDim",
+            "129 must equal the sum of axesDimsRope (16 + 56 + 56 = 128): the rotary embedding "
+            "covers the whole attention head, and diffusers fails at the first attention "
+            "otherwise; set axesDimsRope to axes summing to 129",
+        )
+    ]
