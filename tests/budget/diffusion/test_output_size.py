@@ -36,8 +36,11 @@ def spec(
     transformer: dict[str, Any] | None = None,
 ) -> GPUWorkloadSpec:
     """``repo``'s published components under pipeline class ``cls`` (its image-to-image or
-    image-to-video sibling shares them) at one output size."""
+    image-to-video sibling shares them, but for CogVideoX-5b-I2V's transformer, which takes the
+    latents and the encoded image: ``in_channels`` 32) at one output size."""
     _, parts = PIPELINES[repo]
+    if cls == "CogVideoXImageToVideoPipeline":
+        transformer = {"inChannels": 32, **(transformer or {})}
     comps = []
     for name, component, config in parts:
         wire = camel(config)

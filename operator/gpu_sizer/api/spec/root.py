@@ -13,6 +13,7 @@ from gpu_sizer.api.spec.base import _Model, _Problems
 from gpu_sizer.api.spec.enums import Engine, FinetuningMethod, ParallelStrategy, QuantizationMethod
 from gpu_sizer.api.spec.generation import Generation
 from gpu_sizer.api.spec.inference import Inference
+from gpu_sizer.api.spec.latent_channels import channel_problems
 from gpu_sizer.api.spec.measurement import Measurement
 from gpu_sizer.api.spec.model import Model
 from gpu_sizer.api.spec.output_size import output_size
@@ -240,8 +241,9 @@ def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, fie
 
 
 def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
-    """A pipeline is generated with (spec.generation); spec.generation needs one; the output
-    size is one the pipeline's class accepts (:mod:`gpu_sizer.api.spec.output_size`)."""
+    """A pipeline is generated with (spec.generation); spec.generation needs one; its denoisers
+    take the latents its class hands them (:mod:`gpu_sizer.api.spec.latent_channels`); the
+    output size is one the pipeline's class accepts (:mod:`gpu_sizer.api.spec.output_size`)."""
     pipeline = spec.model.pipeline
     if spec.generation is not None and pipeline is None:
         problems.add(
@@ -249,6 +251,10 @@ def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
             "spec.generation runs a diffusion pipeline: give spec.model.pipeline (its class and "
             "components; gpu-sizer import-diffusers writes it)",
         )
+    if pipeline is not None:
+        # components that each build but cannot run together: the first step would fail
+        for field, message in channel_problems(pipeline):
+            problems.add(f"model.pipeline.{field}", message)
     gen = spec.generation
     if pipeline is not None and gen is not None:
         # a size the pipeline's __call__ refuses: the workload would never start
