@@ -8,6 +8,16 @@ type and range, and a key left out takes the class's own default, copied from th
 signature of the version modelled: ``diffusers`` 0.42.1 and ``transformers`` 5.24.0 (a test
 compares every default here with the library's).
 
+Because a key left out takes the default, a misspelt one is not harmless: ``numLayer: 40``
+would be ignored and the model sized with the class's default depth, far smaller than the one
+the engine loads. An unread key is therefore refused, naming the key it stands for, when it is
+one of: the snake_case spelling of a key the class reads (``num_layers``: spec keys are
+camelCase); the same key in another case (``numlayers``); a near miss of one
+(:data:`_NEAR_MISS`, ``difflib``'s ratio; no constructor argument of a modelled class is that
+close to another, a test checks it against the libraries); or another name
+``transformers`` gives the same setting (``T5Config.attribute_map``: ``numHiddenLayers`` is
+``numLayers``), which ``PretrainedConfig`` would apply over the key gpu-sizer reads.
+
 Roles: ``Denoiser`` (UNet or diffusion transformer), ``Vae`` (autoencoder), ``TextEncoder``,
 ``ImageEncoder`` (Wan 2.1 image-to-video's CLIP vision tower), ``SafetyChecker`` (Stable
 Diffusion 1.x/2.x's ``StableDiffusionSafetyChecker``, a CLIP vision tower run on the decoded
@@ -20,9 +30,11 @@ class's defaults (``transformers`` ``CLIPVisionConfig``), as ``PretrainedConfig`
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
@@ -35,6 +47,7 @@ __all__ = [
     "Role",
     "config_problems",
     "resolved_config",
+    "stray_key",
 ]
 
 
@@ -83,6 +96,8 @@ class ComponentClass:
     library: str
     role: Role
     keys: Mapping[str, ConfigKey]
+    #: other names the library gives a key (snake_case alias -> the key), refused when given
+    aliases: Mapping[str, str] = field(default_factory=dict)
     #: camelCase wire name -> (snake_case key, spec), computed once per class
     wire: Mapping[str, tuple[str, ConfigKey]] = field(
         default_factory=dict, init=False, compare=False, repr=False
@@ -120,6 +135,13 @@ _T5: Final = {
     "num_heads": _k("int", 8),
     "relative_attention_num_buckets": _k("int", 32),
     "feed_forward_proj": _k("str", "relu"),
+}
+#: ``transformers`` 5.24.0 ``T5Config.attribute_map`` (and ``UMT5Config``'s, the same).
+_T5_ALIASES: Final = {
+    "hidden_size": "d_model",
+    "num_attention_heads": "num_heads",
+    "num_hidden_layers": "num_layers",
+    "head_dim": "d_kv",
 }
 
 #: Every class gpu-sizer sizes, by the class name model_index.json gives it.
@@ -397,7 +419,9 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
     "CLIPVisionModelWithProjection": ComponentClass(
         "transformers", Role.ImageEncoder, dict(_CLIP_VISION)
     ),
-    "T5EncoderModel": ComponentClass("transformers", Role.TextEncoder, dict(_T5)),
+    "T5EncoderModel": ComponentClass(
+        "transformers", Role.TextEncoder, dict(_T5), aliases=_T5_ALIASES
+    ),
     "UMT5EncoderModel": ComponentClass(
         "transformers",
         Role.TextEncoder,
@@ -411,6 +435,7 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "relative_attention_num_buckets": _k("int", 32),
             "feed_forward_proj": _k("str", "gated-gelu"),
         },
+        aliases=_T5_ALIASES,
     ),
     "StableDiffusionSafetyChecker": ComponentClass(
         "stable_diffusion",
@@ -649,10 +674,96 @@ def checked_config(
     if known is None:
         return [], None
     out = _resolve_if_valid(known.wire, config)
+    strays = _strays(cls, known.wire, config, "")
     if out is None:
-        return _problems(known.wire, config, ""), None
-    refused = _refusals(cls, out)
+        return _problems(known.wire, config, "") + strays, None
+    refused = strays + _refusals(cls, out)
     return (refused, None) if refused else ([], out)
+
+
+#: How close (``difflib.SequenceMatcher.ratio``) an unread key must be to a key the class reads
+#: to be taken for a misspelling of it: ``numLayer``, ``inChannel``, ``hidenSize`` are (0.94 to
+#: 0.95); the closest pair of real constructor arguments of the classes modelled,
+#: ``crossAttentionNorm`` and ``crossAttentionDim``, is 0.86.
+_NEAR_MISS: Final = 0.9
+
+
+def _strays(
+    cls: str, wire: Mapping[str, tuple[str, ConfigKey]], config: Mapping[str, Any], prefix: str
+) -> list[tuple[str, str]]:
+    """(key, message) for each key of ``config`` that ``cls`` does not read but that stands for
+    one it does (module docstring), nested objects' keys included; empty for the keys of a
+    published config.json (a test checks every one gpu-sizer ships)."""
+    problems: list[tuple[str, str]] = []
+    if not config.keys() <= wire.keys():  # a set operation: most configs have no unread key
+        for name in config:
+            message = None if name in wire else stray_key(cls, name, prefix)
+            if message is not None:
+                problems.append((prefix + name, message))
+    for name in _nested(cls, prefix):
+        value = config.get(name)
+        if isinstance(value, Mapping):
+            problems += _strays(cls, wire[name][1].inner, value, f"{prefix}{name}.")
+    return problems
+
+
+@lru_cache(maxsize=256)
+def _nested(cls: str, prefix: str) -> tuple[str, ...]:
+    """The keys of kind ``obj`` of ``cls`` (under nested object ``prefix``)."""
+    return tuple(name for name, (_, spec) in _wire(cls, prefix).items() if spec.kind == "obj")
+
+
+def _wire(cls: str, prefix: str) -> Mapping[str, tuple[str, ConfigKey]]:
+    wire = COMPONENT_CLASSES[cls].wire
+    for part in filter(None, prefix.split(".")):
+        wire = wire[part][1].inner
+    return wire
+
+
+@lru_cache(maxsize=4096)
+def stray_key(cls: str, name: str, prefix: str = "") -> str | None:
+    """Why ``name``, a camelCase config key of known class ``cls`` that it does not read
+    (under nested object ``prefix``, ``visionConfig.``), is refused: it stands for a key the
+    class reads (module docstring), so as written the model would be sized with that key's
+    default; ``None`` when it is just a key the memory model does not read.
+
+    Cached: a published config repeats the same unread keys in every spec, and this runs on
+    every admission. :raises KeyError: ``cls`` is not in :data:`COMPONENT_CLASSES`."""
+    known = COMPONENT_CLASSES[cls]
+    wire = _wire(cls, prefix)
+    aliases = {n: k for a, k in known.aliases.items() for n in (a, to_camel(a))}
+    alias = None if prefix else aliases.get(name)
+    if alias is not None:
+        key = to_camel(alias)
+        return (
+            f"is another name for {key} in {cls}'s config (transformers 5.24.0 "
+            f"attribute_map): the engine loads it as {key}, which gpu-sizer reads under that "
+            f"name only; write {key}"
+        )
+    target, why = _target(wire, name)
+    if target is None:
+        return None
+    default = wire[target][1].default
+    shown = "" if wire[target][1].kind == "obj" else f" ({default!r})"
+    return (
+        f"is not a key {cls} reads{why}: as written it is ignored and {target} takes the class "
+        f"default{shown}, not the value given; write {target}"
+    )
+
+
+def _target(wire: Mapping[str, tuple[str, ConfigKey]], name: str) -> tuple[str | None, str]:
+    """The key of ``wire`` that unread key ``name`` stands for, and how it differs."""
+    camel = to_camel(name)
+    if camel != name and camel in wire:
+        return camel, f" (spec keys are camelCase: config.json's {name} is {camel} here)"
+    folded = {k.lower(): k for k in wire}
+    key = folded.get(name.lower().replace("_", ""))
+    if key is not None:
+        return key, f" (keys are case-sensitive: did you mean {key}?)"
+    close = difflib.get_close_matches(name, list(wire), n=1, cutoff=_NEAR_MISS)
+    if close:
+        return close[0], f" (did you mean {close[0]}?)"
+    return None, ""
 
 
 def config_problems(cls: str, config: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -40,7 +40,12 @@ from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
-from gpu_sizer.api.components import COMPONENT_CLASSES, WEIGHTLESS_SUFFIXES, ConfigKey
+from gpu_sizer.api.components import (
+    COMPONENT_CLASSES,
+    WEIGHTLESS_SUFFIXES,
+    ConfigKey,
+    stray_key,
+)
 
 __all__ = [
     "CALL_DEFAULTS",
@@ -112,16 +117,23 @@ class ImportedPipeline:
     notes: list[str] = field(default_factory=list)
 
 
-def _camel_known(config: Mapping[str, Any], keys: Mapping[str, ConfigKey]) -> dict[str, Any]:
+def _camel_known(
+    cls: str, config: Mapping[str, Any], keys: Mapping[str, ConfigKey], prefix: str = ""
+) -> dict[str, Any]:
+    """The keys of ``config`` that ``cls`` reads, camelCased, and those it does not read that
+    stand for one it does (a misspelling, an alias: :func:`stray_key`), kept so that the
+    spec's check refuses them: dropped, the key meant would silently take its default."""
     out: dict[str, Any] = {}
     for key, value in config.items():
-        spec = keys.get(key)
+        spec, camel = keys.get(key), to_camel(key)
         if spec is None:
+            if stray_key(cls, camel, prefix) is not None:
+                out[camel] = value
             continue
         if spec.kind == "obj" and isinstance(value, Mapping):
-            out[to_camel(key)] = _camel_known(value, spec.default)
+            out[camel] = _camel_known(cls, value, spec.default, f"{prefix}{camel}.")
         else:
-            out[to_camel(key)] = value
+            out[camel] = value
     return out
 
 
@@ -244,7 +256,11 @@ def pipeline_from_model_index(
         sized = COMPONENT_CLASSES.get(class_name)
         library_name = str(library)
         config = component_config(raw, diffusers_config="_class_name" in raw)
-        written = _camel_known(config, sized.keys) if sized is not None else _camel_all(config)
+        written = (
+            _camel_known(class_name, config, sized.keys)
+            if sized is not None
+            else _camel_all(config)
+        )
         entry: dict[str, Any] = {"name": name, "class": class_name, "config": written}
         components.append(ImportedComponent(name, class_name, library_name, config, entry))
     if ignored:

@@ -137,7 +137,10 @@ class PipelineComponent(_Model):
     config: dict[str, Any] = Field(
         default_factory=dict,
         description="The component's config.json, keys camelCased. Keys gpu-sizer does not read "
-        "are kept and ignored, as diffusers' from_config does.",
+        "are kept and ignored, as diffusers' from_config does, unless one stands for a key it "
+        "reads (snake_case, another letter case, a near miss, a transformers alias such as "
+        "numHiddenLayers): that one is refused naming the key meant, which would otherwise "
+        "take its class default.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     parameter_count: Annotated[int, Field(ge=1, le=LIMITS["parameters"], strict=True)] | None = (
