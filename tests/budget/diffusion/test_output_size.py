@@ -331,3 +331,79 @@ def test_cogvideox_odd_latent_side_cannot_run() -> None:
             latents = torch.randn(1, 2, 4, height, 6)
             out = model(hidden_states=latents, encoder_hidden_states=text, timestep=t).sample
             assert out.shape[3] == returned
+
+
+#: (repo, class, task, height, width, frames, the denoiser's patchSize, the divisor it makes)
+PATCH_TOO_LARGE = [
+    (WAN, "WanPipeline", "TextToVideo", 720, 1280, 81, [1, 1000, 1000], 8000),
+    (WAN_I2V, "WanImageToVideoPipeline", "ImageToVideo", 480, 832, 81, [1, 64, 64], 512),
+    (SD3, "StableDiffusion3Pipeline", "TextToImage", 1024, 1024, 1, 1000, 8000),
+    (SD3, "StableDiffusion3Pipeline", "TextToImage", 1000, 1024, 1, 1000, 8000),
+    (COG, "CogVideoXPipeline", "TextToVideo", 480, 720, 49, 64, 512),
+]
+
+
+@pytest.mark.parametrize(
+    ("repo", "cls", "task", "height", "width", "frames", "patch", "divisor"), PATCH_TOO_LARGE
+)
+def test_a_patch_larger_than_every_side_is_refused_at_patch_size(
+    repo: str,
+    cls: str,
+    task: str,
+    height: int,
+    width: int,
+    frames: int,
+    patch: int | list[int],
+    divisor: int,
+) -> None:
+    """A denoiser patch side that makes every multiple the pipeline runs larger than the size
+    asked is the config's fault, not the size's: the refusal names patchSize (and where it is)
+    rather than sending the user to an 8000-pixel height, and no side is blamed besides."""
+    spec(repo, cls, task, height // 16 * 16, width // 16 * 16, frames)  # runs as published
+    with pytest.raises(InvalidWorkload) as caught:
+        spec(repo, cls, task, height, width, frames, transformer={"patchSize": patch})
+    (problem,) = caught.value.problems
+    names = [name for name, _, _ in PIPELINES[repo][1]]
+    assert problem.path == (
+        f"spec.model.pipeline.components[{names.index('transformer')}].config.patchSize"
+    )
+    side = patch[1] if isinstance(patch, list) else patch
+    assert f"multiples of {divisor} pixels" in problem.message
+    assert f"patch side {side}" in problem.message and "diffusers 0.42.1" in problem.message
+    assert problem.message.endswith(
+        "use the patchSize of the checkpoint the weights come from, or sides of "
+        f"{divisor} pixels or more"
+    )
+
+
+def test_a_small_side_is_still_the_side_s_fault_under_a_published_patch() -> None:
+    """With the published patch (2) a side below the divisor is the side's fault, and so is a
+    side under the published divisor with a larger patch."""
+    for transformer in (None, {"patchSize": [1, 1000, 1000]}):
+        with pytest.raises(InvalidWorkload) as caught:
+            spec(WAN, "WanPipeline", "TextToVideo", 8, 832, 81, transformer=transformer)
+        assert [p.path for p in caught.value.problems] == ["spec.generation.height"]
+    # a larger patch that the size is a multiple of runs
+    spec(WAN, "WanPipeline", "TextToVideo", 480, 832, 81, transformer={"patchSize": [1, 4, 4]})
+
+
+def test_a_wan_patch_larger_than_the_latent_fails_in_diffusers() -> None:
+    """Oracle: diffusers' WanTransformer3DModel (tiny config, CPU) patchifies with a Conv3d
+    whose kernel is the patch, so a patch side larger than the latent side cannot run, while
+    the published (1, 2, 2) runs on the same latents."""
+    diffusers = pytest.importorskip("diffusers")
+    torch = pytest.importorskip("torch")
+    tiny = {
+        "num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4,
+        "text_dim": 16, "freq_dim": 16, "ffn_dim": 32, "num_layers": 1,
+    }  # fmt: skip
+    latents, text, t = torch.randn(1, 4, 1, 4, 4), torch.randn(1, 3, 16), torch.ones(1)
+    with torch.no_grad():
+        ran = diffusers.WanTransformer3DModel(**tiny, patch_size=(1, 2, 2))(
+            hidden_states=latents, timestep=t, encoder_hidden_states=text
+        )
+        assert ran.sample.shape == latents.shape
+        with pytest.raises(RuntimeError):
+            diffusers.WanTransformer3DModel(**tiny, patch_size=(1, 8, 8))(
+                hidden_states=latents, timestep=t, encoder_hidden_states=text
+            )

@@ -40,7 +40,11 @@ The text length is refused the same way: the SD3 and Flux pipelines' ``check_inp
 when ``max_sequence_length`` is greater than 512.
 
 Divisors read from component configs fall back to the defaults each pipeline's ``__init__``
-uses when the component is absent (``... if getattr(self, "vae", None) else 8``).
+uses when the component is absent (``... if getattr(self, "vae", None) else 8``). Where a
+divisor holds the denoiser's patch side and no side at or below the size asked is a multiple of
+it, while the sides would run under the published patch side (2), the refusal names the
+component's ``patchSize``, not the size: the patchify ``Conv`` cannot run on a latent smaller
+than its kernel, and a larger size is seldom the fix the user meant.
 """
 
 from __future__ import annotations
@@ -71,15 +75,24 @@ def _vae_scale(pipeline: Pipeline) -> int:
     return 2 ** (len(channels) - 1) if channels else 8
 
 
+def _patched(pipeline: Pipeline) -> tuple[int, str, int] | None:
+    """Where the denoiser's spatial patch size is set: (index in ``pipeline.components``, the
+    component's name, the patch side in latent pixels), ``None`` where no denoiser config sets
+    ``patch_size``. Wan's is a (t, h, w) triple, whose h is read."""
+    for i, c in enumerate(pipeline.components):
+        if c.name not in ("transformer", "transformer_2") or not c.known:
+            continue
+        p = c.resolved_config().get("patch_size")
+        if p is not None:
+            return i, c.name, int(p[1]) if isinstance(p, tuple | list) else int(p)
+    return None
+
+
 def _patch(pipeline: Pipeline, default: int) -> int:
-    """The denoiser's spatial patch size (``transformer.config.patch_size``; Wan's is a
-    (t, h, w) triple, whose h is read)."""
-    for name in ("transformer", "transformer_2"):
-        t = _config(pipeline, name)
-        if t is not None and t.get("patch_size") is not None:
-            p = t["patch_size"]
-            return int(p[1]) if isinstance(p, tuple | list) else int(p)
-    return default
+    """The denoiser's spatial patch size (``transformer.config.patch_size``), ``default``
+    where its config does not set one."""
+    found = _patched(pipeline)
+    return default if found is None else found[2]
 
 
 def _wan_vae(pipeline: Pipeline, key: str, default: int) -> int:
@@ -212,6 +225,45 @@ def _valid(value: int, divisor: int) -> str:
     return " or ".join(str(v) for v in options)
 
 
+_DEFAULT_PATCH: Final = 2
+
+
+def _patch_blamed(
+    pipeline: Pipeline,
+    divisor: int,
+    sides: dict[str, int],
+    why: str,
+) -> tuple[str, str] | None:
+    """The refusal to report at the denoiser's ``patchSize`` instead of at the sides, or
+    ``None``.
+
+    ``divisor`` (pixels) is the VAE's compression times the patch side. A side below it has no
+    valid size at or under the one asked; when every such side is at least the divisor of the
+    patch side the published checkpoints of these classes use (2), the configured patch (a Wan
+    ``patchSize`` (1, 1000, 1000), say) is what is wrong, and blaming the height would send the
+    user to an 8000-pixel video. The other sides' refusals are then left out: they follow from
+    the same patch. ``why``: how the pipeline fails, with its source."""
+    found = _patched(pipeline)
+    if found is None or found[2] <= _DEFAULT_PATCH or divisor % found[2]:
+        return None
+    i, name, p = found
+    scale = divisor // p
+    d0 = scale * _DEFAULT_PATCH
+    small = {k: v for k, v in sides.items() if v < divisor}
+    if not small or any(v < d0 for v in small.values()):
+        return None
+    asked = " and ".join(f"{k} {v}" for k, v in small.items())
+    verb = "are" if len(small) > 1 else "is"
+    return (
+        f"model.pipeline.components[{i}].config.patchSize",
+        f"{pipeline.class_name} {why}: sides must be multiples of {divisor} pixels, the vae's "
+        f"{scale}x compression times {name}'s ({pipeline.components[i].class_name}) patch "
+        f"side {p}, and {asked} {verb} smaller, so nothing at or below the size asked runs; "
+        f"published checkpoints use patch side {_DEFAULT_PATCH}; use the patchSize of the "
+        f"checkpoint the weights come from, or sides of {divisor} pixels or more",
+    )
+
+
 def output_size(
     pipeline: Pipeline,
     video: bool,
@@ -231,10 +283,14 @@ def output_size(
         return out
     where = f"{_VERSION} {cls}.{rule.source}"
     rounds = f"{_VERSION} {cls}.{rule.round_source or rule.source}"
+    sides = {"height": height, "width": width}
     if rule.refuse is not None:
         d = rule.refuse(pipeline)
-        for name, value in (("height", height), ("width", width)):
-            if value % d:
+        blamed = _patch_blamed(pipeline, d, sides, f"refuses ({where})")
+        if blamed is not None:
+            out.refused.append(blamed)
+        for name, value in sides.items():
+            if value % d and blamed is None:
                 out.refused.append(
                     (
                         f"generation.{name}",
@@ -257,8 +313,11 @@ def output_size(
     if rule.round is not None:
         m = rule.round(pipeline)
         h, w = height // m * m, width // m * m
+        blamed = _patch_blamed(pipeline, m, sides, f"rounds sides to nothing ({rounds})")
+        if blamed is not None:
+            out.refused.append(blamed)
         for name, value, ran in (("height", height, h), ("width", width, w)):
-            if ran == 0:
+            if ran == 0 and blamed is None:
                 out.refused.append(
                     (
                         f"generation.{name}",
