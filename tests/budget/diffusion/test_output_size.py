@@ -407,3 +407,93 @@ def test_a_wan_patch_larger_than_the_latent_fails_in_diffusers() -> None:
             diffusers.WanTransformer3DModel(**tiny, patch_size=(1, 8, 8))(
                 hidden_states=latents, timestep=t, encoder_hidden_states=text
             )
+
+
+#: (repo, class, task, frames refused, the transformer config, the frames the message offers)
+TEMPORAL_PATCH = [
+    (WAN, "WanPipeline", "TextToVideo", 81, {"patchSize": [2, 2, 2]}, "77 or 85"),
+    (WAN_I2V, "WanImageToVideoPipeline", "ImageToVideo", 80, {"patchSize": [2, 2, 2]}, "77 or 85"),
+    (HUNYUAN, "HunyuanVideoPipeline", "TextToVideo", 129, {"patchSizeT": 2}, "125 or 133"),
+    (HUNYUAN, "HunyuanVideoPipeline", "TextToVideo", 61, {"patchSizeT": 3}, "57 or 69"),
+]
+
+
+@pytest.mark.parametrize(("repo", "cls", "task", "frames", "transformer", "fix"), TEMPORAL_PATCH)
+def test_latent_frames_the_temporal_patch_does_not_divide_are_refused(
+    repo: str, cls: str, task: str, frames: int, transformer: dict[str, Any], fix: str
+) -> None:
+    """Wan and HunyuanVideo patchify the latent frames with floor division and nothing pads
+    them (CogVideoX 1.5 pads, above): a frame count whose latent frames the temporal patch
+    does not divide is refused at numFrames with the counts that run, which are accepted."""
+    with pytest.raises(InvalidWorkload) as caught:
+        spec(repo, cls, task, 480, 832, frames, transformer=transformer)
+    (problem,) = caught.value.problems
+    assert problem.path == "spec.generation.numFrames"
+    assert f"numFrames {frames}" in problem.message and "diffusers 0.42.1" in problem.message
+    assert f"use numFrames {fix}, or the patchSize" in problem.message
+    for good in fix.split(" or "):
+        spec(repo, cls, task, 480, 832, int(good), transformer=transformer)
+
+
+def test_hunyuanvideo_sides_are_multiples_of_its_latent_patch() -> None:
+    """HunyuanVideoPipeline.check_inputs takes multiples of 16, but a patch side of 4 also
+    needs latent sides divisible by 4: 32 pixels."""
+    with pytest.raises(InvalidWorkload) as caught:
+        spec(
+            HUNYUAN,
+            "HunyuanVideoPipeline",
+            "TextToVideo",
+            720,
+            1280,
+            61,
+            transformer={"patchSize": 4},
+        )
+    (problem,) = caught.value.problems
+    assert problem.path == "spec.generation.height"
+    assert "divisible by 32" in problem.message and problem.message.endswith("704 or 736")
+    spec(
+        HUNYUAN, "HunyuanVideoPipeline", "TextToVideo", 704, 1280, 61, transformer={"patchSize": 4}
+    )
+
+
+def test_a_patch_the_latents_are_not_a_multiple_of_returns_fewer_latents() -> None:
+    """Oracle for both rules above: diffusers' WanTransformer3DModel and
+    HunyuanVideoTransformer3DModel (tiny configs, CPU) given latents whose frames or sides
+    their patch does not divide return fewer frames or rows than they were given, so the
+    scheduler step cannot combine the output with the latents; with a patch that divides
+    them they return the latents' shape."""
+    diffusers = pytest.importorskip("diffusers")
+    torch = pytest.importorskip("torch")
+    wan = {
+        "num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4,
+        "text_dim": 16, "freq_dim": 16, "ffn_dim": 32, "num_layers": 1,
+    }  # fmt: skip
+    hunyuan = {
+        "in_channels": 4, "out_channels": 4, "num_attention_heads": 2, "attention_head_dim": 8,
+        "num_layers": 1, "num_single_layers": 1, "num_refiner_layers": 1, "text_embed_dim": 16,
+        "pooled_projection_dim": 8, "rope_axes_dim": (2, 2, 4),
+    }  # fmt: skip
+    text, t = torch.randn(1, 3, 16), torch.ones(1)
+
+    def wan_out(patch: tuple[int, int, int], latents: Any) -> tuple[int, ...]:
+        model = diffusers.WanTransformer3DModel(**wan, patch_size=patch)
+        out = model(hidden_states=latents, timestep=t, encoder_hidden_states=text)
+        return tuple(out.sample.shape)
+
+    def hunyuan_out(p: int, p_t: int, latents: Any) -> tuple[int, ...]:
+        model = diffusers.HunyuanVideoTransformer3DModel(**hunyuan, patch_size=p, patch_size_t=p_t)
+        out = model(
+            hidden_states=latents, timestep=t, encoder_hidden_states=text,
+            encoder_attention_mask=torch.ones(1, 3), pooled_projections=torch.randn(1, 8),
+            guidance=torch.ones(1),
+        )  # fmt: skip
+        return tuple(out.sample.shape)
+
+    with torch.no_grad():
+        odd_frames, even_frames = torch.randn(1, 4, 3, 4, 4), torch.randn(1, 4, 4, 4, 4)
+        assert wan_out((2, 2, 2), odd_frames) == (1, 4, 2, 4, 4)
+        assert wan_out((2, 2, 2), even_frames) == (1, 4, 4, 4, 4)
+        assert hunyuan_out(2, 2, odd_frames) == (1, 4, 2, 4, 4)
+        assert hunyuan_out(2, 2, even_frames) == (1, 4, 4, 4, 4)
+        assert hunyuan_out(4, 1, torch.randn(1, 4, 1, 6, 8)) == (1, 4, 1, 4, 8)
+        assert hunyuan_out(4, 1, torch.randn(1, 4, 1, 8, 8)) == (1, 4, 1, 8, 8)

@@ -25,7 +25,15 @@ Read from ``diffusers`` 0.42.1, the version the memory model follows
   ``scale_factor_temporal``, 4) with a warning, and each side down to a multiple of
   ``vae.config.scale_factor_spatial * transformer.config.patch_size[1]`` (16 for Wan 2.1 and
   the 14B Wan 2.2 models, 32 for Wan 2.2 TI2V-5B's 16x VAE);
-- ``HunyuanVideoPipeline``: ``check_inputs`` raises unless divisible by 16;
+- ``HunyuanVideoPipeline``: ``check_inputs`` raises unless divisible by 16; its transformer's
+  ``forward`` patchifies the latents with floor division (``height // p``) and unpatchifies
+  that many patches, so a latent side ``patch_size`` does not divide comes back shorter and
+  the scheduler step fails: sides must also be multiples of ``spatial_compression_ratio *
+  patch_size`` (16 as published);
+- Wan and HunyuanVideo do the same with the latent frames (``num_frames // p_t``) and nothing
+  pads them, so latent frames ``(num_frames - 1) // t + 1`` that the temporal patch (Wan's
+  ``patch_size[0]``, HunyuanVideo's ``patch_size_t``; 1 as published) does not divide are
+  refused;
 - ``CogVideoXPipeline``, ``CogVideoXImageToVideoPipeline``: ``check_inputs`` raises unless
   divisible by 8; a side divisible by 8 but not by ``vae_scale_factor_spatial * patch_size``
   (16) gives an odd latent side, which ``CogVideoXTransformer3DModel.forward`` patchifies with
@@ -49,6 +57,7 @@ than its kernel, and a larger size is seldom the fix the user meant.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -145,13 +154,35 @@ def _cogvideox(pipeline: Pipeline) -> int:
     return _vae_scale(pipeline) * _patch(pipeline, 2)
 
 
+def _hunyuan(pipeline: Pipeline) -> int:
+    """``check_inputs``' 16, and a latent side ``HunyuanVideoTransformer3DModel.forward``
+    patchifies whole: the VAE's ``spatial_compression_ratio`` times ``patch_size``."""
+    spatial = _wan_vae(pipeline, "spatial_compression_ratio", 8)
+    return math.lcm(16, spatial * _patch(pipeline, 2))
+
+
+def _wan_frame_patch(pipeline: Pipeline) -> tuple[int, int]:
+    t = _config(pipeline, "transformer")
+    p = t.get("patch_size") if t is not None else None
+    p_t = int(p[0]) if isinstance(p, tuple | list) and p else 1
+    return _wan_vae(pipeline, "scale_factor_temporal", 4), p_t
+
+
+def _hunyuan_frame_patch(pipeline: Pipeline) -> tuple[int, int]:
+    t = _config(pipeline, "transformer")
+    p_t = t.get("patch_size_t") if t is not None else None
+    return _wan_vae(pipeline, "temporal_compression_ratio", 4), int(p_t or 1)
+
+
 @dataclass(frozen=True)
 class SizeRule:
     """What one pipeline class does with ``height``/``width`` (pixels) and ``num_frames``.
 
     ``refuse``: the divisor a side must be a multiple of, or the call fails; ``round``: the
     multiple each side is then rounded down to; ``frames``: the frame count the denoiser runs
-    for a ``num_frames``, and why; ``max_text``: the largest ``max_sequence_length``
+    for a ``num_frames``, and why; ``frame_patch``: (the VAE's temporal compression, the
+    denoiser's temporal patch) where the denoiser patchifies the latent frames with floor
+    division and nothing pads them; ``max_text``: the largest ``max_sequence_length``
     ``check_inputs`` takes (tokens); ``source``: the diffusers
     function that refuses or rounds, ``round_source`` the one that rounds when both apply. Each
     callable reads the pipeline's component configs.
@@ -163,6 +194,7 @@ class SizeRule:
     frames: Callable[[Pipeline, int], tuple[int, str]] | None = None
     round_source: str = ""
     max_text: int | None = None
+    frame_patch: Callable[[Pipeline], tuple[int, int]] | None = None
 
 
 _SD = SizeRule("check_inputs", refuse=_fixed(8))
@@ -178,6 +210,7 @@ _WAN = SizeRule(
     round=_wan_multiple,
     frames=_wan_frames,
     round_source="__call__",
+    frame_patch=_wan_frame_patch,
 )
 _COGVIDEOX = SizeRule(
     "check_inputs (8) and CogVideoXTransformer3DModel.forward's unpatchify (an odd latent side)",
@@ -199,7 +232,12 @@ SIZE_RULES: Final[dict[str, SizeRule]] = {
     "FluxImg2ImgPipeline": _FLUX_I2I,
     "WanPipeline": _WAN,
     "WanImageToVideoPipeline": _WAN,
-    "HunyuanVideoPipeline": SizeRule("check_inputs", refuse=_fixed(16)),
+    "HunyuanVideoPipeline": SizeRule(
+        "check_inputs (16) and HunyuanVideoTransformer3DModel.forward's unpatchify (a latent "
+        "side not divisible by patch_size)",
+        refuse=_hunyuan,
+        frame_patch=_hunyuan_frame_patch,
+    ),
     "CogVideoXPipeline": _COGVIDEOX,
     "CogVideoXImageToVideoPipeline": _COGVIDEOX,
     "LTXPipeline": SizeRule("check_inputs", refuse=_fixed(32)),
@@ -337,9 +375,45 @@ def output_size(
                 f"{cls} runs numFrames {num_frames} as {frames} ({why}; {_VERSION} "
                 f"{cls}.__call__): sized at {frames} frames"
             )
+    if video and rule.frame_patch is not None:
+        refused = _frames_unpatched(pipeline, rule.frame_patch, num_frames, frames)
+        if refused is not None:
+            out.refused.append(refused)
     if out.refused:
         return OutputSize(height, width, num_frames, out.refused)
     return OutputSize(h, w, frames, [], out.notes)
+
+
+def _frames_unpatched(
+    pipeline: Pipeline,
+    frame_patch: Callable[[Pipeline], tuple[int, int]],
+    asked: int,
+    frames: int,
+) -> tuple[str, str] | None:
+    """The refusal of ``asked`` frames, run as ``frames``, when the denoiser's temporal patch
+    does not divide the ``(frames - 1) // t + 1`` latent frames: the forward patchifies with
+    floor division and unpatchifies fewer frames than it was given, so the first scheduler
+    step fails on mismatched shapes (Wan and HunyuanVideo's ``forward``, diffusers 0.42.1;
+    the published checkpoints' temporal patch is 1). ``None`` when it divides."""
+    t, p_t = frame_patch(pipeline)
+    latent = (frames - 1) // t + 1
+    if p_t <= 1 or latent % p_t == 0:
+        return None
+    lower = latent // p_t * p_t
+    options = [(n - 1) * t + 1 for n in (lower, lower + p_t) if n >= p_t]
+    denoiser = pipeline.component("transformer")
+    cls = denoiser.class_name if denoiser is not None else "the transformer"
+    ran = "" if frames == asked else f" (run as {frames})"
+    key = "patchSize" if cls == "WanTransformer3DModel" else "patchSizeT"
+    return (
+        "generation.numFrames",
+        f"{pipeline.class_name} encodes numFrames {asked}{ran} as {latent} latent frames "
+        f"((numFrames - 1) // {t} + 1), which {cls}'s temporal patch {p_t} does not divide: "
+        f"its forward patchifies them with floor division and returns {lower} frames, so the "
+        f"first scheduler step fails ({_VERSION} {cls}.forward); use numFrames "
+        f"{' or '.join(str(n) for n in options)}, or the {key} of the checkpoint the weights "
+        "come from (temporal patch 1 in published ones)",
+    )
 
 
 def size_step(pipeline: Pipeline) -> int:
