@@ -130,7 +130,12 @@ class Assessment:
 
 
 def parallel_path(spec: GPUWorkloadSpec) -> str:
-    return "spec.training.parallelism" if spec.training is not None else "spec.inference"
+    """The spec path that declares ``spec``'s GPU count, for messages about it."""
+    if spec.training is not None:
+        return "spec.training.parallelism"
+    if spec.generation is not None:
+        return "spec.generation.parallelism"
+    return "spec.inference"
 
 
 def gib(n: int | float) -> str:

@@ -110,6 +110,12 @@ def bound_problem(
         # Serving and generation run as one pod (the engine's process group, or one pipeline):
         # a pod larger than a node is never scheduled. Engines that span nodes (vLLM or SGLang
         # over Ray or a LeaderWorkerSet) are not modelled, so no friendlier split is offered.
+        if spec.generation is not None:
+            return (
+                f"one pod of {total} GPUs (ulyssesDegree x ringDegree, x2 with cfgParallel) "
+                f"does not fit the {per_node} GPUs of one node ({source}); a pipeline across "
+                f"nodes is not modelled: keep that product within {per_node}"
+            )
         return (
             f"one pod of {total} GPUs (tensor x pipeline x data parallel) does not fit the "
             f"{per_node} GPUs of one node ({source}); serving across nodes is not modelled: "

@@ -17,6 +17,11 @@ from gpu_sizer.api.spec.latent_channels import channel_problems
 from gpu_sizer.api.spec.measurement import Measurement
 from gpu_sizer.api.spec.model import Model
 from gpu_sizer.api.spec.output_size import output_size
+from gpu_sizer.api.spec.pipeline_runs import (
+    expert_problems,
+    offload_conflict,
+    ulysses_problems,
+)
 from gpu_sizer.api.spec.placement import Placement
 from gpu_sizer.api.spec.training import Training
 
@@ -242,7 +247,9 @@ def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, fie
 
 def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
     """A pipeline is generated with (spec.generation); spec.generation needs one; its denoisers
-    take the latents its class hands them (:mod:`gpu_sizer.api.spec.latent_channels`); the
+    take the latents its class hands them (:mod:`gpu_sizer.api.spec.latent_channels`); every
+    expert a timestep goes to is there and the offload modes can be mixed
+    (:mod:`gpu_sizer.api.spec.pipeline_runs`); the
     output size is one the pipeline's class accepts (:mod:`gpu_sizer.api.spec.output_size`)."""
     pipeline = spec.model.pipeline
     if spec.generation is not None and pipeline is None:
@@ -253,9 +260,15 @@ def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
         )
     if pipeline is not None:
         # components that each build but cannot run together: the first step would fail
-        for field, message in channel_problems(pipeline):
+        for field, message in channel_problems(pipeline) + expert_problems(pipeline):
             problems.add(f"model.pipeline.{field}", message)
     gen = spec.generation
+    if pipeline is not None and gen is not None:
+        conflict = offload_conflict(pipeline, gen.offload)
+        if conflict is not None:
+            problems.add(f"model.pipeline.components[{conflict[0]}].offload", conflict[1])
+        for message in ulysses_problems(pipeline, gen.parallelism.ulysses_degree):
+            problems.add("generation.parallelism.ulyssesDegree", message)
     if pipeline is not None and gen is not None:
         # a size the pipeline's __call__ refuses: the workload would never start
         size = output_size(

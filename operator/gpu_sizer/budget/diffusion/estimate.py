@@ -336,6 +336,17 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
     by_name = {c.name: c for c in comps}
     missing: list[Missing] = []
     notes: list[str] = []
+    kind = PIPELINES.get(pipeline.class_name)
+    if kind is not None and gen.task not in kind.tasks:
+        # the class's __call__ does what it does whatever the task says: an image pipeline
+        # makes images (numFrames is no argument of it), an image-to-image one encodes its input
+        runs = kind.tasks[0]
+        one = "" if runs.video or not gen.task.video else f", one frame, not {gen.num_frames}"
+        notes.append(
+            f"{pipeline.class_name} runs {', '.join(t.value for t in kind.tasks)}, not "
+            f"{gen.task.value}: sized as the pipeline runs ({runs.value}{one})"
+        )
+        gen = gen.model_copy(update={"task": runs})
     # the size the pipeline really runs at (validation refused the sizes it cannot run)
     size = output_size(pipeline, gen.task.video, gen.height, gen.width, gen.num_frames)
     if (size.height, size.width, size.num_frames) != (gen.height, gen.width, gen.num_frames):
@@ -343,7 +354,6 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
             update={"height": size.height, "width": size.width, "num_frames": size.num_frames}
         )
     notes += size.notes
-    kind = PIPELINES.get(pipeline.class_name)
     where = "spec.model.pipeline"
     if kind is None:
         missing.append(
@@ -354,11 +364,6 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
                 "guidance, its text lengths, what it encodes, which models it keeps resident)",
                 "supported pipeline classes: " + ", ".join(sorted(PIPELINES)),
             )
-        )
-    elif gen.task not in kind.tasks:
-        notes.append(
-            f"{pipeline.class_name} runs {', '.join(t.value for t in kind.tasks)}, not "
-            f"{gen.task.value}: sized as the pipeline runs"
         )
     for c in comps:
         path = f"{where}.components[{c.index}]"

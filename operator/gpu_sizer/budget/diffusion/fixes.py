@@ -44,6 +44,7 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 from gpu_sizer.api.spec.output_size import size_step
+from gpu_sizer.api.spec.pipeline_runs import offload_conflict
 
 __all__ = ["generation_candidates"]
 
@@ -202,7 +203,14 @@ def generation_candidates(spec: GPUWorkloadSpec) -> list[Candidate]:
                     f"parallelism.ulyssesDegree {degree} ({degree} GPUs)",
                 )
             )
-    return out
+    # a pipeline-wide offload beside a component's own that diffusers refuses to mix
+    return [c for c in out if _offloads_mix(c[2])]
+
+
+def _offloads_mix(spec: GPUWorkloadSpec) -> bool:
+    gen, pipeline = spec.generation, spec.model.pipeline
+    assert gen is not None and pipeline is not None
+    return offload_conflict(pipeline, gen.offload) is None
 
 
 def _denoiser_heads(spec: GPUWorkloadSpec) -> int | None:

@@ -1,0 +1,139 @@
+"""Pipeline settings that each validate but that diffusers cannot run together. Pure.
+
+Read from ``diffusers`` 0.42.1:
+
+- **Wan 2.2's experts.** ``WanPipeline.__call__`` and ``WanImageToVideoPipeline.__call__`` pick
+  the denoiser per timestep: ``transformer`` when ``boundary_ratio`` is null or ``t >=
+  boundary_ratio * num_train_timesteps``, ``transformer_2`` otherwise, and call it without
+  checking that it is there. A pipeline missing the expert its ``boundaryRatio`` sends a
+  timestep to fails at that step (``'NoneType' object has no attribute 'cache_context'``)
+  after the earlier steps ran, so it is refused rather than sized as the expert that is
+  there. The timesteps stay below ``num_train_timesteps``, so a ratio of 1 never runs
+  ``transformer`` (the published low-noise-only setting, ``transformer=None,
+  boundary_ratio=1.0``), and a ratio of 0 never runs ``transformer_2``.
+- **Offload modes.** ``DiffusionPipeline.enable_model_cpu_offload`` and
+  ``enable_sequential_cpu_offload`` hook every component and raise ``ValueError`` when any
+  component has group offloading (``_maybe_raise_error_if_group_offload_active``), and
+  ``apply_group_offloading`` raises when a module already carries accelerate's offload hooks
+  (``hooks/group_offloading.py``, ``_raise_error_if_accelerate_model_or_sequential_hook_present``):
+  ``Group`` cannot be mixed with ``Model`` or ``Sequential`` in either order.
+- **Ulysses degree.** Ulysses sequence parallelism trades the sequence split for a head split
+  with an all-to-all: diffusers' ``TemplatedUlyssesAttention.forward``
+  (``models/attention_dispatch.py``) reshapes each query, key and value to ``(world_size,
+  H // world_size)`` heads, so a degree that does not divide a running denoiser's
+  ``num_attention_heads`` fails at the first attention (xDiT's and the Wan and HunyuanVideo
+  repositories' Ulysses attention split heads the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gpu_sizer.api.components import COMPONENT_CLASSES, Role
+from gpu_sizer.api.spec.generation import ComponentDevice, Pipeline, PipelineOffload
+
+__all__ = ["expert_problems", "offload_conflict", "ulysses_problems"]
+
+_VERSION: Final = "diffusers 0.42.1"
+_WAN: Final = ("WanPipeline", "WanImageToVideoPipeline")
+_HOOKED: Final = (PipelineOffload.Model, PipelineOffload.Sequential)
+
+
+def expert_problems(pipeline: Pipeline) -> list[tuple[str, str]]:
+    """(spec path relative to the pipeline, message) for each Wan expert that a timestep of
+    the call is sent to but that the pipeline lacks; empty for other classes. Never raises."""
+    cls = pipeline.class_name
+    if cls not in _WAN:
+        return []
+    ratio = pipeline.config.get("boundaryRatio")
+    if ratio is not None and not isinstance(ratio, int | float):
+        return []  # the pipeline options' own check reports it
+    names = {c.name for c in pipeline.components}
+    where = f"{_VERSION} {cls}.__call__"
+    problems: list[tuple[str, str]] = []
+    if "transformer" not in names and (ratio is None or ratio < 1):
+        when = (
+            "every timestep (boundaryRatio null)"
+            if ratio is None
+            else (f"timesteps t >= boundaryRatio x num_train_timesteps ({ratio} x 1000)")
+        )
+        problems.append(
+            (
+                "components",
+                f"{cls} runs transformer (the high-noise expert) for {when}, and this pipeline "
+                f"has none: the call fails at its first such step ({where}); add the "
+                "transformer component, or set config.boundaryRatio 1.0 to run transformer_2 "
+                "alone",
+            )
+        )
+    if "transformer_2" not in names and ratio is not None and ratio > 0:
+        problems.append(
+            (
+                "components",
+                f"{cls} runs transformer_2 (the low-noise expert) for timesteps t < "
+                f"boundaryRatio x num_train_timesteps ({ratio} x 1000), and this pipeline has "
+                f"none: the call fails at the first such step ({where}); add the "
+                "transformer_2 component, or set config.boundaryRatio null to run "
+                "transformer alone",
+            )
+        )
+    return problems
+
+
+def offload_conflict(pipeline: Pipeline, offload: PipelineOffload) -> tuple[int, str] | None:
+    """(index in ``pipeline.components``, message) for the first component whose offload
+    mode (its own, else the pipeline's ``offload``) diffusers refuses beside another's:
+    ``Group`` with ``Model`` or ``Sequential``; ``None`` when they can run together. Never
+    raises."""
+    modes = [
+        (i, c.name, c.offload or offload)
+        for i, c in enumerate(pipeline.components)
+        if c.device is not ComponentDevice.Cpu
+    ]
+    hooked = [(n, m) for _, n, m in modes if m in _HOOKED]
+    grouped = [(i, n) for i, n, m in modes if m is PipelineOffload.Group]
+    if not hooked or not grouped:
+        return None
+    i, name = grouped[0]
+    other, mode = hooked[0]
+    call = (
+        "enable_model_cpu_offload"
+        if mode is PipelineOffload.Model
+        else ("enable_sequential_cpu_offload")
+    )
+    return (
+        i,
+        f"{name} is group-offloaded while {other} has offload {mode.value}: diffusers' {call} "
+        "refuses a pipeline with a group-offloaded component, and group offloading refuses a "
+        f"module that already has accelerate's offload hooks ({_VERSION} "
+        "DiffusionPipeline._maybe_raise_error_if_group_offload_active, "
+        "hooks/group_offloading.py); use one of Group or Model/Sequential for every component "
+        "on the GPU, or offload None for the others",
+    )
+
+
+def ulysses_problems(pipeline: Pipeline, degree: int) -> list[str]:
+    """A message (about ``spec.generation.parallelism.ulyssesDegree``) for each sized denoiser whose
+    ``num_attention_heads`` the Ulysses ``degree`` does not divide; empty at degree 1. A
+    UNet's heads differ per level and are not checked. Never raises."""
+    if degree <= 1:
+        return []
+    problems: list[str] = []
+    for c in pipeline.components:
+        known = COMPONENT_CLASSES.get(c.class_name)
+        if known is None or known.role is not Role.Denoiser:
+            continue
+        heads = c.resolved_config().get("num_attention_heads")
+        if not isinstance(heads, int) or heads % degree == 0:
+            continue
+        # the degrees one node of up to 8 GPUs holds
+        fits = [d for d in range(2, 9) if heads % d == 0]
+        use = " or ".join(str(d) for d in fits) if fits else "1"
+        problems.append(
+            f"ulyssesDegree {degree} does not divide {c.name}'s ({c.class_name}) {heads} "
+            f"attention heads: Ulysses attention splits the heads over the {degree} GPUs and "
+            f"fails at the first attention otherwise ({_VERSION} "
+            "TemplatedUlyssesAttention.forward); set spec.generation.parallelism.ulyssesDegree "
+            f"to {use} (ringDegree splits the sequence without the heads)"
+        )
+    return problems
