@@ -14,6 +14,9 @@ webhook's configuration and the operator fail the same way on the same bad file:
 - Duplicate keys: the YAML 1.2 spec (section 3.2.1.1) requires mapping keys to be unique; PyYAML
   silently keeps the last one, so a second ``maxNumSeqs:`` would win unseen. They are refused
   with the line of the duplicate.
+- Integers: one longer than Python converts (``sys.get_int_max_str_digits()``, 4300 digits) is
+  refused at its line, in the words :mod:`gpu_sizer.jsonio` uses for JSON, rather than escaping
+  the loader as a plain ``ValueError`` (a traceback in the CLI).
 - Speed: libyaml parses when PyYAML has it; malformed text is read again by the pure-Python
   loader, so that acceptance, types and every message are the same with or without libyaml.
 - Files: a file that is not UTF-8 is reported as such rather than with a decode traceback, and
@@ -31,6 +34,8 @@ from typing import Any, Final
 import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from gpu_sizer.jsonio import too_long_integer
 
 __all__ = [
     "MAX_EXPANDED_NODES",
@@ -102,9 +107,30 @@ class _Strict:
         result: dict[Any, Any] = super().construct_mapping(node, deep=deep)  # type: ignore[misc]
         return result
 
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        """``SafeConstructor.construct_yaml_int``, an integer longer than Python converts
+        (``sys.get_int_max_str_digits()``) refused at its line: ``int()`` raises a plain
+        ``ValueError`` there, which no caller expects from a loader, and a traceback follows."""
+        try:
+            value: int = super().construct_yaml_int(node)  # type: ignore[misc]
+        except ValueError:
+            digits = sum(c.isdigit() for c in str(node.value))
+            raise ConstructorError(None, None, too_long_integer(digits), node.start_mark) from None
+        return value
+
+
+def _strict_ints(loader: type) -> None:
+    """Register :meth:`_Strict.construct_yaml_int` for ``!!int`` on ``loader``: PyYAML
+    dispatches by tag through a class-level table of functions, not through the method, so
+    overriding the method alone changes nothing."""
+    loader.add_constructor("tag:yaml.org,2002:int", _Strict.construct_yaml_int)  # type: ignore[attr-defined]
+
 
 class _Loader(_Strict, yaml.SafeLoader):
     """The pure-Python loader: the reference for what is accepted and for every message."""
+
+
+_strict_ints(_Loader)
 
 
 #: libyaml's parser and composer (``yaml.CSafeLoader``: C scanner, parser and composer; the same
@@ -117,6 +143,7 @@ if getattr(yaml, "__with_libyaml__", False):
     class _CSafeStrict(_Strict, yaml.CSafeLoader):
         pass
 
+    _strict_ints(_CSafeStrict)
     _CLoader = _CSafeStrict
 
 

@@ -148,8 +148,19 @@ ENTRY_POINTS = [["-m", "gpu_sizer.probe"], ["-m", "gpu_sizer.cli", "probe"]]
         (b"{ this is: [neither json", "neither JSON nor YAML"),
         (b"[1, 2, 3]", "spec: must be an object"),
         (b'{"model": {"parameterCount": "lots"}}', "spec.model.parameterCount"),
+        (b'{"model": {"parameterCount": ' + b"9" * 5000 + b"}}", "an integer of 5000 digits"),
+        (b"model:\n  parameterCount: " + b"9" * 5000, "an integer of 5000 digits"),
+        (b"[" * 200_000 + b"]" * 200_000, "nested too deep"),
     ],
-    ids=["binary", "not-json-or-yaml", "not-an-object", "invalid-field"],
+    ids=[
+        "binary",
+        "not-json-or-yaml",
+        "not-an-object",
+        "invalid-field",
+        "long-json-integer",
+        "long-yaml-integer",
+        "deep-json",
+    ],
 )
 def test_unreadable_spec_is_a_failed_result_not_a_traceback(
     tmp_path: Path, entry: list[str], content: bytes, expected: str

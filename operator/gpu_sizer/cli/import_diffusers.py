@@ -205,6 +205,7 @@ def _read_config(path: Path, shown: str) -> dict[str, Any]:
 
 def _read_object(path: Path, shown: str) -> dict[str, Any]:
     """The JSON object in ``path``; ``shown`` names it in warnings of repeated keys."""
+    from gpu_sizer.jsonio import JsonLimitError
     from gpu_sizer.yamlio import UnreadableFile, read_text
 
     try:
@@ -217,6 +218,8 @@ def _read_object(path: Path, shown: str) -> dict[str, Any]:
         loaded = _load_json(text, shown)
     except json.JSONDecodeError as exc:
         raise ImportRefused(f"{path}: {_not_json(exc)}") from None
+    except JsonLimitError as exc:
+        raise ImportRefused(f"{path}: {exc}") from None
     if not isinstance(loaded, dict):
         raise ImportRefused(
             f"{path}: must be a JSON object ({{...}}), not a JSON {_json_kind(loaded)}"
@@ -380,7 +383,10 @@ _FLAGS: Final[dict[str, tuple[str, str]]] = {
 def _load_json(text: str, name: str) -> Any:
     """``json.loads`` of a pipeline file, warning of each key an object repeats: diffusers'
     ``load_config`` (``json.loads``) keeps the last value silently, and so does this import,
-    but a repeated key is usually an editing mistake worth seeing."""
+    but a repeated key is usually an editing mistake worth seeing. Read through
+    :func:`gpu_sizer.jsonio.loads`, so that a too-long integer or too-deep nesting is a
+    :class:`~gpu_sizer.jsonio.JsonLimitError` naming the problem, not a traceback."""
+    from gpu_sizer.jsonio import loads
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}
@@ -394,7 +400,7 @@ def _load_json(text: str, name: str) -> Any:
             seen[key] = value
         return seen
 
-    return json.loads(text, object_pairs_hook=pairs)
+    return loads(text, object_pairs_hook=pairs)
 
 
 _COMPONENT_PATH = re.compile(r"spec\.model\.pipeline\.components\[(\d+)\]\.config\.(.+)")

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         model_type_of,
     )
     from gpu_sizer.api.workload import validate_name, validate_namespace
+    from gpu_sizer.jsonio import loads
     from gpu_sizer.yamlio import UnreadableFile, read_text
 
     source = "(stdin)" if args.config == "-" else args.config
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     notes: list[str] = []
     try:
         text = read_text(args.config)
-        config = json.loads(text)
+        config = loads(text)
         if not isinstance(config, dict):
             raise UnsupportedConfig("config.json must be a JSON object")
         bounds = config_bound_problems(config)

@@ -117,20 +117,23 @@ def read_spec(source: str | None) -> GPUWorkloadSpec:
 
 
 def _load_document(text: str, where: str) -> Any:
-    import yaml
+    """``text`` as JSON, else as YAML; read through :mod:`gpu_sizer.jsonio` and
+    :mod:`gpu_sizer.yamlio`, so that an integer longer than Python converts or nesting deeper
+    than the decoder recurses is an invalid spec that says so, not a traceback."""
+    from gpu_sizer.jsonio import JsonLimitError, loads
+    from gpu_sizer.yamlio import YamlError, load
 
     try:
-        return json.loads(text)
+        return loads(text)
     except json.JSONDecodeError as exc:
         json_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    except JsonLimitError as exc:
+        raise _invalid(f"{where}: {exc}") from None
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or type(exc).__name__
+        return load(text)
+    except YamlError as exc:
         raise _invalid(
-            f"{where} is neither JSON nor YAML (JSON: {json_error}; YAML: {problem}{at})"
+            f"{where} is neither JSON nor YAML (JSON: {json_error}; YAML: {exc})"
         ) from None
 
 
