@@ -23,6 +23,7 @@ from gpu_sizer.api.spec.pipeline_runs import (
     ulysses_problems,
 )
 from gpu_sizer.api.spec.placement import Placement
+from gpu_sizer.api.spec.text_width import text_problems
 from gpu_sizer.api.spec.training import Training
 
 __all__ = ["GPUWorkloadSpec", "spec_to_wire"]
@@ -247,7 +248,8 @@ def _check_tensor_parallel(problems: _Problems, arch: Architecture, tp: int, fie
 
 def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
     """A pipeline is generated with (spec.generation); spec.generation needs one; its denoisers
-    take the latents its class hands them (:mod:`gpu_sizer.api.spec.latent_channels`); every
+    take the latents its class hands them (:mod:`gpu_sizer.api.spec.latent_channels`) and the
+    text embeddings of its encoders' width (:mod:`gpu_sizer.api.spec.text_width`); every
     expert a timestep goes to is there and the offload modes can be mixed
     (:mod:`gpu_sizer.api.spec.pipeline_runs`); the
     output size is one the pipeline's class accepts (:mod:`gpu_sizer.api.spec.output_size`)."""
@@ -261,6 +263,8 @@ def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
     if pipeline is not None:
         # components that each build but cannot run together: the first step would fail
         for field, message in channel_problems(pipeline) + expert_problems(pipeline):
+            problems.add(f"model.pipeline.{field}", message)
+        for field, message in text_problems(pipeline):
             problems.add(f"model.pipeline.{field}", message)
     gen = spec.generation
     if pipeline is not None and gen is not None:
