@@ -217,13 +217,20 @@ def test_use_default_values_keys_take_the_class_default(
     left in the file for one of them is not what the model is built with."""
     root = _sd15(tmp_path)
     unet = json.loads((root / "unet" / "config.json").read_text())
-    unet["cross_attention_dim"] = 1024
-    unet["_use_default_values"] = ["cross_attention_dim"]
+    unet["layers_per_block"] = 3
+    unet["_use_default_values"] = ["layers_per_block"]
     (root / "unet" / "config.json").write_text(json.dumps(unet))
     code, out, err = _run(capsys, str(root), "--name", "w")
     assert code == 0, err
     components = yaml.safe_load(out)["spec"]["model"]["pipeline"]["components"]
-    assert "crossAttentionDim" not in next(c for c in components if c["name"] == "unet")["config"]
+    assert "layersPerBlock" not in next(c for c in components if c["name"] == "unet")["config"]
+    # a dropped key whose class default the pipeline cannot run with is then refused:
+    # UNet2DConditionModel's default cross_attention_dim 1280 against SD 1.5's 768-wide CLIP
+    unet["cross_attention_dim"] = 768
+    unet["_use_default_values"] = ["cross_attention_dim"]
+    (root / "unet" / "config.json").write_text(json.dumps(unet))
+    code, out, err = _run(capsys, str(root), "--name", "w")
+    assert code == 2 and "cross_attention_dim 1280" in err
 
 
 def test_a_custom_pipeline_class_is_imported_as_unmodelled(
