@@ -46,3 +46,40 @@ def build_on_meta(cls: str, config: dict[str, Any], dtype: Any = None) -> Any:
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
+
+
+#: Tiny configs (snake_case) small enough to run a real forward, or a whole pipeline, on the CPU
+#: in milliseconds: the oracles of the refusal tests call diffusers with them.
+TINY_WAN: dict[str, Any] = {
+    "num_attention_heads": 2,
+    "attention_head_dim": 12,
+    "in_channels": 4,
+    "out_channels": 4,
+    "text_dim": 16,
+    "freq_dim": 16,
+    "ffn_dim": 32,
+    "num_layers": 1,
+}
+TINY_HUNYUAN: dict[str, Any] = {
+    "in_channels": 4,
+    "out_channels": 4,
+    "num_attention_heads": 2,
+    "attention_head_dim": 8,
+    "num_layers": 1,
+    "num_single_layers": 1,
+    "num_refiner_layers": 1,
+    "text_embed_dim": 16,
+    "pooled_projection_dim": 8,
+}
+
+
+def tiny_wan_vae(z_dim: int = 4) -> dict[str, Any]:
+    """A tiny ``AutoencoderKLWan`` config with ``z_dim`` latent channels."""
+    return {
+        "base_dim": 8,
+        "dim_mult": [1, 1, 1, 1],
+        "num_res_blocks": 1,
+        "z_dim": z_dim,
+        "latents_mean": [0.0] * z_dim,
+        "latents_std": [1.0] * z_dim,
+    }

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from tests import diffusers_configs as published
+from tests.budget.diffusion.conftest import TINY_WAN, tiny_wan_vae
 
 from gpu_sizer.api import InvalidWorkload, parse_spec
 from gpu_sizer.api.spec.generation import Pipeline
@@ -26,14 +27,6 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
 #: Small enough to call a whole pipeline on the CPU in a few milliseconds.
-_WAN = {
-    "num_attention_heads": 2,
-    "attention_head_dim": 12,
-    "text_dim": 16,
-    "freq_dim": 16,
-    "ffn_dim": 32,
-    "num_layers": 1,
-}
 _FLUX = {
     "num_layers": 1,
     "num_single_layers": 1,
@@ -83,7 +76,6 @@ _UNET = {
 }
 _KL = {"block_out_channels": [8], "norm_num_groups": 4, "layers_per_block": 1}
 _KL_FLUX = {**_KL, "shift_factor": 0.0}
-_WAN_VAE = {"base_dim": 8, "dim_mult": [1, 1, 1, 1], "num_res_blocks": 1}
 _COGVIDEOX_VAE = {
     "block_out_channels": [8, 8, 8, 8],
     "norm_num_groups": 2,
@@ -98,10 +90,6 @@ _LTX_VAE = {
 }
 
 
-def _wan_vae(c: int) -> dict[str, Any]:
-    return {**_WAN_VAE, "z_dim": c, "latents_mean": [0.0] * c, "latents_std": [1.0] * c}
-
-
 def _image() -> Any:
     from PIL import Image
 
@@ -112,6 +100,9 @@ def _embeds(tokens: int = 3, width: int = 16) -> Any:
     return torch.randn(1, tokens, width)
 
 
+#: The tiny Wan transformer without its channels, which each case sets.
+_WAN = {k: v for k, v in TINY_WAN.items() if k not in ("in_channels", "out_channels")}
+
 #: Per pipeline class: (denoiser class, its tiny config, VAE class, its tiny config for ``c``
 #: latent channels, the VAE's latent-channel key, the pipeline's other __init__ arguments, the
 #: call's arguments). Each is called with one step, no guidance.
@@ -121,7 +112,7 @@ CASES: dict[str, Case] = {
         "WanTransformer3DModel",
         _WAN,
         "AutoencoderKLWan",
-        _wan_vae,
+        tiny_wan_vae,
         {},
         lambda: {"prompt_embeds": _embeds(), "height": 16, "width": 16, "num_frames": 5},
     ),
@@ -129,7 +120,7 @@ CASES: dict[str, Case] = {
         "WanTransformer3DModel",
         _WAN,
         "AutoencoderKLWan",
-        _wan_vae,
+        tiny_wan_vae,
         {"image_encoder": None, "image_processor": None},
         lambda: {
             "image": _image(),

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests import diffusers_configs as published
-from tests.budget.diffusion.conftest import build_on_meta
+from tests.budget.diffusion.conftest import TINY_HUNYUAN, TINY_WAN, build_on_meta
 
 from gpu_sizer.api.components import checked_config, resolved_config
 from gpu_sizer.budget.diffusion.resolved import component_model
@@ -244,7 +244,7 @@ def _hunyuan_forward(axes: tuple[int, ...]) -> None:
     import torch
     from diffusers import HunyuanVideoTransformer3DModel
 
-    model = HunyuanVideoTransformer3DModel(**_TINY_HUNYUAN, rope_axes_dim=axes)
+    model = HunyuanVideoTransformer3DModel(**TINY_HUNYUAN, rope_axes_dim=axes)
     model(
         hidden_states=torch.randn(1, 4, 1, 4, 4),
         timestep=torch.ones(1),
@@ -259,7 +259,7 @@ def _wan_forward(patch: tuple[int, ...]) -> None:
     import torch
     from diffusers import WanTransformer3DModel
 
-    model = WanTransformer3DModel(**_TINY_WAN, patch_size=patch)
+    model = WanTransformer3DModel(**TINY_WAN, patch_size=patch)
     model(
         hidden_states=torch.randn(1, 4, 1, 4, 4),
         timestep=torch.ones(1),
@@ -276,27 +276,6 @@ _TINY_FLUX: dict[str, Any] = {
     "num_attention_heads": 2,
     "joint_attention_dim": 16,
     "pooled_projection_dim": 8,
-}
-_TINY_HUNYUAN: dict[str, Any] = {
-    "in_channels": 4,
-    "out_channels": 4,
-    "num_attention_heads": 2,
-    "attention_head_dim": 8,
-    "num_layers": 1,
-    "num_single_layers": 1,
-    "num_refiner_layers": 1,
-    "text_embed_dim": 16,
-    "pooled_projection_dim": 8,
-}
-_TINY_WAN: dict[str, Any] = {
-    "num_attention_heads": 2,
-    "attention_head_dim": 12,
-    "in_channels": 4,
-    "out_channels": 4,
-    "text_dim": 16,
-    "freq_dim": 16,
-    "ffn_dim": 32,
-    "num_layers": 1,
 }
 #: (class, tiny config, the key it varies, a value, the key refused or None, its forward).
 #: These build on the meta device whatever the value: the library fails at the first forward
@@ -322,7 +301,7 @@ AT_FORWARD = [
     ),
     (
         "HunyuanVideoTransformer3DModel",
-        _TINY_HUNYUAN,
+        TINY_HUNYUAN,
         "rope_axes_dim",
         (2, 2, 4),
         None,
@@ -330,15 +309,15 @@ AT_FORWARD = [
     ),
     (
         "HunyuanVideoTransformer3DModel",
-        _TINY_HUNYUAN,
+        TINY_HUNYUAN,
         "rope_axes_dim",
         (2, 2, 6),
         "attentionHeadDim",
         _hunyuan_forward,
     ),
-    ("WanTransformer3DModel", _TINY_WAN, "patch_size", (1, 2, 2), None, _wan_forward),
-    ("WanTransformer3DModel", _TINY_WAN, "patch_size", (2, 2), "patchSize", _wan_forward),
-    ("WanTransformer3DModel", _TINY_WAN, "patch_size", (1, 2, 2, 2), "patchSize", _wan_forward),
+    ("WanTransformer3DModel", TINY_WAN, "patch_size", (1, 2, 2), None, _wan_forward),
+    ("WanTransformer3DModel", TINY_WAN, "patch_size", (2, 2), "patchSize", _wan_forward),
+    ("WanTransformer3DModel", TINY_WAN, "patch_size", (1, 2, 2, 2), "patchSize", _wan_forward),
 ]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.budget.diffusion.conftest import TINY_HUNYUAN, TINY_WAN
 from tests.diffusers_configs import OPTIONS, PIPELINES, camel
 
 from gpu_sizer.api import GPUWorkloadSpec, InvalidWorkload, parse_spec
@@ -393,10 +394,7 @@ def test_a_wan_patch_larger_than_the_latent_fails_in_diffusers() -> None:
     the published (1, 2, 2) runs on the same latents."""
     diffusers = pytest.importorskip("diffusers")
     torch = pytest.importorskip("torch")
-    tiny = {
-        "num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4,
-        "text_dim": 16, "freq_dim": 16, "ffn_dim": 32, "num_layers": 1,
-    }  # fmt: skip
+    tiny = TINY_WAN
     latents, text, t = torch.randn(1, 4, 1, 4, 4), torch.randn(1, 3, 16), torch.ones(1)
     with torch.no_grad():
         ran = diffusers.WanTransformer3DModel(**tiny, patch_size=(1, 2, 2))(
@@ -464,15 +462,8 @@ def test_a_patch_the_latents_are_not_a_multiple_of_returns_fewer_latents() -> No
     them they return the latents' shape."""
     diffusers = pytest.importorskip("diffusers")
     torch = pytest.importorskip("torch")
-    wan = {
-        "num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4,
-        "text_dim": 16, "freq_dim": 16, "ffn_dim": 32, "num_layers": 1,
-    }  # fmt: skip
-    hunyuan = {
-        "in_channels": 4, "out_channels": 4, "num_attention_heads": 2, "attention_head_dim": 8,
-        "num_layers": 1, "num_single_layers": 1, "num_refiner_layers": 1, "text_embed_dim": 16,
-        "pooled_projection_dim": 8, "rope_axes_dim": (2, 2, 4),
-    }  # fmt: skip
+    wan = TINY_WAN
+    hunyuan = {**TINY_HUNYUAN, "rope_axes_dim": (2, 2, 4)}
     text, t = torch.randn(1, 3, 16), torch.ones(1)
 
     def wan_out(patch: tuple[int, int, int], latents: Any) -> tuple[int, ...]:

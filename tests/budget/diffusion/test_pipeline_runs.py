@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.budget.diffusion.conftest import TINY_WAN, tiny_wan_vae
 
 from gpu_sizer.api import InvalidWorkload, parse_spec
 from gpu_sizer.budget.diffusion import generation_estimate
@@ -67,14 +68,7 @@ def test_a_wan_pipeline_missing_an_expert_fails_in_diffusers() -> None:
     expert runs every step."""
     torch = pytest.importorskip("torch")
     diffusers = pytest.importorskip("diffusers")
-    tiny = {
-        "num_attention_heads": 2, "attention_head_dim": 12, "in_channels": 4, "out_channels": 4,
-        "text_dim": 16, "freq_dim": 16, "ffn_dim": 32, "num_layers": 1,
-    }  # fmt: skip
-    vae = {
-        "base_dim": 8, "dim_mult": [1, 1, 1, 1], "num_res_blocks": 1, "z_dim": 4,
-        "latents_mean": [0.0] * 4, "latents_std": [1.0] * 4,
-    }  # fmt: skip
+    tiny, vae = TINY_WAN, tiny_wan_vae(4)
 
     def runs(transformer: bool, transformer_2: bool, ratio: float | None) -> bool:
         torch.manual_seed(0)
