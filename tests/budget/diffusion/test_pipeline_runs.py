@@ -177,6 +177,26 @@ def test_a_ulysses_degree_that_does_not_divide_the_heads_is_refused() -> None:
         )
 
 
+def test_ulysses_fixes_offer_only_degrees_every_expert_divides() -> None:
+    """Both Wan 2.2 experts run in one call, so a Ulysses degree must divide each one's heads:
+    with the low-noise expert at 20 heads (the high-noise one keeps 40), 8 is not offered."""
+    spec = _example(WAN22)
+    names = [c["name"] for c in spec["model"]["pipeline"]["components"]]
+    low = spec["model"]["pipeline"]["components"][names.index("transformer_2")]["config"]
+    low["numAttentionHeads"] = 20
+    parsed = parse_spec(spec)
+    offered = {
+        value
+        for path, value, _, _ in generation_candidates(parsed)
+        if path == "spec.generation.parallelism.ulyssesDegree"
+    }
+    assert offered == {2, 4}
+    for degree in offered:
+        changed = copy.deepcopy(spec)
+        changed["generation"]["parallelism"] = {"ulyssesDegree": degree}
+        parse_spec(changed)
+
+
 def test_diffusers_ulysses_attention_splits_the_heads() -> None:
     """Oracle for the rule: TemplatedUlyssesAttention.forward reshapes (B, S, H, D) query,
     key and value to (B, S, world_size, H // world_size, D), which fails unless world_size

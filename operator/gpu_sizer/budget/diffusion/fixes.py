@@ -44,7 +44,7 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 from gpu_sizer.api.spec.output_size import size_step
-from gpu_sizer.api.spec.pipeline_runs import offload_conflict
+from gpu_sizer.api.spec.pipeline_runs import offload_conflict, ulysses_problems
 
 __all__ = ["generation_candidates"]
 
@@ -190,10 +190,11 @@ def generation_candidates(spec: GPUWorkloadSpec) -> list[Candidate]:
                 f"resolution {w}x{h} (height {h}, width {w})",
             )
         )
-    par = gen.parallelism
-    heads = _denoiser_heads(spec)
-    if gen.task.video and par.ulysses_degree * par.ring_degree == 1 and heads:
-        for degree in (d for d in DEGREES if heads % d == 0):
+    par, pipeline = gen.parallelism, spec.model.pipeline
+    assert pipeline is not None
+    if gen.task.video and par.ulysses_degree * par.ring_degree == 1 and _split_heads(spec):
+        # only degrees every running denoiser's heads divide (the refusal's own rule)
+        for degree in (d for d in DEGREES if not ulysses_problems(pipeline, d)):
             changed = _with(spec, parallelism=par.model_copy(update={"ulysses_degree": degree}))
             out.append(
                 (
@@ -213,9 +214,9 @@ def _offloads_mix(spec: GPUWorkloadSpec) -> bool:
     return offload_conflict(pipeline, gen.offload) is None
 
 
-def _denoiser_heads(spec: GPUWorkloadSpec) -> int | None:
-    """Attention heads of the first sized denoiser (Ulysses splits heads over GPUs)."""
+def _split_heads(spec: GPUWorkloadSpec) -> bool:
+    """Whether the first sized denoiser has one head count that Ulysses can split over GPUs (a
+    UNet's heads differ per level)."""
     for _, c in _denoisers(spec):
-        heads = c.resolved_config().get("num_attention_heads")
-        return heads if isinstance(heads, int) else None
-    return None
+        return isinstance(c.resolved_config().get("num_attention_heads"), int)
+    return False
