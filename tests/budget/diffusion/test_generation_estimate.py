@@ -213,3 +213,32 @@ def test_an_option_the_pipeline_class_does_not_take_is_ignored_and_said_so() -> 
     )  # fmt: skip
     assert sdxl.model.pipeline is not None and sdxl.model.pipeline.config
     assert not any("not an option" in n for n in estimate(sdxl).notes or [])
+
+
+def test_settings_the_call_never_reads_are_noted_and_change_nothing() -> None:
+    """maxSequenceLength for a pipeline whose __call__ takes none (SDXL's CLIPs encode 77
+    tokens), and groupOffload with no group-offloaded component, are said to be ignored; the
+    same settings where they apply are not."""
+    from gpu_sizer.api import parse_spec
+
+    sdxl = pipeline_spec(
+        "stabilityai/stable-diffusion-xl-base-1.0", "float16", task="TextToImage", height=1024,
+        width=1024,
+    )  # fmt: skip
+    doc = sdxl.model_dump(by_alias=True, mode="json", exclude_none=True)
+    doc["generation"] |= {"maxSequenceLength": 512, "groupOffload": {"useStream": True}}
+    est = estimate(parse_spec(doc))
+    notes = [n for n in est.notes or [] if n.endswith(": ignored")]
+    assert notes == [
+        "spec.generation.maxSequenceLength 512 is not an argument of "
+        "StableDiffusionXLPipeline.__call__ in diffusers 0.42.1 (its CLIP encoders take 77 "
+        "tokens): ignored",
+        "spec.generation.groupOffload applies only with offload Group (here None, and no "
+        "component sets offload Group): ignored",
+    ]
+    assert est.per_gpu == estimate(sdxl).per_gpu
+    doc["generation"]["offload"] = "Group"
+    grouped = [n for n in estimate(parse_spec(doc)).notes or [] if n.endswith(": ignored")]
+    assert grouped == notes[:1]
+    flux = pipeline_spec(FLUX, task="TextToImage", height=1024, width=1024, maxSequenceLength=256)
+    assert not any(n.endswith(": ignored") for n in estimate(flux).notes or [])

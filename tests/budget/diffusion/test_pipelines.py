@@ -30,3 +30,6 @@ def test_pipeline_class_matches_diffusers(name: str) -> None:
     assert kind.options == options
     assert kind.components == components
     assert set(kind.encode_order) <= set(components)
+    # a pipeline without a max_sequence_length argument has no text length to override
+    call = inspect.signature(cls.__call__).parameters
+    assert (kind.sequence_length is not None) == ("max_sequence_length" in call)

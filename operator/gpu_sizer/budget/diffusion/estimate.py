@@ -329,6 +329,32 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
     return hit[0].model_copy(), list(hit[1])
 
 
+def _unused_settings(spec: GPUWorkloadSpec) -> list[str]:
+    """Notes for ``spec.generation`` settings the call never reads, so that a user who set one
+    learns it changed nothing: ``maxSequenceLength`` for a pipeline whose encoders take a fixed
+    length (the Stable Diffusion 1.x/XL ``__call__`` has no ``max_sequence_length`` argument:
+    CLIP always encodes 77 tokens), and ``groupOffload`` when no component is group-offloaded."""
+    gen, pipeline = spec.generation, spec.model.pipeline
+    assert gen is not None and pipeline is not None
+    kind = PIPELINES.get(pipeline.class_name)
+    out: list[str] = []
+    if gen.max_sequence_length is not None and kind is not None and not kind.sequence_length:
+        out.append(
+            f"spec.generation.maxSequenceLength {gen.max_sequence_length} is not an argument of "
+            f"{pipeline.class_name}.__call__ in diffusers 0.42.1 (its CLIP encoders take 77 "
+            "tokens): ignored"
+        )
+    grouped = gen.offload is PipelineOffload.Group or any(
+        c.offload is PipelineOffload.Group for c in pipeline.components
+    )
+    if "group_offload" in gen.model_fields_set and not grouped:
+        out.append(
+            "spec.generation.groupOffload applies only with offload Group (here "
+            f"{gen.offload.value}, and no component sets offload Group): ignored"
+        )
+    return out
+
+
 def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Missing]]:
     gen, pipeline = spec.generation, spec.model.pipeline
     assert gen is not None and pipeline is not None
@@ -412,6 +438,7 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
                 + (", ".join(sorted(taken)) or "none")
                 + "); from_pretrained ignores such entries, and so does the estimate"
             )
+    notes += _unused_settings(spec)
     if options.get("expandTimesteps") and pipeline.class_name not in (
         "WanPipeline",
         "WanImageToVideoPipeline",
