@@ -242,3 +242,17 @@ def test_settings_the_call_never_reads_are_noted_and_change_nothing() -> None:
     assert grouped == notes[:1]
     flux = pipeline_spec(FLUX, task="TextToImage", height=1024, width=1024, maxSequenceLength=256)
     assert not any(n.endswith(": ignored") for n in estimate(flux).notes or [])
+
+
+def test_a_denoiser_on_the_cpu_is_noted() -> None:
+    """device Cpu suits a text encoder (Wan's --t5_cpu); on the denoiser it moves every step
+    off the GPU, which the estimate says rather than quietly sizing a GPU for the rest."""
+    spec = pipeline_spec(WAN14, components={"transformer": {"device": "Cpu"}}, **VIDEO)
+    notes = [n for n in estimate(spec).notes or [] if "device Cpu" in n]
+    assert notes == [
+        "transformer (WanTransformer3DModel) has device Cpu: every denoising step runs on the "
+        "CPU and the GPU holds none of its weights or activations (offload Model, Group or "
+        "Sequential keep it on the GPU while it runs)"
+    ]
+    t5 = pipeline_spec(WAN14, components={"text_encoder": {"device": "Cpu"}}, **VIDEO)
+    assert not any("device Cpu" in n for n in estimate(t5).notes or [])

@@ -329,11 +329,13 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
     return hit[0].model_copy(), list(hit[1])
 
 
-def _unused_settings(spec: GPUWorkloadSpec) -> list[str]:
-    """Notes for ``spec.generation`` settings the call never reads, so that a user who set one
-    learns it changed nothing: ``maxSequenceLength`` for a pipeline whose encoders take a fixed
-    length (the Stable Diffusion 1.x/XL ``__call__`` has no ``max_sequence_length`` argument:
-    CLIP always encodes 77 tokens), and ``groupOffload`` when no component is group-offloaded."""
+def _setting_notes(spec: GPUWorkloadSpec) -> list[str]:
+    """Notes for settings that are valid but rarely what the user meant: ``spec.generation``
+    settings the call never reads (``maxSequenceLength`` for a pipeline whose encoders take a
+    fixed length: the Stable Diffusion 1.x/XL ``__call__`` has no ``max_sequence_length``
+    argument, CLIP always encodes 77 tokens; ``groupOffload`` when no component is
+    group-offloaded), and a denoiser kept on the CPU, which takes every denoising step off the
+    GPU being sized."""
     gen, pipeline = spec.generation, spec.model.pipeline
     assert gen is not None and pipeline is not None
     kind = PIPELINES.get(pipeline.class_name)
@@ -352,6 +354,13 @@ def _unused_settings(spec: GPUWorkloadSpec) -> list[str]:
             "spec.generation.groupOffload applies only with offload Group (here "
             f"{gen.offload.value}, and no component sets offload Group): ignored"
         )
+    for c in pipeline.components:
+        if c.device is ComponentDevice.Cpu and _role(c) is Role.Denoiser:
+            out.append(
+                f"{c.name} ({c.class_name}) has device Cpu: every denoising step runs on the "
+                "CPU and the GPU holds none of its weights or activations (offload Model, Group "
+                "or Sequential keep it on the GPU while it runs)"
+            )
     return out
 
 
@@ -438,7 +447,7 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
                 + (", ".join(sorted(taken)) or "none")
                 + "); from_pretrained ignores such entries, and so does the estimate"
             )
-    notes += _unused_settings(spec)
+    notes += _setting_notes(spec)
     if options.get("expandTimesteps") and pipeline.class_name not in (
         "WanPipeline",
         "WanImageToVideoPipeline",
