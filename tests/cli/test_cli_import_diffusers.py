@@ -199,6 +199,38 @@ def _sd15(tmp_path: Path, **index_changes: Any) -> Path:
     return root
 
 
+def _library_has(library: str, cls: str) -> bool:
+    """Whether diffusers 0.42.1's loader finds ``cls`` under ``library``
+    (``get_class_obj_and_candidates``: a ``diffusers.pipelines`` module, else the library)."""
+    import importlib
+
+    pipelines = pytest.importorskip("diffusers").pipelines
+    if library not in ("diffusers", "transformers") and hasattr(pipelines, library):
+        return hasattr(getattr(pipelines, library), cls)
+    return getattr(importlib.import_module(library), cls, None) is not None
+
+
+@pytest.mark.parametrize("cls", sorted(COMPONENT_CLASSES))
+def test_a_component_entry_naming_a_library_without_its_class_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cls: str
+) -> None:
+    """Refused exactly when the loader cannot find the class in the library the entry names
+    (the libraries themselves are the oracle), with the pair to use."""
+    known = COMPONENT_CLASSES[cls]
+    for library in sorted({"diffusers", "transformers", known.library}):
+        root = tmp_path / library / "p"
+        (root / "unet").mkdir(parents=True)
+        (root / "unet" / "config.json").write_text("{}")
+        index = {"_class_name": "StableDiffusionPipeline", "unet": [library, cls]}
+        (root / "model_index.json").write_text(json.dumps(index))
+        code, _, err = _run(capsys, str(root), "--name", "w")
+        refused = f"[{known.library!r}, {cls!r}]" in err
+        assert refused == (not _library_has(library, cls)), (library, err)
+        if refused:
+            assert code == 2
+            assert f"{cls} is not in {library}: diffusers' loader fails on it" in err
+
+
 def test_null_components_and_unexpected_entries_are_left_out_as_diffusers_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

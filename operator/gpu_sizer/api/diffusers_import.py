@@ -162,6 +162,11 @@ def component_config(config: Mapping[str, Any], *, diffusers_config: bool) -> di
     return {k: v for k, v in config.items() if not k.startswith("_") and k not in defaults}
 
 
+#: The libraries diffusers imports a component class from by name (other first elements are a
+#: ``diffusers.pipelines`` module or a custom module file).
+_LIBRARIES: Final = ("diffusers", "transformers")
+
+
 def _is_pair(value: Any) -> bool:
     return (
         isinstance(value, list)
@@ -255,6 +260,14 @@ def pipeline_from_model_index(
             raise UnsupportedPipeline(f"{name}/config.json must be a JSON object")
         sized = COMPONENT_CLASSES.get(class_name)
         library_name = str(library)
+        if sized is not None and library_name != sized.library and library_name in _LIBRARIES:
+            # get_class_obj_and_candidates looks the class up in the library the entry names
+            raise UnsupportedPipeline(
+                f"model_index.json entry {name!r} is [{library!r}, {class_name!r}], but "
+                f"{class_name} is not in {library_name}: diffusers' loader fails on it "
+                "(pipeline_loading_utils.get_class_obj_and_candidates); use "
+                f"[{sized.library!r}, {class_name!r}]"
+            )
         config = component_config(raw, diffusers_config="_class_name" in raw)
         written = (
             _camel_known(class_name, config, sized.keys)
