@@ -57,14 +57,8 @@ def choose_class(
     over a cheaper absent one; when no present class fits, the cheapest fitting class is chosen
     anyway (``present_in_cluster=False``) so that the recommendation says what to add.
     """
-    return choose_fitting(
-        [
-            (c, headroom_fraction(c.usable, required_bytes_per_gpu))
-            for c in classes
-            if fits(c, required_bytes_per_gpu, min_headroom_fraction)
-        ],
-        present,
-    )
+    room = ((c, headroom_fraction(c.usable, required_bytes_per_gpu)) for c in classes)
+    return choose_fitting([(c, r) for c, r in room if r >= min_headroom_fraction], present)
 
 
 def choose_fitting(

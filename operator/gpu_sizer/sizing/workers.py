@@ -90,6 +90,8 @@ def bound_problem(
 ) -> str | None:
     """Why the cluster cannot hold ``spec`` on ``cls`` (the bound hit), or ``None``."""
     total = spec.gpu_count
+    if total == 1 and (capacity is None or cls.name not in capacity):
+        return None  # one GPU fits every node, and no bound below applies to it
     per_node, source = gpus_per_node(spec, cls, capacity)
     known = capacity is not None and cls.name in capacity
     if known:

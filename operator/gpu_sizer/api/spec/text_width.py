@@ -69,13 +69,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Final
 
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel as _to_camel
 
 from gpu_sizer.api.spec.generation import Pipeline
 
 __all__ = ["TEXT_RULES", "TextRule", "Width", "text_problems"]
+
+#: the few config keys the rules read, camelCased once (pydantic's to_camel runs regexes)
+_camel: Final = cache(_to_camel)
 
 _VERSION: Final = "diffusers 0.42.1"
 
@@ -118,7 +122,7 @@ def _value(pipeline: Pipeline, name: str, key: str) -> tuple[int, str] | None:
     v = found[1].get(key)
     if not isinstance(v, int) or isinstance(v, bool):
         return None
-    return v, f"{name}'s ({found[0]}) {to_camel(key)} {v}"
+    return v, f"{name}'s ({found[0]}) {_camel(key)} {v}"
 
 
 def _same(
@@ -345,7 +349,7 @@ def text_problems(pipeline: Pipeline) -> list[tuple[str, str]]:
         got = found[1].get(w.key)
         if got == w.expected or got is None or isinstance(got, bool):
             continue
-        camel = to_camel(w.key)
+        camel = _camel(w.key)
         problems.append(
             (
                 f"components[{index[w.denoiser]}].config.{camel}",

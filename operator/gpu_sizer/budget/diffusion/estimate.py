@@ -280,16 +280,26 @@ def _fingerprint(value: Any) -> Any:
     if t in _PLAIN or isinstance(value, Enum):
         return value
     if t is list or t is tuple:
-        return tuple(_fingerprint(v) for v in value)
+        return tuple(v if type(v) in _PLAIN else _fingerprint(v) for v in value)
     if t is PipelineComponent:
-        fields = tuple(_fingerprint(v) for k, v in value.__dict__.items() if k != "config")
+        fields = tuple(
+            v if type(v) in _PLAIN else _fingerprint(v)
+            for k, v in value.__dict__.items()
+            if k != "config"
+        )
         if value.class_name in COMPONENT_CLASSES:
             return (fields, config_key(value.class_name, value.resolved_config()))
         return (fields, _fingerprint(value.config))
     if isinstance(value, BaseModel):
-        return (t, tuple(_fingerprint(v) for v in value.__dict__.values()))
+        return (
+            t,
+            tuple(v if type(v) in _PLAIN else _fingerprint(v) for v in value.__dict__.values()),
+        )
     if isinstance(value, Mapping):
-        return (tuple(value), tuple(_fingerprint(v) for v in value.values()))
+        return (
+            tuple(value),
+            tuple(v if type(v) in _PLAIN else _fingerprint(v) for v in value.values()),
+        )
     return value
 
 
