@@ -555,16 +555,16 @@ def _check(
         return None
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            return "must be an integer"
+            return "must be an integer" + _quoted(value)
         if not low <= value <= bound:
             return _out_of_range(value, low, bound)
         return None
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return "must be a number"
+            return "must be a number" + _quoted(value)
         return None if 0 < value <= _BOUND else f"must be above 0 and at most {_BOUND}"
     if kind == "bool":
-        return None if isinstance(value, bool) else "must be true or false"
+        return None if isinstance(value, bool) else "must be true or false" + _quoted(value)
     if kind == "str":
         return None if isinstance(value, str) else "must be a string"
     if kind in ("ints", "strs", "bools"):
@@ -585,6 +585,17 @@ def _check(
     if kind == "obj":
         return None if isinstance(value, Mapping) else "must be an object"
     raise AssertionError(kind)
+
+
+def _quoted(value: Any) -> str:
+    """The hint for a number or boolean written as a string (``"40"``, ``"true"``: YAML reads a
+    quoted value as a string, and the library's config would keep it as one and fail)."""
+    if not isinstance(value, str):
+        return ""
+    text = value.strip()
+    if text.lower() in ("true", "false") or text.lstrip("+-").replace(".", "", 1).isdigit():
+        return f", not the string {value!r}: write it without quotes"
+    return f", not the string {value!r}"
 
 
 def _out_of_range(value: int, low: int, bound: int) -> str:

@@ -19,7 +19,7 @@ from tests.budget.diffusion.conftest import (
     transformers,
 )
 
-from gpu_sizer.api.components import COMPONENT_CLASSES, resolved_config
+from gpu_sizer.api.components import COMPONENT_CLASSES, config_problems, resolved_config
 from gpu_sizer.budget.diffusion.parts import buffer_count, parameter_count
 from gpu_sizer.budget.diffusion.registry import KINDS
 
@@ -179,3 +179,28 @@ def test_the_oracle_configs_are_the_published_files(repo: str) -> None:
                 assert {k: on_hub[key].get(k) for k in value} == value, (repo, name, key)
                 continue
             assert on_hub.get(key) == value, (repo, name, key)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("numLayers", "40", "must be an integer, not the string '40': write it without quotes"),
+        ("numLayers", "forty", "must be an integer, not the string 'forty'"),
+        ("numLayers", 40.0, "must be an integer"),
+        ("patchSize", [1, "2", 2], "item 1 must be an integer, not the string '2': write it"),
+        ("crossAttnNorm", "true", "must be true or false, not the string 'true': write it"),
+        ("qkNorm", 3, "must be a string"),
+    ],
+)
+def test_a_config_value_of_the_wrong_type_is_refused_with_what_was_written(
+    key: str, value: Any, message: str
+) -> None:
+    """YAML reads a quoted number as a string; the library would keep it as one and fail, so
+    the spec names the string and says to drop the quotes."""
+    problems = dict(config_problems("WanTransformer3DModel", {key: value}))
+    assert problems[key].startswith(message), problems
+
+
+def test_a_float_written_as_a_string_is_refused_naming_it() -> None:
+    problems = dict(config_problems("HunyuanVideoTransformer3DModel", {"mlpRatio": "4.0"}))
+    assert problems["mlpRatio"] == "must be a number, not the string '4.0': write it without quotes"
