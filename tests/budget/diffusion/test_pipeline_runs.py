@@ -8,6 +8,7 @@ before any forward."""
 from __future__ import annotations
 
 import copy
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ import yaml
 from tests.budget.diffusion.conftest import TINY_WAN, tiny_wan_vae
 
 from gpu_sizer.api import InvalidWorkload, parse_spec
+from gpu_sizer.api.spec.pipeline_runs import PIPELINE_CLASSES
 from gpu_sizer.budget.diffusion import generation_estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
+from gpu_sizer.budget.diffusion.pipelines import PIPELINES
 from gpu_sizer.sizing.assessment import parallel_path
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -242,4 +245,53 @@ def test_an_image_pipeline_given_a_video_task_is_sized_as_the_image_it_makes() -
     assert asked.per_gpu == image.per_gpu
     assert any(
         "sized as the pipeline runs (TextToImage, one frame, not 81)" in n for n in asked.notes
+    )
+
+
+def _annotated(annotation: Any) -> str:
+    """The class name of an ``__init__`` annotation (a class, or a string such as
+    ``'diffusers.models...WanTransformer3DModel | None'``)."""
+    if not isinstance(annotation, str):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = (args[0] if args else annotation).__name__
+    return str(annotation).split(" | ")[0].rsplit(".", 1)[-1]
+
+
+def test_the_expected_classes_are_the_pipelines_own_annotations() -> None:
+    import inspect
+
+    diffusers = pytest.importorskip("diffusers")
+    assert set(PIPELINE_CLASSES) == set(PIPELINES)
+    for name, expected in PIPELINE_CLASSES.items():
+        params = inspect.signature(getattr(diffusers, name).__init__).parameters
+        roles = {
+            k: _annotated(p.annotation)
+            for k, p in params.items()
+            if k in ("unet", "transformer", "transformer_2", "vae")
+        }
+        assert expected == roles, name
+
+
+def test_a_sized_class_the_pipeline_does_not_expect_leaves_the_estimate_incomplete() -> None:
+    """An AutoencoderKL as Wan's vae (Wan VAE keys, which AutoencoderKL ignores): not a
+    refusal blaming the transformer's inChannels for the VAE's 4 latent channels, but an
+    Incomplete estimate naming the class and the one to use."""
+    from gpu_sizer.budget import estimate
+
+    spec = _example("wan21-t2v-14b-720p.yaml")
+    names = [c["name"] for c in spec["model"]["pipeline"]["components"]]
+    spec["model"]["pipeline"]["components"][names.index("vae")]["class"] = "AutoencoderKL"
+    est = estimate(parse_spec(spec))
+    assert [m.fields for m in est.missing_components] == [
+        [f"spec.model.pipeline.components[{names.index('vae')}].class"]
+    ]
+    missing = est.missing_components[0]
+    assert missing.message.startswith(
+        "WanPipeline takes vae as a AutoencoderKLWan (diffusers 0.42.1 WanPipeline.__init__"
+    )
+    assert missing.fix == "use class AutoencoderKLWan with the checkpoint's vae/config.json"
+    # a class gpu-sizer does not size is reported as such, not as a mismatch
+    spec["model"]["pipeline"]["components"][names.index("vae")]["class"] = "AutoencoderTiny"
+    assert not any(
+        "takes vae as" in m.message for m in estimate(parse_spec(spec)).missing_components
     )

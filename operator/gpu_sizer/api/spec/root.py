@@ -18,6 +18,7 @@ from gpu_sizer.api.spec.measurement import Measurement
 from gpu_sizer.api.spec.model import Model
 from gpu_sizer.api.spec.output_size import output_size
 from gpu_sizer.api.spec.pipeline_runs import (
+    class_mismatches,
     expert_problems,
     offload_conflict,
     ulysses_problems,
@@ -262,9 +263,12 @@ def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
         )
     if pipeline is not None:
         # components that each build but cannot run together: the first step would fail
-        for field, message in channel_problems(pipeline) + expert_problems(pipeline):
-            problems.add(f"model.pipeline.{field}", message)
-        for field, message in text_problems(pipeline):
+        # (read as the classes the pipeline expects; another class in their place leaves the
+        # estimate Incomplete instead, and would be blamed on the wrong key here)
+        found = expert_problems(pipeline)
+        if not class_mismatches(pipeline):
+            found = channel_problems(pipeline) + found + text_problems(pipeline)
+        for field, message in found:
             problems.add(f"model.pipeline.{field}", message)
     gen = spec.generation
     if pipeline is not None and gen is not None:

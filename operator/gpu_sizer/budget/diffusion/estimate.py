@@ -53,6 +53,7 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 from gpu_sizer.api.spec.output_size import output_size
+from gpu_sizer.api.spec.pipeline_runs import class_mismatches
 from gpu_sizer.budget.diffusion.bounds import wan_reference_margin_bytes
 from gpu_sizer.budget.diffusion.calls import DENOISE, TEXT_ENCODE, VAE_DECODE, Step, call_steps
 from gpu_sizer.budget.diffusion.decode import (
@@ -425,6 +426,8 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
                     + ", ".join(sorted(COMPONENT_CLASSES)),
                 )
             )
+    for i, message, fix in class_mismatches(pipeline):
+        missing.append(Missing("activationBytes", [f"{where}.components[{i}].class"], message, fix))
     denoisers = [c for c in comps if c.role is Role.Denoiser]
     vae = next((c for c in comps if c.role is Role.Vae and c.model is not None), None)
     if not denoisers:
