@@ -219,6 +219,90 @@ def test_cogvideox_15_pads_latent_frames_for_the_denoiser() -> None:
     assert not any("numFrames" in n for n in generation_estimate(plain)[0].notes)
 
 
+#: (repo, class, frames asked, frames the causal VAE decodes, temporal compression)
+DECODED_FRAMES = [
+    (LTX, "LTXPipeline", 160, 153, 8),
+    (LTX, "LTXImageToVideoPipeline", 100, 97, 8),
+    (HUNYUAN, "HunyuanVideoPipeline", 130, 129, 4),
+    (COG, "CogVideoXPipeline", 50, 49, 4),
+]
+
+
+def test_cogvideox_decodes_an_even_latent_count_to_more_frames_than_asked() -> None:
+    """53 frames are (53 - 1) // 4 + 1 = 14 latent frames, which AutoencoderKLCogVideoX
+    decodes in pairs to 56 frames: the output, and the estimate, hold 56."""
+    got = generation_estimate(spec(COG, "CogVideoXPipeline", "TextToVideo", 480, 720, 53))[0]
+    want = generation_estimate(spec(COG, "CogVideoXPipeline", "TextToVideo", 480, 720, 56))[0]
+    assert got.per_gpu == want.per_gpu and got.phases == want.phases
+    assert [n for n in got.notes if "runs numFrames" in n] == [
+        "CogVideoXPipeline runs numFrames 53 as 56 (__call__ makes (num_frames - 1) // 4 + 1 = "
+        "14 latent frames, an even count, which AutoencoderKLCogVideoX._decode decodes in pairs "
+        "of 8 frames each: 56 frames; diffusers 0.42.1 CogVideoXPipeline.__call__): sized at 56 "
+        "frames"
+    ]
+
+
+@pytest.mark.parametrize(("repo", "cls", "asked", "ran", "t"), DECODED_FRAMES)
+def test_frames_a_causal_vae_does_not_decode_are_sized_as_it_decodes_them(
+    repo: str, cls: str, asked: int, ran: int, t: int
+) -> None:
+    """(num_frames - 1) // t + 1 latent frames decode to (latent - 1) x t + 1 frames: the
+    frames asked beyond them are never made, so the call is sized, and noted, as those."""
+    task = "ImageToVideo" if "ImageToVideo" in cls else "TextToVideo"
+    got = generation_estimate(spec(repo, cls, task, 512, 768, asked))[0]
+    want = generation_estimate(spec(repo, cls, task, 512, 768, ran))[0]
+    assert got.per_gpu == want.per_gpu and got.phases == want.phases
+    notes = [n for n in got.notes if "runs numFrames" in n]
+    assert notes == [
+        f"{cls} runs numFrames {asked} as {ran} (__call__ makes (num_frames - 1) // {t} + 1 = "
+        f"{(asked - 1) // t + 1} latent frames and the VAE decodes (latent - 1) x {t} + 1 of "
+        f"them; diffusers 0.42.1 {cls}.__call__): sized at {ran} frames"
+    ]
+    assert not any("runs numFrames" in n for n in want.notes)
+
+
+def test_ltx_and_cogvideox_output_the_frames_their_vae_decodes() -> None:
+    """Oracle: tiny LTX-Video and CogVideoX pipelines (CPU, one step) asked for frames that are
+    not (latent - 1) x t + 1 return that many frames, the count gpu-sizer sizes."""
+    from tests.budget.diffusion.test_latent_channels import CASES, _scheduler
+
+    diffusers = pytest.importorskip("diffusers")
+    for cls, asked in (("LTXPipeline", 12), ("CogVideoXPipeline", 7), ("CogVideoXPipeline", 10)):
+        d_cls, tiny, v_cls, vae_of, extra, call = CASES[cls]
+        vae, tiny = vae_of(4), {**tiny, "in_channels": 4, "out_channels": 4}
+        pipe = getattr(diffusers, cls)(
+            transformer=getattr(diffusers, d_cls)(**tiny),
+            vae=getattr(diffusers, v_cls)(**vae),
+            scheduler=_scheduler(cls),
+            text_encoder=None,
+            tokenizer=None,
+            **extra,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        args = {**call(), "num_frames": asked}
+        video = pipe(**args, num_inference_steps=1, guidance_scale=1.0, output_type="pt").frames
+        rule = SIZE_RULES[cls].frames
+        assert rule is not None
+        parsed = parse_spec(
+            {
+                "model": {
+                    "name": "tiny",
+                    "pipeline": {
+                        "class": cls,
+                        "components": [
+                            {"name": "transformer", "class": d_cls, "config": camel(tiny)},
+                            {"name": "vae", "class": v_cls, "config": camel(vae)},
+                        ],
+                    },
+                },
+                "generation": {"task": "TextToVideo", "height": 32, "width": 32},
+            }
+        )
+        assert parsed.model.pipeline is not None
+        ran, _ = rule(parsed.model.pipeline, asked)
+        assert video.shape[1] == ran != asked, (cls, video.shape)
+
+
 @pytest.mark.parametrize(
     ("cls", "repo", "task"),
     [

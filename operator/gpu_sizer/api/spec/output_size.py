@@ -44,6 +44,15 @@ Read from ``diffusers`` 0.42.1, the version the memory model follows
   before the decode;
 - ``LTXPipeline``, ``LTXImageToVideoPipeline``: ``check_inputs`` raises unless divisible by 32.
 
+HunyuanVideo, CogVideoX and LTX-Video encode ``(num_frames - 1) // t + 1`` latent frames
+(``t`` the VAE's temporal compression: HunyuanVideo's and CogVideoX's
+``temporal_compression_ratio``, 4; LTX-Video's ``patch_size_t * 2 ** sum(spatio_temporal_scaling)``,
+8) and their causal VAEs decode ``(latent - 1) * t + 1`` frames: a ``num_frames`` that is not of
+that form runs, and comes out, as the largest one below it (LTX-Video's 160 as 153). CogVideoX's
+VAE decodes an even latent count as ``latent * t`` frames (``_decode`` takes the latents in
+pairs, and its time upsampling doubles every frame of an even batch), more than were asked: 53
+frames come out as 56.
+
 The text length is refused the same way: the SD3 and Flux pipelines' ``check_inputs`` raise
 when ``max_sequence_length`` is greater than 512.
 
@@ -134,6 +143,35 @@ def _wan_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
     )
 
 
+def _decoded(frames: int, t: int) -> tuple[int, str]:
+    """The frames a causal VAE of temporal compression ``t`` decodes from the latent frames
+    ``frames`` encode to, and why they differ (empty when they do not)."""
+    latent = (frames - 1) // t + 1
+    ran = (latent - 1) * t + 1
+    return ran, (
+        ""
+        if ran == frames
+        else (
+            f"__call__ makes (num_frames - 1) // {t} + 1 = {latent} latent frames and the VAE "
+            f"decodes (latent - 1) x {t} + 1 of them"
+        )
+    )
+
+
+def _hunyuan_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
+    return _decoded(frames, _wan_vae(pipeline, "temporal_compression_ratio", 4))
+
+
+def _ltx_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
+    """``AutoencoderKLLTXVideo.temporal_compression_ratio``: ``patch_size_t * 2 **
+    sum(spatio_temporal_scaling)`` (8 as published); 8 without a VAE."""
+    vae, t = _config(pipeline, "vae"), 8
+    if vae is not None:
+        scaling = vae.get("spatio_temporal_scaling") or ()
+        t = int(vae.get("patch_size_t") or 1) * 2 ** sum(1 for s in scaling if s)
+    return _decoded(frames, t)
+
+
 def _cogvideox_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
     vae, t = _config(pipeline, "vae"), 4
     if vae is not None and vae.get("temporal_compression_ratio"):
@@ -142,7 +180,16 @@ def _cogvideox_frames(pipeline: Pipeline, frames: int) -> tuple[int, str]:
     p_t = transformer.get("patch_size_t") if transformer is not None else None
     latent = (frames - 1) // t + 1
     if not p_t or latent % p_t == 0:
-        return frames, ""
+        if latent % 2:
+            return _decoded(frames, t)
+        # AutoencoderKLCogVideoX._decode runs the latents in batches of 2 (the first takes an
+        # odd one more), and its time upsampling doubles every frame of an even batch
+        return latent * t, (
+            f"__call__ makes (num_frames - 1) // {t} + 1 = {latent} latent frames, an even "
+            f"count, which AutoencoderKLCogVideoX._decode decodes in pairs of {2 * t} frames "
+            f"each: {latent * t} frames"
+        )
+    frames = (latent - 1) * t + 1
     return frames + (p_t - latent % p_t) * t, (
         f"CogVideoX 1.5's patch_size_t {p_t}: __call__ pads the {latent} latent frames to a "
         f"multiple of {p_t} for the denoiser and drops the padding before the decode, which is "
@@ -236,12 +283,13 @@ SIZE_RULES: Final[dict[str, SizeRule]] = {
         "check_inputs (16) and HunyuanVideoTransformer3DModel.forward's unpatchify (a latent "
         "side not divisible by patch_size)",
         refuse=_hunyuan,
+        frames=_hunyuan_frames,
         frame_patch=_hunyuan_frame_patch,
     ),
     "CogVideoXPipeline": _COGVIDEOX,
     "CogVideoXImageToVideoPipeline": _COGVIDEOX,
-    "LTXPipeline": SizeRule("check_inputs", refuse=_fixed(32)),
-    "LTXImageToVideoPipeline": SizeRule("check_inputs", refuse=_fixed(32)),
+    "LTXPipeline": SizeRule("check_inputs", refuse=_fixed(32), frames=_ltx_frames),
+    "LTXImageToVideoPipeline": SizeRule("check_inputs", refuse=_fixed(32), frames=_ltx_frames),
 }
 
 
