@@ -235,6 +235,32 @@ COGVIDEOX_VAE: Config = {
     "temporal_compression_ratio": 4,
 }
 
+#: genmo/mochi-1-preview's transformer/config.json and vae/config.json (every key it sets that
+#: changes the layout; tests/budget/diffusion/hub/genmo--mochi-1-preview holds the files).
+MOCHI_1_PREVIEW: Config = {
+    "patch_size": 2,
+    "num_attention_heads": 24,
+    "attention_head_dim": 128,
+    "num_layers": 48,
+    "pooled_projection_dim": 1536,
+    "in_channels": 12,
+    "out_channels": None,
+    "text_embed_dim": 4096,
+    "time_embed_dim": 256,
+    "activation_fn": "swiglu",
+}
+MOCHI_VAE: Config = {
+    "in_channels": 15,
+    "out_channels": 3,
+    "encoder_block_out_channels": [64, 128, 256, 384],
+    "decoder_block_out_channels": [128, 256, 512, 768],
+    "latent_channels": 12,
+    "layers_per_block": [3, 3, 4, 6, 3],
+    "temporal_expansions": [1, 2, 3],
+    "spatial_expansions": [2, 2, 2],
+    "add_attention_block": [False, True, True, True, True],
+}
+
 LTX_VIDEO_090: Config = {
     "in_channels": 128,
     "out_channels": 128,
@@ -370,6 +396,14 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
             ("text_encoder", "T5EncoderModel", T5_XXL),
             ("transformer", "LTXVideoTransformer3DModel", LTX_VIDEO_090),
             ("vae", "AutoencoderKLLTXVideo", LTX_VIDEO_090_VAE),
+        ],
+    ),
+    "genmo/mochi-1-preview": (
+        "MochiPipeline",
+        [
+            ("text_encoder", "T5EncoderModel", T5_XXL),
+            ("transformer", "MochiTransformer3DModel", MOCHI_1_PREVIEW),
+            ("vae", "AutoencoderKLMochi", MOCHI_VAE),
         ],
     ),
 }

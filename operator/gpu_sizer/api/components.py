@@ -411,6 +411,37 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "patch_size_t": _k("int", 1),
         },
     ),
+    "MochiTransformer3DModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "patch_size": _k("int", 2),
+            "num_attention_heads": _k("int", 24),
+            "attention_head_dim": _k("int", 128),
+            "num_layers": _k("int", 48),
+            "pooled_projection_dim": _k("int", 1536),
+            "in_channels": _k("int", 12),
+            "out_channels": _k("int", None),
+            "text_embed_dim": _k("int", 4096),
+            "time_embed_dim": _k("int", 256),
+            "activation_fn": _k("str", "swiglu"),
+        },
+    ),
+    "AutoencoderKLMochi": ComponentClass(
+        "diffusers",
+        Role.Vae,
+        {
+            "in_channels": _k("int", 15),
+            "out_channels": _k("int", 3),
+            "encoder_block_out_channels": _k("ints", (64, 128, 256, 384)),
+            "decoder_block_out_channels": _k("ints", (128, 256, 512, 768)),
+            "latent_channels": _k("int", 12),
+            "layers_per_block": _k("ints", (3, 3, 4, 6, 3)),
+            "temporal_expansions": _k("ints", (1, 2, 3)),
+            "spatial_expansions": _k("ints", (2, 2, 2)),
+            "add_attention_block": _k("bools", (False, True, True, True, True)),
+        },
+    ),
     "CLIPTextModel": ComponentClass("transformers", Role.TextEncoder, dict(_CLIP_TEXT)),
     "CLIPTextModelWithProjection": ComponentClass(
         "transformers", Role.TextEncoder, dict(_CLIP_TEXT)
@@ -940,6 +971,61 @@ def _llama_heads(c: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _mochi_transformer(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``MochiTransformer3DModel``: ``attentionHeadDim`` must be even (``MochiAttnProcessor2_0``
+    rotates the even and odd halves of each head by ``pos_frequencies`` of ``head_dim // 2``:
+    an odd head fails at the first attention), and ``textEmbedDim`` a multiple of the 8 heads
+    of ``MochiAttentionPool`` (its ``kv.unflatten(2, (2, 8, D // 8))`` fails otherwise)."""
+    out = []
+    d = c["attention_head_dim"]
+    if d % 2:
+        out.append(("attentionHeadDim", f"must be even, not {d}: the rotary embedding pairs it"))
+    t = c["text_embed_dim"]
+    if t % 8:
+        out.append(
+            (
+                "textEmbedDim",
+                f"{t} must be a multiple of 8: MochiAttentionPool splits the text width into 8 "
+                "heads and fails at the first forward otherwise",
+            )
+        )
+    return out
+
+
+def _mochi_vae(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``AutoencoderKLMochi``: ``MochiEncoder3D`` reads ``layers_per_block[i]`` and
+    ``add_attention_block[i]`` for each encoder width and ``temporal/spatial_expansions[i]`` for
+    each down block, ``MochiDecoder3D`` the same lists from the end for each decoder width, so
+    shorter lists fail to build (``IndexError``); every width feeds ``nn.GroupNorm(32, ch)``
+    (``MochiChunkedGroupNorm3D``), which torch refuses unless 32 divides it."""
+    enc, dec = c["encoder_block_out_channels"], c["decoder_block_out_channels"]
+    levels = max(len(enc), len(dec))
+    need = {
+        "encoder_block_out_channels": 1,
+        "decoder_block_out_channels": 1,
+        "layers_per_block": levels,
+        "add_attention_block": len(enc),
+        "temporal_expansions": levels - 1,
+        "spatial_expansions": levels - 1,
+    }
+    out = [
+        (to_camel(key), f"must have at least {n} items (one per block width), not {len(c[key])}")
+        for key, n in need.items()
+        if len(c[key]) < n
+    ]
+    for key in ("encoder_block_out_channels", "decoder_block_out_channels"):
+        bad = [ch for ch in c[key] if ch % 32]
+        if bad:
+            out.append(
+                (
+                    to_camel(key),
+                    f"every item must be a multiple of 32, not {bad[0]}: each width is "
+                    "normalized by nn.GroupNorm(32, channels), which torch refuses otherwise",
+                )
+            )
+    return out
+
+
 _CLIP_RULES: Final = (_heads_divide("hidden_size", "num_attention_heads"),)
 #: The 2D and video VAEs' encoders loop over ``down_block_types`` and their decoders over
 #: ``up_block_types``, reading ``block_out_channels`` by index (a longer list builds; gpu-sizer
@@ -983,6 +1069,8 @@ _RULES: Final[dict[str, tuple[_Rule, ...]]] = {
         ),
     ),
     "AutoencoderKLWan": (_per_level("dim_mult", "temperal_downsample", extra=-1, at_least=True),),
+    "AutoencoderKLMochi": (_mochi_vae,),
+    "MochiTransformer3DModel": (_mochi_transformer,),
     "WanTransformer3DModel": (
         _exact_items(
             "patch_size",

@@ -62,6 +62,14 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("CogVideoXTransformer3DModel", {}),
     ("WanTransformer3DModel", {**published.WAN21_I2V_14B, "pos_embed_seq_len": 514}),
+    ("MochiTransformer3DModel", {"num_layers": 1, "out_channels": 6, "patch_size": 1}),
+    ("MochiTransformer3DModel", {"num_layers": 0, "pooled_projection_dim": 768}),
+    (
+        "AutoencoderKLMochi",
+        {"encoder_block_out_channels": [32, 64, 96, 128], "layers_per_block": [1, 2, 1, 2, 3, 4],
+         "decoder_block_out_channels": [64, 96, 128, 160],
+         "add_attention_block": [True, False, True, False, True]},
+    ),
 ]  # fmt: skip
 
 

@@ -24,6 +24,7 @@ WAN_I2V = "Wan-AI/Wan2.1-I2V-14B-720P-Diffusers"
 HUNYUAN = "hunyuanvideo-community/HunyuanVideo"
 COG = "THUDM/CogVideoX-5b"
 LTX = "Lightricks/LTX-Video"
+MOCHI = "genmo/mochi-1-preview"
 
 
 def spec(
@@ -82,6 +83,7 @@ REFUSED = [
     ("CogVideoXImageToVideoPipeline", COG, "ImageToVideo", 49, 16, 481, "480 or 496"),
     ("LTXPipeline", LTX, "TextToVideo", 161, 32, 720, "704 or 736"),
     ("LTXImageToVideoPipeline", LTX, "ImageToVideo", 161, 32, 496, "480 or 512"),
+    ("MochiPipeline", MOCHI, "TextToVideo", 19, 16, 488, "480 or 496"),
 ]
 
 #: (class, repo, task, (height, width, frames) asked, (height, width, frames) the call runs)
@@ -93,6 +95,8 @@ ROUNDED = [
     ("WanPipeline", WAN, "TextToVideo", (480, 832, 80), (480, 832, 81)),
     ("WanPipeline", WAN, "TextToVideo", (480, 832, 84), (480, 832, 85)),
     ("WanImageToVideoPipeline", WAN_I2V, "ImageToVideo", (480, 832, 83), (480, 832, 81)),
+    ("MochiPipeline", MOCHI, "TextToVideo", (480, 848, 24), (480, 848, 19)),
+    ("MochiPipeline", MOCHI, "TextToVideo", (480, 848, 84), (480, 848, 79)),
 ]
 
 
@@ -346,6 +350,7 @@ CHECK_INPUTS = {
     "CogVideoXImageToVideoPipeline": 8,
     "LTXPipeline": 32,
     "LTXImageToVideoPipeline": 32,
+    "MochiPipeline": 8,
 }
 
 
@@ -393,7 +398,7 @@ def test_refusals_match_diffusers_check_inputs(cls: str) -> None:
                 spec(repo, cls, task, side, 512, frames)
         else:
             _check_inputs(cls, side, 512)
-            if cls.startswith("CogVideoX") and side % 16:
+            if cls.startswith(("CogVideoX", "Mochi")) and side % 16:
                 continue  # refused by the unpatchify, not check_inputs
             spec(repo, cls, task, side, 512, frames)
 

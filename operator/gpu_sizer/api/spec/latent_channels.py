@@ -19,6 +19,8 @@ class in :data:`CHANNEL_RULES`; ``c`` is the VAE's latent channels (``latent_cha
   ``LTX[ImageToVideo]Pipeline``, ``WanPipeline``: the same with the ``transformer``
   (``num_channels_latents = self.transformer.config.in_channels``; Wan 2.2 for ``transformer_2``
   too, which runs on the same latents): ``in_channels == c``;
+- ``MochiPipeline``: the same (``num_channels_latents = self.transformer.config.in_channels``;
+  ``AutoencoderKLMochi`` decodes ``latent_channels``): ``in_channels == c``;
 - ``Flux[Img2Img]Pipeline``: ``num_channels_latents = transformer.config.in_channels // 4`` and
   ``_pack_latents`` folds each 2x2 latent patch into ``4 c`` features for ``x_embedder``, a
   ``Linear(in_channels)``: ``in_channels == 4 c``;
@@ -134,6 +136,7 @@ CHANNEL_RULES: Final[dict[str, ChannelRule]] = {
     ),
     "LTXPipeline": _LTX,
     "LTXImageToVideoPipeline": _LTX,
+    "MochiPipeline": _TRANSFORMER,
 }
 
 

@@ -43,6 +43,14 @@ Read from ``diffusers`` 0.42.1, the version the memory model follows
   (``num_frames += additional_frames * vae_scale_factor_temporal``) and drops the padding
   before the decode;
 - ``LTXPipeline``, ``LTXImageToVideoPipeline``: ``check_inputs`` raises unless divisible by 32.
+- ``MochiPipeline``: ``check_inputs`` raises unless divisible by 8; ``prepare_latents`` divides
+  by the literal ``vae_spatial_scale_factor`` 8 and ``MochiTransformer3DModel.forward``
+  patchifies the latent with floor division (``height // p``) but reshapes its output to the
+  full latent side, so a side that is a multiple of 8 but not of ``8 * patch_size`` (16) fails
+  at the first step: refused. ``prepare_latents`` takes ``(num_frames - 1) // 6 + 1`` latent
+  frames (the literal ``vae_temporal_scale_factor`` 6) and the VAE decodes ``(latent - 1) * 6
+  + 1`` frames (``drop_last_temporal_frames``): a count other than ``6 k + 1`` runs as the
+  ``6 k + 1`` below it.
 
 HunyuanVideo, CogVideoX and LTX-Video encode ``(num_frames - 1) // t + 1`` latent frames
 (``t`` the VAE's temporal compression: HunyuanVideo's and CogVideoX's
@@ -265,6 +273,21 @@ _COGVIDEOX = SizeRule(
     frames=_cogvideox_frames,
 )
 
+
+def _mochi(pipeline: Pipeline) -> int:
+    """``check_inputs``' 8 (``vae_spatial_scale_factor``, a literal) times the transformer's
+    ``patch_size`` (see the module docstring)."""
+    return 8 * _patch(pipeline, 2)
+
+
+def _mochi_frames(_pipeline: Pipeline, frames: int) -> tuple[int, str]:
+    latent = (frames - 1) // 6 + 1
+    return (latent - 1) * 6 + 1, (
+        "prepare_latents takes (num_frames - 1) // 6 + 1 latent frames and AutoencoderKLMochi "
+        "decodes (latent - 1) * 6 + 1 of them"
+    )
+
+
 #: Per pipeline class (``model_index.json`` ``_class_name``), the size rule of its ``__call__``
 #: in diffusers 0.42.1; the module docstring gives each rule's source. Every class of
 #: :data:`gpu_sizer.budget.diffusion.pipelines.PIPELINES` has one (a test checks it).
@@ -290,6 +313,12 @@ SIZE_RULES: Final[dict[str, SizeRule]] = {
     "CogVideoXImageToVideoPipeline": _COGVIDEOX,
     "LTXPipeline": SizeRule("check_inputs", refuse=_fixed(32), frames=_ltx_frames),
     "LTXImageToVideoPipeline": SizeRule("check_inputs", refuse=_fixed(32), frames=_ltx_frames),
+    "MochiPipeline": SizeRule(
+        "check_inputs (8) and MochiTransformer3DModel.forward's unpatchify (a latent side not "
+        "divisible by patch_size)",
+        refuse=_mochi,
+        frames=_mochi_frames,
+    ),
 }
 
 

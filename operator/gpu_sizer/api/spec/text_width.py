@@ -58,6 +58,9 @@ denoiser's ``__init__``), per class in :data:`TEXT_RULES`:
 - ``LTX[ImageToVideo]Pipeline``: ``_get_t5_prompt_embeds`` takes ``text_encoder(...)[0]`` for
   ``caption_projection``, a ``Linear(caption_channels)``: ``caption_channels ==
   text_encoder.d_model``.
+- ``MochiPipeline``: ``_get_t5_prompt_embeds`` takes ``text_encoder(...)[0]`` for
+  ``time_embed.caption_proj`` and ``time_embed.pooler`` (``Linear(text_embed_dim)`` each):
+  ``text_embed_dim == text_encoder.d_model``.
 
 Every class of :data:`gpu_sizer.budget.diffusion.pipelines.PIPELINES` has a rule; none is left
 out. A width whose encoder or denoiser is left out of the spec or of a class gpu-sizer does not
@@ -328,6 +331,9 @@ TEXT_RULES: Final[dict[str, TextRule]] = {
     "CogVideoXImageToVideoPipeline": _COGVIDEOX,
     "LTXPipeline": _LTX,
     "LTXImageToVideoPipeline": _LTX,
+    "MochiPipeline": TextRule(
+        _same("text_encoder", "d_model", ("transformer",), "text_embed_dim", _T5)
+    ),
 }
 
 

@@ -86,6 +86,12 @@ def latent_geometry(cls: str, c: Config) -> tuple[int, int, int]:
     if cls == "AutoencoderKLLTXVideo":
         scaled = sum(1 for s in c["spatio_temporal_scaling"] if s)
         return c["patch_size"] * 2**scaled, c["patch_size_t"] * 2**scaled, c["latent_channels"]
+    if cls == "AutoencoderKLMochi":
+        return (
+            math.prod(c["spatial_expansions"]),
+            math.prod(c["temporal_expansions"]),
+            c["latent_channels"],
+        )
     raise KeyError(cls)
 
 
@@ -291,12 +297,85 @@ def _ltx(c: Config, s: DecodeShape) -> int:
     return int((batch * live + 2 * s.batch * video) * s.act_bytes)
 
 
+def _mochi_stage(channels: int, frames: int, h: int, w: int) -> int:
+    """Elements of a ``MochiResnetBlock3D`` causal convolution at ``channels`` over a
+    ``frames x h x w`` grid: four tensors of the grid (the block input, held by the stage's
+    loop, the chunked group norm's and SiLU's outputs, the convolution output), the
+    replicate-padded copy (``F.pad``, one frame more before and one pixel each side: ``(frames +
+    2) x (h + 2) x (w + 2)``), and ``CogVideoXSafeConv3d``'s split when the padded input is
+    over its 2 "GB" (``numel * 2 / 1024**3 > 2``): ``torch.chunk`` into ``int(gb / 2) + 1``
+    parts along time, every part after the first copied with the last ``kernel - 1`` (2)
+    frames of the one before (``torch.cat``), and each part's output kept until the final
+    ``torch.cat``: a second output's worth."""
+    grid = frames * h * w
+    padded_frames = frames + 2
+    plane = (h + 2) * (w + 2)
+    padded = channels * padded_frames * plane
+    total = 4 * channels * grid + padded
+    gb = padded * 2 / 1024**3
+    if gb > 2:
+        parts = int(gb / 2) + 1
+        first = -(-padded_frames // parts)  # torch.chunk's part size
+        copies = padded_frames - first + 2 * (math.ceil(padded_frames / first) - 1)
+        total += channels * copies * plane + channels * grid
+    return total
+
+
+def _mochi_chain(c: Config, frames: int, h: int, w: int) -> int:
+    """The largest live set of ``MochiDecoder3D`` over a latent grid: each stage's resnets at
+    its width and resolution (:func:`_mochi_stage`), and each up block's ``proj``
+    (``Linear(cin, cout * t * s * s)`` on a channels-last copy) and its depth-to-space
+    ``contiguous`` copy, beside the block input."""
+    dec = list(c["decoder_block_out_channels"])
+    t, s = list(c["temporal_expansions"]), list(c["spatial_expansions"])
+    best = _mochi_stage(dec[-1], frames, h, w)
+    for i in range(len(dec) - 1):
+        cin, cout = dec[-i - 1], dec[-i - 2]
+        te, se = t[-i - 1], s[-i - 1]
+        best = max(best, _mochi_stage(cin, frames, h, w))
+        grid = frames * h * w
+        expanded = cout * te * se * se * grid
+        best = max(best, 2 * cin * grid + 2 * expanded)
+        frames, h, w = frames * te, h * se, w * se
+    return max(best, _mochi_stage(dec[0], frames, h, w))
+
+
+def _mochi(c: Config, s: DecodeShape) -> int:
+    """``AutoencoderKLMochi._decode``: the whole latent video in one decoder call (framewise
+    decoding is off by default and only the private ``_enable_framewise_decoding`` turns it
+    on), so the last stage runs ``128`` channels over every output frame before the first
+    ``temporal_compression - 1`` are dropped (a view: the storage keeps them). With
+    ``vaeTiling`` (``tiled_decode``) spatial tiles of ``tile_sample_min_height/width`` 256
+    pixels (32 latents) every 192 (24 latents) are decoded whole in time, and every decoded
+    tile is kept in ``rows`` until the blended rows are concatenated: about the output again
+    with the overlaps, plus the blended rows and the final ``torch.cat``."""
+    spatial, temporal, _ = latent_geometry("AutoencoderKLMochi", c)
+    batch = 1 if s.slicing else s.batch
+    full_frames = s.frames * temporal
+    out_frames = _sample_frames(s.frames, temporal)
+    video = 3 * out_frames * (s.height * spatial) * (s.width * spatial)
+    if not s.tiling or (s.height <= 32 and s.width <= 32):
+        live = _mochi_chain(c, s.frames, s.height, s.width)
+        return int(
+            (batch * live + s.batch * (3 * full_frames * s.height * s.width * spatial**2))
+            * s.act_bytes
+        )
+    tiles = 0
+    for i in range(0, s.height, 24):
+        for j in range(0, s.width, 24):
+            th, tw = min(32, s.height - i), min(32, s.width - j)
+            tiles += 3 * full_frames * th * tw * spatial**2
+    live = _mochi_chain(c, s.frames, min(32, s.height), min(32, s.width))
+    return int((live + s.batch * tiles + 2 * s.batch * video) * s.act_bytes)
+
+
 _DECODERS: dict[str, Callable[[Config, DecodeShape], int]] = {
     "AutoencoderKL": _kl,
     "AutoencoderKLWan": _wan,
     "AutoencoderKLHunyuanVideo": _hunyuan,
     "AutoencoderKLCogVideoX": _cogvideox,
     "AutoencoderKLLTXVideo": _ltx,
+    "AutoencoderKLMochi": _mochi,
 }
 
 

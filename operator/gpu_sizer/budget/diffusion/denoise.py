@@ -109,6 +109,9 @@ def denoiser_tokens(cls: str, c: Config, shape: DenoiseShape) -> int:
     if cls == "LTXVideoTransformer3DModel":
         p, pt = c["patch_size"], c["patch_size_t"]
         return int((shape.frames // pt) * (shape.height // p) * (shape.width // p))
+    if cls == "MochiTransformer3DModel":
+        p = c["patch_size"]
+        return int(shape.frames * (shape.height // p) * (shape.width // p))
     if cls == "FluxTransformer2DModel":
         # FluxPipeline._pack_latents packs 2x2 latent cells into one token before the transformer.
         p = 2 * c["patch_size"]
@@ -249,6 +252,43 @@ def _ltx(c: Config, s: DenoiseShape) -> int:
     return int(around + n * block + _attention_matrix(s, heads, tokens, tokens) + _ulysses(n, d, s))
 
 
+def _mochi(c: Config, s: DenoiseShape) -> int:
+    """``MochiTransformer3DModel`` (``MochiTransformerBlock``, ``MochiAttnProcessor2_0``): the
+    largest live set is the video stream's SwiGLU feed-forward (``FeedForward`` with ``inner_dim
+    = 4 D 2 // 3``, ``F``): the block's input (still held by the model's loop), the attention
+    output ``attn_hidden_states``, the new residual and its modulated copy ``norm_hidden_states``
+    (4 a D per token) with ``proj``'s ``2 F`` output, ``silu(gate)`` and the gated product
+    (4 a F). In the last block (``context_pre_only``) ``to_add_out`` does not exist, so the text
+    half of ``split_with_sizes`` keeps the whole joint attention output (``a (N + T) D``) alive
+    through the feed-forward. Around the blocks: the float32 rotary cos and sin tables
+    (``heads x head_dim / 2`` each per video token, not batched) and the caption projection
+    (``T x pooled_projection_dim``). The attention runs sample by sample (``for idx in
+    range(batch_size)`` over the valid prompt tokens): with ``math`` one sample's
+    ``heads x (N + T)^2`` scores are held. The model has no ``_cp_plan`` and its processor calls
+    SDPA itself, so sequence parallelism is not modelled for it.
+
+    :raises ValueError: a sequence split (Ulysses or ring) was asked for.
+    """
+    if s.sequence_split > 1:
+        raise ValueError(
+            "sequence parallelism (ulyssesDegree/ringDegree) is not modelled for "
+            "MochiTransformer3DModel: it has no _cp_plan and MochiAttnProcessor2_0 calls SDPA "
+            "per sample"
+        )
+    heads, hd = c["num_attention_heads"], c["attention_head_dim"]
+    d, a = heads * hd, s.act_bytes
+    f = (4 * d * 2) // 3
+    per = denoiser_tokens("MochiTransformer3DModel", c, s)
+    n = s.batch * per
+    joint = s.batch * (per + s.text_tokens) * d * a
+    block = n * (4 * a * d + 4 * a * f) + joint
+    rotary = per * 2 * (d // 2) * FP32
+    text = s.batch * s.text_tokens * c["pooled_projection_dim"] * a
+    one = DenoiseShape(1, s.frames, s.height, s.width, s.text_tokens, a, s.materialised)
+    scores = _attention_matrix(one, heads, per + s.text_tokens, per + s.text_tokens)
+    return int(block + rotary + text + scores)
+
+
 def _unet(c: Config, s: DenoiseShape) -> int:
     """``UNet2DConditionModel``: the skip connections of every down block stay alive for the up
     path (``down_block_res_samples``); the largest live set is a ``BasicTransformerBlock``'s
@@ -295,6 +335,7 @@ _FAMILIES: dict[str, Callable[[Config, DenoiseShape], int]] = {
     "CogVideoXTransformer3DModel": _cogvideox,
     "LTXVideoTransformer3DModel": _ltx,
     "UNet2DConditionModel": _unet,
+    "MochiTransformer3DModel": _mochi,
 }
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "flux_transformer",
     "hunyuan_video_transformer",
     "ltx_video_transformer",
+    "mochi_transformer",
     "sd3_transformer",
     "unet_2d_condition",
     "wan_transformer",
@@ -578,3 +579,81 @@ def unet_2d_condition(c: Config) -> Part:
 def _camel(key: str) -> str:
     head, *rest = key.split("_")
     return head + "".join(w.title() for w in rest)
+
+
+def mochi_transformer(c: Config) -> Part:
+    """``transformers/transformer_mochi.py`` ``MochiTransformer3DModel`` (``MochiTransformerBlock``
+    with ``attention_processor.py`` ``MochiAttention``; ``embeddings.py``
+    ``MochiCombinedTimestepCaptionEmbedding`` and ``MochiAttentionPool``). ``qk_norm`` and
+    ``max_sequence_length`` are stored but not read by the 0.42.1 constructor: ``MochiAttention``
+    always builds four affine RMS norms of the head width, and the text length is the
+    pipeline's."""
+    if c["activation_fn"] != "swiglu":
+        raise UnsupportedConfig(
+            f"activationFn {c['activation_fn']!r} (Mochi's feed-forwards are sized for swiglu)"
+        )
+    heads, head_dim = c["num_attention_heads"], c["attention_head_dim"]
+    dim, pooled, text = heads * head_dim, c["pooled_projection_dim"], c["text_embed_dim"]
+    p = c["patch_size"]
+    out_channels = c["out_channels"] or c["in_channels"]
+
+    def block(last: bool) -> Part:
+        attn = module(
+            "attn1",
+            rms_norm("norm_q", head_dim),
+            rms_norm("norm_k", head_dim),
+            rms_norm("norm_added_q", head_dim),
+            rms_norm("norm_added_k", head_dim),
+            linear("to_q", dim, dim, False),
+            linear("to_k", dim, dim, False),
+            linear("to_v", dim, dim, False),
+            linear("add_k_proj", pooled, dim, False),
+            linear("add_v_proj", pooled, dim, False),
+            linear("add_q_proj", pooled, dim, False),
+            sequence("to_out", linear("0", dim, dim)),
+            None if last else linear("to_add_out", dim, pooled),
+        )
+        # MochiLayerNormContinuous (last block) or MochiRMSNormZero; their RMS norms own nothing
+        context = (
+            module("norm1_context", linear("linear_1", dim, pooled))
+            if last
+            else module("norm1_context", linear("linear", dim, 4 * pooled))
+        )
+        return module(
+            "block",
+            module("norm1", linear("linear", dim, 4 * dim)),
+            context,
+            attn,
+            feed_forward(
+                "ff", dim, inner_dim=(4 * dim * 2) // 3, activation_fn="swiglu", bias=False
+            ),
+            None
+            if last
+            else feed_forward(
+                "ff_context", pooled, inner_dim=(4 * pooled * 2) // 3, activation_fn="swiglu",
+                bias=False,
+            ),
+        )  # fmt: skip
+
+    layers = c["num_layers"]
+    blocks = [module("0", *block(False).children, copies=layers - 1)] if layers > 1 else []
+    last = module(str(layers - 1), *block(True).children) if layers else None
+    return module(
+        "transformer",
+        module("patch_embed", conv("proj", c["in_channels"], dim, (p, p))),
+        module(
+            "time_embed",
+            timestep_embedding("timestep_embedder", c["time_embed_dim"], dim),
+            module(
+                "pooler",
+                linear("to_kv", text, 2 * text),
+                linear("to_q", text, text),
+                linear("to_out", text, dim),
+            ),
+            linear("caption_proj", text, pooled),
+        ),
+        param("pos_frequencies", 3 * heads * (head_dim // 2)),
+        sequence("transformer_blocks", *blocks, last),
+        ada_layer_norm_continuous("norm_out", dim, dim),
+        linear("proj_out", dim, p * p * out_channels),
+    )

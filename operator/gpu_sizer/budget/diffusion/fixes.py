@@ -192,7 +192,9 @@ def generation_candidates(spec: GPUWorkloadSpec) -> list[Candidate]:
         )
     par, pipeline = gen.parallelism, spec.model.pipeline
     assert pipeline is not None
-    if gen.task.video and par.ulysses_degree * par.ring_degree == 1 and _split_heads(spec):
+    # MochiTransformer3DModel has no _cp_plan (denoise.py): no sequence split to offer
+    splittable = pipeline.class_name != "MochiPipeline" and _split_heads(spec)
+    if gen.task.video and par.ulysses_degree * par.ring_degree == 1 and splittable:
         # only degrees every running denoiser's heads divide (the refusal's own rule)
         for degree in (d for d in DEGREES if not ulysses_problems(pipeline, d)):
             changed = _with(spec, parallelism=par.model_copy(update={"ulysses_degree": degree}))

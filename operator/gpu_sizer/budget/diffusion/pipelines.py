@@ -8,7 +8,7 @@ Read from the ``__call__`` and ``encode_prompt`` of each pipeline in ``diffusers
   previous one in this chain is moved back (``accelerate`` ``cpu_offload_with_hook`` with
   ``prev_module_hook``), so one model of the chain is resident at a time;
 - ``guidance``: ``Batched`` pipelines concatenate the unconditional and conditional inputs into
-  one denoiser call (``torch.cat([latents] * 2)``: SD, SDXL, SD3, CogVideoX, LTX-Video);
+  one denoiser call (``torch.cat([latents] * 2)``: SD, SDXL, SD3, CogVideoX, LTX-Video, Mochi);
   ``Sequential`` ones call the denoiser twice (Wan's ``noise_uncond = current_model(...)``,
   Flux's and HunyuanVideo's ``true_cfg_scale`` path);
 - ``text_tokens``: the tokens each text encoder encodes (CLIP's 77; the ``max_sequence_length``
@@ -216,6 +216,14 @@ _BASE: Final[dict[str, PipelineKind]] = {
         sequence_length=128,
         encodes=Encodes.Image,
     ),
+    "MochiPipeline": PipelineKind(
+        (T2V,),
+        ("text_encoder", "transformer", "vae"),
+        Guidance.Batched,
+        {"text_encoder": 256},
+        256,
+        sequence_length=256,
+    ),
 }
 
 _SD = (
@@ -331,6 +339,7 @@ _EXTRA: Final[dict[str, dict[str, Any]]] = {
     },
     "LTXPipeline": _ONE_EXTRA,
     "LTXImageToVideoPipeline": _ONE_EXTRA,
+    "MochiPipeline": {**_ONE_EXTRA, "options": {"force_zeros_for_empty_prompt": False}},
 }
 
 #: Pipeline classes by ``model_index.json`` ``_class_name``. ``sequence_length`` is the call's

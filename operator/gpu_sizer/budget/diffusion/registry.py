@@ -72,11 +72,15 @@ KINDS: Final[dict[str, Kind]] = {
         denoisers.cogvideox_transformer, skip_casting=("patch_embed", "norm")
     ),
     "LTXVideoTransformer3DModel": Kind(denoisers.ltx_video_transformer, skip_casting=("norm",)),
+    "MochiTransformer3DModel": Kind(
+        denoisers.mochi_transformer, skip_casting=("patch_embed", "norm")
+    ),
     "AutoencoderKL": Kind(vaes.autoencoder_kl, block_modules=_VAE_BLOCKS),
     "AutoencoderKLWan": Kind(vaes.autoencoder_kl_wan, block_modules=_VAE_BLOCKS),
     "AutoencoderKLHunyuanVideo": Kind(vaes.autoencoder_kl_hunyuan_video),
     "AutoencoderKLCogVideoX": Kind(vaes.autoencoder_kl_cogvideox),
     "AutoencoderKLLTXVideo": Kind(vaes.autoencoder_kl_ltx_video),
+    "AutoencoderKLMochi": Kind(vaes.autoencoder_kl_mochi),
     "CLIPTextModel": Kind(text_encoders.clip_text_model),
     "CLIPTextModelWithProjection": Kind(text_encoders.clip_text_model_with_projection),
     "CLIPVisionModel": Kind(text_encoders.clip_vision_model),

@@ -31,6 +31,7 @@ __all__ = [
     "autoencoder_kl_cogvideox",
     "autoencoder_kl_hunyuan_video",
     "autoencoder_kl_ltx_video",
+    "autoencoder_kl_mochi",
     "autoencoder_kl_wan",
 ]
 
@@ -612,3 +613,109 @@ def autoencoder_kl_ltx_video(c: Config) -> Part:
     return module(
         "vae", encoder, decoder, buffer("latents_mean", latent), buffer("latents_std", latent)
     )
+
+
+# --- AutoencoderKLMochi ------------------------------------------------------------------------
+
+
+def _mochi_norm(name: str, ch: int) -> Part:
+    """``MochiChunkedGroupNorm3D``: an affine ``nn.GroupNorm(32, ch)`` as ``norm_layer``."""
+    return module(name, group_norm("norm_layer", ch))
+
+
+def _mochi_resnet(name: str, ch: int) -> Part:
+    """``MochiResnetBlock3D``: chunked group norms and causal 3x3x3 convolutions, no shortcut
+    convolution (input and output widths are equal)."""
+    return module(
+        name,
+        _mochi_norm("norm1", ch),
+        _causal("conv1", ch, ch, K3),
+        _mochi_norm("norm2", ch),
+        _causal("conv2", ch, ch, K3),
+    )
+
+
+def _mochi_vae_attention(name: str, ch: int) -> Part:
+    """``Attention(query_dim=ch, heads=ch // 32, dim_head=32, qk_norm="l2")``: bias-free q/k/v,
+    a biased output projection, no norm parameters."""
+    return module(
+        name,
+        linear("to_q", ch, ch, False),
+        linear("to_k", ch, ch, False),
+        linear("to_v", ch, ch, False),
+        sequence("to_out", linear("0", ch, ch)),
+    )
+
+
+def _mochi_stage(name: str, ch: int, layers: int, attention: bool, *head: Part) -> Part:
+    """``MochiMidBlock3D`` / ``MochiDownBlock3D``: ``layers`` resnets, each followed by a
+    chunked norm and an attention when ``attention``; ``head`` is the down block's ``conv_in``."""
+    return module(
+        name,
+        *head,
+        sequence("resnets", *(_mochi_resnet(str(i), ch) for i in range(layers))),
+        sequence("norms", *(_mochi_norm(str(i), ch) for i in range(layers if attention else 0))),
+        sequence(
+            "attentions",
+            *(_mochi_vae_attention(str(i), ch) for i in range(layers if attention else 0)),
+        ),
+    )
+
+
+def autoencoder_kl_mochi(c: Config) -> Part:
+    """``autoencoders/autoencoder_kl_mochi.py`` ``AutoencoderKLMochi`` (``MochiEncoder3D``:
+    Fourier features, ``proj_in``, down blocks of strided causal convolutions, resnets and
+    frame-causal attention; ``MochiDecoder3D``: a 1x1x1 ``conv_in``, resnets and up blocks whose
+    ``proj`` Linear expands to ``t x s x s`` times the next width before a depth-to-space
+    reshape)."""
+    enc, dec = list(c["encoder_block_out_channels"]), list(c["decoder_block_out_channels"])
+    layers = list(c["layers_per_block"])
+    t, s = list(c["temporal_expansions"]), list(c["spatial_expansions"])
+    if math.prod(s) != 8 or math.prod(t) != 6 or c["latent_channels"] != 12:
+        raise UnsupportedConfig(
+            "spatialExpansions/temporalExpansions/latentChannels other than the published "
+            "(2, 2, 2)/(1, 2, 3)/12: MochiPipeline sizes its latents with the literal scale "
+            "factors 8 and 6 and denormalizes them as 12 channels (diffusers 0.42.1 "
+            "pipeline_mochi.py), so such a VAE is not modelled"
+        )
+    attn = list(c["add_attention_block"])
+    latent = c["latent_channels"]
+    downs = [
+        _mochi_stage(
+            str(i),
+            enc[i + 1],
+            layers[i + 1],
+            attn[i + 1],
+            _causal("conv_in", enc[i], enc[i + 1], (t[i], s[i], s[i])),
+        )
+        for i in range(len(enc) - 1)
+    ]
+    encoder = module(
+        "encoder",
+        linear("proj_in", c["in_channels"], enc[0]),
+        _mochi_stage("block_in", enc[0], layers[0], attn[0]),
+        sequence("down_blocks", *downs),
+        _mochi_stage("block_out", enc[-1], layers[-1], attn[-1]),
+        _mochi_norm("norm_out", enc[-1]),
+        linear("proj_out", enc[-1], 2 * latent, False),
+    )
+    ups = []
+    for i in range(len(dec) - 1):
+        cin, cout = dec[-i - 1], dec[-i - 2]
+        te, se = t[-i - 1], s[-i - 1]
+        ups.append(
+            module(
+                str(i),
+                sequence("resnets", *(_mochi_resnet(str(j), cin) for j in range(layers[-i - 2]))),
+                linear("proj", cin, cout * te * se * se),
+            )
+        )
+    decoder = module(
+        "decoder",
+        conv("conv_in", latent, dec[-1], (1, 1, 1)),
+        _mochi_stage("block_in", dec[-1], layers[-1], False),
+        sequence("up_blocks", *ups),
+        _mochi_stage("block_out", dec[0], layers[0], False),
+        linear("proj_out", dec[0], c["out_channels"]),
+    )
+    return module("vae", encoder, decoder)
