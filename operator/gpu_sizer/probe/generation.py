@@ -135,8 +135,9 @@ def denoiser_inputs(
     ``pipeline_stable_diffusion(_xl).py`` (``sample``, ``encoder_hidden_states``, SDXL's
     ``added_cond_kwargs``), ``pipeline_stable_diffusion_3.py``, ``pipeline_flux.py`` (packed
     2x2 latents, ``img_ids``/``txt_ids``), ``pipeline_wan(_i2v).py``,
-    ``pipeline_hunyuan_video.py``, ``pipeline_cogvideox.py`` (``[B, F, C, H, W]``, rotary tables)
-    and ``pipeline_ltx.py`` (packed tokens with ``num_frames``/``height``/``width``).
+    ``pipeline_hunyuan_video.py``, ``pipeline_cogvideox.py`` (``[B, F, C, H, W]``, rotary tables),
+    ``pipeline_ltx.py`` (packed tokens with ``num_frames``/``height``/``width``) and
+    ``pipeline_mochi.py`` (``[B, C, F, H, W]``, a boolean prompt mask).
     """
 
     def r(*shape: int, dt: torch.dtype = dtype) -> torch.Tensor:
@@ -218,6 +219,13 @@ def denoiser_inputs(
             "num_frames": frames,
             "height": height,
             "width": width,
+        }
+    if cls == "MochiTransformer3DModel":
+        return {
+            "hidden_states": r(batch, ch, frames, height, width),
+            "encoder_hidden_states": r(batch, text, int(config["text_embed_dim"])),
+            "timestep": t,
+            "encoder_attention_mask": torch.ones(batch, text, dtype=torch.bool, device=device),
         }
     raise KeyError(cls)
 
