@@ -300,3 +300,13 @@ def test_diffusers_docs_bf16_model_offload_and_tiling() -> None:
     assert 1.10 <= allocated / (22 * GB) <= 1.18, allocated / GB
     weights = next(ph for ph in est.phases or [] if ph.name == "Denoise").weights_bytes
     assert weights == 2 * 10_027_677_744
+
+
+def test_the_shorter_video_fix_is_a_frame_count_mochi_runs_as_given() -> None:
+    """The fixes' halved ``numFrames`` for Mochi is ``6 k + 1`` (163 -> 79), so the re-estimate
+    is of the count the fix names, not of one ``prepare_latents`` rounds down."""
+    small = _spec()
+    small["generation"]["numFrames"] = 163
+    small["placement"] = {"gpuClasses": ["nvidia-l4"]}
+    fixes = [f for f in assess(parse_spec(small)).fixes if f.field == "spec.generation.numFrames"]
+    assert [f.value for f in fixes] == [79]

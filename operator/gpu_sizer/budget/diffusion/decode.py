@@ -354,19 +354,21 @@ def _mochi(c: Config, s: DecodeShape) -> int:
     full_frames = s.frames * temporal
     out_frames = _sample_frames(s.frames, temporal)
     video = 3 * out_frames * (s.height * spatial) * (s.width * spatial)
-    if not s.tiling or (s.height <= 32 and s.width <= 32):
+    tile, stride = 256 // spatial, 192 // spatial  # tile_sample_min/stride in latents
+    if not s.tiling or (s.height <= tile and s.width <= tile):
         live = _mochi_chain(c, s.frames, s.height, s.width)
         return int(
             (batch * live + s.batch * (3 * full_frames * s.height * s.width * spatial**2))
             * s.act_bytes
         )
     tiles = 0
-    for i in range(0, s.height, 24):
-        for j in range(0, s.width, 24):
-            th, tw = min(32, s.height - i), min(32, s.width - j)
+    for i in range(0, s.height, stride):
+        for j in range(0, s.width, stride):
+            th, tw = min(tile, s.height - i), min(tile, s.width - j)
             tiles += 3 * full_frames * th * tw * spatial**2
-    live = _mochi_chain(c, s.frames, min(32, s.height), min(32, s.width))
-    return int((live + s.batch * tiles + 2 * s.batch * video) * s.act_bytes)
+    live = _mochi_chain(c, s.frames, min(tile, s.height), min(tile, s.width))
+    # one sample's tiles at a time with slicing (decode splits the batch before tiled_decode)
+    return int((batch * (live + tiles) + 2 * s.batch * video) * s.act_bytes)
 
 
 _DECODERS: dict[str, Callable[[Config, DecodeShape], int]] = {

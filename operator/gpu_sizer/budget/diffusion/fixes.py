@@ -167,7 +167,10 @@ def generation_candidates(spec: GPUWorkloadSpec) -> list[Candidate]:
         )
     if gen.task.video and gen.num_frames > 17:
         frames = (gen.num_frames - 1) // 2
-        frames = frames - frames % 4 + 1
+        if spec.model.pipeline is not None and spec.model.pipeline.class_name == "MochiPipeline":
+            frames -= (frames - 1) % 6  # a count MochiPipeline runs as given (6k + 1)
+        else:
+            frames = frames - frames % 4 + 1
         out.append(
             (
                 "spec.generation.numFrames",
