@@ -310,3 +310,17 @@ def test_the_shorter_video_fix_is_a_frame_count_mochi_runs_as_given() -> None:
     small["placement"] = {"gpuClasses": ["nvidia-l4"]}
     fixes = [f for f in assess(parse_spec(small)).fixes if f.field == "spec.generation.numFrames"]
     assert [f.value for f in fixes] == [79]
+
+
+def test_a_vae_of_other_factors_is_not_sized() -> None:
+    """``MochiPipeline`` sizes its latents with the literal factors 8 and 6 and denormalizes 12
+    channels (``view(1, 12, 1, 1, 1)``), whatever the VAE: a VAE the library builds with other
+    expansions is listed as not modelled (Incomplete), not sized with its own factors."""
+    config = {**published.MOCHI_VAE, "spatial_expansions": [2, 2, 4]}
+    assert build_on_meta("AutoencoderKLMochi", config) is not None
+    raw = _spec()
+    vae = next(c for c in raw["model"]["pipeline"]["components"] if c["name"] == "vae")
+    vae["config"] = published.camel(config)
+    est = estimate(parse_spec(raw))
+    assert any("spatialExpansions" in m.message for m in est.missing_components)
+    assert assess(parse_spec(raw)).verdict is Verdict.Incomplete
