@@ -229,6 +229,7 @@ DECODED_FRAMES = [
     (LTX, "LTXImageToVideoPipeline", 100, 97, 8),
     (HUNYUAN, "HunyuanVideoPipeline", 130, 129, 4),
     (COG, "CogVideoXPipeline", 50, 49, 4),
+    (MOCHI, "MochiPipeline", 24, 19, 6),
 ]
 
 

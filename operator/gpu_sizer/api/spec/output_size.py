@@ -281,11 +281,8 @@ def _mochi(pipeline: Pipeline) -> int:
 
 
 def _mochi_frames(_pipeline: Pipeline, frames: int) -> tuple[int, str]:
-    latent = (frames - 1) // 6 + 1
-    return (latent - 1) * 6 + 1, (
-        "prepare_latents takes (num_frames - 1) // 6 + 1 latent frames and AutoencoderKLMochi "
-        "decodes (latent - 1) * 6 + 1 of them"
-    )
+    """``prepare_latents``' literal ``vae_temporal_scale_factor`` 6, whatever the VAE."""
+    return _decoded(frames, 6)
 
 
 #: Per pipeline class (``model_index.json`` ``_class_name``), the size rule of its ``__call__``

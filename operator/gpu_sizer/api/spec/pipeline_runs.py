@@ -79,6 +79,7 @@ PIPELINE_CLASSES: Final[dict[str, dict[str, str]]] = {
     "CogVideoXImageToVideoPipeline": _COGVIDEOX,
     "LTXPipeline": _LTX,
     "LTXImageToVideoPipeline": _LTX,
+    "MochiPipeline": {"transformer": "MochiTransformer3DModel", "vae": "AutoencoderKLMochi"},
 }
 
 
