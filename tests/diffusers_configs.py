@@ -281,6 +281,50 @@ LTX_VIDEO_090_VAE: Config = {
     "patch_size_t": 1,
 }
 
+QWEN_IMAGE: Config = {
+    "patch_size": 2,
+    "in_channels": 64,
+    "out_channels": 16,
+    "num_layers": 60,
+    "attention_head_dim": 128,
+    "num_attention_heads": 24,
+    "joint_attention_dim": 3584,
+    "guidance_embeds": False,
+    "axes_dims_rope": [16, 56, 56],
+}
+QWEN_IMAGE_VAE: Config = {
+    "base_dim": 96,
+    "z_dim": 16,
+    "dim_mult": [1, 2, 4, 4],
+    "num_res_blocks": 2,
+    "attn_scales": [],
+    "temperal_downsample": [False, True, True],
+}
+#: Qwen-Image's text encoder (Qwen/Qwen-Image text_encoder/config.json: Qwen2.5-VL-7B-Instruct,
+#: the language model and the vision tower as nested configs).
+QWEN2_5_VL_7B: Config = {
+    "tie_word_embeddings": False,
+    "text_config": {
+        "vocab_size": 152064,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+    },
+    "vision_config": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "in_channels": 3,
+        "patch_size": 14,
+        "temporal_patch_size": 2,
+        "spatial_merge_size": 2,
+        "out_hidden_size": 3584,
+    },
+}
+
 #: Pipelines by Hub repository: (pipeline class, [(component name, class, config)]).
 PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
     "stable-diffusion-v1-5/stable-diffusion-v1-5": (
@@ -404,6 +448,14 @@ PIPELINES: dict[str, tuple[str, list[tuple[str, str, Config]]]] = {
             ("text_encoder", "T5EncoderModel", T5_XXL),
             ("transformer", "MochiTransformer3DModel", MOCHI_1_PREVIEW),
             ("vae", "AutoencoderKLMochi", MOCHI_VAE),
+        ],
+    ),
+    "Qwen/Qwen-Image": (
+        "QwenImagePipeline",
+        [
+            ("text_encoder", "Qwen2_5_VLForConditionalGeneration", QWEN2_5_VL_7B),
+            ("transformer", "QwenImageTransformer2DModel", QWEN_IMAGE),
+            ("vae", "AutoencoderKLQwenImage", QWEN_IMAGE_VAE),
         ],
     ),
 }

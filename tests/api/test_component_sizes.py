@@ -22,6 +22,7 @@ ZERO_ALLOWED = {
     "num_single_layers",
     "num_hidden_layers",
     "num_refiner_layers",
+    "depth",
     "layers_per_block",
     "decoder_layers_per_block",
     "num_res_blocks",

@@ -317,6 +317,24 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "attention_out_bias": _k("bool", True),
         },
     ),
+    "QwenImageTransformer2DModel": ComponentClass(
+        "diffusers",
+        Role.Denoiser,
+        {
+            "patch_size": _k("int", 2),
+            "in_channels": _k("int", 64),
+            "out_channels": _k("int", 16, nullable=True),
+            "num_layers": _k("int", 60),
+            "attention_head_dim": _k("int", 128),
+            "num_attention_heads": _k("int", 24),
+            "joint_attention_dim": _k("int", 3584),
+            "guidance_embeds": _k("bool", False),
+            "axes_dims_rope": _k("ints", (16, 56, 56)),
+            "zero_cond_t": _k("bool", False),
+            "use_additional_t_cond": _k("bool", False),
+            "use_layer3d_rope": _k("bool", False),
+        },
+    ),
     "AutoencoderKL": ComponentClass(
         "diffusers",
         Role.Vae,
@@ -353,6 +371,19 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "patch_size": _k("int", None),
             "scale_factor_temporal": _k("int", 4),
             "scale_factor_spatial": _k("int", 8),
+        },
+    ),
+    "AutoencoderKLQwenImage": ComponentClass(
+        "diffusers",
+        Role.Vae,
+        {
+            "base_dim": _k("int", 96),
+            "z_dim": _k("int", 16),
+            "dim_mult": _k("ints", (1, 2, 4, 4)),
+            "num_res_blocks": _k("int", 2),
+            "attn_scales": _k("ints", ()),
+            "temperal_downsample": _k("bools", (False, True, True)),
+            "input_channels": _k("int", 3),
         },
     ),
     "AutoencoderKLHunyuanVideo": ComponentClass(
@@ -502,6 +533,38 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             "mlp_bias": _k("bool", False),
         },
     ),
+    "Qwen2_5_VLForConditionalGeneration": ComponentClass(
+        "transformers",
+        Role.TextEncoder,
+        {
+            "text_config": _k(
+                "obj",
+                {
+                    "vocab_size": _k("int", 152064),
+                    "hidden_size": _k("int", 8192),
+                    "intermediate_size": _k("int", 29568),
+                    "num_hidden_layers": _k("int", 80),
+                    "num_attention_heads": _k("int", 64),
+                    "num_key_value_heads": _k("int", 8, nullable=True),
+                },
+            ),
+            "vision_config": _k(
+                "obj",
+                {
+                    "depth": _k("int", 32),
+                    "hidden_size": _k("int", 3584),
+                    "intermediate_size": _k("int", 3420),
+                    "num_heads": _k("int", 16),
+                    "in_channels": _k("int", 3),
+                    "patch_size": _k("int", 14),
+                    "temporal_patch_size": _k("int", 2),
+                    "spatial_merge_size": _k("int", 2),
+                    "out_hidden_size": _k("int", 3584),
+                },
+            ),
+            "tie_word_embeddings": _k("bool", False),
+        },
+    ),
 }
 
 #: Class-name endings of pipeline parts without weights (tokenizers, schedulers, processors):
@@ -531,6 +594,7 @@ _DEPTH_BOUNDS: Final[dict[str, int]] = {
     "num_layers": 1024,
     "num_single_layers": 1024,
     "num_hidden_layers": 1024,
+    "depth": 1024,
     "num_refiner_layers": 1024,
     "layers_per_block": 8,
     "decoder_layers_per_block": 8,
@@ -992,6 +1056,34 @@ def _mochi_transformer(c: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _qwen_image_call(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What ``QwenImageTransformer2DModel.forward`` cannot run as ``QwenImagePipeline`` calls it
+    (diffusers 0.42.1 ``transformer_qwenimage.py``): ``guidanceEmbeds`` makes ``forward`` call
+    ``time_text_embed(timestep, guidance, hidden_states, additional_t_cond)``, one argument more
+    than ``QwenTimestepProjEmbeddings.forward`` takes (a ``TypeError``); ``useAdditionalTCond``
+    makes that embedding raise when ``addition_t_cond`` is not given, and the pipeline never
+    gives it."""
+    out = []
+    if c["guidance_embeds"]:
+        out.append(
+            (
+                "guidanceEmbeds",
+                "must be false: QwenImageTransformer2DModel builds no guidance embedder, and its "
+                "forward passes the guidance to QwenTimestepProjEmbeddings, which takes no such "
+                "argument (TypeError at the first denoising step)",
+            )
+        )
+    if c["use_additional_t_cond"]:
+        out.append(
+            (
+                "useAdditionalTCond",
+                "must be false for QwenImagePipeline: QwenTimestepProjEmbeddings raises when "
+                "addition_t_cond is not given, and the pipeline does not give it",
+            )
+        )
+    return out
+
+
 def _mochi_vae(c: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``AutoencoderKLMochi``: ``MochiEncoder3D`` reads ``layers_per_block[i]`` and
     ``add_attention_block[i]`` for each encoder width and ``temporal/spatial_expansions[i]`` for
@@ -1023,6 +1115,26 @@ def _mochi_vae(c: Mapping[str, Any]) -> list[tuple[str, str]]:
                     "normalized by nn.GroupNorm(32, channels), which torch refuses otherwise",
                 )
             )
+    return out
+
+
+def _qwen2_5_vl_heads(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``Qwen2_5_VLAttention.__init__`` raises when the heads do not divide the text hidden size,
+    and ``repeat_kv`` needs ``numKeyValueHeads`` to divide the heads (transformers 5.24
+    ``modeling_qwen2_5_vl.py``); the vision tower's ``Qwen2_5_VLVisionAttention`` splits its
+    ``hiddenSize`` into ``numHeads`` heads of ``hiddenSize // numHeads``."""
+    text, vision = c["text_config"], c["vision_config"]
+    out = _heads_divide("hidden_size", "num_attention_heads", "textConfig.")(text)
+    heads, kv = text["num_attention_heads"], text["num_key_value_heads"]
+    if kv is not None and heads % kv:
+        out.append(
+            (
+                "textConfig.numKeyValueHeads",
+                f"{kv} must divide numAttentionHeads ({heads}): repeat_kv's key and value heads "
+                "must match the queries'",
+            )
+        )
+    out += _heads_divide("hidden_size", "num_heads", "visionConfig.")(vision)
     return out
 
 
@@ -1081,6 +1193,14 @@ _RULES: Final[dict[str, tuple[_Rule, ...]]] = {
         _rope_head_dim,
     ),
     "FluxTransformer2DModel": (_rope_axes("axes_dims_rope", "FluxPosEmbed"),),
+    "QwenImageTransformer2DModel": (
+        _rope_axes("axes_dims_rope", "QwenEmbedRope"),
+        _qwen_image_call,
+    ),
+    "AutoencoderKLQwenImage": (
+        _per_level("dim_mult", "temperal_downsample", extra=-1, at_least=True),
+    ),
+    "Qwen2_5_VLForConditionalGeneration": (_qwen2_5_vl_heads,),
     "HunyuanVideoTransformer3DModel": (_rope_axes("rope_axes_dim", "HunyuanVideoRotaryPosEmbed"),),
     "CLIPTextModel": _CLIP_RULES,
     "CLIPTextModelWithProjection": _CLIP_RULES,

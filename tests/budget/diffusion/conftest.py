@@ -20,6 +20,7 @@ CONFIG_CLASSES = {
     "T5EncoderModel": "T5Config",
     "UMT5EncoderModel": "UMT5Config",
     "LlamaModel": "LlamaConfig",
+    "Qwen2_5_VLForConditionalGeneration": "Qwen2_5_VLConfig",
     "StableDiffusionSafetyChecker": "CLIPConfig",
 }
 

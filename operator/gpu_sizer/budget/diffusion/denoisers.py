@@ -24,6 +24,7 @@ from gpu_sizer.budget.diffusion.parts import (
     Part,
     buffer,
     conv,
+    embedding,
     group_norm,
     layer_norm,
     linear,
@@ -40,6 +41,7 @@ __all__ = [
     "hunyuan_video_transformer",
     "ltx_video_transformer",
     "mochi_transformer",
+    "qwen_image_transformer",
     "sd3_transformer",
     "unet_2d_condition",
     "wan_transformer",
@@ -102,6 +104,49 @@ def flux_transformer(c: Config) -> Part:
         linear("x_embedder", c["in_channels"], dim),
         _blocks("transformer_blocks", joint, c["num_layers"]),
         _blocks("single_transformer_blocks", single, c["num_single_layers"]),
+        ada_layer_norm_continuous("norm_out", dim, dim),
+        linear("proj_out", dim, c["patch_size"] ** 2 * out),
+    )
+
+
+def qwen_image_transformer(c: Config) -> Part:
+    """``transformers/transformer_qwenimage.py`` ``QwenImageTransformer2DModel`` (Qwen-Image):
+    60 dual-stream blocks, each with its own modulation, norms and MLP for the image and the
+    text stream around one joint attention (``add_q/k/v_proj`` and ``to_add_out`` for the text,
+    RMS q/k norms on both). The rotary tables (``QwenEmbedRope.pos_freqs``/``neg_freqs``) are
+    plain attributes, neither parameters nor buffers; ``guidance_embeds`` builds nothing."""
+    heads, head_dim = c["num_attention_heads"], c["attention_head_dim"]
+    dim = heads * head_dim
+    out = c["out_channels"] or c["in_channels"]
+    block = module(
+        "block",
+        sequence("img_mod", linear("1", dim, 6 * dim)),
+        module("img_norm1"),
+        attention(
+            "attn", dim, added_kv_proj_dim=dim, dim_head=head_dim, heads=heads, out_dim=dim,
+            context_pre_only=False, bias=True, qk_norm="rms_norm",
+        ),
+        module("img_norm2"),
+        feed_forward("img_mlp", dim, dim_out=dim, activation_fn="gelu-approximate"),
+        sequence("txt_mod", linear("1", dim, 6 * dim)),
+        module("txt_norm1"),
+        module("txt_norm2"),
+        feed_forward("txt_mlp", dim, dim_out=dim, activation_fn="gelu-approximate"),
+    )  # fmt: skip
+    extra = embedding("addition_t_embedding", 2, dim) if c["use_additional_t_cond"] else None
+    return module(
+        "transformer",
+        module("pos_embed"),
+        module(
+            "time_text_embed",
+            module("time_proj"),
+            timestep_embedding("timestep_embedder", 256, dim),
+            extra,
+        ),
+        rms_norm("txt_norm", c["joint_attention_dim"]),
+        linear("img_in", c["in_channels"], dim),
+        linear("txt_in", c["joint_attention_dim"], dim),
+        _blocks("transformer_blocks", block, c["num_layers"]),
         ada_layer_norm_continuous("norm_out", dim, dim),
         linear("proj_out", dim, c["patch_size"] ** 2 * out),
     )

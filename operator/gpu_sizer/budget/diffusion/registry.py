@@ -75,8 +75,12 @@ KINDS: Final[dict[str, Kind]] = {
     "MochiTransformer3DModel": Kind(
         denoisers.mochi_transformer, skip_casting=("patch_embed", "norm")
     ),
+    "QwenImageTransformer2DModel": Kind(
+        denoisers.qwen_image_transformer, skip_casting=("pos_embed", "norm")
+    ),
     "AutoencoderKL": Kind(vaes.autoencoder_kl, block_modules=_VAE_BLOCKS),
     "AutoencoderKLWan": Kind(vaes.autoencoder_kl_wan, block_modules=_VAE_BLOCKS),
+    "AutoencoderKLQwenImage": Kind(vaes.autoencoder_kl_qwen_image),
     "AutoencoderKLHunyuanVideo": Kind(vaes.autoencoder_kl_hunyuan_video),
     "AutoencoderKLCogVideoX": Kind(vaes.autoencoder_kl_cogvideox),
     "AutoencoderKLLTXVideo": Kind(vaes.autoencoder_kl_ltx_video),
@@ -89,4 +93,5 @@ KINDS: Final[dict[str, Kind]] = {
     "UMT5EncoderModel": Kind(text_encoders.umt5_encoder_model, keep_fp32_fp16=("wo",)),
     "StableDiffusionSafetyChecker": Kind(text_encoders.stable_diffusion_safety_checker),
     "LlamaModel": Kind(text_encoders.llama_model),
+    "Qwen2_5_VLForConditionalGeneration": Kind(text_encoders.qwen2_5_vl_for_conditional_generation),
 }

@@ -31,6 +31,7 @@ __all__ = [
     "clip_vision_model",
     "clip_vision_model_with_projection",
     "llama_model",
+    "qwen2_5_vl_for_conditional_generation",
     "stable_diffusion_safety_checker",
     "t5_encoder_model",
     "umt5_encoder_model",
@@ -245,6 +246,75 @@ def llama_model(c: Config) -> Part:
         rms_norm("norm", h),
         module("rotary_emb", buffer("inv_freq", half), buffer("original_inv_freq", half)),
     )
+
+
+def qwen2_5_vl_for_conditional_generation(c: Config) -> Part:
+    """``models/qwen2_5_vl/modeling_qwen2_5_vl.py`` ``Qwen2_5_VLForConditionalGeneration``
+    (Qwen-Image's text encoder, Qwen2.5-VL-7B-Instruct): the pipeline loads the whole class,
+    ``model.visual`` (the vision tower and its patch merger, unused by text-to-image) and
+    ``lm_head`` included. Text layers: q/k/v with bias, ``o_proj`` and the gated MLP without;
+    vision blocks: fused ``qkv`` and a gated MLP, all with bias. ``lm_head`` shares the token
+    embedding's weight under ``tie_word_embeddings`` (``_tied_weights_keys``), counted once."""
+    t, v = c["text_config"], c["vision_config"]
+    h, inner, heads = t["hidden_size"], t["intermediate_size"], t["num_attention_heads"]
+    kv = t["num_key_value_heads"] or heads
+    hd = h // heads
+    layer = module(
+        "0",
+        module(
+            "self_attn",
+            linear("q_proj", h, heads * hd),
+            linear("k_proj", h, kv * hd),
+            linear("v_proj", h, kv * hd),
+            linear("o_proj", heads * hd, h, False),
+        ),
+        module(
+            "mlp",
+            linear("gate_proj", h, inner, False),
+            linear("up_proj", h, inner, False),
+            linear("down_proj", inner, h, False),
+        ),
+        rms_norm("input_layernorm", h),
+        rms_norm("post_attention_layernorm", h),
+        copies=t["num_hidden_layers"],
+    )
+    language = module(
+        "language_model",
+        embedding("embed_tokens", t["vocab_size"], h),
+        sequence("layers", layer),
+        rms_norm("norm", h),
+        module("rotary_emb", buffer("inv_freq", hd // 2), buffer("original_inv_freq", hd // 2)),
+    )
+    vh, vi, merge = v["hidden_size"], v["intermediate_size"], v["spatial_merge_size"]
+    block = module(
+        "0",
+        rms_norm("norm1", vh),
+        rms_norm("norm2", vh),
+        module("attn", linear("qkv", vh, 3 * vh), linear("proj", vh, vh)),
+        module(
+            "mlp",
+            linear("gate_proj", vh, vi),
+            linear("up_proj", vh, vi),
+            linear("down_proj", vi, vh),
+        ),
+        copies=v["depth"],
+    )
+    axial = -(-(vh // v["num_heads"] // 2) // 2)  # arange(0, head_dim // 2, 2)
+    merged = vh * merge**2
+    patch = (v["temporal_patch_size"], v["patch_size"], v["patch_size"])
+    visual = module(
+        "visual",
+        module("patch_embed", conv("proj", v["in_channels"], vh, patch, bias=False)),
+        module("rotary_pos_emb", buffer("inv_freq", axial), buffer("original_inv_freq", axial)),
+        sequence("blocks", block) if v["depth"] else sequence("blocks"),
+        module(
+            "merger",
+            rms_norm("ln_q", vh),
+            sequence("mlp", linear("0", merged, merged), linear("2", merged, v["out_hidden_size"])),
+        ),
+    )
+    head = None if c["tie_word_embeddings"] else linear("lm_head", h, t["vocab_size"], False)
+    return module("text_encoder", module("model", visual, language), head)
 
 
 def encoder_forward_bytes(cls: str, c: Config, batch: int, tokens: int, act_bytes: int) -> int:

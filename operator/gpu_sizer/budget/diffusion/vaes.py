@@ -32,7 +32,9 @@ __all__ = [
     "autoencoder_kl_hunyuan_video",
     "autoencoder_kl_ltx_video",
     "autoencoder_kl_mochi",
+    "autoencoder_kl_qwen_image",
     "autoencoder_kl_wan",
+    "qwen_image_as_wan",
 ]
 
 Config = Mapping[str, Any]
@@ -267,6 +269,36 @@ def autoencoder_kl_wan(c: Config) -> Part:
         conv("post_quant_conv", z, z, (1, 1, 1)),
         decoder,
     )
+
+
+def qwen_image_as_wan(c: Config) -> dict[str, Any]:
+    """The ``AutoencoderKLWan`` config that builds the same modules as an
+    ``AutoencoderKLQwenImage`` config (``autoencoders/autoencoder_kl_qwenimage.py``): its
+    encoder, decoder, resnets, attention and resample blocks are Wan 2.1's, module for module,
+    without Wan 2.2's residual blocks, patchifying or separate decoder width; its images in and
+    out have ``input_channels``, its spatial factor is ``2 ** len(temperal_downsample)``
+    (``spatial_compression_ratio``) and its temporal one Wan's 4."""
+    return {
+        "base_dim": c["base_dim"],
+        "decoder_base_dim": None,
+        "z_dim": c["z_dim"],
+        "dim_mult": c["dim_mult"],
+        "num_res_blocks": c["num_res_blocks"],
+        "attn_scales": c["attn_scales"],
+        "temperal_downsample": c["temperal_downsample"],
+        "is_residual": False,
+        "in_channels": c["input_channels"],
+        "out_channels": c["input_channels"],
+        "patch_size": None,
+        "scale_factor_temporal": 4,
+        "scale_factor_spatial": 2 ** len(c["temperal_downsample"]),
+    }
+
+
+def autoencoder_kl_qwen_image(c: Config) -> Part:
+    """``autoencoders/autoencoder_kl_qwenimage.py`` ``AutoencoderKLQwenImage`` (Qwen-Image's
+    VAE): :func:`autoencoder_kl_wan` of :func:`qwen_image_as_wan`."""
+    return autoencoder_kl_wan(qwen_image_as_wan(c))
 
 
 # --- AutoencoderKLHunyuanVideo -----------------------------------------------------------------
