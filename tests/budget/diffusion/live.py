@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -58,9 +58,17 @@ class _Live(TorchDispatchMode):
         return out
 
 
-def live_peak_bytes(fn: Callable[[], Any]) -> int:
-    """Bytes of the tensors ``fn`` creates that are alive together at the worst moment."""
+def live_peak_bytes(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()) -> int:
+    """Bytes of the tensors ``fn`` creates that are alive together at the worst moment.
+
+    ``exclude``: tensors (a model's parameters) whose storage is not counted when an operator
+    returns a view of it (``weight.t()`` in ``F.linear``'s decomposition on the meta device
+    would otherwise count a whole weight matrix as an activation while the product runs)."""
     mode = _Live()
+    for tensor in exclude:
+        key = tensor.untyped_storage()._cdata
+        mode.sizes[key] = 0
+        mode.refs[key] = 1  # held by the model: never freed, never counted
     with mode:
         fn()
     return mode.peak

@@ -45,6 +45,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpu_sizer.budget.diffusion.vaes import qwen_image_as_wan
+
 __all__ = [
     "DecodeShape",
     "latent_geometry",
@@ -78,6 +80,8 @@ def latent_geometry(cls: str, c: Config) -> tuple[int, int, int]:
         return 2 ** (len(c["block_out_channels"]) - 1), 1, c["latent_channels"]
     if cls == "AutoencoderKLWan":
         return c["scale_factor_spatial"], c["scale_factor_temporal"], c["z_dim"]
+    if cls == "AutoencoderKLQwenImage":
+        return latent_geometry("AutoencoderKLWan", qwen_image_as_wan(c))
     if cls == "AutoencoderKLHunyuanVideo":
         return c["spatial_compression_ratio"], c["temporal_compression_ratio"], c["latent_channels"]
     if cls == "AutoencoderKLCogVideoX":
@@ -105,6 +109,7 @@ def latent_geometry(cls: str, c: Config) -> tuple[int, int, int]:
 _CALIBRATION: Final[dict[str, float]] = {
     "AutoencoderKL": 1.0,
     "AutoencoderKLWan": 0.84,
+    "AutoencoderKLQwenImage": 0.93,
     "AutoencoderKLHunyuanVideo": 0.88,
     "AutoencoderKLCogVideoX": 1.23,
     "AutoencoderKLLTXVideo": 1.46,
@@ -219,6 +224,31 @@ def _wan(c: Config, s: DecodeShape) -> int:
     return int(
         (batch * (_CALIBRATION["AutoencoderKLWan"] * step + cache) + s.batch * output) * s.act_bytes
     )
+
+
+def _qwen_image(c: Config, s: DecodeShape) -> int:
+    """``AutoencoderKLQwenImage``: Wan 2.1's decoder (``autoencoder_kl_qwenimage.py``
+    ``QwenImageDecoder3d``, the same causal convolutions and feature cache), which
+    ``QwenImagePipeline`` calls on one latent frame: that frame is the first chunk of
+    ``_decode``'s loop, for which ``QwenImageResample``'s ``upsample3d`` skips its time
+    convolution (no frame doubling) and each cache entry holds the one frame there is
+    (``x[:, :, -min(CACHE_T, x.shape[2]):]``); the output is that one decoded frame and its
+    ``torch.clamp`` copy."""
+    w = qwen_image_as_wan(c)
+    mult = list(w["dim_mult"])
+    dims = [w["base_dim"] * u for u in [mult[-1], *mult[::-1]]]
+    n = len(mult)
+    chain = _chain(dims, [True] * (n - 1), [False] * (n - 1), w["num_res_blocks"], 1, 1)
+    fs = w["scale_factor_spatial"]
+    h, wd = _tile(s.height, s.width, 256 // fs, s.tiling)
+    batch = 1 if s.slicing else s.batch
+    cache = _conv_cache(dims, 2 * (w["num_res_blocks"] + 1), 1, h, wd)
+    output = 2 * 3 * (s.height * fs) * (s.width * fs)
+    live = _CALIBRATION["AutoencoderKLQwenImage"] * chain(1, h, wd)
+    peak = batch * (live + cache) + s.batch * output
+    if s.tiling:
+        peak += _TILES_KEPT * s.batch * 3 * (s.height * fs) * (s.width * fs)
+    return int(peak * s.act_bytes)
 
 
 def _hunyuan(c: Config, s: DecodeShape) -> int:
@@ -374,6 +404,7 @@ def _mochi(c: Config, s: DecodeShape) -> int:
 _DECODERS: dict[str, Callable[[Config, DecodeShape], int]] = {
     "AutoencoderKL": _kl,
     "AutoencoderKLWan": _wan,
+    "AutoencoderKLQwenImage": _qwen_image,
     "AutoencoderKLHunyuanVideo": _hunyuan,
     "AutoencoderKLCogVideoX": _cogvideox,
     "AutoencoderKLLTXVideo": _ltx,

@@ -112,9 +112,11 @@ def denoiser_tokens(cls: str, c: Config, shape: DenoiseShape) -> int:
     if cls == "MochiTransformer3DModel":
         p = c["patch_size"]
         return int(shape.frames * (shape.height // p) * (shape.width // p))
-    if cls == "FluxTransformer2DModel":
-        # FluxPipeline._pack_latents packs 2x2 latent cells into one token before the transformer.
-        p = 2 * c["patch_size"]
+    if cls in ("FluxTransformer2DModel", "QwenImageTransformer2DModel"):
+        # FluxPipeline._pack_latents (and QwenImagePipeline's) packs 2x2 latent cells into one
+        # token before the transformer, whatever the config says; Flux's patch_size (1) is on
+        # top of it, Qwen-Image's patch_size only sizes proj_out (2 x 2 x out_channels)
+        p = 2 * c["patch_size"] if cls == "FluxTransformer2DModel" else 2
         return int(shape.frames * (shape.height // p) * (shape.width // p))
     p = c["patch_size"]  # SD3
     return int(shape.frames * (shape.height // p) * (shape.width // p))
@@ -190,6 +192,52 @@ def _flux(c: Config, s: DenoiseShape) -> int:
     around = n * a * d + (n // max(1, s.batch)) * 2 * hd * FP32
     per = img // s.batch + s.text_tokens
     return int(around + n * block + _attention_matrix(s, heads, per, per) + _ulysses(n, d, s))
+
+
+def _qwen_image(c: Config, s: DenoiseShape) -> int:
+    """``QwenImageTransformer2DModel``: dual-stream blocks over the packed image tokens and the
+    text tokens, with no single-stream blocks. ``QwenImageTransformerBlock.forward`` keeps every
+    intermediate under a Python name until it returns, so the live set grows through the block
+    (per token of ``D`` in ``a``):
+
+    - image MLP: the caller's block input, ``img_normed``, ``img_modulated``, the attention
+      output, the new residual, ``img_normed2``, ``img_modulated2`` (7) and the
+      ``FeedForward``'s ``proj`` and GELU outputs (``2 F / D``), while each text token holds its
+      input, ``txt_normed``, ``txt_modulated``, its attention output and its new residual (5);
+    - text MLP: the image stream's 9 (the above, its MLP output and the second residual) and the
+      text stream's 7 plus ``2 F / D``;
+    - joint attention (``QwenDoubleStreamAttnProcessor2_0``): each stream's input, normalised and
+      modulated copies (3), q/k/v per stream and their concatenations (6), the SDPA output and
+      the output projection (2); or, while the image key is rotated
+      (``apply_rotary_emb_qwen``), the image tokens' 3, the rotated query, the key, the value,
+      the rotated output (4) and ``x.float()`` with its complex product (two float32 tensors),
+      the text tokens' 3 and their q/k/v.
+
+    Around the blocks: the rotary table of the image tokens (``_compute_video_freqs``, complex64
+    of ``head_dim / 2`` per token, kept by its ``lru_cache``), and the device copies of
+    ``QwenEmbedRope.pos_freqs``/``neg_freqs`` (complex64 ``4096 x head_dim / 2`` each, cached by
+    ``_get_device_freqs`` on the first call).
+    """
+    if c["zero_cond_t"] or c["use_layer3d_rope"]:
+        key = "zeroCondT" if c["zero_cond_t"] else "useLayer3dRope"
+        raise ValueError(f"{key}: its per-token modulation or layered rotary embedding is not modelled")
+    heads, hd = c["num_attention_heads"], c["attention_head_dim"]
+    d, a = heads * hd, s.act_bytes
+    f = 4 * d
+    img = _split(s.batch * denoiser_tokens("QwenImageTransformer2DModel", c, s), s)
+    txt = _split(s.batch * s.text_tokens, s)
+    wide = 2 * f / d
+    per = max(
+        img * (7 + wide) + txt * 5,
+        img * 9 + txt * (7 + wide),
+        (img + txt) * (3 + 6 + 2),
+        img * (3 + 4 + 2 * FP32 / a) + txt * 6,
+    )
+    rope = (img // max(1, s.batch)) * hd // 2 * 8 + 2 * 4096 * hd // 2 * 8
+    joint = img // max(1, s.batch) + s.text_tokens
+    return int(
+        per * d * a + rope + _attention_matrix(s, heads, joint, joint) + _ulysses(img + txt, d, s)
+    )
 
 
 def _hunyuan(c: Config, s: DenoiseShape) -> int:
@@ -330,6 +378,7 @@ def _unet(c: Config, s: DenoiseShape) -> int:
 _FAMILIES: dict[str, Callable[[Config, DenoiseShape], int]] = {
     "WanTransformer3DModel": _wan,
     "FluxTransformer2DModel": _flux,
+    "QwenImageTransformer2DModel": _qwen_image,
     "HunyuanVideoTransformer3DModel": _hunyuan,
     "SD3Transformer2DModel": _sd3,
     "CogVideoXTransformer3DModel": _cogvideox,

@@ -10,12 +10,18 @@ Read from the ``__call__`` and ``encode_prompt`` of each pipeline in ``diffusers
 - ``guidance``: ``Batched`` pipelines concatenate the unconditional and conditional inputs into
   one denoiser call (``torch.cat([latents] * 2)``: SD, SDXL, SD3, CogVideoX, LTX-Video, Mochi);
   ``Sequential`` ones call the denoiser twice (Wan's ``noise_uncond = current_model(...)``,
-  Flux's and HunyuanVideo's ``true_cfg_scale`` path);
+  Flux's, HunyuanVideo's and Qwen-Image's ``true_cfg_scale`` path, which runs when a negative
+  prompt is given and ``true_cfg_scale > 1``);
 - ``text_tokens``: the tokens each text encoder encodes (CLIP's 77; the ``max_sequence_length``
   default of the call for T5, UMT5 and Llama; HunyuanVideo's Llama also encodes its prompt
   template's ``crop_start`` tokens, 95, before cropping them);
 - ``denoiser_tokens``: the text tokens the denoiser attends to (SD3 concatenates CLIP's 77 with
   T5's; Flux and HunyuanVideo feed only the T5/Llama sequence, CLIP gives the pooled vector);
+  QwenImagePipeline's Qwen2.5-VL encodes its prompt template's 34 system tokens
+  (``prompt_template_encode_start_idx``) and up to ``tokenizer_max_length`` (1024) prompt
+  tokens, then drops the template's tokens: the denoiser sees at most ``max_sequence_length``
+  (512) of them, a cut made after the encoder ran, so ``maxSequenceLength`` does not shorten
+  the encode;
 - ``upcast_vae``: SDXL decodes in float32 when the VAE is float16 and its config says
   ``force_upcast`` (``StableDiffusionXLPipeline.upcast_vae``);
 - ``encodes``: what image-to-image and image-to-video calls put through the VAE encoder first
@@ -224,6 +230,15 @@ _BASE: Final[dict[str, PipelineKind]] = {
         256,
         sequence_length=256,
     ),
+    "QwenImagePipeline": PipelineKind(
+        (T2I,),
+        ("text_encoder", "transformer", "vae"),
+        Guidance.Sequential,
+        {"text_encoder": 1024},
+        512,
+        sequence_length=512,
+        template_tokens={"text_encoder": 34},
+    ),
 }
 
 _SD = (
@@ -336,6 +351,10 @@ _EXTRA: Final[dict[str, dict[str, Any]]] = {
     "CogVideoXImageToVideoPipeline": {
         "encode_order": ("text_encoder",),
         "components": ("tokenizer", "text_encoder", "vae", "transformer", "scheduler"),
+    },
+    "QwenImagePipeline": {
+        "encode_order": ("text_encoder",),
+        "components": ("scheduler", "vae", "text_encoder", "tokenizer", "transformer"),
     },
     "LTXPipeline": _ONE_EXTRA,
     "LTXImageToVideoPipeline": _ONE_EXTRA,
