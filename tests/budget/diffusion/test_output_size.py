@@ -25,6 +25,7 @@ HUNYUAN = "hunyuanvideo-community/HunyuanVideo"
 COG = "THUDM/CogVideoX-5b"
 LTX = "Lightricks/LTX-Video"
 MOCHI = "genmo/mochi-1-preview"
+QWEN = "Qwen/Qwen-Image"
 
 
 def spec(
@@ -97,6 +98,7 @@ ROUNDED = [
     ("WanImageToVideoPipeline", WAN_I2V, "ImageToVideo", (480, 832, 83), (480, 832, 81)),
     ("MochiPipeline", MOCHI, "TextToVideo", (480, 848, 24), (480, 848, 19)),
     ("MochiPipeline", MOCHI, "TextToVideo", (480, 848, 84), (480, 848, 79)),
+    ("QwenImagePipeline", QWEN, "TextToImage", (1000, 1020, 1), (992, 1008, 1)),
 ]
 
 
@@ -352,6 +354,7 @@ CHECK_INPUTS = {
     "LTXPipeline": 32,
     "LTXImageToVideoPipeline": 32,
     "MochiPipeline": 8,
+    "QwenImagePipeline": None,
 }
 
 

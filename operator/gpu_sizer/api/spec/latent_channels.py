@@ -10,7 +10,7 @@ workload never produces an output, so such a pipeline is a spec error, not somet
 
 Read from ``diffusers`` 0.42.1 (``diffusers/pipelines/<family>/pipeline_<name>.py``), per
 class in :data:`CHANNEL_RULES`; ``c`` is the VAE's latent channels (``latent_channels``;
-``z_dim`` for ``AutoencoderKLWan``):
+``z_dim`` for ``AutoencoderKLWan`` and ``AutoencoderKLQwenImage``):
 
 - ``StableDiffusion[XL]Pipeline``: ``__call__`` draws ``unet.config.in_channels`` latent
   channels and ``vae.decode`` takes ``c``; the img2img pipelines feed the unet ``vae.encode``'s
@@ -24,6 +24,11 @@ class in :data:`CHANNEL_RULES`; ``c`` is the VAE's latent channels (``latent_cha
 - ``Flux[Img2Img]Pipeline``: ``num_channels_latents = transformer.config.in_channels // 4`` and
   ``_pack_latents`` folds each 2x2 latent patch into ``4 c`` features for ``x_embedder``, a
   ``Linear(in_channels)``: ``in_channels == 4 c``;
+- ``QwenImagePipeline``: ``num_channels_latents = transformer.config.in_channels // 4`` and
+  ``_pack_latents`` folds each 2x2 latent patch into ``4 c`` features for ``img_in``, a
+  ``Linear(in_channels)``: ``in_channels == 4 c`` (64 for its 16-channel VAE, whose latent
+  channels are ``z_dim``); its ``proj_out`` gives ``patch_size ** 2 * out_channels`` features
+  per token, which the scheduler step combines with the ``4 c`` packed latents;
 - ``CogVideoXImageToVideoPipeline``: ``latent_channels = transformer.config.in_channels // 2``,
   then ``torch.cat([latents, image_latents], dim=2)``: ``in_channels == 2 c``;
 - ``WanImageToVideoPipeline``: ``prepare_latents`` draws ``vae.config.z_dim`` channels and
@@ -56,7 +61,7 @@ __all__ = ["CHANNEL_RULES", "ChannelRule", "channel_problems"]
 _VERSION: Final = "diffusers 0.42.1"
 
 #: The config key holding a VAE class's latent channels.
-_LATENT_KEYS: Final = {"AutoencoderKLWan": "z_dim"}
+_LATENT_KEYS: Final = {"AutoencoderKLWan": "z_dim", "AutoencoderKLQwenImage": "z_dim"}
 
 
 def _same(c: int, _pipeline: Pipeline) -> tuple[int, str]:
@@ -79,6 +84,9 @@ class ChannelRule:
     inputs: Callable[[int, Pipeline], tuple[int, str]] = _same
     packed: int = 1
     unit_patches: bool = False
+    #: the denoiser's output per token is ``patch_size ** 2 * out_channels`` (Qwen-Image's
+    #: ``proj_out``), which must be the packed latents' features
+    patched_output: bool = False
 
 
 def _wan_i2v(c: int, pipeline: Pipeline) -> tuple[int, str]:
@@ -107,6 +115,9 @@ _UNET_I2I = ChannelRule("prepare_latents (vae.encode)", ("unet",))
 _TRANSFORMER = ChannelRule("__call__ (num_channels_latents = transformer.config.in_channels)")
 _FLUX = ChannelRule("prepare_latents and _pack_latents", inputs=_packed, packed=4)
 _LTX = ChannelRule("prepare_latents and _pack_latents", unit_patches=True)
+_QWEN_IMAGE = ChannelRule(
+    "prepare_latents and _pack_latents", inputs=_packed, packed=4, patched_output=True
+)
 
 #: Per pipeline class (``model_index.json`` ``_class_name``), what its ``__call__`` feeds the
 #: denoiser in diffusers 0.42.1; the module docstring gives each rule's source. Every class of
@@ -137,6 +148,7 @@ CHANNEL_RULES: Final[dict[str, ChannelRule]] = {
     "LTXPipeline": _LTX,
     "LTXImageToVideoPipeline": _LTX,
     "MochiPipeline": _TRANSFORMER,
+    "QwenImagePipeline": _QWEN_IMAGE,
 }
 
 
@@ -185,6 +197,21 @@ def channel_problems(pipeline: Pipeline) -> list[tuple[str, str]]:
         if produced is None and got == expected:
             # unset follows inChannels; when that is wrong its own problem is reported
             produced, unset = got, f" (unset, so inChannels {got})"
+        if rule.patched_output and isinstance(produced, int):
+            p = config.get("patch_size")
+            if isinstance(p, int) and p * p * produced != out:
+                problems.append(
+                    (
+                        f"{where}.outChannels",
+                        f"{cls}'s scheduler step combines {name}'s output, patchSize^2 x "
+                        f"outChannels features per token ({p * p} x {produced}), with the "
+                        f"{out}-feature packed latents, which the vae ({vae[1].class_name}) "
+                        f"decodes as {c} channels ({_VERSION} {cls}.__call__ and "
+                        f"_unpack_latents); it fails at the first denoising step; use "
+                        f"patchSize 2 and outChannels {c}",
+                    )
+                )
+            continue
         if isinstance(produced, int) and produced != out:
             problems.append(
                 (

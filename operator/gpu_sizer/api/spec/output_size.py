@@ -51,6 +51,9 @@ Read from ``diffusers`` 0.42.1, the version the memory model follows
   frames (the literal ``vae_temporal_scale_factor`` 6) and the VAE decodes ``(latent - 1) * 6
   + 1`` frames (``drop_last_temporal_frames``): a count other than ``6 k + 1`` runs as the
   ``6 k + 1`` below it.
+- ``QwenImagePipeline``: ``check_inputs`` only warns; ``prepare_latents`` rounds each side down
+  to a multiple of ``vae_scale_factor * 2`` (``2 ** len(vae.temperal_downsample)``, 8, times
+  the 2 x 2 packing: 16), and the decoded image has that size.
 
 HunyuanVideo, CogVideoX and LTX-Video encode ``(num_frames - 1) // t + 1`` latent frames
 (``t`` the VAE's temporal compression: HunyuanVideo's and CogVideoX's
@@ -62,7 +65,8 @@ pairs, and its time upsampling doubles every frame of an even batch), more than 
 frames come out as 56.
 
 The text length is refused the same way: the SD3 and Flux pipelines' ``check_inputs`` raise
-when ``max_sequence_length`` is greater than 512.
+when ``max_sequence_length`` is greater than 512 (``QwenImagePipeline``'s when it is greater than
+1024).
 
 Divisors read from component configs fall back to the defaults each pipeline's ``__init__``
 uses when the component is absent (``... if getattr(self, "vae", None) else 8``). Where a
@@ -137,6 +141,14 @@ def _sd3(pipeline: Pipeline) -> int:
 
 def _flux(pipeline: Pipeline) -> int:
     return _vae_scale(pipeline) * 2
+
+
+def _qwen_image(pipeline: Pipeline) -> int:
+    """``QwenImagePipeline``: ``vae_scale_factor`` is ``2 ** len(vae.temperal_downsample)`` (8
+    without a VAE), and its latents are packed in 2 x 2 patches."""
+    vae = _config(pipeline, "vae")
+    steps = vae.get("temperal_downsample") if vae is not None else None
+    return (2 ** len(steps) if steps is not None else 8) * 2
 
 
 def _wan_multiple(pipeline: Pipeline) -> int:
@@ -315,6 +327,9 @@ SIZE_RULES: Final[dict[str, SizeRule]] = {
         "divisible by patch_size)",
         refuse=_mochi,
         frames=_mochi_frames,
+    ),
+    "QwenImagePipeline": SizeRule(
+        "prepare_latents (check_inputs warns)", round=_qwen_image, max_text=1024
     ),
 }
 

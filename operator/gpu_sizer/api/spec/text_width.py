@@ -61,6 +61,10 @@ denoiser's ``__init__``), per class in :data:`TEXT_RULES`:
 - ``MochiPipeline``: ``_get_t5_prompt_embeds`` takes ``text_encoder(...)[0]`` for
   ``time_embed.caption_proj`` and ``time_embed.pooler`` (``Linear(text_embed_dim)`` each):
   ``text_embed_dim == text_encoder.d_model``.
+- ``QwenImagePipeline``: ``_get_qwen_prompt_embeds`` takes the Qwen2.5-VL's
+  ``hidden_states[-1]`` (``text_config.hidden_size`` wide) for ``txt_norm`` and ``txt_in``, an
+  ``RMSNorm`` and a ``Linear`` of ``joint_attention_dim``: ``joint_attention_dim ==
+  text_encoder.text_config.hidden_size``.
 
 Every class of :data:`gpu_sizer.budget.diffusion.pipelines.PIPELINES` has a rule; none is left
 out. A width whose encoder or denoiser is left out of the spec or of a class gpu-sizer does not
@@ -291,6 +295,20 @@ def _wan_image(pipeline: Pipeline) -> list[Width]:
     ]
 
 
+def _qwen_image(pipeline: Pipeline) -> list[Width]:
+    """QwenImagePipeline: the Qwen2.5-VL's last hidden state, ``text_config.hidden_size`` wide,
+    for ``txt_norm`` and ``txt_in`` (``RMSNorm`` and ``Linear`` of ``joint_attention_dim``)."""
+    found = _config(pipeline, "text_encoder")
+    if found is None:
+        return []
+    v = found[1].get("text_config", {}).get("hidden_size")
+    if not isinstance(v, int) or isinstance(v, bool):
+        return []
+    made = f"text_encoder's ({found[0]}) textConfig.hiddenSize {v}"
+    source = "_get_qwen_prompt_embeds (hidden_states[-1])"
+    return [Width("transformer", "joint_attention_dim", v, made, source)]
+
+
 _COGVIDEOX = TextRule(_same("text_encoder", "d_model", ("transformer",), "text_embed_dim", _T5))
 _LTX = TextRule(_same("text_encoder", "d_model", ("transformer",), "caption_channels", _T5))
 
@@ -334,6 +352,7 @@ TEXT_RULES: Final[dict[str, TextRule]] = {
     "MochiPipeline": TextRule(
         _same("text_encoder", "d_model", ("transformer",), "text_embed_dim", _T5)
     ),
+    "QwenImagePipeline": TextRule(_qwen_image),
 }
 
 

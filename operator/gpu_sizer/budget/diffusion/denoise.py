@@ -220,7 +220,9 @@ def _qwen_image(c: Config, s: DenoiseShape) -> int:
     """
     if c["zero_cond_t"] or c["use_layer3d_rope"]:
         key = "zeroCondT" if c["zero_cond_t"] else "useLayer3dRope"
-        raise ValueError(f"{key}: its per-token modulation or layered rotary embedding is not modelled")
+        raise ValueError(
+            f"{key}: its per-token modulation or layered rotary embedding is not modelled"
+        )
     heads, hd = c["num_attention_heads"], c["attention_head_dim"]
     d, a = heads * hd, s.act_bytes
     f = 4 * d

@@ -356,22 +356,27 @@ def encoder_forward_bytes(cls: str, c: Config, batch: int, tokens: int, act_byte
 
 
 def _qwen2_5_vl_forward_bytes(c: Config, batch: int, tokens: int, act_bytes: int) -> int:
-    """``Qwen2_5_VLForConditionalGeneration.forward`` as ``QwenImagePipeline._get_qwen_prompt_embeds``
-    calls it (transformers 5.24 ``modeling_qwen2_5_vl.py``): ``output_hidden_states=True`` keeps
-    every layer's output (the embeddings and one per layer, the last replaced by the final norm's);
-    ``use_cache`` is left to the config (true in Qwen-Image's), so a ``DynamicCache`` keeps each
-    layer's keys and values; and ``logits_to_keep=0`` makes ``lm_head`` compute logits over every
-    token (``vocab_size`` per token, in the activation dtype), which the pipeline then discards.
-    The peak is the end of the pass (the logits over the kept hidden states and cache) or the last
-    layer's gated MLP (gate, its activation, up and their product: ``2 h + 3 i`` against q, k, v
-    and the keys and values ``repeat_kv`` expands for SDPA). A batch whose prompts are of one
-    length has no padding, and SDPA then runs without a mask (``_ignore_causal_mask_sdpa``);
-    the vision tower does not run (no image is given)."""
+    """``Qwen2_5_VLForConditionalGeneration.forward`` as QwenImagePipeline's
+    ``_get_qwen_prompt_embeds`` calls it (transformers 5.24 ``modeling_qwen2_5_vl.py``):
+
+    - ``output_hidden_states=True`` keeps every layer's output (the embeddings and one per
+      layer, the last replaced by the final norm's);
+    - ``use_cache`` is left to the config (true in Qwen-Image's), so a ``DynamicCache`` keeps
+      each layer's keys and values;
+    - ``logits_to_keep=0`` makes ``lm_head`` compute logits over every token (``vocab_size``
+      per token, in the activation dtype), which the pipeline then discards.
+
+    The peak is the end of the pass (the logits over the kept hidden states and cache) or the
+    last layer's gated MLP (gate, its activation, up and their product: ``2 h + 3 i`` against
+    q, k, v and the keys and values ``repeat_kv`` expands for SDPA), while the rotary
+    ``cos``/``sin`` (``head_dim`` each, activation dtype) and the int64 position ids are alive.
+    A batch whose prompts are of one length has no padding, and SDPA then runs without a mask
+    (``_ignore_causal_mask_sdpa``); the vision tower does not run (no image is given)."""
     t = c["text_config"]
     h, inner, heads = t["hidden_size"], t["intermediate_size"], t["num_attention_heads"]
     kv = t["num_key_value_heads"] or heads
     layers, hd = t["num_hidden_layers"], h // heads
     cache = layers * 2 * kv * hd
-    in_layer = layers * h + cache + max(6 * h, 2 * h + 3 * inner)
-    at_end = (layers + 1) * h + cache + t["vocab_size"]
-    return int(batch * tokens * max(in_layer, at_end) * act_bytes)
+    in_layer = (layers * h + cache + 2 * hd + max(6 * h, 2 * h + 3 * inner)) * act_bytes + 8
+    at_end = ((layers + 1) * h + cache + t["vocab_size"]) * act_bytes
+    return int(batch * tokens * max(in_layer, at_end))
