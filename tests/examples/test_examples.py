@@ -66,6 +66,7 @@ EXPECTED: dict[str, tuple[Verdict, int]] = {
     "cogvideox-5b-l4.yaml": (Verdict.Fits, 1),
     "ltx-video-768x512-161f.yaml": (Verdict.Fits, 1),
     "mochi-1-preview-480p.yaml": (Verdict.Fits, 1),
+    "qwen-image-1024.yaml": (Verdict.Fits, 1),
 }
 
 
