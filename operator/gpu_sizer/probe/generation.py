@@ -136,8 +136,9 @@ def denoiser_inputs(
     ``added_cond_kwargs``), ``pipeline_stable_diffusion_3.py``, ``pipeline_flux.py`` (packed
     2x2 latents, ``img_ids``/``txt_ids``), ``pipeline_wan(_i2v).py``,
     ``pipeline_hunyuan_video.py``, ``pipeline_cogvideox.py`` (``[B, F, C, H, W]``, rotary tables),
-    ``pipeline_ltx.py`` (packed tokens with ``num_frames``/``height``/``width``) and
-    ``pipeline_mochi.py`` (``[B, C, F, H, W]``, a boolean prompt mask).
+    ``pipeline_ltx.py`` (packed tokens with ``num_frames``/``height``/``width``),
+    ``pipeline_mochi.py`` (``[B, C, F, H, W]``, a boolean prompt mask) and
+    ``pipeline_qwenimage.py`` (packed 2x2 latents with ``img_shapes``).
     """
 
     def r(*shape: int, dt: torch.dtype = dtype) -> torch.Tensor:
@@ -177,6 +178,15 @@ def denoiser_inputs(
         if config.get("guidance_embeds"):
             out["guidance"] = torch.full((batch,), 3.5, device=device)
         return out
+    if cls == "QwenImageTransformer2DModel":
+        # pipeline_qwenimage.py: 2x2-packed latents, img_shapes per sample, timestep / 1000
+        n = (height // 2) * (width // 2)
+        return {
+            "hidden_states": r(batch, n, ch),
+            "encoder_hidden_states": r(batch, text, int(config["joint_attention_dim"])),
+            "timestep": t / 1000,
+            "img_shapes": [[(1, height // 2, width // 2)]] * batch,
+        }
     if cls == "WanTransformer3DModel":
         out = {
             "hidden_states": r(batch, ch, frames, height, width),
@@ -305,9 +315,15 @@ def run_generation(
             if roles[c.name] is Role.TextEncoder:
                 model, where = enter(c.name)
                 tokens = kind.text_tokens.get(c.name, 77) + kind.template_tokens.get(c.name, 0)
-                vocab = int(configs[c.name]["vocab_size"])
+                # Qwen2.5-VL's vocabulary is in its text_config
+                te = configs[c.name].get("text_config") or configs[c.name]
+                vocab = int(te["vocab_size"])
                 ids = torch.randint(0, vocab, (batch, tokens), device=where)
-                model(input_ids=ids)
+                if c.class_name == "Qwen2_5_VLForConditionalGeneration":
+                    # as QwenImagePipeline._get_qwen_prompt_embeds calls it
+                    model(input_ids=ids, output_hidden_states=True)
+                else:
+                    model(input_ids=ids)
                 del ids
                 leave(c.name)
             elif roles[c.name] is Role.ImageEncoder:
@@ -362,7 +378,9 @@ def run_generation(
             model.to(torch.float32)
             vdt = torch.float32
             notes.append("the float16 VAE decodes in float32 (force_upcast), as the pipeline does")
-        shape = (batch, latent_ch, frames, lh, lw) if video else (batch, latent_ch, lh, lw)
+        # AutoencoderKLQwenImage decodes [B, C, 1, H, W] for an image (QwenImagePipeline)
+        five = video or by_name[vae_name].class_name == "AutoencoderKLQwenImage"
+        shape = (batch, latent_ch, frames, lh, lw) if five else (batch, latent_ch, lh, lw)
         model.decode(torch.randn(*shape, device=where, dtype=vdt), return_dict=False)
         leave(vae_name)
     return GenerationFigures(parameter_count=params, weights_bytes=weights, notes=notes)
