@@ -243,8 +243,11 @@ def test_another_file_given_for_the_folder_is_refused(
         (SD15, "TextToVideo", "runs TextToImage, not TextToVideo; pass --task TextToImage"),
         (SD15, "ImageToVideo", "runs TextToImage, not ImageToVideo; pass --task TextToImage"),
         (WAN, "TextToImage", "runs TextToVideo, not TextToImage; pass --task TextToVideo"),
-        # Not modelled, but its call defaults say it makes images (no frame count).
-        ("Qwen--Qwen-Image", "TextToVideo", "runs TextToImage or ImageToImage, not TextToVideo"),
+        (
+            "Qwen--Qwen-Image",
+            "TextToVideo",
+            "runs TextToImage, not TextToVideo; pass --task TextToImage",
+        ),
     ],
 )
 def test_a_task_the_pipeline_class_cannot_run_is_refused(

@@ -23,7 +23,8 @@ Roles: ``Denoiser`` (UNet or diffusion transformer), ``Vae`` (autoencoder), ``Te
 Diffusion 1.x/2.x's ``StableDiffusionSafetyChecker``, a CLIP vision tower run on the decoded
 images).
 
-A nested config object (``CLIPConfig.vision_config`` of the safety checker) is a key of kind
+A nested config object (``CLIPConfig.vision_config`` of the safety checker, the
+``text_config`` and ``vision_config`` of Qwen-Image's Qwen2.5-VL) is a key of kind
 ``obj`` whose default is the mapping of its own keys; missing inner keys take the inner
 class's defaults (``transformers`` ``CLIPVisionConfig``), as ``PretrainedConfig`` does.
 """

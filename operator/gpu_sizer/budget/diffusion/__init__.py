@@ -1,9 +1,9 @@
 """Image and video generation: diffusion pipelines sized component by component, phase by phase.
 
 A pipeline is a list of components, each a known part (``registry``: UNet and diffusion
-transformers in ``denoisers``, 2D and causal 3D VAEs in ``vaes``, CLIP/T5/UMT5/Llama encoders in
-``text_encoders``) whose module tree (``parts``) gives exact parameter counts and what each
-offload mode keeps on the GPU; activations come from ``denoise``, ``decode`` and
+transformers in ``denoisers``, 2D and causal 3D VAEs in ``vaes``, CLIP/T5/UMT5/Llama/Qwen2.5-VL
+encoders in ``text_encoders``) whose module tree (``parts``) gives exact parameter counts and
+what each offload mode keeps on the GPU; activations come from ``denoise``, ``decode`` and
 ``text_encoders``; ``pipelines`` says what each pipeline class does in a call and ``estimate``
 assembles the phases (TextEncode, Denoise, VaeDecode).
 """
