@@ -1122,8 +1122,10 @@ def _mochi_vae(c: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _qwen2_5_vl_heads(c: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``Qwen2_5_VLAttention.__init__`` raises when the heads do not divide the text hidden size,
     and ``repeat_kv`` needs ``numKeyValueHeads`` to divide the heads (transformers 5.24
-    ``modeling_qwen2_5_vl.py``); the vision tower's ``Qwen2_5_VLVisionAttention`` splits its
-    ``hiddenSize`` into ``numHeads`` heads of ``hiddenSize // numHeads``."""
+    ``modeling_qwen2_5_vl.py``); ``Qwen2_5_VLRotaryEmbedding.forward`` splits the rotary
+    frequencies (half the head) by ``mrope_section``, which gpu-sizer does not read, so only the
+    head its default fits (128) is admitted; the vision tower's ``Qwen2_5_VLVisionAttention``
+    splits its ``hiddenSize`` into ``numHeads`` heads of ``hiddenSize // numHeads``."""
     text, vision = c["text_config"], c["vision_config"]
     out = _heads_divide("hidden_size", "num_attention_heads", "textConfig.")(text)
     heads, kv = text["num_attention_heads"], text["num_key_value_heads"]
@@ -1133,6 +1135,19 @@ def _qwen2_5_vl_heads(c: Mapping[str, Any]) -> list[tuple[str, str]]:
                 "textConfig.numKeyValueHeads",
                 f"{kv} must divide numAttentionHeads ({heads}): repeat_kv's key and value heads "
                 "must match the queries'",
+            )
+        )
+    h = text["hidden_size"]
+    if h % heads == 0 and h // heads != 128:
+        out.append(
+            (
+                "textConfig.numAttentionHeads",
+                f"{heads} heads make a text head of {h // heads}: gpu-sizer sizes Qwen2.5-VL text "
+                "models whose head is 128, the one every published checkpoint has, since "
+                "Qwen2_5_VLRotaryEmbedding splits half the head by ropeScaling's mrope_section "
+                "(16 + 24 + 24 when not given), a key gpu-sizer does not read, and another head "
+                "with that split fails at the first forward; use hiddenSize / numAttentionHeads "
+                "= 128",
             )
         )
     out += _heads_divide("hidden_size", "num_heads", "visionConfig.")(vision)

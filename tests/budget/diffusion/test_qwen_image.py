@@ -111,7 +111,9 @@ REFUSED = [
     (TE, {"textConfig": {"numAttentionHeads": 12}}, "textConfig.hiddenSize"),
     (TE, {"textConfig": {"numKeyValueHeads": 3}}, "textConfig.numKeyValueHeads"),
     (TE, {"visionConfig": {"numHeads": 3}}, "visionConfig.hiddenSize"),
-]
+    (TE, {"textConfig": {"numAttentionHeads": 56, "numKeyValueHeads": 8}},
+     "textConfig.numAttentionHeads"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("cls", "change", "key"), REFUSED)
@@ -124,6 +126,19 @@ def test_configs_the_pipeline_cannot_run_are_refused_at_their_key(
     config = {k: {**base[k], **v} if isinstance(v, dict) else v for k, v in change.items()}
     assert config_problems(cls, base) == []
     assert [k for k, _ in config_problems(cls, {**base, **config})] == [key]
+
+
+def test_a_text_head_the_default_mrope_section_does_not_split_really_fails() -> None:
+    """Oracle for the head-128 refusal: the library's Qwen2.5-VL with a 64-wide text head (56
+    heads over 3584) and the config's default mrope_section fails at its first forward."""
+    config = _nested(
+        text_config={"num_hidden_layers": 1, "num_attention_heads": 56, "num_key_value_heads": 8},
+        vision_config={"depth": 1},
+    )
+    model = build_on_meta(TE, config, BF16)
+    ids = torch.zeros(1, 8, dtype=torch.long, device=META)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="split"):
+        model(input_ids=ids)
 
 
 def test_guidance_embeds_really_fails_at_the_first_step() -> None:
