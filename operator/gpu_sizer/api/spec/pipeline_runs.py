@@ -80,6 +80,10 @@ PIPELINE_CLASSES: Final[dict[str, dict[str, str]]] = {
     "LTXPipeline": _LTX,
     "LTXImageToVideoPipeline": _LTX,
     "MochiPipeline": {"transformer": "MochiTransformer3DModel", "vae": "AutoencoderKLMochi"},
+    "QwenImagePipeline": {
+        "transformer": "QwenImageTransformer2DModel",
+        "vae": "AutoencoderKLQwenImage",
+    },
 }
 
 
