@@ -18,6 +18,7 @@ from tests.budget.diffusion.conftest import (
     torch,
     transformers,
 )
+from tests.budget.diffusion.test_qwen_image import VARIANTS as QWEN_IMAGE_VARIANTS
 
 from gpu_sizer.api.components import COMPONENT_CLASSES, config_problems, resolved_config
 from gpu_sizer.budget.diffusion.parts import buffer_count, parameter_count
@@ -70,6 +71,7 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
          "decoder_block_out_channels": [64, 96, 128, 160],
          "add_attention_block": [True, False, True, False, True]},
     ),
+    *QWEN_IMAGE_VARIANTS,
 ]  # fmt: skip
 
 

@@ -30,7 +30,7 @@ from gpu_sizer.budget import estimate
 from gpu_sizer.budget.diffusion import generation_estimate
 from gpu_sizer.budget.diffusion.decode import DecodeShape, vae_decode_bytes
 from gpu_sizer.budget.diffusion.denoise import DenoiseShape, denoiser_forward_bytes
-from gpu_sizer.budget.diffusion.parts import buffer_count, parameter_count
+from gpu_sizer.budget.diffusion.parts import parameter_count
 from gpu_sizer.budget.diffusion.pipelines import PIPELINES, Guidance
 from gpu_sizer.budget.diffusion.registry import KINDS
 from gpu_sizer.budget.diffusion.text_encoders import encoder_forward_bytes
@@ -70,6 +70,7 @@ def _nested(**changes: dict[str, Any]) -> dict[str, Any]:
 
 # --- counts ----------------------------------------------------------------------------------
 
+#: Variants the published configs do not exercise (counted in test_components.py).
 VARIANTS = [
     (TE, _nested() | {"tie_word_embeddings": True}),
     (TE, _nested(vision_config={"depth": 0, "spatial_merge_size": 1})),
@@ -79,14 +80,6 @@ VARIANTS = [
     (VAE, {**published.QWEN_IMAGE_VAE, "base_dim": 64, "dim_mult": [1, 2, 2],
            "temperal_downsample": [True, False], "input_channels": 4}),
 ]  # fmt: skip
-
-
-@pytest.mark.parametrize(("cls", "config"), VARIANTS, ids=lambda v: v if isinstance(v, str) else "")
-def test_variant_counts_equal_the_library(cls: str, config: dict[str, Any]) -> None:
-    model = build_on_meta(cls, config)
-    tree = _tree(cls, config)
-    assert parameter_count(tree) == sum(p.numel() for p in model.parameters())
-    assert buffer_count(tree) == sum(b.numel() for b in model.buffers())
 
 
 def test_the_text_encoder_counts_as_the_llm_side_counts_qwen2_5_vl_7b() -> None:

@@ -211,6 +211,34 @@ def umt5_encoder_model(c: Config) -> Part:
     return _t5(c, every_layer_bias=True)
 
 
+def _decoder_layer(
+    h: int, inner: int, heads: int, kv: int, hd: int, bias: tuple[bool, bool, bool], copies: int
+) -> Part:
+    """``copies`` Llama-style decoder layers (``LlamaDecoderLayer``, ``Qwen2_5_VLDecoderLayer``):
+    grouped-query attention and a gated MLP between two RMS norms; ``bias`` says which of the
+    q/k/v projections, ``o_proj`` and the MLP's projections carry one."""
+    qkv, out, mlp = bias
+    return module(
+        "0",
+        module(
+            "self_attn",
+            linear("q_proj", h, heads * hd, qkv),
+            linear("k_proj", h, kv * hd, qkv),
+            linear("v_proj", h, kv * hd, qkv),
+            linear("o_proj", heads * hd, h, out),
+        ),
+        module(
+            "mlp",
+            linear("gate_proj", h, inner, mlp),
+            linear("up_proj", h, inner, mlp),
+            linear("down_proj", inner, h, mlp),
+        ),
+        rms_norm("input_layernorm", h),
+        rms_norm("post_attention_layernorm", h),
+        copies=copies,
+    )
+
+
 def llama_model(c: Config) -> Part:
     """``models/llama/modeling_llama.py`` ``LlamaModel`` without ``lm_head`` (HunyuanVideo's
     LLaVA-Llama-3-8B text encoder)."""
@@ -219,25 +247,7 @@ def llama_model(c: Config) -> Part:
     kv = c["num_key_value_heads"] or heads
     hd = c["head_dim"] or h // heads
     ab, mb = c["attention_bias"], c["mlp_bias"]
-    layer = module(
-        "0",
-        module(
-            "self_attn",
-            linear("q_proj", h, heads * hd, ab),
-            linear("k_proj", h, kv * hd, ab),
-            linear("v_proj", h, kv * hd, ab),
-            linear("o_proj", heads * hd, h, ab),
-        ),
-        module(
-            "mlp",
-            linear("gate_proj", h, inner, mb),
-            linear("up_proj", h, inner, mb),
-            linear("down_proj", inner, h, mb),
-        ),
-        rms_norm("input_layernorm", h),
-        rms_norm("post_attention_layernorm", h),
-        copies=c["num_hidden_layers"],
-    )
+    layer = _decoder_layer(h, inner, heads, kv, hd, (ab, ab, mb), c["num_hidden_layers"])
     half = hd // 2
     return module(
         "text_encoder",
@@ -259,25 +269,7 @@ def qwen2_5_vl_for_conditional_generation(c: Config) -> Part:
     h, inner, heads = t["hidden_size"], t["intermediate_size"], t["num_attention_heads"]
     kv = t["num_key_value_heads"] or heads
     hd = h // heads
-    layer = module(
-        "0",
-        module(
-            "self_attn",
-            linear("q_proj", h, heads * hd),
-            linear("k_proj", h, kv * hd),
-            linear("v_proj", h, kv * hd),
-            linear("o_proj", heads * hd, h, False),
-        ),
-        module(
-            "mlp",
-            linear("gate_proj", h, inner, False),
-            linear("up_proj", h, inner, False),
-            linear("down_proj", inner, h, False),
-        ),
-        rms_norm("input_layernorm", h),
-        rms_norm("post_attention_layernorm", h),
-        copies=t["num_hidden_layers"],
-    )
+    layer = _decoder_layer(h, inner, heads, kv, hd, (True, False, False), t["num_hidden_layers"])
     language = module(
         "language_model",
         embedding("embed_tokens", t["vocab_size"], h),
