@@ -99,6 +99,10 @@ class ComponentClass:
     keys: Mapping[str, ConfigKey]
     #: other names the library gives a key (snake_case alias -> the key), refused when given
     aliases: Mapping[str, str] = field(default_factory=dict)
+    #: the nested object (camelCase) whose keys a flat config gives at the top level instead:
+    #: transformers moves them in when the object is absent (``Qwen2_5_VLConfig.__post_init__``
+    #: "Hub configs are saved as flat dicts": Qwen2.5-VL-7B-Instruct's own config.json)
+    flat_into: str = ""
     #: camelCase wire name -> (snake_case key, spec), computed once per class
     wire: Mapping[str, tuple[str, ConfigKey]] = field(
         default_factory=dict, init=False, compare=False, repr=False
@@ -565,6 +569,7 @@ COMPONENT_CLASSES: Final[dict[str, ComponentClass]] = {
             ),
             "tie_word_embeddings": _k("bool", False),
         },
+        flat_into="textConfig",
     ),
 }
 
@@ -780,6 +785,7 @@ def checked_config(
     known = COMPONENT_CLASSES.get(cls)
     if known is None:
         return [], None
+    config = _nested_flat(known, config)
     out = _resolve_if_valid(known.wire, config)
     strays = _strays(cls, known.wire, config, "")
     if out is None:
@@ -1260,4 +1266,18 @@ def resolved_config(cls: str, config: Mapping[str, Any]) -> dict[str, Any]:
     Lists come back as tuples, nested objects as dicts of their own resolved keys. Call only
     for a known class whose config passed :func:`config_problems`.
     """
-    return _resolve(COMPONENT_CLASSES[cls].wire, config)
+    known = COMPONENT_CLASSES[cls]
+    return _resolve(known.wire, _nested_flat(known, config))
+
+
+def _nested_flat(known: ComponentClass, config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``config`` with a flat config's top-level keys of ``known.flat_into`` moved into that
+    object, as transformers reads it; ``config`` itself when there is nothing to move."""
+    into = known.flat_into
+    if not into or into in config:
+        return config
+    inner = known.wire[into][1].inner
+    if not any(k in inner for k in config):
+        return config
+    moved = {k: v for k, v in config.items() if k in inner}
+    return {**{k: v for k, v in config.items() if k not in inner}, into: moved}

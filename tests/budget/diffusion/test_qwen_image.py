@@ -93,6 +93,24 @@ def test_the_text_encoder_counts_as_the_llm_side_counts_qwen2_5_vl_7b() -> None:
     assert parameter_count(_tree(TE, published.QWEN2_5_VL_7B)) == llm_parameter_count(arch)
 
 
+def test_a_flat_qwen2_5_vl_config_is_read_as_transformers_reads_it() -> None:
+    """Qwen2.5-VL-7B-Instruct's own config.json is flat (no text_config): transformers moves
+    its text keys into text_config (Qwen2_5_VLConfig.__post_init__), so the library's model of
+    it, and gpu-sizer's count, are the 7B model's, not text_config's 72B defaults; and that
+    flat file given as a component counts what Qwen-Image's nested text_encoder config does."""
+    doc = json.loads(
+        (Path(__file__).parents[1] / "configs/qwen2.5-vl-7b-instruct.json").read_text()
+    )
+    flat = {k: v for k, v in doc.items() if not k.startswith("_")}
+    assert "text_config" not in flat
+    model = build_on_meta(TE, flat)
+    ours = parameter_count(_tree(TE, flat))
+    assert ours == sum(p.numel() for p in model.parameters())
+    assert ours == parameter_count(_tree(TE, published.QWEN2_5_VL_7B)) < 9 * 10**9
+    problems = config_problems(TE, published.camel({**flat, "num_attention_heads": 5}))
+    assert problems and all(key.startswith("textConfig.") for key, _ in problems), problems
+
+
 # --- refusals --------------------------------------------------------------------------------
 
 REFUSED = [
