@@ -443,3 +443,39 @@ def test_every_kept_hub_file_has_one_source_row_whose_digest_it_matches() -> Non
     for name, digest in rows.items():
         actual = hashlib.sha256((HUB / name).read_bytes()).hexdigest()[:16]
         assert actual == digest, f"{name}: kept bytes hash to {actual}, SOURCES.md says {digest}"
+
+
+def test_a_camelcase_key_in_a_config_json_is_ignored_as_the_loader_ignores_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """config.json keys are snake_case: ``numLayers: 4`` beside (or instead of) ``num_layers``
+    is no key of diffusers' (``from_config`` warns that it "will be ignored" and builds the
+    default depth), so the import must not write it as the spec's ``numLayers``."""
+    diffusers = pytest.importorskip("diffusers")
+    root = tmp_path / "mochi"
+    shutil.copytree(HUB / "genmo--mochi-1-preview", root)
+    path = root / "transformer" / "config.json"
+    config = json.loads(path.read_text())
+    del config["num_layers"]
+    config["numLayers"] = 4
+    path.write_text(json.dumps(config))
+    code, out, err = _run(capsys, str(root), "--name", "w")
+    assert code == 0
+    assert "transformer/config.json: numLayers not a key diffusers reads" in err
+    doc = yaml.safe_load(out)
+    transformer = next(
+        c for c in doc["spec"]["model"]["pipeline"]["components"] if c["name"] == "transformer"
+    )
+    assert "numLayers" not in transformer["config"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import torch
+
+        with torch.device("meta"):
+            model = diffusers.MochiTransformer3DModel.from_config(config)
+    assert main(["import-diffusers", "--name", "w", str(HUB / "genmo--mochi-1-preview")]) == 0
+    published = yaml.safe_load(capsys.readouterr().out)
+    assert pipeline_parameter_count(parse_workload(doc)) == pipeline_parameter_count(
+        parse_workload(published)
+    )
+    assert len(model.transformer_blocks) == 48

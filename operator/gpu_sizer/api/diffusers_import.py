@@ -118,20 +118,34 @@ class ImportedPipeline:
 
 
 def _camel_known(
-    cls: str, config: Mapping[str, Any], keys: Mapping[str, ConfigKey], prefix: str = ""
+    cls: str,
+    config: Mapping[str, Any],
+    keys: Mapping[str, ConfigKey],
+    prefix: str = "",
+    ignored: list[str] | None = None,
 ) -> dict[str, Any]:
     """The keys of ``config`` that ``cls`` reads, camelCased, and those it does not read that
     stand for one it does (a misspelling, an alias: :func:`stray_key`), kept so that the
-    spec's check refuses them: dropped, the key meant would silently take its default."""
+    spec's check refuses them: dropped, the key meant would silently take its default.
+
+    A config.json key is snake_case: one already spelt as the spec spells a key the class reads
+    (``numLayers``, ``NumLayers``) is no key of the library's (``ConfigMixin.from_config``
+    warns "will be ignored"; ``PretrainedConfig`` keeps it as an unused attribute), so it is
+    left out, and named in ``ignored``, rather than written as the spec key it would become."""
     out: dict[str, Any] = {}
+    camels = {to_camel(k) for k in keys}
     for key, value in config.items():
         spec, camel = keys.get(key), to_camel(key)
         if spec is None:
+            if camel in camels:
+                if ignored is not None:
+                    ignored.append(prefix + key)
+                continue
             if stray_key(cls, camel, prefix) is not None:
                 out[camel] = value
             continue
         if spec.kind == "obj" and isinstance(value, Mapping):
-            out[camel] = _camel_known(cls, value, spec.default, f"{prefix}{camel}.")
+            out[camel] = _camel_known(cls, value, spec.default, f"{prefix}{camel}.", ignored)
         else:
             out[camel] = value
     return out
@@ -269,11 +283,17 @@ def pipeline_from_model_index(
                 f"[{sized.library!r}, {class_name!r}]"
             )
         config = component_config(raw, diffusers_config="_class_name" in raw)
+        unread: list[str] = []
         written = (
-            _camel_known(class_name, config, sized.keys)
+            _camel_known(class_name, config, sized.keys, ignored=unread)
             if sized is not None
             else _camel_all(config)
         )
+        if unread:
+            notes.append(
+                f"{name}/config.json: {', '.join(unread)} not a key {library_name} reads "
+                "(config.json keys are snake_case): ignored, as its loader ignores it"
+            )
         entry: dict[str, Any] = {"name": name, "class": class_name, "config": written}
         components.append(ImportedComponent(name, class_name, library_name, config, entry))
     if ignored:
