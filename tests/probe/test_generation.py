@@ -102,7 +102,7 @@ def test_half_precision_keeps_the_float32_modules_as_loading_does() -> None:
     ("change", "reason"),
     [
         ({"offload": "Sequential"}, "offload None and Model only"),
-        ({"parallelism": {"ulyssesDegree": 2}}, "one GPU"),
+        ({"parallelism": {"cfgParallel": True}}, "one GPU"),
         ({"attentionBackend": "math"}, "SDPA"),
     ],
 )

@@ -245,13 +245,14 @@ def test_latent_channels_other_than_the_vaes_are_refused() -> None:
 
 
 def test_sequence_parallelism_is_not_sized() -> None:
-    """MochiTransformer3DModel has no ``_cp_plan`` and its processor calls SDPA per sample:
-    a Ulysses split is listed as not modelled (Incomplete), not sized as if it worked, and not
-    offered as a fix."""
+    """MochiTransformer3DModel has no ``_cp_plan``: diffusers' enable_parallelism refuses a
+    Ulysses split, so the spec is refused at the degree, and no split is offered as a fix."""
     raw = _spec()
     raw["generation"]["parallelism"] = {"ulyssesDegree": 2}
-    est = estimate(parse_spec(raw))
-    assert any("sequence parallelism" in m.message for m in est.missing_components)
+    with pytest.raises(InvalidWorkload) as caught:
+        parse_spec(raw)
+    assert [p.path for p in caught.value.problems] == ["spec.generation.parallelism.ulyssesDegree"]
+    assert "has no _cp_plan" in caught.value.problems[0].message
     small = _spec()
     small["placement"] = {"gpuClasses": ["nvidia-l4"]}
     judged = assess(parse_spec(small))

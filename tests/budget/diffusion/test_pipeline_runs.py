@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.budget.diffusion.conftest import TINY_WAN, tiny_wan_vae
+from tests.budget.diffusion.conftest import TINY_HUNYUAN, TINY_WAN, tiny_wan_vae
 
 from gpu_sizer.api import InvalidWorkload, parse_spec
 from gpu_sizer.api.spec.pipeline_runs import PIPELINE_CLASSES
@@ -295,3 +295,52 @@ def test_a_sized_class_the_pipeline_does_not_expect_leaves_the_estimate_incomple
     assert not any(
         "takes vae as" in m.message for m in estimate(parse_spec(spec)).missing_components
     )
+
+
+def test_the_context_parallel_classes_are_those_with_a_cp_plan() -> None:
+    from gpu_sizer.api.components import COMPONENT_CLASSES, Role
+    from gpu_sizer.api.spec.pipeline_runs import CONTEXT_PARALLEL
+
+    diffusers = pytest.importorskip("diffusers")
+    denoisers = [c for c, k in COMPONENT_CLASSES.items() if k.role is Role.Denoiser]
+    with_plan = {c for c in denoisers if getattr(diffusers, c)._cp_plan is not None}
+    assert with_plan == CONTEXT_PARALLEL
+
+
+@pytest.mark.parametrize(
+    ("example", "parallelism", "field"),
+    [
+        ("sd15-txt2img-l4.yaml", {"ulyssesDegree": 2}, "ulyssesDegree"),
+        ("hunyuanvideo-720p-129f.yaml", {"ringDegree": 2}, "ringDegree"),
+        ("cogvideox-5b-l4.yaml", {"ulyssesDegree": 2, "ringDegree": 2}, "ulyssesDegree"),
+        ("mochi-1-preview-480p.yaml", {"ulyssesDegree": 2}, "ulyssesDegree"),
+    ],
+)
+def test_sequence_parallelism_on_a_denoiser_without_a_cp_plan_is_refused(
+    example: str, parallelism: dict[str, int], field: str
+) -> None:
+    """diffusers' enable_parallelism raises for a model without _cp_plan, so the workload
+    would never start: refused at the degree, with what to set."""
+    spec = _example(example)
+    spec["generation"]["parallelism"] = parallelism
+    message = _refused(spec)[f"spec.generation.parallelism.{field}"]
+    assert "has no _cp_plan in diffusers 0.42.1" in message
+    assert "set ulyssesDegree and ringDegree to 1" in message
+    spec["generation"]["parallelism"] = {}
+    assert not any(
+        path == "spec.generation.parallelism.ulyssesDegree"
+        for path, *_ in generation_candidates(parse_spec(spec))
+    )
+
+
+def test_diffusers_refuses_to_split_a_model_without_a_cp_plan() -> None:
+    """Oracle for the rule: ModelMixin.enable_parallelism with a context-parallel config raises
+    when neither the call nor the class gives a cp_plan (read from the source: running it needs
+    an initialised process group of that many ranks)."""
+    import inspect
+
+    diffusers = pytest.importorskip("diffusers")
+    source = inspect.getsource(diffusers.ModelMixin.enable_parallelism)
+    assert "if cp_plan is None and self._cp_plan is None:" in source
+    assert "`cp_plan` must be provided" in source
+    assert diffusers.HunyuanVideoTransformer3DModel(**TINY_HUNYUAN)._cp_plan is None

@@ -23,6 +23,11 @@ Read from ``diffusers`` 0.42.1:
   H // world_size)`` heads, so a degree that does not divide a running denoiser's
   ``num_attention_heads`` fails at the first attention (xDiT's and the Wan and HunyuanVideo
   repositories' Ulysses attention split heads the same way).
+- **Sequence parallelism at all.** ``ModelMixin.enable_parallelism`` applies the model's
+  ``_cp_plan``, and raises when the class has none: only the Flux, Wan, LTX-Video and Qwen-Image
+  transformers of the modelled classes can be split over a Ulysses or ring degree.
+- **The classes.** A denoiser or VAE of another sized class than the one the pipeline's
+  ``__init__`` annotates (see :data:`PIPELINE_CLASSES`).
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 from gpu_sizer.api.spec.generation import ComponentDevice, Pipeline, PipelineOffload
 
 __all__ = [
+    "CONTEXT_PARALLEL",
     "PIPELINE_CLASSES",
     "class_mismatches",
+    "context_parallel_problems",
     "expert_problems",
     "offload_conflict",
     "ulysses_problems",
@@ -186,6 +193,38 @@ def offload_conflict(pipeline: Pipeline, offload: PipelineOffload) -> tuple[int,
         "hooks/group_offloading.py); use one of Group or Model/Sequential for every component "
         "on the GPU, or offload None for the others",
     )
+
+
+#: Denoiser classes that set ``ModelMixin._cp_plan`` in diffusers 0.42.1 (a test reads the
+#: attribute): ``enable_parallelism`` raises for any other ("`cp_plan` must be provided either as
+#: an argument or set in the model's `_cp_plan` attribute", ``modeling_utils.py``), so Ulysses and
+#: ring sequence parallelism run only on these.
+CONTEXT_PARALLEL: Final = frozenset(
+    {
+        "FluxTransformer2DModel",
+        "WanTransformer3DModel",
+        "LTXVideoTransformer3DModel",
+        "QwenImageTransformer2DModel",
+    }
+)
+
+
+def context_parallel_problems(pipeline: Pipeline, degree: int) -> list[str]:
+    """A message for each sized denoiser that cannot be split over a sequence-parallel
+    ``degree`` (``ulyssesDegree x ringDegree``) > 1: its class has no ``_cp_plan``
+    (:data:`CONTEXT_PARALLEL`); empty at degree 1. Never raises."""
+    if degree <= 1:
+        return []
+    return [
+        f"{c.name} ({c.class_name}) has no _cp_plan in {_VERSION}: enable_parallelism "
+        f"refuses to split it over {degree} GPUs (ModelMixin.enable_parallelism raises "
+        '"`cp_plan` must be provided"); set ulyssesDegree and ringDegree to 1 (sequence '
+        "parallelism runs on Flux, Wan, LTX-Video and Qwen-Image transformers)"
+        for c in pipeline.components
+        if (known := COMPONENT_CLASSES.get(c.class_name)) is not None
+        and known.role is Role.Denoiser
+        and c.class_name not in CONTEXT_PARALLEL
+    ]
 
 
 def ulysses_problems(pipeline: Pipeline, degree: int) -> list[str]:

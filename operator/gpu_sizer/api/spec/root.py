@@ -19,6 +19,7 @@ from gpu_sizer.api.spec.model import Model
 from gpu_sizer.api.spec.output_size import output_size
 from gpu_sizer.api.spec.pipeline_runs import (
     class_mismatches,
+    context_parallel_problems,
     expert_problems,
     offload_conflict,
     ulysses_problems,
@@ -275,7 +276,11 @@ def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
         conflict = offload_conflict(pipeline, gen.offload)
         if conflict is not None:
             problems.add(f"model.pipeline.components[{conflict[0]}].offload", conflict[1])
-        for message in ulysses_problems(pipeline, gen.parallelism.ulysses_degree):
+        par = gen.parallelism
+        split = "ulyssesDegree" if par.ulysses_degree > 1 else "ringDegree"
+        for message in context_parallel_problems(pipeline, par.ulysses_degree * par.ring_degree):
+            problems.add(f"generation.parallelism.{split}", message)
+        for message in ulysses_problems(pipeline, par.ulysses_degree):
             problems.add("generation.parallelism.ulyssesDegree", message)
     if pipeline is not None and gen is not None:
         # a size the pipeline's __call__ refuses: the workload would never start

@@ -44,7 +44,11 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 from gpu_sizer.api.spec.output_size import size_step
-from gpu_sizer.api.spec.pipeline_runs import offload_conflict, ulysses_problems
+from gpu_sizer.api.spec.pipeline_runs import (
+    context_parallel_problems,
+    offload_conflict,
+    ulysses_problems,
+)
 
 __all__ = ["generation_candidates"]
 
@@ -195,8 +199,8 @@ def generation_candidates(spec: GPUWorkloadSpec) -> list[Candidate]:
         )
     par, pipeline = gen.parallelism, spec.model.pipeline
     assert pipeline is not None
-    # MochiTransformer3DModel has no _cp_plan (denoise.py): no sequence split to offer
-    splittable = pipeline.class_name != "MochiPipeline" and _split_heads(spec)
+    # a denoiser without diffusers' _cp_plan cannot be split: no sequence split to offer
+    splittable = not context_parallel_problems(pipeline, 2) and _split_heads(spec)
     if gen.task.video and par.ulysses_degree * par.ring_degree == 1 and splittable:
         # only degrees every running denoiser's heads divide (the refusal's own rule)
         for degree in (d for d in DEGREES if not ulysses_problems(pipeline, d)):
