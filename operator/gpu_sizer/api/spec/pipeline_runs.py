@@ -42,6 +42,7 @@ __all__ = [
     "PIPELINE_CLASSES",
     "class_mismatches",
     "context_parallel_problems",
+    "device_problems",
     "expert_problems",
     "offload_conflict",
     "ulysses_problems",
@@ -50,6 +51,7 @@ __all__ = [
 _VERSION: Final = "diffusers 0.42.1"
 _WAN: Final = ("WanPipeline", "WanImageToVideoPipeline")
 _HOOKED: Final = (PipelineOffload.Model, PipelineOffload.Sequential)
+_DENOISER_NAMES: Final = ("unet", "transformer", "transformer_2", "prior")
 
 
 _SD: Final = {"unet": "UNet2DConditionModel", "vae": "AutoencoderKL"}
@@ -119,6 +121,31 @@ def class_mismatches(pipeline: Pipeline) -> list[tuple[int, str, str]]:
                 f"use class {want} with the checkpoint's {c.name}/config.json",
             )
         )
+    return out
+
+
+def device_problems(pipeline: Pipeline) -> list[tuple[str, str]]:
+    """(spec path relative to the pipeline, message) for each denoiser with ``device: Cpu``:
+    the ``__call__`` puts the latents on ``_execution_device``, the GPU the rest runs on, and a
+    CPU denoiser's forward then fails on tensors of two devices. ``device: Cpu`` is for a text
+    encoder whose embeddings are made apart (Wan's ``--t5_cpu``). Never raises."""
+    out: list[tuple[str, str]] = []
+    for i, c in enumerate(pipeline.components):
+        known = COMPONENT_CLASSES.get(c.class_name)
+        role = known.role if known is not None else None
+        if c.device is ComponentDevice.Cpu and (
+            role is Role.Denoiser or (known is None and c.name in _DENOISER_NAMES)
+        ):
+            out.append(
+                (
+                    f"components[{i}].device",
+                    f"{c.name} ({c.class_name}) cannot run on the CPU beside a GPU pipeline: "
+                    f"{pipeline.class_name}.__call__ hands it latents on the execution device "
+                    f"and its forward fails on tensors of two devices ({_VERSION} "
+                    "DiffusionPipeline._execution_device); use device Gpu (offload Model, Group "
+                    "or Sequential keep it on the GPU only while it runs)",
+                )
+            )
     return out
 
 

@@ -20,6 +20,7 @@ from gpu_sizer.api.spec.output_size import output_size
 from gpu_sizer.api.spec.pipeline_runs import (
     class_mismatches,
     context_parallel_problems,
+    device_problems,
     expert_problems,
     offload_conflict,
     ulysses_problems,
@@ -266,8 +267,11 @@ def _check_pipeline(problems: _Problems, spec: GPUWorkloadSpec) -> None:
         # components that each build but cannot run together: the first step would fail
         # (read as the classes the pipeline expects; another class in their place leaves the
         # estimate Incomplete instead, and would be blamed on the wrong key here)
-        found = expert_problems(pipeline)
-        if not class_mismatches(pipeline):
+        found = expert_problems(pipeline) + device_problems(pipeline)
+        mismatched = class_mismatches(pipeline)
+        for i, message, fix in mismatched:
+            found.append((f"components[{i}].class", f"{message}; {fix}"))
+        if not mismatched:
             found = channel_problems(pipeline) + found + text_problems(pipeline)
         for field, message in found:
             problems.add(f"model.pipeline.{field}", message)

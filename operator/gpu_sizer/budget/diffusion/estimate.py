@@ -53,7 +53,6 @@ from gpu_sizer.api import (
 )
 from gpu_sizer.api.components import COMPONENT_CLASSES, Role
 from gpu_sizer.api.spec.output_size import output_size
-from gpu_sizer.api.spec.pipeline_runs import class_mismatches
 from gpu_sizer.budget.diffusion.bounds import wan_reference_margin_bytes
 from gpu_sizer.budget.diffusion.calls import DENOISE, TEXT_ENCODE, VAE_DECODE, Step, call_steps
 from gpu_sizer.budget.diffusion.decode import (
@@ -345,8 +344,7 @@ def _setting_notes(spec: GPUWorkloadSpec) -> list[str]:
     settings the call never reads (``maxSequenceLength`` for a pipeline whose encoders take a
     fixed length: the Stable Diffusion 1.x/XL ``__call__`` has no ``max_sequence_length``
     argument, CLIP always encodes 77 tokens; ``groupOffload`` when no component is
-    group-offloaded), and a denoiser kept on the CPU, which takes every denoising step off the
-    GPU being sized."""
+    group-offloaded)."""
     gen, pipeline = spec.generation, spec.model.pipeline
     assert gen is not None and pipeline is not None
     kind = PIPELINES.get(pipeline.class_name)
@@ -365,13 +363,6 @@ def _setting_notes(spec: GPUWorkloadSpec) -> list[str]:
             "spec.generation.groupOffload applies only with offload Group (here "
             f"{gen.offload.value}, and no component sets offload Group): ignored"
         )
-    for c in pipeline.components:
-        if c.device is ComponentDevice.Cpu and _role(c) is Role.Denoiser:
-            out.append(
-                f"{c.name} ({c.class_name}) has device Cpu: every denoising step runs on the "
-                "CPU and the GPU holds none of its weights or activations (offload Model, Group "
-                "or Sequential keep it on the GPU while it runs)"
-            )
     return out
 
 
@@ -426,8 +417,6 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
                     + ", ".join(sorted(COMPONENT_CLASSES)),
                 )
             )
-    for i, message, fix in class_mismatches(pipeline):
-        missing.append(Missing("activationBytes", [f"{where}.components[{i}].class"], message, fix))
     denoisers = [c for c in comps if c.role is Role.Denoiser]
     vae = next((c for c in comps if c.role is Role.Vae and c.model is not None), None)
     if not denoisers:
