@@ -146,8 +146,8 @@ def test_an_unknown_component_class_makes_the_estimate_incomplete() -> None:
     assert spec.model.pipeline is not None
     extra = spec.model.pipeline.components[0].model_copy(
         update={
-            "name": "refiner",
-            "class_name": "MyRefinerModel",
+            "name": "image_encoder",
+            "class_name": "MyImageEncoderModel",
             "config": {},
         }
     )
@@ -157,7 +157,7 @@ def test_an_unknown_component_class_makes_the_estimate_incomplete() -> None:
     spec = spec.model_copy(update={"model": spec.model.model_copy(update={"pipeline": pipeline})})
     _, missing = generation_estimate(spec)
     assert [m.component for m in missing] == ["weightsBytes"]
-    assert "refiner" in missing[0].message
+    assert "image_encoder" in missing[0].message
     listed = estimate(spec).missing_components
     assert [m.component for m in listed] == ["weightsBytes"]
     assert assess(spec).verdict is Verdict.Incomplete
@@ -265,3 +265,37 @@ def test_a_denoiser_on_the_cpu_is_refused() -> None:
     )
     t5 = pipeline_spec(WAN14, components={"text_encoder": {"device": "Cpu"}}, **VIDEO)
     assert estimate(t5).per_gpu.weights_bytes < estimate(spec).per_gpu.weights_bytes
+
+
+def test_a_component_the_pipeline_does_not_take_leaves_the_estimate_incomplete() -> None:
+    """from_pretrained loads only the __init__'s components: Flux's transformer renamed unet
+    is never loaded (the pipeline then has no transformer), so it is not sized as if it ran."""
+    from gpu_sizer.api import parse_spec
+
+    spec = pipeline_spec(FLUX, task="TextToImage", height=1024, width=1024)
+    doc = spec.model_dump(by_alias=True, mode="json", exclude_none=True)
+    names = [c["name"] for c in doc["model"]["pipeline"]["components"]]
+    doc["model"]["pipeline"]["components"][names.index("transformer")]["name"] = "unet"
+    est = estimate(parse_spec(doc))
+    renamed = [m for m in est.missing_components if m.fields[0].endswith(".name")]
+    assert [m.message for m in renamed] == [
+        "component unet: FluxPipeline.__init__ takes no unet (diffusers 0.42.1), so the "
+        "pipeline never loads or runs it"
+    ]
+    assert renamed[0].fix == (
+        "name each component as the pipeline's __init__ does: vae, text_encoder, "
+        "text_encoder_2, transformer, image_encoder"
+    )
+
+
+def test_a_parameter_count_on_a_sized_class_is_noted_as_ignored() -> None:
+    spec = pipeline_spec(WAN14, components={"vae": {"parameterCount": 5}}, **VIDEO)
+    notes = [n for n in estimate(spec).notes or [] if "parameterCount" in n]
+    assert len(notes) == 1
+    assert "parameterCount 5 ignored: AutoencoderKLWan is counted from its config (" in notes[0]
+
+
+def test_a_misspelt_class_gets_the_closest_supported_one() -> None:
+    spec = pipeline_spec(WAN14, components={"vae": {"class": "AutoencoderKLwan"}}, **VIDEO)
+    fixes = [m.fix for m in estimate(spec).missing_components]
+    assert any(f.startswith("did you mean AutoencoderKLWan? ") for f in fixes), fixes

@@ -28,6 +28,7 @@ communicator to the runtime overhead.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -339,6 +340,39 @@ def generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mis
     return hit[0].model_copy(), list(hit[1])
 
 
+#: Component names that carry weights in the modelled pipelines' ``__init__`` (the rest are
+#: tokenizers, schedulers and processors).
+_WEIGHTED_NAMES: Final = frozenset(
+    {
+        "unet",
+        "transformer",
+        "transformer_2",
+        "vae",
+        "text_encoder",
+        "text_encoder_2",
+        "text_encoder_3",
+        "image_encoder",
+        "safety_checker",
+    }
+)
+
+
+def _unsized_fix(c: PipelineComponent) -> str:
+    """What to change for a component gpu-sizer cannot size: for a known class, values it
+    sizes (the class is right); otherwise the closest supported class name, then the list."""
+    if c.known:
+        return (
+            f"{c.class_name} is sized, but not with the value named: use the checkpoint's "
+            "own config.json (gpu-sizer import-diffusers writes it)"
+        )
+    close = difflib.get_close_matches(c.class_name, COMPONENT_CLASSES, n=1, cutoff=0.8)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (
+        f"{hint}use a supported class and its config.json (gpu-sizer import-diffusers): "
+        + ", ".join(sorted(COMPONENT_CLASSES))
+    )
+
+
 def _setting_notes(spec: GPUWorkloadSpec) -> list[str]:
     """Notes for settings that are valid but rarely what the user meant: ``spec.generation``
     settings the call never reads (``maxSequenceLength`` for a pipeline whose encoders take a
@@ -404,6 +438,24 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
         )
     for c in comps:
         path = f"{where}.components[{c.index}]"
+        if kind is not None and c.name not in kind.components:
+            # from_pretrained loads only the __init__'s components: a renamed transformer
+            # leaves the pipeline without one
+            missing.append(
+                Missing(
+                    "activationBytes",
+                    [f"{path}.name"],
+                    f"component {c.name}: {pipeline.class_name}.__init__ takes no {c.name} "
+                    "(diffusers 0.42.1), so the pipeline never loads or runs it",
+                    "name each component as the pipeline's __init__ does: "
+                    + ", ".join(n for n in kind.components if n in _WEIGHTED_NAMES),
+                )
+            )
+        if c.spec.known and c.spec.parameter_count is not None and c.params is not None:
+            notes.append(
+                f"{path}.parameterCount {c.spec.parameter_count:,} ignored: {c.spec.class_name} "
+                f"is counted from its config ({c.params:,} parameters)"
+            )
         if c.model is None:
             what = "weights and activations" if c.params is None else "activations"
             reason = c.problem or f"class {c.spec.class_name} is not one gpu-sizer sizes"
@@ -413,8 +465,7 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
                     [f"{path}.class", f"{path}.config"]
                     + ([] if c.params else [f"{path}.parameterCount"]),
                     f"component {c.name}: {what} not counted ({reason})",
-                    "use a supported class and its config.json (gpu-sizer import-diffusers): "
-                    + ", ".join(sorted(COMPONENT_CLASSES)),
+                    _unsized_fix(c.spec),
                 )
             )
     denoisers = [c for c in comps if c.role is Role.Denoiser]
