@@ -299,3 +299,18 @@ def test_a_misspelt_class_gets_the_closest_supported_one() -> None:
     spec = pipeline_spec(WAN14, components={"vae": {"class": "AutoencoderKLwan"}}, **VIDEO)
     fixes = [m.fix for m in estimate(spec).missing_components]
     assert any(f.startswith("did you mean AutoencoderKLWan? ") for f in fixes), fixes
+
+
+def test_denoiser_fsdp_that_cannot_apply_or_beside_offload_is_noted() -> None:
+    alone = pipeline_spec(WAN14, parallelism={"denoiserFsdp": True}, **VIDEO)
+    assert any("denoiserFsdp shards over the parallel GPUs" in n for n in estimate(alone).notes)
+    with_offload = pipeline_spec(
+        WAN14, parallelism={"denoiserFsdp": True, "ulyssesDegree": 2}, offload="Sequential",
+        **VIDEO,
+    )  # fmt: skip
+    notes = [n for n in estimate(with_offload).notes or [] if "denoiserFsdp with" in n]
+    assert notes == [
+        "denoiserFsdp with the denoiser's offload Sequential: its shard is sized whole on "
+        "every GPU while it runs, not streamed (offload hooks over an FSDP-sharded module are "
+        "not modelled), an upper bound"
+    ]

@@ -397,6 +397,26 @@ def _setting_notes(spec: GPUWorkloadSpec) -> list[str]:
             "spec.generation.groupOffload applies only with offload Group (here "
             f"{gen.offload.value}, and no component sets offload Group): ignored"
         )
+    par = gen.parallelism
+    if par.denoiser_fsdp and par.gpu_count == 1:
+        out.append(
+            "spec.generation.parallelism.denoiserFsdp shards over the parallel GPUs, and there "
+            "is one (ulyssesDegree x ringDegree, x2 with cfgParallel): ignored"
+        )
+    elif par.denoiser_fsdp:
+        offloaded = sorted(
+            {
+                mode.value
+                for c in pipeline.components
+                if _role(c) is Role.Denoiser and (mode := c.offload or gen.offload) in _STREAMED
+            }
+        )
+        if offloaded:
+            out.append(
+                f"denoiserFsdp with the denoiser's offload {', '.join(offloaded)}: its shard is "
+                "sized whole on every GPU while it runs, not streamed (offload hooks over an "
+                "FSDP-sharded module are not modelled), an upper bound"
+            )
     return out
 
 
