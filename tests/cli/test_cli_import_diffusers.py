@@ -479,3 +479,18 @@ def test_a_camelcase_key_in_a_config_json_is_ignored_as_the_loader_ignores_it(
         parse_workload(published)
     )
     assert len(model.transformer_blocks) == 48
+
+
+def test_a_class_its_library_does_not_have_is_refused_with_the_closest_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With diffusers installed, ``["diffusers", "AutoencoderKLFoo"]`` is a folder
+    from_pretrained cannot load, not a component to leave uncounted."""
+    pytest.importorskip("diffusers")
+    root = _sd15(tmp_path, vae=["diffusers", "AutoencoderKLFoo"])
+    code, out, err = _run(capsys, str(root), "--name", "w")
+    assert code == 2 and out == ""
+    assert (
+        "entry 'vae' is ['diffusers', 'AutoencoderKLFoo']: diffusers 0.42.1 has no class "
+        "AutoencoderKLFoo (did you mean AutoencoderKL?)"
+    ) in err

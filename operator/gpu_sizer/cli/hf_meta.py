@@ -146,6 +146,28 @@ def _libraries_quiet() -> Iterator[None]:
             logger.setLevel(level)
 
 
+def missing_class(library: str, cls: str) -> str | None:
+    """Why ``library`` (as :func:`meta_parameter_count` resolves it) has no class ``cls``,
+    naming the library's version and the closest name it has; ``None`` when it has the class
+    or is not installed (then nothing can be told)."""
+    import difflib
+    import importlib
+
+    try:
+        module = library if library in ("diffusers", "transformers") else "diffusers"
+        version = getattr(importlib.import_module(module), "__version__", "")
+        lib = importlib.import_module(
+            library if module == library else f"diffusers.pipelines.{library}"
+        )
+    except (ImportError, ValueError):
+        return None
+    if getattr(lib, cls, None) is not None:
+        return None
+    close = difflib.get_close_matches(cls, [n for n in dir(lib) if n[:1].isupper()], n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"{module} {version} has no class {cls}{hint}"
+
+
 def meta_parameter_count(library: str, cls: str, config: dict[str, Any]) -> int | None:
     """Parameters of ``cls`` built from ``config`` by its library on PyTorch's meta device (no
     memory), or ``None`` when the library or the class is not available. An optional extra of

@@ -330,11 +330,17 @@ def _task(
 def _entries(imported: ImportedPipeline) -> list[dict[str, Any]]:
     """``spec.model.pipeline.components``: a class gpu-sizer does not size gets its
     ``parameterCount`` from its library on the meta device when installed."""
-    from gpu_sizer.cli.hf_meta import meta_parameter_count
+    from gpu_sizer.cli.hf_meta import meta_parameter_count, missing_class
 
     entries = []
     for c in imported.components:
         entry = dict(c.entry)
+        if not c.sized and (why := missing_class(c.library, c.class_name)) is not None:
+            raise ImportRefused(
+                f"model_index.json entry {c.name!r} is [{c.library!r}, {c.class_name!r}]: {why}, "
+                "so diffusers' from_pretrained fails on it; write the class the checkpoint was "
+                "saved with"
+            )
         if not c.sized:
             count = meta_parameter_count(c.library, c.class_name, c.config)
             if count is not None:
