@@ -314,3 +314,18 @@ def test_denoiser_fsdp_that_cannot_apply_or_beside_offload_is_noted() -> None:
         "every GPU while it runs, not streamed (offload hooks over an FSDP-sharded module are "
         "not modelled), an upper bound"
     ]
+
+
+def test_a_pipeline_without_its_text_encoder_is_noted() -> None:
+    spec = pipeline_spec(WAN14, **VIDEO)
+    doc = spec.model_dump(by_alias=True, mode="json", exclude_none=True)
+    comps = doc["model"]["pipeline"]["components"]
+    doc["model"]["pipeline"]["components"] = [c for c in comps if c["name"] != "text_encoder"]
+    from gpu_sizer.api import parse_spec
+
+    notes = [n for n in estimate(parse_spec(doc)).notes or [] if n.startswith("no text_encoder")]
+    assert notes == [
+        "no text_encoder: WanPipeline then encodes no prompt, and its call needs the embeddings "
+        "given (prompt_embeds), made elsewhere; their encoder is not counted"
+    ]
+    assert not any(n.startswith("no text_encoder") for n in estimate(spec).notes or [])

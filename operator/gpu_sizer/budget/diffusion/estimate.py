@@ -397,6 +397,14 @@ def _setting_notes(spec: GPUWorkloadSpec) -> list[str]:
             "spec.generation.groupOffload applies only with offload Group (here "
             f"{gen.offload.value}, and no component sets offload Group): ignored"
         )
+    present = {c.name for c in pipeline.components}
+    absent = [n for n in (kind.encode_order if kind is not None else ()) if n not in present]
+    if absent:
+        out.append(
+            f"no {', '.join(absent)}: {pipeline.class_name} then encodes no prompt, and its call "
+            "needs the embeddings given (prompt_embeds), made elsewhere; their encoder is not "
+            "counted"
+        )
     par = gen.parallelism
     if par.denoiser_fsdp and par.gpu_count == 1:
         out.append(
