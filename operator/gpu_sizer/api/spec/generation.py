@@ -186,8 +186,13 @@ class PipelineComponent(_Model):
         """:func:`gpu_sizer.api.components.resolved_config` of this (known) class's config,
         computed once: validation resolves it while checking it, and the copies the estimate
         makes (``model_copy``, which keeps private attributes) share it while their config is
-        the same object. Read it, never change it."""
-        memo = self._resolved
+        the same object. Read it, never change it.
+
+        The memo is read from ``__pydantic_private__`` directly: ``self._resolved`` goes through
+        ``BaseModel.__getattr__``, and the admission checks call this a score of times per
+        pipeline."""
+        private = self.__pydantic_private__
+        memo = private.get("_resolved") if private is not None else None
         if memo is None or memo[0] is not self.config:
             memo = self._resolved = (self.config, resolved_config(self.class_name, self.config))
         return memo[1]
