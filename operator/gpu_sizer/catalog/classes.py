@@ -6,6 +6,7 @@ See :mod:`gpu_sizer.catalog` for what the two memory figures mean.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Final
 
 __all__ = [
@@ -81,7 +82,7 @@ class GPUClass:
     usable_bytes: int | None = None
     compute_capability: str = ""
 
-    @property
+    @cached_property
     def usable(self) -> int:
         """Bytes a CUDA process can allocate: ``usable_bytes``, else NVML's total less
         :data:`DERIVED_RESERVE_BYTES`."""

@@ -167,7 +167,10 @@ def assess_or_raise(
                 "whole-GPU class, or shard over one GPU",
             )
         allowed = whole
-    bounds = {c.name: bound_problem(spec, c, capacity) for c in allowed}
+    if spec.gpu_count == 1 and not capacity:
+        bounds: dict[str, str | None] = dict.fromkeys((c.name for c in allowed), None)
+    else:  # one GPU fits any node; only a job of several, or an inventory, has a bound
+        bounds = {c.name: bound_problem(spec, c, capacity) for c in allowed}
     held = [c for c in allowed if bounds[c.name] is None]
     if not held:
         widest = max(allowed, key=lambda c: c.gpus_per_node)
