@@ -344,3 +344,27 @@ def test_diffusers_refuses_to_split_a_model_without_a_cp_plan() -> None:
     assert "if cp_plan is None and self._cp_plan is None:" in source
     assert "`cp_plan` must be provided" in source
     assert diffusers.HunyuanVideoTransformer3DModel(**TINY_HUNYUAN)._cp_plan is None
+
+
+def test_a_sequence_split_the_tokens_do_not_divide_is_not_sized() -> None:
+    """EquipartitionSharder.shard asserts that each sequence the _cp_plan splits divides the
+    mesh: Flux at 1024x1024 has 4096 image and 512 text tokens, which 3 GPUs cannot share."""
+    import inspect
+
+    from gpu_sizer.budget import estimate
+
+    pytest.importorskip("diffusers")
+
+    from diffusers.hooks import context_parallel
+
+    assert "must be divisible by mesh size" in inspect.getsource(context_parallel)
+    spec = _example("flux1-dev-1024.yaml")
+    spec["generation"]["parallelism"] = {"ulyssesDegree": 3}
+    missing = estimate(parse_spec(spec)).missing_components
+    assert [m.message for m in missing] == [
+        "component transformer: 4096 image tokens and 512 text tokens are not divisible by the "
+        "3 GPUs of the sequence split (EquipartitionSharder.shard asserts it); the split run is "
+        "not sized"
+    ]
+    spec["generation"]["parallelism"] = {"ulyssesDegree": 2}
+    assert estimate(parse_spec(spec)).missing_components == []

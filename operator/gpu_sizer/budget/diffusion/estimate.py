@@ -43,6 +43,7 @@ from gpu_sizer.api import (
     ComponentDevice,
     Dtype,
     EstimateStatus,
+    Generation,
     GPUWorkloadSpec,
     GroupOffloadType,
     Model,
@@ -62,7 +63,11 @@ from gpu_sizer.budget.diffusion.decode import (
     vae_decode_bytes,
     vae_encode_bytes,
 )
-from gpu_sizer.budget.diffusion.denoise import DenoiseShape, denoiser_forward_bytes
+from gpu_sizer.budget.diffusion.denoise import (
+    DenoiseShape,
+    denoiser_forward_bytes,
+    denoiser_tokens,
+)
 from gpu_sizer.budget.diffusion.pipelines import PIPELINES, Guidance, PipelineKind
 from gpu_sizer.budget.diffusion.residency import resident_sets
 from gpu_sizer.budget.diffusion.resolved import ComponentModel, component_model, config_key
@@ -373,6 +378,73 @@ def _unsized_fix(c: PipelineComponent) -> str:
     )
 
 
+#: Denoisers whose ``_cp_plan`` splits ``encoder_hidden_states`` too (diffusers 0.42.1), and
+#: whether the pipeline pads the text to a fixed length (Flux and LTX-Video pad to
+#: ``max_sequence_length``; Qwen-Image's text is as long as the longest prompt).
+_TEXT_SPLIT: Final = {
+    "FluxTransformer2DModel": True,
+    "LTXVideoTransformer3DModel": True,
+    "QwenImageTransformer2DModel": False,
+}
+
+
+def _unsplittable(
+    denoisers: list[_Component],
+    kind: PipelineKind | None,
+    gen: Generation,
+    frames: int,
+    lh: int,
+    lw: int,
+    split: int,
+    notes: list[str],
+) -> list[Missing]:
+    """The sequences a ``split``-way Ulysses x ring degree cannot shard: ``EquipartitionSharder
+    .shard`` (diffusers 0.42.1 ``hooks/context_parallel.py``) asserts that each tensor the
+    ``_cp_plan`` splits is divisible by the mesh size, which the spec's ``ulysses_anything`` /
+    ``ring_anything`` would lift but does not set. Image tokens at this size, and the padded text
+    where the plan splits it; a prompt-long text (Qwen-Image) cannot be known here."""
+    out: list[Missing] = []
+    text = kind.denoiser_tokens if kind is not None else 0
+    if gen.max_sequence_length is not None and kind is not None and kind.sequence_length:
+        text = text - kind.sequence_length + gen.max_sequence_length
+    for c in denoisers:
+        if c.config is None:
+            continue
+        cls = c.spec.class_name
+        shape = DenoiseShape(1, frames, lh, lw, text, c.act_bytes)
+        try:
+            tokens = denoiser_tokens(cls, c.config, shape)
+        except (KeyError, ValueError):
+            continue
+        counts = [(f"{tokens} image tokens", tokens)]
+        padded = _TEXT_SPLIT.get(cls)
+        if padded:
+            counts.append((f"{text} text tokens", text))
+        bad = [what for what, n in counts if n % split]
+        if bad:
+            out.append(
+                Missing(
+                    "activationBytes",
+                    [
+                        "spec.generation.parallelism.ulyssesDegree",
+                        "spec.generation.parallelism.ringDegree",
+                    ],
+                    f"component {c.name}: {' and '.join(bad)} are not divisible by the {split} "
+                    "GPUs of the sequence split (EquipartitionSharder.shard asserts it); the "
+                    "split run is not sized",
+                    "use a ulyssesDegree x ringDegree that divides the tokens (a power of 2 at "
+                    "sides that are multiples of 64)",
+                )
+            )
+        elif padded is False:
+            notes.append(
+                f"{c.name}: its text is as long as the longest prompt, and the {split}-way "
+                "sequence split must divide it too (EquipartitionSharder.shard asserts it): pad "
+                f"prompts to a multiple of {split} tokens"
+            )
+    return out
+
+
 def _setting_notes(spec: GPUWorkloadSpec) -> list[str]:
     """Notes for settings that are valid but rarely what the user meant: ``spec.generation``
     settings the call never reads (``maxSequenceLength`` for a pipeline whose encoders take a
@@ -569,6 +641,9 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
     frames = (gen.num_frames - 1) // geometry[1] + 1 if geometry and gen.task.video else 1
     experts = {s.component for s in steps if s.phase == DENOISE}
     lh, lw = (gen.height // geometry[0], gen.width // geometry[0]) if geometry else (0, 0)
+    split = par.ulysses_degree * par.ring_degree
+    if split > 1 and geometry is not None:
+        missing += _unsplittable(denoisers, kind, gen, frames, lh, lw, split, notes)
 
     def activations(step: Step) -> int | None:
         """Bytes the running model's forward adds, ``None`` when it cannot be sized."""
