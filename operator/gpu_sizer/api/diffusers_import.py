@@ -43,6 +43,7 @@ from pydantic.alias_generators import to_camel
 from gpu_sizer.api.components import (
     COMPONENT_CLASSES,
     WEIGHTLESS_SUFFIXES,
+    ComponentClass,
     ConfigKey,
     stray_key,
 )
@@ -181,6 +182,22 @@ def component_config(config: Mapping[str, Any], *, diffusers_config: bool) -> di
 _LIBRARIES: Final = ("diffusers", "transformers")
 
 
+def _nested_flat_snake(known: ComponentClass, config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A flat config.json (the top-level keys of ``known.flat_into``, snake_case) with those
+    keys moved into that object, as transformers' config class moves them
+    (``Qwen2_5_VLConfig.__post_init__``); ``config`` itself otherwise."""
+    if not known.flat_into:
+        return config
+    into, spec = known.wire[known.flat_into]
+    inner = spec.default
+    if into in config or not any(k in inner for k in config):
+        return config
+    return {
+        **{k: v for k, v in config.items() if k not in inner},
+        into: {k: v for k, v in config.items() if k in inner},
+    }
+
+
 def _is_pair(value: Any) -> bool:
     return (
         isinstance(value, list)
@@ -274,6 +291,8 @@ def pipeline_from_model_index(
             raise UnsupportedPipeline(f"{name}/config.json must be a JSON object")
         sized = COMPONENT_CLASSES.get(class_name)
         library_name = str(library)
+        if sized is not None:
+            raw = dict(_nested_flat_snake(sized, raw))
         if sized is not None and library_name != sized.library and library_name in _LIBRARIES:
             # get_class_obj_and_candidates looks the class up in the library the entry names
             raise UnsupportedPipeline(

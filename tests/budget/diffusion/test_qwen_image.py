@@ -308,3 +308,23 @@ def test_components_that_do_not_fit_together_are_refused(
     with pytest.raises(InvalidWorkload) as caught:
         _imported(capsys, **{component: change})
     assert [p.path.rsplit(".", 1)[-1] for p in caught.value.problems] == [path]
+
+
+def test_a_folder_with_a_flat_text_encoder_config_imports_as_the_published_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Qwen2.5-VL-7B-Instruct's own flat config.json as the text encoder's: import-diffusers
+    nests its text keys as transformers does, so the folder sizes as the published one."""
+    import shutil
+
+    hub = Path(__file__).parent / "hub" / "Qwen--Qwen-Image"
+    root = tmp_path / "flat"
+    shutil.copytree(hub, root)
+    flat = Path(__file__).parents[1] / "configs/qwen2.5-vl-7b-instruct.json"
+    shutil.copy(flat, root / "text_encoder" / "config.json")
+    figures = []
+    for folder in (hub, root):
+        assert main(["import-diffusers", "--name", "x", str(folder)]) == 0
+        doc = yaml.safe_load(capsys.readouterr().out)
+        figures.append(estimate(parse_spec(doc["spec"])).per_gpu)
+    assert figures[0] == figures[1]
