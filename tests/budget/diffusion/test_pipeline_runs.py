@@ -17,7 +17,7 @@ import yaml
 from tests.budget.diffusion.conftest import TINY_HUNYUAN, TINY_WAN, tiny_wan_vae
 
 from gpu_sizer.api import InvalidWorkload, parse_spec
-from gpu_sizer.api.spec.pipeline_runs import PIPELINE_CLASSES
+from gpu_sizer.api.spec.pipeline_runs import ENCODER_CLASSES, PIPELINE_CLASSES
 from gpu_sizer.budget.diffusion import generation_estimate
 from gpu_sizer.budget.diffusion.fixes import generation_candidates
 from gpu_sizer.budget.diffusion.pipelines import PIPELINES
@@ -261,7 +261,7 @@ def test_the_expected_classes_are_the_pipelines_own_annotations() -> None:
     import inspect
 
     diffusers = pytest.importorskip("diffusers")
-    assert set(PIPELINE_CLASSES) == set(PIPELINES)
+    assert set(PIPELINE_CLASSES) == set(PIPELINES) == set(ENCODER_CLASSES)
     for name, expected in PIPELINE_CLASSES.items():
         params = inspect.signature(getattr(diffusers, name).__init__).parameters
         roles = {
@@ -270,6 +270,32 @@ def test_the_expected_classes_are_the_pipelines_own_annotations() -> None:
             if k in ("unet", "transformer", "transformer_2", "vae")
         }
         assert expected == roles, name
+        encoders = {
+            k: _annotated(p.annotation)
+            for k, p in params.items()
+            if k.startswith(("text_encoder", "image_encoder"))
+        }
+        assert ENCODER_CLASSES[name] == encoders, name
+
+
+def test_an_encoder_of_another_family_is_refused_and_one_of_the_same_is_not() -> None:
+    """A T5 as Qwen-Image's text encoder gives 4096-wide T5 states and T5 token ids where the
+    pipeline reads Qwen2.5-VL's hidden states: refused at its class. The published Wan 2.1 I2V
+    folder's CLIPVisionModelWithProjection, annotated CLIPVisionModel, is the same family."""
+    spec = _example("qwen-image-1024.yaml")
+    names = [c["name"] for c in spec["model"]["pipeline"]["components"]]
+    te = names.index("text_encoder")
+    spec["model"]["pipeline"]["components"][te] = {
+        "name": "text_encoder",
+        "class": "T5EncoderModel",
+        "config": {"dModel": 3584},
+    }
+    problems = _refused(spec)
+    assert list(problems) == [f"spec.model.pipeline.components[{te}].class"]
+    assert problems[f"spec.model.pipeline.components[{te}].class"].startswith(
+        "QwenImagePipeline takes text_encoder as a Qwen2_5_VLForConditionalGeneration"
+    )
+    parse_spec(_example("wan21-i2v-14b-720p-offload.yaml"))
 
 
 def test_a_sized_class_the_pipeline_does_not_expect_is_refused_at_its_class() -> None:

@@ -39,6 +39,7 @@ from gpu_sizer.api.spec.generation import ComponentDevice, Pipeline, PipelineOff
 
 __all__ = [
     "CONTEXT_PARALLEL",
+    "ENCODER_CLASSES",
     "PIPELINE_CLASSES",
     "class_mismatches",
     "context_parallel_problems",
@@ -96,19 +97,78 @@ PIPELINE_CLASSES: Final[dict[str, dict[str, str]]] = {
 }
 
 
+_CLIP_T5: Final = {"text_encoder": "CLIPTextModel", "text_encoder_2": "T5EncoderModel"}
+_SD_ENC: Final = {"text_encoder": "CLIPTextModel", "image_encoder": "CLIPVisionModelWithProjection"}
+_SDXL_ENC: Final = {**_SD_ENC, "text_encoder_2": "CLIPTextModelWithProjection"}
+_SD3_ENC: Final = {
+    "text_encoder": "CLIPTextModelWithProjection",
+    "text_encoder_2": "CLIPTextModelWithProjection",
+    "text_encoder_3": "T5EncoderModel",
+    "image_encoder": "SiglipVisionModel",
+}
+_FLUX_ENC: Final = {**_CLIP_T5, "image_encoder": "CLIPVisionModelWithProjection"}
+_T5_ENC: Final = {"text_encoder": "T5EncoderModel"}
+
+#: Per pipeline class, the class its ``__init__`` annotates for each text and image encoder
+#: (diffusers 0.42.1; a test reads the annotations). An encoder is checked by family only
+#: (:data:`_FAMILY`): the published Wan 2.1 I2V folder gives a CLIPVisionModelWithProjection
+#: where the annotation says CLIPVisionModel, and a T5 loads where a UMT5 is named.
+ENCODER_CLASSES: Final[dict[str, dict[str, str]]] = {
+    "StableDiffusionPipeline": _SD_ENC,
+    "StableDiffusionImg2ImgPipeline": _SD_ENC,
+    "StableDiffusionXLPipeline": _SDXL_ENC,
+    "StableDiffusionXLImg2ImgPipeline": _SDXL_ENC,
+    "StableDiffusion3Pipeline": _SD3_ENC,
+    "StableDiffusion3Img2ImgPipeline": _SD3_ENC,
+    "FluxPipeline": _FLUX_ENC,
+    "FluxImg2ImgPipeline": _FLUX_ENC,
+    "WanPipeline": {"text_encoder": "UMT5EncoderModel"},
+    "WanImageToVideoPipeline": {
+        "text_encoder": "UMT5EncoderModel",
+        "image_encoder": "CLIPVisionModel",
+    },
+    "HunyuanVideoPipeline": {"text_encoder": "LlamaModel", "text_encoder_2": "CLIPTextModel"},
+    "CogVideoXPipeline": _T5_ENC,
+    "CogVideoXImageToVideoPipeline": _T5_ENC,
+    "LTXPipeline": _T5_ENC,
+    "LTXImageToVideoPipeline": _T5_ENC,
+    "MochiPipeline": _T5_ENC,
+    "QwenImagePipeline": {"text_encoder": "Qwen2_5_VLForConditionalGeneration"},
+}
+#: Encoder families: a class of another family gives the pipeline other outputs, widths and a
+#: tokenizer of another vocabulary.
+_FAMILY: Final = {
+    "CLIPTextModel": "CLIP",
+    "CLIPTextModelWithProjection": "CLIP",
+    "CLIPVisionModel": "CLIP",
+    "CLIPVisionModelWithProjection": "CLIP",
+    "SiglipVisionModel": "SigLIP",
+    "T5EncoderModel": "T5",
+    "UMT5EncoderModel": "T5",
+    "LlamaModel": "Llama",
+    "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL",
+}
+
+
 def class_mismatches(pipeline: Pipeline) -> list[tuple[int, str, str]]:
     """(index in ``pipeline.components``, message, fix) for each denoiser or VAE of a class
     gpu-sizer sizes that is not the class the pipeline's ``__init__`` annotates for it (an
-    ``AutoencoderKL`` as a Wan pipeline's ``vae``). ``DiffusionPipeline.from_pretrained`` only
+    ``AutoencoderKL`` as a Wan pipeline's ``vae``), and each encoder of another family than the
+    annotated one (a T5 as Qwen-Image's Qwen2.5-VL). ``DiffusionPipeline.from_pretrained`` only
     logs "Expected types for vae" and loads it; whether the call then runs, and what it holds,
     depends on which config attributes of the expected class it reads, which is not modelled.
     A class gpu-sizer does not size is left to the estimate's own report. Never raises."""
     expected = PIPELINE_CLASSES.get(pipeline.class_name)
     if expected is None:
         return []
+    encoders = ENCODER_CLASSES.get(pipeline.class_name, {})
     out: list[tuple[int, str, str]] = []
     for i, c in enumerate(pipeline.components):
         want = expected.get(c.name)
+        if want is None and c.name in encoders:
+            want = encoders[c.name]
+            if _FAMILY.get(c.class_name, c.class_name) == _FAMILY.get(want):
+                continue
         if want is None or c.class_name == want or c.class_name not in COMPONENT_CLASSES:
             continue
         out.append(
