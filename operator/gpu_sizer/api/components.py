@@ -989,6 +989,25 @@ def _exact_items(key: str, n: int, why: str) -> _Rule:
     return rule
 
 
+def _non_empty(key: str, why: str) -> _Rule:
+    """``key`` must list at least one item: ``why`` the library cannot build without one."""
+
+    def rule(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return [] if c[key] else [(to_camel(key), f"must have at least 1 item: {why}")]
+
+    return rule
+
+
+_WAN_VAE_LEVELS: Final = (
+    _non_empty(
+        "dim_mult",
+        "the Wan VAE's encoder takes its last level's width from the loop over dim_mult, which "
+        "an empty list never enters (UnboundLocalError at construction)",
+    ),
+    _per_level("dim_mult", "temperal_downsample", extra=-1, at_least=True),
+)
+
+
 def _rope_axes(axes: str, owner: str) -> _Rule:
     """A 3-axis rotary embedding (frames or text position, height, width) must split the
     attention head exactly: ``owner`` builds one ``get_1d_rotary_pos_embed`` table per axis of
@@ -1202,7 +1221,7 @@ _RULES: Final[dict[str, tuple[_Rule, ...]]] = {
             at_least=True,
         ),
     ),
-    "AutoencoderKLWan": (_per_level("dim_mult", "temperal_downsample", extra=-1, at_least=True),),
+    "AutoencoderKLWan": _WAN_VAE_LEVELS,
     "AutoencoderKLMochi": (_mochi_vae,),
     "MochiTransformer3DModel": (_mochi_transformer,),
     "WanTransformer3DModel": (
@@ -1219,9 +1238,7 @@ _RULES: Final[dict[str, tuple[_Rule, ...]]] = {
         _rope_axes("axes_dims_rope", "QwenEmbedRope"),
         _qwen_image_call,
     ),
-    "AutoencoderKLQwenImage": (
-        _per_level("dim_mult", "temperal_downsample", extra=-1, at_least=True),
-    ),
+    "AutoencoderKLQwenImage": _WAN_VAE_LEVELS,
     "Qwen2_5_VLForConditionalGeneration": (_qwen2_5_vl_heads,),
     "HunyuanVideoTransformer3DModel": (_rope_axes("rope_axes_dim", "HunyuanVideoRotaryPosEmbed"),),
     "CLIPTextModel": _CLIP_RULES,

@@ -103,6 +103,13 @@ REFUSED = [
         "at least 4 items",
     ),
     (
+        "AutoencoderKLWan",
+        _with(published.WAN21_VAE, dim_mult=[], temperal_downsample=[]),
+        "dimMult",
+        "at least 1 item",
+    ),
+    ("AutoencoderKLQwenImage", _with(published.QWEN_IMAGE_VAE, dim_mult=[]), "dimMult", "1 item"),
+    (
         "WanTransformer3DModel",
         _with(published.WAN21_T2V_1_3B, num_layers=1, attention_head_dim=127),
         "attentionHeadDim",
