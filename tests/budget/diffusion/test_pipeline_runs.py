@@ -394,3 +394,12 @@ def test_a_sequence_split_the_tokens_do_not_divide_is_not_sized() -> None:
     ]
     spec["generation"]["parallelism"] = {"ulyssesDegree": 2}
     assert estimate(parse_spec(spec)).missing_components == []
+
+
+def test_an_image_pipeline_given_one_video_frame_says_no_frame_count() -> None:
+    from gpu_sizer.budget import estimate
+
+    spec = _example("flux1-dev-1024.yaml")
+    spec["generation"] |= {"task": "TextToVideo", "numFrames": 1}
+    notes = [n for n in estimate(parse_spec(spec)).notes or [] if "runs TextToImage" in n]
+    assert len(notes) == 1 and notes[0].endswith("sized as the pipeline runs (TextToImage)")

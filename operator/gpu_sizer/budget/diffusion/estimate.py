@@ -512,7 +512,8 @@ def _generation_estimate(spec: GPUWorkloadSpec) -> tuple[EstimateStatus, list[Mi
         # the class's __call__ does what it does whatever the task says: an image pipeline
         # makes images (numFrames is no argument of it), an image-to-image one encodes its input
         runs = kind.tasks[0]
-        one = "" if runs.video or not gen.task.video else f", one frame, not {gen.num_frames}"
+        several = gen.task.video and not runs.video and gen.num_frames > 1
+        one = f", one frame, not {gen.num_frames}" if several else ""
         notes.append(
             f"{pipeline.class_name} runs {', '.join(t.value for t in kind.tasks)}, not "
             f"{gen.task.value}: sized as the pipeline runs ({runs.value}{one})"
