@@ -10,11 +10,11 @@ import pytest
 from gpu_sizer.api import parse_spec
 from gpu_sizer.budget import estimate
 from gpu_sizer.probe.run import Options, measure
+from tests.probe.test_generation import T5
 
 pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
-T5 = {"vocabSize": 1000, "dModel": 32, "dKv": 8, "dFf": 64, "numLayers": 2, "numHeads": 4}
 MOCHI: dict[str, Any] = {
     "class": "MochiPipeline",
     "components": [
